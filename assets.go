@@ -1,0 +1,15 @@
+// Package assets embeds the repository files that the bridge binary ships:
+// the build context of the runner image, so that `bridge image build` works
+// from the binary alone.
+package assets
+
+import "embed"
+
+// RunnerContext holds Dockerfile.runner and images/runner, at the paths the
+// Dockerfile expects relative to the build context.
+//
+//go:embed Dockerfile.runner images/runner/runner.py
+var RunnerContext embed.FS
+
+// RunnerDockerfile is the path of the Dockerfile inside RunnerContext.
+const RunnerDockerfile = "Dockerfile.runner"

@@ -1,0 +1,166 @@
+// Command bridge gives an AI agent one tool, run_python, and runs the
+// agent's code in fresh, rootless, read-only, network-less containers.
+//
+// Usage:
+//
+//	bridge run [flags] FILE|-     run a Python file in the sandbox
+//	bridge doctor [flags]         check the container engines and prove the sandbox holds
+//	bridge image build [flags]    build the runner image through an engine
+//	bridge image name             print the runner image this binary runs
+//	bridge version                print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes of the bridge itself; a run's own exit code passes through.
+const (
+	exitUsage    = 2   // bad flags or arguments
+	exitBridge   = 125 // the bridge could not run the code at all
+	exitTimeout  = 124 // the code ran past its timeout
+	exitCanceled = 130 // interrupted
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// usageError is a mistake on the command line; it exits with exitUsage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// command is one subcommand: it parses its own flags and returns an exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) (int, error)
+}
+
+// env is what every command gets: streams and a logger.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	log            zerolog.Logger
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run a Python file (or - for stdin) in the sandbox", cmdRun},
+		{"doctor", "check the container engines and prove the sandbox holds", cmdDoctor},
+		{"image", "build the runner image (image build) or print its name (image name)", cmdImage},
+		{"version", "print the version", func(_ context.Context, e *env, _ []string) (int, error) {
+			fmt.Fprintln(e.stdout, "bridge", version)
+			return 0, nil
+		}},
+	}
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, os.Getenv("BRIDGE_LOG_LEVEL"))}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printUsage(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		code, err := c.run(ctx, e, args[1:])
+		if err != nil {
+			var ue usageError
+			switch {
+			case errors.Is(err, flag.ErrHelp):
+				return 0
+			case errors.As(err, &ue):
+				fmt.Fprintf(stderr, "bridge %s: %s\nRun `bridge %s -h` for its flags.\n", c.name, ue.msg, c.name)
+				return exitUsage
+			case ctx.Err() != nil:
+				fmt.Fprintf(stderr, "bridge %s: interrupted\n", c.name)
+				return exitCanceled
+			}
+			fmt.Fprintf(stderr, "bridge %s: %v\n", c.name, err)
+			if code == 0 {
+				code = exitBridge
+			}
+		}
+		return code
+	}
+	fmt.Fprintf(stderr, "bridge: unknown command %q\n", args[0])
+	printUsage(stderr)
+	return exitUsage
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "bridge: run an agent's Python in a hardened, network-less container.")
+	fmt.Fprintln(w, "\nUsage: bridge COMMAND [flags]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nLogs go to stderr; set BRIDGE_LOG_LEVEL=debug|info|warn|error (default warn).")
+}
+
+// newLogger logs to stderr: readable on a terminal, JSON lines otherwise.
+func newLogger(w io.Writer, level string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || level == "" {
+		lvl = zerolog.WarnLevel
+	}
+	out := w
+	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(out).Level(lvl).With().Timestamp().Logger()
+}
+
+// newFlagSet returns a FlagSet that reports errors to the caller instead
+// of exiting, with a usage text naming the command.
+func newFlagSet(e *env, name, args, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: bridge %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(nil)
+		fs.Usage()
+		return err
+	}
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+// Package images names and builds the runner image: the small Python image
+// every run starts from. Its tag is a hash of its build context, so a bridge
+// only ever runs the runner it was built with.
+package images
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	assets "github.com/bridge-mcp/bridge"
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// Repository is the name of the runner image, without its tag.
+const Repository = "localhost/bridge-runner"
+
+// Name returns the runner image reference this binary runs:
+// Repository:<first 12 hex digits of the build context's SHA-256>.
+func Name() string {
+	return Repository + ":" + contextHash(assets.RunnerContext)
+}
+
+func contextHash(fsys fs.FS) string {
+	var paths []string
+	_ = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			paths = append(paths, p)
+		}
+		return err
+	})
+	sort.Strings(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		b, _ := fs.ReadFile(fsys, p)
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// WriteContext writes the runner's build context into dir.
+func WriteContext(dir string) error {
+	return fs.WalkDir(assets.RunnerContext, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, filepath.FromSlash(p))
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := fs.ReadFile(assets.RunnerContext, p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+}
+
+// Build builds the runner image through rt, streaming the build log to out,
+// and returns the image reference.
+func Build(ctx context.Context, rt sandbox.Runtime, out io.Writer) (string, error) {
+	dir, err := os.MkdirTemp("", "bridge-image-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := WriteContext(dir); err != nil {
+		return "", fmt.Errorf("writing build context: %w", err)
+	}
+	name := Name()
+	if err := rt.BuildImage(ctx, dir, assets.RunnerDockerfile, name, out); err != nil {
+		return "", fmt.Errorf("building %s with %s: %w", name, rt.Name(), err)
+	}
+	return name, nil
+}

@@ -1,0 +1,654 @@
+"""The bridge's in-container Python runner.
+
+The container starts it as `python3 -I -B /opt/bridge/runner.py`. It connects
+to the relay socket, says `hello`, receives one `exec`, runs that code with its
+stdout and stderr captured at the file-descriptor level and streamed back, and
+reports how the code ended in `exit`. The wire protocol is docs/protocol.md
+(version 1); everything the host sends is checked against it.
+
+Standard library only, Python 3.10+. Start-up time matters, so modules are
+imported only when needed (asyncio only for code that awaits, traceback only
+when something fails) and a few constants are spelled out rather than taken
+from modules that are slow to import.
+"""
+
+from __future__ import annotations
+
+import builtins
+import codecs
+import io
+import json
+import linecache
+import os
+import sys
+import threading
+import time
+
+# socket.py builds several enum classes when imported; a unix stream socket
+# needs none of them, so use the C module it wraps.
+import _socket
+
+# ast re-exports this flag from _ast; importing ast itself costs more.
+from _ast import PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, NoReturn
+
+PROTOCOL_VERSION = 1
+ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
+ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
+
+MAX_FRAME = 16 << 20  # payload bytes, both directions
+CODE_FILENAME = "<code>"  # the user's code in tracebacks and linecache
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE; inspect is slow to import
+READ_CHUNK = 64 << 10  # the most one stdout/stderr frame carries from the pipe
+# Once the code has ended, how long to wait for the output pipes to reach EOF.
+# Only a background child that inherited fd 1 or 2 can hold them open longer.
+DRAIN_SECONDS = 1.0
+# Cap on each of error.message and error.traceback, so that a huge exception
+# message can never make the exit frame too large.
+ERROR_FIELD_LIMIT = 64 << 10
+
+# The runner's own exit codes when it cannot report through `exit`.
+EXIT_LOST = 1  # the host went away
+EXIT_PROTOCOL = 2  # bad environment, malformed frame, or a runner bug
+
+_diag_fd = 2  # replaced by a private dup of the original stderr in main()
+
+
+def diag(message: str) -> None:
+    """Writes a line to the runner's private stderr (the container's log)."""
+    try:
+        os.write(_diag_fd, f"bridge-runner: {message}\n".encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+def die(code: int, message: str) -> NoReturn:
+    """Ends the process at once, from any thread; user threads must not keep it alive."""
+    diag(message)
+    os._exit(code)
+
+
+# --- framing ---------------------------------------------------------------
+
+
+class ProtocolError(Exception):
+    """The host sent something the protocol does not allow."""
+
+
+class ConnectionClosed(Exception):
+    """The host closed the relay connection."""
+
+    def __init__(self) -> None:
+        super().__init__("the bridge closed the connection")
+
+
+def encode_frame(msg: dict[str, Any]) -> bytes:
+    """Encodes one frame. Raises ValueError or TypeError for a message that
+    is not valid JSON or is too large, before anything is sent."""
+    try:
+        payload = json.dumps(msg, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (possible in tool arguments) has no UTF-8 form;
+        # as an ASCII escape it reaches the bridge, which decodes it as U+FFFD.
+        payload = json.dumps(msg, allow_nan=False, separators=(",", ":")).encode()
+    if len(payload) > MAX_FRAME:
+        raise ValueError(f"message is {len(payload)} bytes, over the relay's limit of {MAX_FRAME}")
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_payload(payload: bytes | bytearray) -> dict[str, Any]:
+    try:
+        msg = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError(f"frame is not UTF-8 JSON: {e}") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        raise ProtocolError("frame is not a JSON object with a string field type")
+    return msg
+
+
+def check_fields(msg: dict[str, Any], required: set[str], optional: frozenset[str] = frozenset()) -> None:
+    keys = msg.keys() - {"type"}
+    missing = required - keys
+    unknown = keys - required - optional
+    if missing or unknown:
+        raise ProtocolError(
+            f"{msg['type']} frame: missing fields {sorted(missing)}, unknown fields {sorted(unknown)}"
+        )
+
+
+def is_int(value: object) -> bool:
+    return type(value) is int  # JSON true/false decode to bool, a subclass of int
+
+
+def check_exec(msg: dict[str, Any]) -> None:
+    if msg["type"] != "exec":
+        raise ProtocolError(f"expected an exec frame, got {msg['type']!r}")
+    check_fields(msg, {"version", "code", "output_limit"})
+    if msg["version"] != PROTOCOL_VERSION or not is_int(msg["version"]):
+        raise ProtocolError(f"exec speaks protocol version {msg['version']!r}, runner speaks {PROTOCOL_VERSION}")
+    if not isinstance(msg["code"], str):
+        raise ProtocolError("exec.code is not a string")
+    if not is_int(msg["output_limit"]) or msg["output_limit"] < 0:
+        raise ProtocolError("exec.output_limit is not a non-negative integer")
+
+
+def check_tool_result(msg: dict[str, Any]) -> None:
+    if msg["type"] != "tool_result":
+        raise ProtocolError(f"unexpected {msg['type']!r} frame while the code runs")
+    check_fields(msg, {"id"}, frozenset({"result", "error"}))
+    if not is_int(msg["id"]):
+        raise ProtocolError("tool_result.id is not an integer")
+    if ("result" in msg) == ("error" in msg):
+        raise ProtocolError("tool_result must have exactly one of result and error")
+    if "error" in msg:
+        err = msg["error"]
+        if not isinstance(err, dict):
+            raise ProtocolError("tool_result.error is not an object")
+        if err.keys() != {"type", "message"} or not all(isinstance(v, str) for v in err.values()):
+            raise ProtocolError("tool_result.error must be {type, message} with string values")
+
+
+# --- the relay connection --------------------------------------------------
+
+
+class ToolError(Exception):
+    """A tool call failed. `type` is the bridge's error type (tools_unavailable,
+    not_found, denied, limit, upstream, timeout); `message` says why."""
+
+    def __init__(self, type: str, message: str) -> None:
+        super().__init__(type, message)  # both in args, so it pickles
+        self.type = type
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+# User code sees it through the _bridge_relay module, not this script.
+ToolError.__module__ = "_bridge_relay"
+
+
+def tool_outcome(reply: dict[str, Any]) -> Any:
+    if "error" in reply:
+        raise ToolError(reply["error"]["type"], reply["error"]["message"])
+    return reply["result"]
+
+
+def _settle(fut: Any, reply: dict[str, Any]) -> None:
+    if not fut.done():  # the awaiting task may have been cancelled
+        fut.set_result(reply)
+
+
+class Relay:
+    """Owns the relay socket. Any thread may send: a lock keeps frames whole.
+    Once started, one reader thread hands each tool_result to the caller
+    waiting on its id."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self._sock = sock
+        self._send_lock = threading.Lock()
+        self._finished = False  # the exit frame went out; EOF is expected now
+        self._pending_lock = threading.Lock()
+        self._pending: dict[int, Callable[[dict[str, Any]], None]] = {}
+        self._next_id = 1
+        self._pid = os.getpid()
+
+    def owned_here(self) -> bool:
+        """False in a child the code forked: it shares the socket but has no
+        reader thread, and may have inherited a held lock."""
+        return os.getpid() == self._pid
+
+    @classmethod
+    def connect(cls, path: str) -> Relay:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)  # close-on-exec
+        try:
+            sock.connect(path)
+        except OSError as e:
+            sock.close()
+            die(EXIT_LOST, f"cannot connect to the relay socket {path}: {e}")
+        return cls(sock)
+
+    # Sending. A failed send means the host is gone: end quietly.
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.send_frame(encode_frame(msg))
+
+    def send_frame(self, frame: bytes) -> None:
+        with self._send_lock:
+            if self._finished:
+                return  # nothing may follow exit
+            try:
+                self._sock.sendall(frame)
+            except OSError as e:
+                die(EXIT_LOST, f"relay connection lost: {e}")
+
+    def finish(self, msg: dict[str, Any]) -> None:
+        """Sends the last frame; later sends are dropped."""
+        frame = encode_frame(msg)
+        with self._send_lock:
+            self._finished = True
+            try:
+                self._sock.sendall(frame)
+            except OSError as e:
+                die(EXIT_LOST, f"relay connection lost: {e}")
+
+    # Receiving.
+
+    def _recv_exact(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:])
+            if k == 0:
+                raise ConnectionClosed
+            got += k
+        return buf
+
+    def recv(self) -> dict[str, Any]:
+        """Reads one frame. Raises ConnectionClosed at EOF (also mid-frame)
+        and ProtocolError for a malformed frame."""
+        n = int.from_bytes(self._recv_exact(4), "big")
+        if not 1 <= n <= MAX_FRAME:
+            raise ProtocolError(f"frame length {n} is outside 1..{MAX_FRAME}")
+        return decode_payload(self._recv_exact(n))
+
+    def start(self) -> None:
+        threading.Thread(target=guarded(self._read_loop), name="bridge-relay", daemon=True).start()
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                msg = self.recv()
+                check_tool_result(msg)
+                with self._pending_lock:
+                    deliver = self._pending.pop(msg["id"], None)
+                if deliver is None:
+                    raise ProtocolError(f"tool_result for unknown id {msg['id']}")
+            except (ProtocolError, ConnectionClosed, OSError) as e:
+                if self._finished:
+                    return  # exit is out; main ends the process with the code's status
+                if isinstance(e, ProtocolError):
+                    die(EXIT_PROTOCOL, f"relay protocol error: {e}")
+                die(EXIT_LOST, f"relay connection lost while the code was running: {e}")
+            deliver(msg)
+
+    # Tool calls.
+
+    def _call(self, server: str, tool: str, args: dict[str, Any] | None, deliver: Callable[[dict[str, Any]], None]) -> None:
+        if not self.owned_here():
+            raise RuntimeError("tool calls are only available in the process that runs the code, not in a forked child")
+        if not isinstance(server, str) or not isinstance(tool, str):
+            raise TypeError("server and tool must be strings")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise TypeError(f"tool arguments must be a dict, not {type(args).__name__}")
+        with self._pending_lock:
+            call_id = self._next_id
+            self._next_id += 1
+        # Encode first: an argument that is not JSON raises here, to the caller.
+        frame = encode_frame({"type": "tool_call", "id": call_id, "server": server, "tool": tool, "args": args})
+        with self._pending_lock:
+            self._pending[call_id] = deliver  # before sending: the answer may come at once
+        self.send_frame(frame)
+
+    def call_tool(self, server: str, tool: str, args: dict[str, Any] | None = None) -> Any:
+        """Calls a tool and blocks until it answers. Returns its result;
+        raises ToolError when the bridge reports an error."""
+        done = threading.Event()
+        box: list[dict[str, Any]] = []
+
+        def deliver(reply: dict[str, Any]) -> None:
+            box.append(reply)
+            done.set()
+
+        self._call(server, tool, args, deliver)
+        done.wait()
+        return tool_outcome(box[0])
+
+    async def acall_tool(self, server: str, tool: str, args: dict[str, Any] | None = None) -> Any:
+        """Like call_tool, but awaits the answer without blocking the event loop."""
+        import asyncio  # already loaded: an event loop is running
+
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def deliver(reply: dict[str, Any]) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, fut, reply)
+            except RuntimeError:
+                pass  # the loop is closed; nobody waits for this answer
+
+        self._call(server, tool, args, deliver)
+        return tool_outcome(await fut)
+
+
+def publish(relay: Relay) -> None:
+    """Makes the tool-call plumbing importable by user code (the mcp_tools
+    module builds on it) as the module _bridge_relay."""
+    mod = type(sys)("_bridge_relay")
+    mod.__doc__ = "Tool calls through the bridge's relay (used by mcp_tools)."
+    mod.PROTOCOL_VERSION = PROTOCOL_VERSION
+    mod.ToolError = ToolError
+    mod.call_tool = relay.call_tool
+    mod.acall_tool = relay.acall_tool
+    sys.modules[mod.__name__] = mod
+
+
+def guarded(target: Callable[[], None]) -> Callable[[], None]:
+    """Wraps the runner's own code (main, its threads) so that a bug in it
+    ends the run with a diagnostic instead of hanging it."""
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException:
+            import traceback
+
+            die(EXIT_PROTOCOL, "internal error:\n" + traceback.format_exc())
+
+    return run
+
+
+# --- output capture --------------------------------------------------------
+
+
+class Forwarder:
+    """Reads one captured stream from its pipe and sends it as stdout or
+    stderr frames, each carrying whatever had arrived, up to output_limit
+    bytes in all; the rest is read (so writers never block) and counted."""
+
+    def __init__(self, relay: Relay, name: str, fd: int, limit: int) -> None:
+        self._relay = relay
+        self._name = name
+        self._fd = fd
+        self._limit = limit
+        self.sent = 0
+        self.cut = 0
+        # A multi-byte character may be split across reads.
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._thread = threading.Thread(target=guarded(self._run), name=f"bridge-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, READ_CHUNK)
+            except OSError:
+                data = b""
+            with self._lock:
+                if self._stopped:
+                    return
+                self._emit(self._decoder.decode(data, final=not data))
+            if not data:
+                return
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        # The limit counts UTF-8 bytes of the text sent, as the bridge does.
+        size = len(text.encode())
+        if self.cut:  # once cut, a stream stays cut
+            self.cut += size
+            return
+        room = self._limit - self.sent
+        if size > room:
+            text = text.encode()[:room].decode("utf-8", "ignore")  # at a character boundary
+            kept = len(text.encode())
+            self.cut += size - kept
+            size = kept
+            if not text:
+                return
+        self.sent += size
+        self._relay.send({"type": self._name, "data": text})
+
+    def stop(self, deadline: float) -> None:
+        """Waits until the deadline for EOF, then stops forwarding."""
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            self._stopped = True
+
+
+class Capture:
+    """Points fds 1 and 2 at pipes drained by Forwarders, so print, direct
+    os.write calls, C extensions and subprocesses are all captured."""
+
+    def __init__(self, relay: Relay, limit: int) -> None:
+        self._devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(self._devnull, 0)  # input() gets EOF rather than whatever the engine left on stdin
+        self._forwarders = []
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            r, w = os.pipe()  # both close-on-exec
+            os.dup2(w, fd)  # the dup is inheritable: children write into the pipe
+            os.close(w)
+            self._forwarders.append(Forwarder(relay, name, r, limit))
+        # Line-buffered so output streams as it is printed. closefd=False:
+        # fd 1 and 2 stay ours to redirect when the code ends.
+        self.out = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+        self.err = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)
+        sys.stdout, sys.stderr = self.out, self.err
+
+    def flush(self) -> None:
+        # The code may have replaced sys.stdout or closed it; flush what is there.
+        for stream in {id(s): s for s in (sys.stdout, sys.stderr, self.out, self.err)}.values():
+            try:
+                stream.flush()
+            except BaseException:  # whatever a replacement stream's flush raises
+                pass
+
+    def close(self) -> tuple[int, int]:
+        """Ends the capture and returns the bytes cut from stdout and stderr.
+        fds 1 and 2 point at /dev/null afterwards rather than being closed,
+        so a lingering thread can't write into a file that reuses the fd."""
+        os.dup2(self._devnull, 1)
+        os.dup2(self._devnull, 2)
+        deadline = time.monotonic() + DRAIN_SECONDS
+        for f in self._forwarders:
+            f.stop(deadline)
+        out, err = self._forwarders
+        return out.cut, err.cut
+
+
+def write_fd(fd: int, text: str) -> None:
+    """Writes straight to fd, past any stream object the code may have replaced or closed."""
+    data = text.encode("utf-8", "backslashreplace")
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass
+
+
+# --- running the code ------------------------------------------------------
+
+
+class Outcome:
+    """How the code ended: the exit code, the error object for exit, and
+    text to write to the captured stderr as Python would."""
+
+    def __init__(self, exit_code: int = 0, error: dict[str, str] | None = None, report: str = "") -> None:
+        self.exit_code = exit_code
+        self.error = error
+        self.report = report
+
+
+def run_code(source: str) -> Outcome:
+    # A fresh __main__ module, so classes defined by the code pickle and
+    # dataclasses/typing find their module.
+    main = type(sys)("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    # Tracebacks, inspect.getsource and pdb read the source from linecache.
+    # Split lines as the compiler does (str.splitlines also splits at \f and
+    # other characters, which would shift line numbers); mtime None keeps
+    # checkcache from dropping an entry that has no file.
+    lines = io.StringIO(source, newline=None).readlines()
+    linecache.cache[CODE_FILENAME] = (len(source), None, lines, CODE_FILENAME)
+    try:
+        code = compile(source, CODE_FILENAME, "exec", flags=PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except BaseException as e:  # SyntaxError, or ValueError for a NUL byte before 3.12
+        return failure(e, with_traceback=False)
+    try:
+        if code.co_flags & CO_COROUTINE:  # the code awaits at top level
+            import asyncio
+
+            asyncio.run(eval(code, main.__dict__))
+        else:
+            exec(code, main.__dict__)
+    except SystemExit as e:
+        return system_exit(e)
+    except BaseException as e:
+        return failure(e, with_traceback=True)
+    return Outcome()
+
+
+def system_exit(e: SystemExit) -> Outcome:
+    """Maps SystemExit to an exit code as the interpreter does."""
+    code = e.code
+    if code is None:
+        return Outcome(0)
+    if isinstance(code, int):
+        return Outcome(code & 0xFF)  # what a process exit status keeps
+    return Outcome(1, report=f"{safe_str(code)}\n")
+
+
+def safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except BaseException:
+        return f"<{type(value).__name__} object; str() failed>"
+
+
+def qualified_name(cls: type) -> str:
+    """The exception class as the last line of a traceback names it."""
+    module = cls.__module__
+    if module in ("builtins", "__main__"):
+        return cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
+
+
+_EXCEPTION_GROUP = getattr(builtins, "BaseExceptionGroup", ())  # 3.11+
+
+
+def strip_runner_frames(exc: BaseException) -> None:
+    """Removes the runner's own frames from exc and the exceptions linked to
+    it: one whose traceback starts in the runner loses every frame before
+    the first one in the user's code (asyncio's included). Library frames
+    called from the user's code stay."""
+    runner_globals = globals()
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        tb = e.__traceback__
+        if tb is not None and tb.tb_frame.f_globals is runner_globals:
+            while tb is not None and tb.tb_frame.f_code.co_filename != CODE_FILENAME:
+                tb = tb.tb_next
+            e.__traceback__ = tb
+        todo += [e.__cause__, e.__context__]
+        if isinstance(e, _EXCEPTION_GROUP):
+            todo += e.exceptions
+
+
+def clip(text: str, limit: int) -> str:
+    """Keeps the head and tail of text within limit UTF-8 bytes."""
+    data = text.encode("utf-8", "backslashreplace")  # also drops lone surrogates
+    if len(data) <= limit:
+        return data.decode()
+    half = limit // 2
+    head = data[:half].decode("utf-8", "ignore")
+    tail = data[-half:].decode("utf-8", "ignore")
+    return f"{head}\n[... {len(data) - 2 * half} bytes cut ...]\n{tail}"
+
+
+def failure(e: BaseException, with_traceback: bool) -> Outcome:
+    import traceback
+
+    try:
+        if with_traceback:
+            strip_runner_frames(e)
+            text = "".join(traceback.format_exception(e))
+        else:  # a SyntaxError's own lines show where; no frames to show
+            text = "".join(traceback.format_exception_only(type(e), e))
+    except BaseException as fe:
+        text = f"{qualified_name(type(e))}: {safe_str(e)}\n(formatting the traceback failed: {safe_str(fe)})\n"
+    error = {
+        "type": clip(qualified_name(type(e)), ERROR_FIELD_LIMIT),
+        "message": clip(safe_str(e), ERROR_FIELD_LIMIT),
+        "traceback": clip(text, ERROR_FIELD_LIMIT),
+    }
+    return Outcome(1, error, text)
+
+
+# --- main ------------------------------------------------------------------
+
+
+def main() -> NoReturn:
+    global _diag_fd
+    try:
+        # fd 2 is about to become the code's stderr; keep our own channel.
+        _diag_fd = os.dup(2)
+    except OSError:
+        pass
+
+    # The code and its children have no use for these.
+    path = os.environ.pop(ENV_SOCKET, "")
+    token = os.environ.pop(ENV_TOKEN, "")
+    if not path or not token:
+        die(EXIT_PROTOCOL, f"{ENV_SOCKET} and {ENV_TOKEN} must be set")
+
+    relay = Relay.connect(path)
+    v = sys.version_info
+    relay.send({"type": "hello", "version": PROTOCOL_VERSION, "token": token, "python": f"{v.major}.{v.minor}.{v.micro}"})
+    try:
+        msg = relay.recv()
+        check_exec(msg)
+    except (ConnectionClosed, OSError):
+        die(EXIT_LOST, "relay closed the connection before exec (token or protocol version rejected?)")
+    except ProtocolError as e:
+        die(EXIT_PROTOCOL, f"relay protocol error: {e}")
+
+    capture = Capture(relay, msg["output_limit"])
+    relay.start()
+    publish(relay)
+
+    outcome = run_code(msg["code"])
+
+    capture.flush()
+    if outcome.report:
+        write_fd(2, outcome.report)
+    if not relay.owned_here():
+        # A child forked by the code ran to its end. Its output went into the
+        # pipes; the exit frame is the parent's to send.
+        os._exit(outcome.exit_code)
+    stdout_cut, stderr_cut = capture.close()
+    exit_msg: dict[str, Any] = {
+        "type": "exit",
+        "status": "ok" if outcome.exit_code == 0 else "error",
+        "exit_code": outcome.exit_code,
+        "stdout_cut": stdout_cut,
+        "stderr_cut": stderr_cut,
+    }
+    if outcome.error is not None:
+        exit_msg["error"] = outcome.error
+    relay.finish(exit_msg)
+    # Lingering user threads and children must not keep the run alive, and
+    # nothing the code registered (atexit, finalizers) may write any more.
+    os._exit(outcome.exit_code)
+
+
+if __name__ == "__main__":
+    guarded(main)()

@@ -1,0 +1,599 @@
+"""Tests for runner.py, without a container.
+
+Each test starts a fake relay (a unix socket in a temporary directory that
+speaks docs/protocol.md), runs runner.py against it as a subprocess, and
+checks the frames it received. Every wait has a timeout, so a broken runner
+fails a test rather than hanging it.
+
+Run from the repository root: python3 -m unittest discover -s images/runner -v
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+from typing import Any, Callable
+
+RUNNER = Path(__file__).with_name("runner.py")
+TOKEN = "test-token-0123456789"
+TIMEOUT = 20.0  # seconds for any one run
+MAX_FRAME = 16 << 20
+
+
+def frame(msg: Any) -> bytes:
+    payload = json.dumps(msg).encode()
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def exec_frame(code: str, output_limit: int = 64 << 10) -> bytes:
+    return frame({"type": "exec", "version": 1, "code": code, "output_limit": output_limit})
+
+
+class FakeHost:
+    """One run's relay: accepts the runner's connection, answers hello with
+    `first` (an exec frame unless a test wants something else), then records
+    every frame. on_frame(host, msg) sees each frame after hello and may
+    answer (host.send) or hang up (host.close)."""
+
+    def __init__(self, first: bytes, on_frame: Callable[[FakeHost, dict], None] | None = None) -> None:
+        self.first = first
+        self.on_frame = on_frame
+        self.frames: list[dict] = []
+        self.error: BaseException | None = None
+        self._dir = tempfile.TemporaryDirectory(prefix="bridge-runner-test-")
+        self.path = os.path.join(self._dir.name, "relay.sock")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        self._listener.listen(1)
+        self._listener.settimeout(TIMEOUT)
+        self._conn: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def send(self, msg: Any) -> None:
+        self.send_raw(frame(msg))
+
+    def send_raw(self, data: bytes) -> None:
+        with self._send_lock:
+            assert self._conn is not None
+            self._conn.sendall(data)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.shutdown(socket.SHUT_RDWR)
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        buf = b""
+        while len(buf) < n:
+            chunk = self._conn.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def _serve(self) -> None:
+        try:
+            self._conn, _ = self._listener.accept()
+            self._conn.settimeout(TIMEOUT)
+            while True:
+                header = self._recv_exact(4)
+                if header is None:
+                    return
+                n = int.from_bytes(header, "big")
+                if not 1 <= n <= MAX_FRAME:
+                    raise AssertionError(f"runner sent a frame of {n} bytes")
+                payload = self._recv_exact(n)
+                if payload is None:
+                    raise AssertionError("runner closed the connection mid-frame")
+                msg = json.loads(payload)
+                self.frames.append(msg)
+                if len(self.frames) == 1:
+                    if not self.first:
+                        self.close()  # the token or version was rejected
+                        continue
+                    self.send_raw(self.first)
+                elif self.on_frame is not None:
+                    self.on_frame(self, msg)
+        except OSError:
+            pass  # a test hung up, or the runner died: the frames tell
+        except BaseException as e:
+            self.error = e
+
+    def join(self) -> None:
+        self._thread.join(TIMEOUT)
+        if self._conn is not None:
+            self._conn.close()
+        self._listener.close()
+        self._dir.cleanup()
+
+
+class Run:
+    """What one run of the runner produced."""
+
+    def __init__(self, host: FakeHost, proc: subprocess.CompletedProcess, seconds: float) -> None:
+        self.frames = host.frames
+        self.returncode = proc.returncode
+        self.real_stdout = proc.stdout
+        self.diag = proc.stderr.decode("utf-8", "replace")
+        self.seconds = seconds
+
+    def of_type(self, type_: str) -> list[dict]:
+        return [f for f in self.frames if f.get("type") == type_]
+
+    @property
+    def hello(self) -> dict:
+        return self.frames[0]
+
+    @property
+    def stdout(self) -> str:
+        return "".join(f["data"] for f in self.of_type("stdout"))
+
+    @property
+    def stderr(self) -> str:
+        return "".join(f["data"] for f in self.of_type("stderr"))
+
+    @property
+    def exit(self) -> dict:
+        exits = self.of_type("exit")
+        assert len(exits) == 1, f"expected one exit frame, got {self.frames}\ndiagnostics: {self.diag}"
+        assert self.frames[-1] is exits[0], "exit is not the last frame"
+        return exits[0]
+
+
+def run(
+    code: str | None = None,
+    *,
+    first: bytes | None = None,
+    output_limit: int = 64 << 10,
+    on_frame: Callable[[FakeHost, dict], None] | None = None,
+) -> Run:
+    host = FakeHost(first if first is not None else exec_frame(code, output_limit), on_frame)
+    env = {
+        "BRIDGE_RELAY_SOCKET": host.path,
+        "BRIDGE_RELAY_TOKEN": TOKEN,
+        "HOME": tempfile.gettempdir(),
+        "LANG": "C.UTF-8",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-B", str(RUNNER)],
+            env=env,
+            cwd=tempfile.gettempdir(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=TIMEOUT,
+        )
+    finally:
+        host.close()
+        host.join()
+    if host.error is not None:
+        raise host.error
+    result = Run(host, proc, time.monotonic() - start)
+    assert result.real_stdout == b"", f"runner wrote to its real stdout: {result.real_stdout!r}"
+    return result
+
+
+class HelloTest(unittest.TestCase):
+    def test_hello_carries_token_and_version(self) -> None:
+        r = run("pass")
+        self.assertEqual(r.hello.keys(), {"type", "version", "token", "python"})
+        self.assertEqual(r.hello["type"], "hello")
+        self.assertIs(type(r.hello["version"]), int)
+        self.assertEqual(r.hello["version"], 1)
+        self.assertEqual(r.hello["token"], TOKEN)
+        v = sys.version_info
+        self.assertEqual(r.hello["python"], f"{v.major}.{v.minor}.{v.micro}")
+
+    def test_clean_exit(self) -> None:
+        r = run("x = 1")
+        self.assertEqual(r.exit, {"type": "exit", "status": "ok", "exit_code": 0, "stdout_cut": 0, "stderr_cut": 0})
+        self.assertEqual(r.returncode, 0)
+
+    def test_token_not_visible_to_code(self) -> None:
+        r = run("import os\nprint(os.environ.get('BRIDGE_RELAY_TOKEN'))")
+        self.assertEqual(r.stdout, "None\n")
+
+
+class OutputTest(unittest.TestCase):
+    def test_print_goes_to_stdout(self) -> None:
+        r = run("print('hello')\nprint('world')")
+        self.assertEqual(r.stdout, "hello\nworld\n")
+        self.assertEqual(r.stderr, "")
+        self.assertEqual(r.exit["status"], "ok")
+
+    def test_stderr_is_separate(self) -> None:
+        r = run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.stderr.write('more\\n')")
+        self.assertEqual(r.stdout, "out\n")
+        self.assertEqual(r.stderr, "err\nmore\n")
+
+    def test_output_streams_while_code_runs(self) -> None:
+        # The host sees the first line before the code goes on; the code
+        # waits until the host has acknowledged it with a tool_result.
+        seen_before_call: list[str] = []
+
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "tool_call":
+                seen_before_call.append("".join(f["data"] for f in host.frames if f["type"] == "stdout"))
+                host.send({"type": "tool_result", "id": msg["id"], "result": None})
+
+        code = "import _bridge_relay, time\nprint('early')\ntime.sleep(0.3)\n_bridge_relay.call_tool('s', 't')\nprint('late')"
+        r = run(code, on_frame=on_frame)
+        self.assertEqual(seen_before_call, ["early\n"])
+        self.assertEqual(r.stdout, "early\nlate\n")
+
+    def test_fd_level_writes_and_subprocesses_are_captured(self) -> None:
+        code = (
+            "import os, subprocess, sys\n"
+            "os.write(1, b'raw out\\n')\n"
+            "os.write(2, b'raw err\\n')\n"
+            "subprocess.run([sys.executable, '-c', 'print(\"child out\")'], check=True)\n"
+            "subprocess.run(['sh', '-c', 'echo child err >&2'], check=True)\n"
+        )
+        r = run(code)
+        self.assertEqual(r.stdout, "raw out\nchild out\n")
+        self.assertEqual(r.stderr, "raw err\nchild err\n")
+
+    def test_multibyte_character_split_across_writes(self) -> None:
+        code = (
+            "import os, time\n"
+            "euro = '\\u20ac'.encode()\n"
+            "os.write(1, euro[:1])\n"
+            "time.sleep(0.2)\n"
+            "os.write(1, euro[1:2])\n"
+            "time.sleep(0.2)\n"
+            "os.write(1, euro[2:] + b'!\\n')\n"
+        )
+        r = run(code)
+        self.assertEqual(r.stdout, "\u20ac!\n")
+
+    def test_invalid_utf8_is_replaced(self) -> None:
+        r = run("import os\nos.write(1, b'a\\xffb\\n')")
+        self.assertEqual(r.stdout, "a\ufffdb\n")
+
+    def test_many_small_writes_are_coalesced(self) -> None:
+        code = "import os\nfor _ in range(20000):\n    os.write(1, b'x')"
+        r = run(code)
+        self.assertEqual(r.stdout, "x" * 20000)
+        self.assertLess(len(r.of_type("stdout")), 20000)
+
+    def test_output_beyond_limit_is_cut_and_counted(self) -> None:
+        code = "import sys\nsys.stdout.write('x' * 5000)\nsys.stdout.flush()\nsys.stdout.write('y' * 3000)\nsys.stderr.write('e' * 1500)"
+        r = run(code, output_limit=1024)
+        self.assertEqual(r.stdout, "x" * 1024)
+        self.assertEqual(r.stderr, "e" * 1024)
+        self.assertEqual(r.exit["stdout_cut"], 5000 + 3000 - 1024)
+        self.assertEqual(r.exit["stderr_cut"], 1500 - 1024)
+        self.assertEqual(r.exit["status"], "ok")
+
+    def test_limit_cuts_at_a_character_boundary(self) -> None:
+        # 1024 is not a multiple of 3: the last character that fits ends at 1023.
+        r = run("import sys\nsys.stdout.write('\\u20ac' * 1000)", output_limit=1024)
+        self.assertEqual(r.stdout, "\u20ac" * 341)
+        self.assertEqual(r.exit["stdout_cut"], 3000 - 1023)
+
+    def test_cut_stream_keeps_draining(self) -> None:
+        # Far more than a pipe holds: the code must not block on a full pipe.
+        r = run("import os\nfor _ in range(64):\n    os.write(1, b'z' * 65536)\nprint('done', flush=True)", output_limit=1024)
+        self.assertEqual(r.stdout, "z" * 1024)
+        self.assertEqual(r.exit["stdout_cut"], 64 * 65536 + len("done\n") - 1024)
+
+    def test_stdin_is_empty(self) -> None:
+        r = run("try:\n    input()\nexcept EOFError:\n    print('eof')")
+        self.assertEqual(r.stdout, "eof\n")
+
+
+class ExecutionTest(unittest.TestCase):
+    def test_top_level_await(self) -> None:
+        r = run("import asyncio\nawait asyncio.sleep(0.01)\nprint('ok')")
+        self.assertEqual(r.stdout, "ok\n")
+        self.assertEqual(r.exit["exit_code"], 0)
+
+    def test_namespace_is_a_fresh_main(self) -> None:
+        code = (
+            "import pickle, sys\n"
+            "class Point:\n    pass\n"
+            "print(__name__, sys.modules['__main__'].Point is Point)\n"
+            "print(type(pickle.loads(pickle.dumps(Point()))).__name__)\n"
+            "print('runner' in dir())\n"
+        )
+        r = run(code)
+        self.assertEqual(r.stdout, "__main__ True\nPoint\nFalse\n")
+
+    def test_source_is_in_linecache(self) -> None:
+        code = "import inspect\ndef f():\n    return 1\nprint(inspect.getsource(f), end='')"
+        r = run(code)
+        self.assertEqual(r.stdout, "def f():\n    return 1\n")
+
+    def test_line_numbers_survive_odd_line_breaks(self) -> None:
+        # \f and \x1c are not line breaks to the compiler.
+        r = run("x = '\f\x1c'\ny = 2\n1/0\n")
+        self.assertIn('File "<code>", line 3, in <module>\n    1/0\n', r.exit["error"]["traceback"])
+
+    def test_forked_child_does_not_speak_for_the_run(self) -> None:
+        code = (
+            "import os, _bridge_relay\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    try:\n"
+            "        _bridge_relay.call_tool('s', 't')\n"
+            "    except RuntimeError:\n"
+            "        print('child: no tools', flush=True)\n"
+            "else:\n"
+            "    os.waitpid(pid, 0)\n"
+            "    print('parent')\n"
+        )
+        r = run(code)
+        self.assertEqual(r.stdout, "child: no tools\nparent\n")
+        self.assertEqual(r.exit["exit_code"], 0)  # r.exit checks there is exactly one
+
+    def test_lingering_threads_do_not_keep_the_run_alive(self) -> None:
+        code = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,)).start()\nprint('done')"
+        r = run(code)
+        self.assertEqual(r.stdout, "done\n")
+        self.assertEqual(r.exit["exit_code"], 0)
+        self.assertLess(r.seconds, 10)
+
+    def test_background_child_holding_stdout_does_not_hang(self) -> None:
+        code = "import subprocess\nsubprocess.Popen(['sleep', '60'])\nprint('done')"
+        r = run(code)
+        self.assertEqual(r.stdout, "done\n")
+        self.assertEqual(r.exit["exit_code"], 0)
+        self.assertLess(r.seconds, 10)
+
+
+class ErrorTest(unittest.TestCase):
+    def assertNoRunnerFrames(self, text: str) -> None:
+        self.assertNotIn("runner.py", text)
+        self.assertNotIn(os.path.join("asyncio", "runners.py"), text)
+
+    def test_exception(self) -> None:
+        r = run("x = 1\nprint('before')\nraise ValueError('boom')\n")
+        self.assertEqual(r.stdout, "before\n")
+        e = r.exit
+        self.assertEqual((e["status"], e["exit_code"]), ("error", 1))
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(e["error"]["type"], "ValueError")
+        self.assertEqual(e["error"]["message"], "boom")
+        tb = e["error"]["traceback"]
+        self.assertTrue(tb.startswith("Traceback (most recent call last):\n"), tb)
+        self.assertIn('File "<code>", line 3, in <module>', tb)
+        self.assertIn("raise ValueError('boom')", tb)
+        self.assertTrue(tb.endswith("ValueError: boom\n"), tb)
+        self.assertNoRunnerFrames(tb)
+        self.assertEqual(r.stderr, tb)  # as Python would print it
+
+    def test_exception_in_awaiting_code(self) -> None:
+        code = "import asyncio\nasync def f():\n    raise KeyError('k')\nawait asyncio.sleep(0)\nawait f()\n"
+        r = run(code)
+        tb = r.exit["error"]["traceback"]
+        self.assertEqual(r.exit["error"]["type"], "KeyError")
+        self.assertIn('File "<code>", line 5, in <module>', tb)
+        self.assertIn('File "<code>", line 3, in f', tb)
+        self.assertNoRunnerFrames(tb)
+
+    def test_library_frames_and_qualified_name(self) -> None:
+        r = run("import json\njson.loads('{')")
+        err = r.exit["error"]
+        self.assertEqual(err["type"], "json.decoder.JSONDecodeError")
+        self.assertIn('File "<code>", line 2', err["traceback"])
+        self.assertIn(os.path.join("json", "decoder.py"), err["traceback"])
+        self.assertNoRunnerFrames(err["traceback"])
+
+    def test_exception_group(self) -> None:
+        if sys.version_info < (3, 11):
+            self.skipTest("TaskGroup is new in 3.11")
+        code = "import asyncio\nasync def f():\n    raise ValueError('in task')\nasync with asyncio.TaskGroup() as tg:\n    tg.create_task(f())\n"
+        err = run(code).exit["error"]
+        self.assertEqual(err["type"], "ExceptionGroup")
+        self.assertIn('File "<code>", line 3, in f', err["traceback"])
+        self.assertIn("ValueError: in task", err["traceback"])
+        self.assertNoRunnerFrames(err["traceback"])
+
+    def test_chained_exception(self) -> None:
+        code = "try:\n    1/0\nexcept ZeroDivisionError as e:\n    raise RuntimeError('wrapped') from e"
+        tb = run(code).exit["error"]["traceback"]
+        self.assertIn("ZeroDivisionError", tb)
+        self.assertIn("The above exception was the direct cause", tb)
+        self.assertNoRunnerFrames(tb)
+
+    def test_syntax_error(self) -> None:
+        r = run("print('never')\nx = = 1\n")
+        self.assertEqual(r.stdout, "")
+        e = r.exit
+        self.assertEqual((e["status"], e["exit_code"]), ("error", 1))
+        self.assertEqual(e["error"]["type"], "SyntaxError")
+        tb = e["error"]["traceback"]
+        self.assertIn('File "<code>", line 2', tb)
+        self.assertIn("x = = 1", tb)
+        self.assertIn("^", tb)
+        self.assertNotIn("Traceback", tb)
+        self.assertNoRunnerFrames(tb)
+        self.assertEqual(r.stderr, tb)
+
+    def test_sys_exit(self) -> None:
+        cases = [
+            ("import sys\nsys.exit(3)", 3, "error", ""),
+            ("import sys\nsys.exit(0)", 0, "ok", ""),
+            ("import sys\nsys.exit()", 0, "ok", ""),
+            ("import sys\nsys.exit('bye')", 1, "error", "bye\n"),
+            ("import asyncio, sys\nawait asyncio.sleep(0)\nsys.exit(4)", 4, "error", ""),
+        ]
+        for code, exit_code, status, stderr in cases:
+            with self.subTest(code=code):
+                r = run(code)
+                self.assertEqual(r.exit["exit_code"], exit_code)
+                self.assertEqual(r.exit["status"], status)
+                self.assertNotIn("error", r.exit)
+                self.assertEqual(r.stderr, stderr)
+                self.assertEqual(r.returncode, exit_code)
+
+    def test_keyboard_interrupt(self) -> None:
+        r = run("raise KeyboardInterrupt")
+        self.assertEqual(r.exit["exit_code"], 1)
+        self.assertEqual(r.exit["error"]["type"], "KeyboardInterrupt")
+
+    def test_huge_exception_message_is_clipped(self) -> None:
+        r = run("raise ValueError('m' * (20 << 20))", output_limit=1024)
+        err = r.exit["error"]
+        self.assertLess(len(err["message"]), 100 << 10)
+        self.assertLess(len(err["traceback"]), 100 << 10)
+        self.assertTrue(err["message"].startswith("mmm"))
+        self.assertTrue(err["traceback"].endswith("mmm\n"))
+
+
+class ProtocolTest(unittest.TestCase):
+    def assertRejected(self, first: bytes, code: int = 2) -> None:
+        r = run(first=first)
+        self.assertEqual(r.returncode, code, r.diag)
+        self.assertEqual(r.of_type("exit"), [])
+        self.assertIn("bridge-runner:", r.diag)
+        self.assertLess(r.seconds, 10)
+
+    def test_malformed_exec(self) -> None:
+        base = {"type": "exec", "version": 1, "code": "print(1)", "output_limit": 1024}
+        cases = {
+            "unknown field": frame({**base, "extra": 1}),
+            "missing field": frame({k: v for k, v in base.items() if k != "output_limit"}),
+            "wrong version": frame({**base, "version": 2}),
+            "bool version": frame({**base, "version": True}),
+            "code not a string": frame({**base, "code": 1}),
+            "negative limit": frame({**base, "output_limit": -1}),
+            "wrong type": frame({**base, "type": "hello"}),
+            "not an object": frame([1, 2]),
+            "not JSON": b"\x00\x00\x00\x03abc",
+            "empty frame": b"\x00\x00\x00\x00",
+            "frame too large": (MAX_FRAME + 1).to_bytes(4, "big"),
+        }
+        for name, first in cases.items():
+            with self.subTest(name):
+                self.assertRejected(first)
+
+    def test_connection_closed_before_exec(self) -> None:
+        self.assertRejected(b"", code=1)  # the host hangs up after hello
+
+    def test_malformed_frame_while_running(self) -> None:
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "stdout":
+                host.send({"type": "tool_result", "id": 99, "result": 1})  # no such call
+
+        r = run("import time\nprint('waiting', flush=True)\ntime.sleep(30)", on_frame=on_frame)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.of_type("exit"), [])
+        self.assertIn("unknown id", r.diag)
+        self.assertLess(r.seconds, 10)
+
+    def test_host_hangs_up_mid_run(self) -> None:
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "stdout":
+                host.close()
+
+        r = run("import time\nprint('waiting', flush=True)\ntime.sleep(30)", on_frame=on_frame)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.of_type("exit"), [])
+        self.assertIn("the bridge closed the connection", r.diag)
+        self.assertLess(r.seconds, 10)
+
+
+class ToolCallTest(unittest.TestCase):
+    @staticmethod
+    def echo(host: FakeHost, msg: dict) -> None:
+        if msg["type"] == "tool_call":
+            host.send({"type": "tool_result", "id": msg["id"], "result": {"server": msg["server"], "tool": msg["tool"], "args": msg["args"]}})
+
+    def test_round_trip(self) -> None:
+        code = "import _bridge_relay\nprint(_bridge_relay.call_tool('files', 'read', {'path': 'a', 'n': [1, 2]}))"
+        r = run(code, on_frame=self.echo)
+        calls = r.of_type("tool_call")
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(calls[0].keys(), {"type", "id", "server", "tool", "args"})
+        self.assertIs(type(calls[0]["id"]), int)
+        self.assertEqual((calls[0]["server"], calls[0]["tool"], calls[0]["args"]), ("files", "read", {"path": "a", "n": [1, 2]}))
+        self.assertEqual(r.stdout, "{'server': 'files', 'tool': 'read', 'args': {'path': 'a', 'n': [1, 2]}}\n")
+        self.assertEqual(r.exit["status"], "ok")
+
+    def test_error_result_raises(self) -> None:
+        def deny(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "tool_call":
+                host.send({"type": "tool_result", "id": msg["id"], "error": {"type": "denied", "message": "not allowed"}})
+
+        code = (
+            "import _bridge_relay\n"
+            "try:\n"
+            "    _bridge_relay.call_tool('files', 'delete', {})\n"
+            "except _bridge_relay.ToolError as e:\n"
+            "    print(e.type, e.message, str(e), sep='|')\n"
+            "_bridge_relay.call_tool('files', 'delete', {})\n"
+        )
+        r = run(code, on_frame=deny)
+        self.assertEqual(r.stdout, "denied|not allowed|denied: not allowed\n")
+        err = r.exit["error"]
+        self.assertEqual(err["type"], "_bridge_relay.ToolError")
+        self.assertEqual(err["message"], "denied: not allowed")
+        self.assertIn('File "<code>", line 6', err["traceback"])
+
+    def test_concurrent_async_calls_answered_out_of_order(self) -> None:
+        held: list[dict] = []
+
+        def reverse(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "tool_call":
+                held.append(msg)
+                if len(held) == 3:
+                    for m in reversed(held):
+                        host.send({"type": "tool_result", "id": m["id"], "result": m["args"]["n"] * 10})
+
+        code = (
+            "import asyncio, _bridge_relay\n"
+            "ticks = 0\n"
+            "async def tick():\n"
+            "    global ticks\n"
+            "    while True:\n"
+            "        ticks += 1\n"
+            "        await asyncio.sleep(0.01)\n"
+            "t = asyncio.create_task(tick())\n"
+            "print(await asyncio.gather(*(_bridge_relay.acall_tool('s', 't', {'n': n}) for n in (1, 2, 3))))\n"
+            "print(ticks > 0)\n"
+        )
+        r = run(code, on_frame=reverse)
+        self.assertEqual(r.stdout, "[10, 20, 30]\nTrue\n")
+        self.assertEqual(len({m["id"] for m in held}), 3)
+
+    def test_calls_from_threads(self) -> None:
+        code = (
+            "import threading, _bridge_relay\n"
+            "out = {}\n"
+            "def work(n):\n"
+            "    out[n] = _bridge_relay.call_tool('s', 't', {'n': n})['args']['n']\n"
+            "ts = [threading.Thread(target=work, args=(n,)) for n in range(8)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "print(sorted(out.items()) == [(n, n) for n in range(8)])\n"
+        )
+        r = run(code, on_frame=self.echo)
+        self.assertEqual(r.stdout, "True\n")
+
+    def test_bad_arguments_raise_in_the_code(self) -> None:
+        code = (
+            "import _bridge_relay\n"
+            "for args in ({'x': float('nan')}, {'x': object()}, [1]):\n"
+            "    try:\n"
+            "        _bridge_relay.call_tool('s', 't', args)\n"
+            "    except (TypeError, ValueError) as e:\n"
+            "        print(type(e).__name__)\n"
+        )
+        r = run(code, on_frame=self.echo)
+        self.assertEqual(r.stdout, "ValueError\nTypeError\nTypeError\n")
+        self.assertEqual(r.of_type("tool_call"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,95 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Engine names accepted by Open.
+const (
+	EngineAuto   = "auto"
+	EnginePodman = "podman"
+	EngineDocker = "docker"
+)
+
+// Candidate is one engine socket Open may try.
+type Candidate struct {
+	Engine string // EnginePodman or EngineDocker
+	URI    string // unix:///path
+	// Why says where the URI came from, for logs and doctor.
+	Why string
+}
+
+// Candidates lists the sockets to try for engine ("auto", "podman" or
+// "docker"), in order: $CONTAINER_HOST, rootless Podman
+// ($XDG_RUNTIME_DIR/podman/podman.sock), rootful Podman
+// (/run/podman/podman.sock), then $DOCKER_HOST or /var/run/docker.sock.
+func Candidates(engine string, getenv func(string) string) ([]Candidate, error) {
+	var podman, docker []Candidate
+	if h := getenv("CONTAINER_HOST"); h != "" {
+		podman = append(podman, Candidate{EnginePodman, h, "$CONTAINER_HOST"})
+	}
+	if d := getenv("XDG_RUNTIME_DIR"); d != "" {
+		podman = append(podman, Candidate{EnginePodman, "unix://" + filepath.Join(d, "podman", "podman.sock"), "rootless Podman socket"})
+	}
+	podman = append(podman, Candidate{EnginePodman, "unix:///run/podman/podman.sock", "rootful Podman socket"})
+	if h := getenv("DOCKER_HOST"); h != "" {
+		docker = append(docker, Candidate{EngineDocker, h, "$DOCKER_HOST"})
+	} else {
+		docker = append(docker, Candidate{EngineDocker, "unix:///var/run/docker.sock", "default Docker socket"})
+	}
+	switch engine {
+	case EngineAuto, "":
+		return append(podman, docker...), nil
+	case EnginePodman:
+		return podman, nil
+	case EngineDocker:
+		return docker, nil
+	}
+	return nil, fmt.Errorf("unknown runtime %q: use auto, podman or docker", engine)
+}
+
+// Connect opens the engine behind one candidate.
+func Connect(ctx context.Context, c Candidate) (Runtime, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if p, ok := strings.CutPrefix(c.URI, "unix://"); ok {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: no %s socket at %s", ErrEngineUnreachable, c.Engine, p)
+		}
+	}
+	switch c.Engine {
+	case EnginePodman:
+		return NewPodman(ctx, c.URI)
+	case EngineDocker:
+		return NewDocker(ctx, c.URI)
+	}
+	return nil, fmt.Errorf("unknown engine %q", c.Engine)
+}
+
+// Open connects to the first reachable engine among Candidates(engine) and
+// logs which one it picked and why.
+func Open(ctx context.Context, engine string, log zerolog.Logger) (Runtime, error) {
+	cands, err := Candidates(engine, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	var tried []string
+	for _, c := range cands {
+		rt, err := Connect(ctx, c)
+		if err != nil {
+			log.Debug().Err(err).Str("engine", c.Engine).Str("socket", c.URI).Msg("engine not usable")
+			tried = append(tried, fmt.Sprintf("%s at %s (%s): %v", c.Engine, c.URI, c.Why, err))
+			continue
+		}
+		log.Info().Str("engine", c.Engine).Str("socket", c.URI).Str("why", c.Why+" answered first").Msg("container engine selected")
+		return rt, nil
+	}
+	return nil, fmt.Errorf("%w: tried\n  %s\nrun `bridge doctor` for what to fix", ErrEngineUnreachable, strings.Join(tried, "\n  "))
+}

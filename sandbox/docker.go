@@ -1,0 +1,661 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// Docker is the Runtime backed by the Docker Engine API. It also speaks to
+// Podman's Docker-compatible socket. It never runs the docker CLI.
+type Docker struct {
+	cli    *client.Client
+	host   string
+	podman bool // the socket is Podman's Docker-compatible API
+
+	// Warn, when set, receives the warnings an engine attaches to a
+	// created container (for example that a swap limit was dropped). Set it
+	// before the Docker is used concurrently.
+	Warn func(containerID string, warnings []string)
+}
+
+var _ Runtime = (*Docker)(nil)
+
+// DefaultDockerHost is the socket tried when neither a host nor
+// $DOCKER_HOST is given.
+const DefaultDockerHost = "unix:///var/run/docker.sock"
+
+// dockerPingTimeout bounds the reachability check in NewDocker.
+const dockerPingTimeout = 10 * time.Second
+
+// NewDocker connects to the Docker API at host ("unix:///var/run/docker.sock",
+// "tcp://host:2376", or Podman's "unix:///run/podman/podman.sock"). An empty
+// host means $DOCKER_HOST, else DefaultDockerHost. The API version is
+// negotiated with the engine. An engine that does not answer a ping yields
+// an error wrapping ErrEngineUnreachable.
+func NewDocker(ctx context.Context, host string) (*Docker, error) {
+	opts := []client.Opt{client.WithAPIVersionNegotiation()}
+	if host == "" {
+		host = os.Getenv(client.EnvOverrideHost)
+		if host != "" {
+			// A DOCKER_HOST from the environment may come with its TLS
+			// settings; they must be applied before the host.
+			opts = append(opts, client.WithTLSClientConfigFromEnv())
+		}
+	}
+	if host == "" {
+		host = DefaultDockerHost
+	}
+	opts = append(opts, client.WithHost(host))
+
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: invalid Docker host %q: %w; %s",
+			ErrEngineUnreachable, host, err, dockerUnreachableHint(host))
+	}
+
+	pctx, cancel := context.WithTimeout(ctx, dockerPingTimeout)
+	defer cancel()
+	ping, err := cli.Ping(pctx)
+	if err != nil {
+		_ = cli.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to the Docker API at %s: %w", host, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: no Docker API answered at %s: %w; %s",
+			ErrEngineUnreachable, host, err, dockerUnreachableHint(host))
+	}
+	cli.NegotiateAPIVersionPing(ping)
+	d := &Docker{cli: cli, host: host}
+	if ver, err := cli.ServerVersion(pctx); err == nil {
+		for _, c := range ver.Components {
+			if strings.Contains(strings.ToLower(c.Name), "podman") {
+				d.podman = true
+			}
+		}
+	}
+	return d, nil
+}
+
+// IsPodman reports whether the socket is Podman's Docker-compatible API
+// rather than Docker Engine's.
+func (d *Docker) IsPodman() bool { return d.podman }
+
+// dockerUnreachableHint says what to do when the engine at host does not answer.
+func dockerUnreachableHint(host string) string {
+	if strings.Contains(host, "podman") {
+		return "start the Podman API service (`podman system service --time=0 " + host +
+			"`, or `systemctl start podman.socket`), set DOCKER_HOST, or run `bridge doctor`"
+	}
+	hint := "start dockerd (`sudo systemctl start docker`), set DOCKER_HOST, or run `bridge doctor`"
+	if path, ok := strings.CutPrefix(host, "unix://"); ok {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			hint = "the socket " + path + " does not exist; " + hint
+		} else if errors.Is(err, fs.ErrPermission) || dockerSocketDenied(path) {
+			hint = "permission denied on " + path + ": add your user to the docker group " +
+				"(`sudo usermod -aG docker $USER`, then log in again), or " + hint
+		}
+	}
+	return hint
+}
+
+// dockerSocketDenied reports whether the current user may not open the socket.
+func dockerSocketDenied(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		_ = f.Close()
+		return false
+	}
+	return errors.Is(err, fs.ErrPermission)
+}
+
+// Name implements Runtime.
+func (d *Docker) Name() string { return "docker" }
+
+// Close implements Runtime.
+func (d *Docker) Close() error { return d.cli.Close() }
+
+// Info implements Runtime.
+func (d *Docker) Info(ctx context.Context) (EngineInfo, error) {
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return EngineInfo{}, d.wrap(err, "read engine info")
+	}
+	ver, err := d.cli.ServerVersion(ctx)
+	if err != nil {
+		return EngineInfo{}, d.wrap(err, "read engine version")
+	}
+	rootless := false
+	for _, opt := range info.SecurityOptions {
+		if strings.Contains(opt, "name=rootless") {
+			rootless = true
+		}
+	}
+	cgroup := info.CgroupVersion
+	if cgroup == "" {
+		cgroup = "1" // engines before API 1.40 only ran on cgroup v1
+	}
+	version := ver.Version
+	if version == "" {
+		version = info.ServerVersion
+	}
+	return EngineInfo{
+		Name:          d.Name(),
+		Socket:        d.host,
+		Version:       version,
+		APIVersion:    d.cli.ClientVersion(),
+		Rootless:      rootless,
+		CgroupVersion: cgroup,
+		OCIRuntime:    info.DefaultRuntime,
+		Enforce: dockerEnforcement(rootless, cgroup, info.MemoryLimit, info.SwapLimit,
+			info.PidsLimit, info.CPUCfsQuota && info.CPUCfsPeriod),
+	}, nil
+}
+
+// dockerEnforcement derives which limits hold from the engine's report.
+func dockerEnforcement(rootless bool, cgroup string, memory, swap, pids, cpu bool) Enforcement {
+	if rootless && cgroup == "1" {
+		return Enforcement{Reason: "a rootless engine on cgroup v1 cannot apply memory, pids or CPU limits: " +
+			"run the engine rootful, or boot the host with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"}
+	}
+	e := Enforcement{Memory: memory && swap, Pids: pids, CPU: cpu}
+	var why []string
+	if !memory {
+		why = append(why, "the memory cgroup controller is unavailable (enable it with cgroup_enable=memory on the kernel command line"+
+			dockerRootlessHint(rootless)+")")
+	} else if !swap {
+		why = append(why, "swap accounting is off, so the memory limit would not cover swap (boot with swapaccount=1, or use cgroup v2)")
+	}
+	if !pids {
+		why = append(why, "the pids cgroup controller is unavailable (needs a kernel with CONFIG_CGROUP_PIDS"+dockerRootlessHint(rootless)+")")
+	}
+	if !cpu {
+		why = append(why, "CFS CPU quotas are unavailable (needs a kernel with CONFIG_CFS_BANDWIDTH"+dockerRootlessHint(rootless)+")")
+	}
+	e.Reason = strings.Join(why, "; ")
+	return e
+}
+
+func dockerRootlessHint(rootless bool) string {
+	if !rootless {
+		return ""
+	}
+	return "; for a rootless engine, delegate the controllers to the user: " +
+		"systemd's user@.service needs Delegate=memory pids cpu"
+}
+
+// ImageInfo implements Runtime.
+func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
+	img, err := d.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return ImageInfo{}, fmt.Errorf("%w: %s is not in the local image store of %s; build it first (see `bridge doctor`)",
+				ErrImageNotFound, ref, d.host)
+		}
+		return ImageInfo{}, d.wrap(err, "inspect image "+ref)
+	}
+	out := ImageInfo{ID: img.ID, Size: img.Size}
+	if img.Created != "" {
+		if t, err := time.Parse(time.RFC3339Nano, img.Created); err == nil {
+			out.Created = t
+		}
+	}
+	if img.Config != nil && len(img.Config.Labels) > 0 {
+		out.Labels = make(map[string]string, len(img.Config.Labels))
+		for k, v := range img.Config.Labels {
+			out.Labels[k] = v
+		}
+	}
+	return out, nil
+}
+
+// BuildImage implements Runtime. It sends contextDir as a tar stream and
+// writes the build's output to out as plain text. A failed step becomes the
+// returned error.
+func (d *Docker) BuildImage(ctx context.Context, contextDir, dockerfile, tag string, out io.Writer) error {
+	if out == nil {
+		out = io.Discard
+	}
+	st, err := os.Stat(contextDir)
+	if err != nil {
+		return fmt.Errorf("build context: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("build context %s is not a directory", contextDir)
+	}
+	if filepath.IsAbs(dockerfile) || !filepath.IsLocal(dockerfile) {
+		return fmt.Errorf("dockerfile %q must be a relative path inside the build context %s", dockerfile, contextDir)
+	}
+	if _, err := os.Stat(filepath.Join(contextDir, dockerfile)); err != nil {
+		return fmt.Errorf("dockerfile: %w", err)
+	}
+
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(dockerTarDir(contextDir, pw)) }()
+	defer pr.Close()
+
+	resp, err := d.cli.ImageBuild(ctx, pr, build.ImageBuildOptions{
+		Tags:        []string{tag},
+		Dockerfile:  filepath.ToSlash(dockerfile),
+		Remove:      true,
+		ForceRemove: true,
+		Version:     build.BuilderV1,
+	})
+	if err != nil {
+		return d.wrap(err, "build image "+tag)
+	}
+	defer resp.Body.Close()
+	if err := dockerBuildStream(resp.Body, out); err != nil {
+		return fmt.Errorf("build image %s from %s: %w", tag, filepath.Join(contextDir, dockerfile), err)
+	}
+	return nil
+}
+
+// dockerBuildMessage is one JSON message of a build's output stream.
+type dockerBuildMessage struct {
+	Stream      string `json:"stream"`
+	Status      string `json:"status"`
+	ID          string `json:"id"`
+	Progress    string `json:"progress"`
+	Error       string `json:"error"`
+	ErrorDetail *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"errorDetail"`
+}
+
+// dockerBuildStream writes a build's JSON message stream as plain text and
+// returns the first error the stream reports.
+func dockerBuildStream(in io.Reader, out io.Writer) error {
+	dec := json.NewDecoder(in)
+	for {
+		var m dockerBuildMessage
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read build output: %w", err)
+		}
+		switch {
+		case m.ErrorDetail != nil && m.ErrorDetail.Message != "":
+			return errors.New(strings.TrimSpace(m.ErrorDetail.Message))
+		case m.Error != "":
+			return errors.New(strings.TrimSpace(m.Error))
+		case m.Stream != "":
+			_, _ = io.WriteString(out, m.Stream)
+		case m.Status != "":
+			if m.Progress != "" {
+				continue // progress bars are noise in a plain log
+			}
+			if m.ID != "" {
+				_, _ = fmt.Fprintf(out, "%s: %s\n", m.ID, m.Status)
+			} else {
+				_, _ = fmt.Fprintln(out, m.Status)
+			}
+		}
+	}
+}
+
+// dockerTarDir writes dir as an uncompressed tar stream with paths relative to
+// dir. Owners are reset to root; sockets, devices and fifos are skipped.
+func dockerTarDir(dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(path string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		info, err := de.Info()
+		if err != nil {
+			return err
+		}
+		var link string
+		switch mode := info.Mode(); {
+		case mode.IsRegular(), mode.IsDir():
+		case mode&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(path); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("archive build context %s: %w", dir, err)
+	}
+	return tw.Close()
+}
+
+// dockerConfig translates every field of spec into the Docker API's
+// container and host configuration.
+func dockerConfig(spec ContainerSpec) (*container.Config, *container.HostConfig) {
+	env := make([]string, 0, len(spec.Env))
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+
+	var labels map[string]string
+	if len(spec.Labels) > 0 {
+		labels = make(map[string]string, len(spec.Labels))
+		for k, v := range spec.Labels {
+			labels[k] = v
+		}
+	}
+
+	cfg := &container.Config{
+		Image:           spec.Image,
+		Env:             env,
+		User:            spec.User,
+		Labels:          labels,
+		WorkingDir:      spec.WorkDir,
+		NetworkDisabled: spec.NetworkNone,
+	}
+
+	// The spec's Command is the whole command line, so an image's
+	// ENTRYPOINT must not be prepended to it. Its first word becomes the
+	// entrypoint: an empty entrypoint would do the same on Docker, but
+	// Podman 4.3's compat API ignores it.
+	if len(spec.Command) > 0 {
+		cfg.Entrypoint = []string{spec.Command[0]}
+		if len(spec.Command) > 1 {
+			cfg.Cmd = append([]string(nil), spec.Command[1:]...)
+		}
+	}
+
+	initOn := spec.Init
+	pids := spec.Pids
+	hc := &container.HostConfig{
+		ReadonlyRootfs: spec.ReadOnlyRoot,
+		Init:           &initOn,
+		Resources: container.Resources{
+			Memory:     spec.Memory,
+			MemorySwap: spec.MemorySwap,
+			CPUQuota:   spec.CPUQuota,
+			CPUPeriod:  spec.CPUPeriod,
+		},
+		// Untrusted code can write to its own stdout; cap what the engine
+		// keeps of it on the host's disk.
+		LogConfig: container.LogConfig{
+			Type:   "json-file",
+			Config: map[string]string{"max-size": "1m", "max-file": "1"},
+		},
+	}
+	if pids > 0 {
+		hc.PidsLimit = &pids
+	}
+	if spec.NetworkNone {
+		hc.NetworkMode = container.NetworkMode("none")
+	}
+	if spec.CapDropAll {
+		hc.CapDrop = []string{"ALL"}
+	}
+	if spec.NoNewPrivileges {
+		// The bare form is what both Docker 20.10 and Podman's compat API accept.
+		hc.SecurityOpt = []string{"no-new-privileges"}
+	}
+	for _, rl := range spec.Rlimits {
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{
+			Name: rl.Name,
+			Soft: dockerClamp(rl.Soft),
+			Hard: dockerClamp(rl.Hard),
+		})
+	}
+	if len(spec.Tmpfs) > 0 {
+		hc.Tmpfs = make(map[string]string, len(spec.Tmpfs))
+		for path, opts := range spec.Tmpfs {
+			hc.Tmpfs[path] = opts
+		}
+	}
+	for _, m := range spec.Mounts {
+		hc.Mounts = append(hc.Mounts, mount.Mount{
+			Type:     mount.TypeBind,
+			Source:   m.Source,
+			Target:   m.Target,
+			ReadOnly: m.ReadOnly,
+		})
+	}
+	return cfg, hc
+}
+
+// podmanCompatTmpfs are the options of the empty, read-only tmpfs mounts
+// that replace the writable, exec-able /run and /var/tmp which Podman's
+// compat API adds to every read-only container (its --read-only-tmpfs
+// cannot be turned off through that API). A mode option would not help:
+// runc gives a tmpfs the mode of the directory it covers (/var/tmp is 1777).
+// Nested mounts such as RelayDir still work under a read-only /run.
+const podmanCompatTmpfs = "ro,noexec,nosuid,nodev,size=65536,notmpcopyup"
+
+// podmanCompatConfig closes what Podman's Docker-compatible API opens on
+// top of hc: a read-only root there still gets a writable /run and /var/tmp.
+func podmanCompatConfig(spec ContainerSpec, hc *container.HostConfig) {
+	if !spec.ReadOnlyRoot {
+		return
+	}
+	if hc.Tmpfs == nil {
+		hc.Tmpfs = map[string]string{}
+	}
+	for _, dir := range []string{"/run", "/var/tmp"} {
+		if _, ok := hc.Tmpfs[dir]; !ok {
+			hc.Tmpfs[dir] = podmanCompatTmpfs
+		}
+	}
+}
+
+func dockerClamp(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}
+
+// Create implements Runtime.
+func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+	cfg, hc := dockerConfig(spec)
+	if d.podman {
+		podmanCompatConfig(spec, hc)
+	}
+	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, spec.Name)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {
+			return "", fmt.Errorf("%w: create container %s: %s is not in the local image store of %s; build it first (see `bridge doctor`): %w",
+				ErrImageNotFound, spec.Name, spec.Image, d.host, err)
+		}
+		return "", d.wrap(err, "create container "+spec.Name+" from "+spec.Image)
+	}
+	if len(resp.Warnings) > 0 && d.Warn != nil {
+		d.Warn(resp.ID, resp.Warnings)
+	}
+	return resp.ID, nil
+}
+
+// Start implements Runtime.
+func (d *Docker) Start(ctx context.Context, id string) error {
+	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		return d.wrapContainer(err, "start", id)
+	}
+	return nil
+}
+
+// Wait implements Runtime. A container that was never started counts as
+// exited.
+func (d *Docker) Wait(ctx context.Context, id string) (ExitState, error) {
+	resC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	select {
+	case res := <-resC:
+		if res.Error != nil && res.Error.Message != "" {
+			return ExitState{}, fmt.Errorf("wait for container %s: %s", id, res.Error.Message)
+		}
+	case err := <-errC:
+		if ctx.Err() != nil {
+			return ExitState{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		}
+		return ExitState{}, d.wrapContainer(err, "wait for", id)
+	case <-ctx.Done():
+		return ExitState{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+	}
+	// The wait response lacks the OOM flag; the container's state has both.
+	insp, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return ExitState{}, d.wrapContainer(err, "inspect", id)
+	}
+	if insp.State == nil {
+		return ExitState{}, fmt.Errorf("inspect container %s: the engine reported no state", id)
+	}
+	return ExitState{ExitCode: insp.State.ExitCode, OOMKilled: insp.State.OOMKilled}, nil
+}
+
+// Kill implements Runtime.
+func (d *Docker) Kill(ctx context.Context, id string) error {
+	err := d.cli.ContainerKill(ctx, id, "KILL")
+	if err == nil || cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) || dockerNotRunning(err) {
+		return nil
+	}
+	return d.wrapContainer(err, "kill", id)
+}
+
+// dockerNotRunning recognises "not running" answers that an engine sends with
+// an unexpected status code.
+func dockerNotRunning(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "is not running") || strings.Contains(msg, "state improper") ||
+		strings.Contains(msg, "no such container")
+}
+
+// Remove implements Runtime.
+func (d *Docker) Remove(ctx context.Context, id string) error {
+	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || cerrdefs.IsNotFound(err) ||
+		strings.Contains(err.Error(), "no such container") ||
+		strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return d.wrapContainer(err, "remove", id)
+}
+
+// Logs implements Runtime.
+func (d *Docker) Logs(ctx context.Context, id string, limit int) (string, error) {
+	if limit <= 0 {
+		return "", nil
+	}
+	rc, err := d.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return "", d.wrapContainer(err, "read logs of", id)
+	}
+	defer rc.Close()
+	t := &dockerTail{limit: limit}
+	if _, err := stdcopy.StdCopy(t, t, rc); err != nil {
+		return "", fmt.Errorf("read logs of container %s: %w", id, err)
+	}
+	return t.String(), nil
+}
+
+// dockerTail keeps the last limit bytes written to it.
+type dockerTail struct {
+	limit int
+	buf   []byte
+}
+
+func (t *dockerTail) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.limit {
+		t.buf = append(t.buf[:0], p[len(p)-t.limit:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.limit; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+// String returns the tail, starting at a character boundary.
+func (t *dockerTail) String() string {
+	b := t.buf
+	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
+		b = b[1:]
+	}
+	return string(b)
+}
+
+// List implements Runtime.
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]string, error) {
+	f := filters.NewArgs()
+	for k, v := range labels {
+		f.Add("label", k+"="+v)
+	}
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, d.wrap(err, "list containers")
+	}
+	ids := make([]string, 0, len(cs))
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// wrap adds what was being done and, when the engine stopped answering,
+// ErrEngineUnreachable with what to do about it.
+func (d *Docker) wrap(err error, doing string) error {
+	if client.IsErrConnectionFailed(err) {
+		return fmt.Errorf("%s: %w at %s: %w; %s", doing, ErrEngineUnreachable, d.host, err, dockerUnreachableHint(d.host))
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+// wrapContainer is wrap for an operation on one container; a container the
+// engine does not know yields ErrNotFound.
+func (d *Docker) wrapContainer(err error, doing, id string) error {
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("%s container %s: %w: %w", doing, id, ErrNotFound, err)
+	}
+	return d.wrap(err, doing+" container "+id)
+}

@@ -1,0 +1,357 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+)
+
+func testDockerSpec(t *testing.T) (ContainerSpec, Limits) {
+	t.Helper()
+	l := DefaultLimits()
+	l.Memory = 256 << 20
+	l.CPUs = 1.5
+	l.Pids = 64
+	l.TmpfsSize = 32 << 20
+	l.NoFile = 512
+	l.NProc = 2048
+	return NewSpec("run1", "bridge-runner:test", "/tmp/bridge-run1", "tok", l), l
+}
+
+func TestDockerConfigHardening(t *testing.T) {
+	spec, l := testDockerSpec(t)
+	cfg, hc := dockerConfig(spec)
+
+	tests := []struct {
+		name  string
+		check func(t *testing.T) bool
+	}{
+		{"image", func(*testing.T) bool { return cfg.Image == "bridge-runner:test" }},
+		{"command replaces the image's entrypoint", func(*testing.T) bool {
+			return slices.Equal(append([]string(cfg.Entrypoint), cfg.Cmd...), []string{"python3", "-I", "-B", "/opt/bridge/runner.py"}) &&
+				slices.Equal([]string(cfg.Entrypoint), []string{"python3"})
+		}},
+		{"user nobody", func(*testing.T) bool { return cfg.User == "65534:65534" }},
+		{"workdir", func(*testing.T) bool { return cfg.WorkingDir == TmpDir }},
+		{"env relay socket", func(*testing.T) bool { return slices.Contains(cfg.Env, EnvRelaySocket+"="+RelaySocket) }},
+		{"env token", func(*testing.T) bool { return slices.Contains(cfg.Env, EnvRelayToken+"=tok") }},
+		{"env home", func(*testing.T) bool { return slices.Contains(cfg.Env, "HOME=/tmp") }},
+		{"env count", func(*testing.T) bool { return len(cfg.Env) == len(spec.Env) }},
+		{"label managed", func(*testing.T) bool { return cfg.Labels[LabelManaged] == "true" }},
+		{"label run id", func(*testing.T) bool { return cfg.Labels[LabelRunID] == "run1" }},
+		{"network disabled", func(*testing.T) bool { return cfg.NetworkDisabled }},
+		{"network none", func(*testing.T) bool { return hc.NetworkMode == "none" && hc.NetworkMode.IsNone() }},
+		{"read-only root", func(*testing.T) bool { return hc.ReadonlyRootfs }},
+		{"cap drop all", func(*testing.T) bool { return slices.Equal([]string(hc.CapDrop), []string{"ALL"}) }},
+		{"no cap add", func(*testing.T) bool { return len(hc.CapAdd) == 0 }},
+		{"no-new-privileges", func(*testing.T) bool { return slices.Contains(hc.SecurityOpt, "no-new-privileges") }},
+		{"not privileged", func(*testing.T) bool { return !hc.Privileged }},
+		{"init", func(*testing.T) bool { return hc.Init != nil && *hc.Init }},
+		{"memory", func(*testing.T) bool { return hc.Memory == l.Memory }},
+		{"no swap", func(*testing.T) bool { return hc.MemorySwap == hc.Memory }},
+		{"cpu quota", func(*testing.T) bool { return hc.CPUQuota == 150_000 && hc.CPUPeriod == CPUPeriod }},
+		{"no nano cpus (conflicts with quota)", func(*testing.T) bool { return hc.NanoCPUs == 0 }},
+		{"pids", func(*testing.T) bool { return hc.PidsLimit != nil && *hc.PidsLimit == 64 }},
+		{"ulimit nofile", func(*testing.T) bool { return hasUlimit(hc, "nofile", 512) }},
+		{"ulimit nproc", func(*testing.T) bool { return hasUlimit(hc, "nproc", 2048) }},
+		{"tmpfs /tmp", func(*testing.T) bool {
+			opts := hc.Tmpfs[TmpDir]
+			for _, want := range []string{"rw", "noexec", "nosuid", "nodev", "size=33554432", "mode=1777"} {
+				if !slices.Contains(strings.Split(opts, ","), want) {
+					return false
+				}
+			}
+			return len(hc.Tmpfs) == 1
+		}},
+		{"run dir bind mount read-only", func(*testing.T) bool {
+			return len(hc.Mounts) == 1 && hc.Mounts[0] == mount.Mount{
+				Type: mount.TypeBind, Source: "/tmp/bridge-run1", Target: RelayDir, ReadOnly: true,
+			}
+		}},
+		{"no legacy binds", func(*testing.T) bool { return len(hc.Binds) == 0 }},
+		{"log size capped", func(*testing.T) bool { return hc.LogConfig.Config["max-size"] != "" }},
+		{"not auto-removed (Wait inspects)", func(*testing.T) bool { return !hc.AutoRemove }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.check(t) {
+				t.Errorf("%s missing from the Docker config:\nconfig: %s\nhost config: %s", tc.name, toJSON(t, cfg), toJSON(t, hc))
+			}
+		})
+	}
+}
+
+func hasUlimit(hc *container.HostConfig, name string, v int64) bool {
+	for _, u := range hc.Ulimits {
+		if u.Name == name && u.Soft == v && u.Hard == v {
+			return true
+		}
+	}
+	return false
+}
+
+func toJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	return string(b)
+}
+
+// TestDockerConfigWireFormat checks the JSON the engine receives for the
+// fields whose encoding matters.
+func TestDockerConfigWireFormat(t *testing.T) {
+	spec, _ := testDockerSpec(t)
+	cfg, hc := dockerConfig(spec)
+	tests := []struct{ name, doc, want string }{
+		{"entrypoint", toJSON(t, cfg), `"Entrypoint":["python3"]`},
+		{"cmd", toJSON(t, cfg), `"Cmd":["-I","-B","/opt/bridge/runner.py"]`},
+		{"network mode", toJSON(t, hc), `"NetworkMode":"none"`},
+		{"init", toJSON(t, hc), `"Init":true`},
+		{"pids", toJSON(t, hc), `"PidsLimit":64`},
+		{"ulimit", toJSON(t, hc), `{"Name":"nofile","Hard":512,"Soft":512}`},
+		{"cpu quota", toJSON(t, hc), `"CpuQuota":150000`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(tc.doc, tc.want) {
+				t.Errorf("want %s in %s", tc.want, tc.doc)
+			}
+		})
+	}
+}
+
+// TestDockerConfigCopies checks that the translation does not alias the
+// spec's maps and slices.
+func TestDockerConfigCopies(t *testing.T) {
+	spec, _ := testDockerSpec(t)
+	cfg, hc := dockerConfig(spec)
+	cfg.Labels["x"] = "y"
+	cfg.Cmd[0] = "-x"
+	cfg.Entrypoint[0] = "sh"
+	hc.Tmpfs["/x"] = ""
+	if _, ok := spec.Labels["x"]; ok || spec.Command[0] != "python3" || spec.Command[1] != "-I" {
+		t.Error("dockerConfig aliases the spec's labels or command")
+	}
+	if _, ok := spec.Tmpfs["/x"]; ok {
+		t.Error("dockerConfig aliases the spec's tmpfs map")
+	}
+}
+
+func TestDockerConfigEmptySpec(t *testing.T) {
+	// A spec with the hardening flags off must not grow any on its own, and
+	// must not panic on nil maps.
+	cfg, hc := dockerConfig(ContainerSpec{Image: "x"})
+	if hc.NetworkMode != "" || hc.ReadonlyRootfs || len(hc.CapDrop) > 0 || len(hc.SecurityOpt) > 0 ||
+		hc.PidsLimit != nil || cfg.NetworkDisabled || len(hc.Mounts) > 0 {
+		t.Errorf("unexpected options for an empty spec: %s %s", toJSON(t, cfg), toJSON(t, hc))
+	}
+}
+
+func TestDockerClamp(t *testing.T) {
+	tests := []struct {
+		in   uint64
+		want int64
+	}{{0, 0}, {1024, 1024}, {1<<63 - 1, 1<<63 - 1}, {1 << 63, 1<<63 - 1}, {^uint64(0), 1<<63 - 1}}
+	for _, tc := range tests {
+		if got := dockerClamp(tc.in); got != tc.want {
+			t.Errorf("dockerClamp(%d) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestDockerEnforcement(t *testing.T) {
+	tests := []struct {
+		name                       string
+		rootless                   bool
+		cgroup                     string
+		memory, swap, pids, cpu    bool
+		wantMem, wantPids, wantCPU bool
+		reason                     string
+	}{
+		{"all", false, "1", true, true, true, true, true, true, true, ""},
+		{"rootless v1", true, "1", true, true, true, true, false, false, false, "rootless"},
+		{"rootless v2", true, "2", true, true, true, true, true, true, true, ""},
+		{"no swap accounting", false, "1", true, false, true, true, false, true, true, "swapaccount=1"},
+		{"no memory", false, "1", false, false, true, true, false, true, true, "cgroup_enable=memory"},
+		{"no pids", false, "2", true, true, false, true, true, false, true, "pids"},
+		{"no cfs", false, "2", true, true, true, false, true, true, false, "CFS"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := dockerEnforcement(tc.rootless, tc.cgroup, tc.memory, tc.swap, tc.pids, tc.cpu)
+			if e.Memory != tc.wantMem || e.Pids != tc.wantPids || e.CPU != tc.wantCPU {
+				t.Errorf("got %+v", e)
+			}
+			if tc.reason == "" && e.Reason != "" {
+				t.Errorf("unexpected reason %q", e.Reason)
+			}
+			if !strings.Contains(e.Reason, tc.reason) {
+				t.Errorf("reason %q does not mention %q", e.Reason, tc.reason)
+			}
+		})
+	}
+}
+
+func TestDockerBuildStream(t *testing.T) {
+	tests := []struct {
+		name, in, out, err string
+	}{
+		{"ok", `{"stream":"Step 1/2 : FROM x\n"}{"stream":" ---\u003e abc\n"}{"aux":{"ID":"sha256:1"}}{"stream":"Successfully built abc\n"}`,
+			"Step 1/2 : FROM x\n ---> abc\nSuccessfully built abc\n", ""},
+		{"error", `{"stream":"Step 2/2 : RUN false\n"}{"errorDetail":{"code":1,"message":"The command '/bin/sh -c false' returned a non-zero code: 1"},"error":"The command '/bin/sh -c false' returned a non-zero code: 1"}`,
+			"Step 2/2 : RUN false\n", "returned a non-zero code: 1"},
+		{"error without detail", `{"error":"boom"}`, "", "boom"},
+		{"status", `{"status":"Pulling","id":"l1"}{"status":"Downloading","id":"l1","progress":"[==>  ]"}`, "l1: Pulling\n", ""},
+		{"garbage", `{"stream":"a"}not json`, "a", "read build output"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := dockerBuildStream(strings.NewReader(tc.in), &out)
+			if out.String() != tc.out {
+				t.Errorf("out = %q, want %q", out.String(), tc.out)
+			}
+			switch {
+			case tc.err == "" && err != nil:
+				t.Errorf("unexpected error %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Errorf("error = %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestDockerTail(t *testing.T) {
+	tests := []struct {
+		name   string
+		limit  int
+		writes []string
+		want   string
+	}{
+		{"fits", 10, []string{"abc", "def"}, "abcdef"},
+		{"cut", 4, []string{"abc", "def"}, "cdef"},
+		{"one big write", 3, []string{"abcdefgh"}, "fgh"},
+		{"exact", 6, []string{"abc", "def"}, "abcdef"},
+		{"multibyte kept whole", 3, []string{"xé"}, "xé"},
+		{"split rune dropped", 2, []string{"aé"}, "é"},
+		{"split rune start", 2, []string{"éa"}, "a"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := &dockerTail{limit: tc.limit}
+			for _, w := range tc.writes {
+				if n, err := tb.Write([]byte(w)); n != len(w) || err != nil {
+					t.Fatalf("Write = %d, %v", n, err)
+				}
+			}
+			if got := tb.String(); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+			if len(tb.buf) > tc.limit {
+				t.Errorf("buffer grew to %d > %d", len(tb.buf), tc.limit)
+			}
+		})
+	}
+}
+
+func TestDockerTarDir(t *testing.T) {
+	dir := t.TempDir()
+	mustWrite := func(name, data string) {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite("Dockerfile", "FROM scratch\n")
+	mustWrite("sub/runner.py", "print(1)\n")
+	if err := os.Symlink("runner.py", filepath.Join(dir, "sub", "link.py")); err != nil {
+		t.Fatal(err)
+	}
+
+	var buf bytes.Buffer
+	if err := dockerTarDir(dir, &buf); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(&buf)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s owned by %d:%d, want 0:0", h.Name, h.Uid, h.Gid)
+		}
+		data, _ := io.ReadAll(tr)
+		switch h.Typeflag {
+		case tar.TypeSymlink:
+			got[h.Name] = "-> " + h.Linkname
+		case tar.TypeDir:
+			got[h.Name] = "dir"
+		default:
+			got[h.Name] = string(data)
+		}
+	}
+	want := map[string]string{
+		"Dockerfile":    "FROM scratch\n",
+		"sub/":          "dir",
+		"sub/runner.py": "print(1)\n",
+		"sub/link.py":   "-> runner.py",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("tar entries = %v, want %v", got, want)
+	}
+}
+
+func TestPodmanCompatConfig(t *testing.T) {
+	spec, _ := testDockerSpec(t)
+	_, hc := dockerConfig(spec)
+	podmanCompatConfig(spec, hc)
+	tests := []struct{ dir, want string }{
+		{"/run", podmanCompatTmpfs},
+		{"/var/tmp", podmanCompatTmpfs},
+		{TmpDir, spec.Tmpfs[TmpDir]},
+	}
+	for _, tc := range tests {
+		t.Run(tc.dir, func(t *testing.T) {
+			if got := hc.Tmpfs[tc.dir]; got != tc.want {
+				t.Errorf("tmpfs %s = %q, want %q", tc.dir, got, tc.want)
+			}
+		})
+	}
+	if !slices.Contains(strings.Split(podmanCompatTmpfs, ","), "ro") ||
+		!slices.Contains(strings.Split(podmanCompatTmpfs, ","), "noexec") {
+		t.Errorf("podman compat tmpfs %q must be read-only and noexec", podmanCompatTmpfs)
+	}
+	if _, ok := spec.Tmpfs["/run"]; ok {
+		t.Error("podmanCompatConfig changed the spec")
+	}
+
+	// A writable root gets nothing extra.
+	spec.ReadOnlyRoot = false
+	_, hc = dockerConfig(spec)
+	podmanCompatConfig(spec, hc)
+	if len(hc.Tmpfs) != 1 {
+		t.Errorf("tmpfs for a writable root: %v", hc.Tmpfs)
+	}
+}

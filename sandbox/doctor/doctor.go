@@ -1,0 +1,274 @@
+// Package doctor checks each container engine the bridge could use and
+// proves, from inside a real sandbox, that it holds: no network, read-only
+// root, uid 65534, no capabilities, no-new-privileges, a noexec tmpfs, the
+// limits applied, and a working relay socket.
+package doctor
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+//go:embed smoke.py
+var smokeCode string
+
+// Options configure a check.
+type Options struct {
+	// Engine is auto (check every candidate socket), podman or docker.
+	Engine string
+	// Image is the runner image to look for and smoke-test.
+	Image string
+	// AllowUnenforcedLimits counts an engine that cannot enforce limits as
+	// usable, as `bridge run --allow-unenforced-limits` would.
+	AllowUnenforcedLimits bool
+	Getenv                func(string) string
+	Logger                zerolog.Logger
+}
+
+// Check is one verdict, with a hint that fixes it when it failed.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+// EngineReport is what doctor found for one engine socket.
+type EngineReport struct {
+	Engine    string              `json:"engine"`
+	Socket    string              `json:"socket"`
+	Source    string              `json:"source"`
+	Reachable bool                `json:"reachable"`
+	Info      *sandbox.EngineInfo `json:"info,omitempty"`
+	Image     string              `json:"image"`
+	Python    string              `json:"python,omitempty"`
+	SmokeMS   int64               `json:"smoke_ms,omitempty"`
+	Checks    []Check             `json:"checks"`
+	// Usable means the bridge can run code on this engine safely.
+	Usable bool `json:"usable"`
+}
+
+// Report is the whole diagnosis.
+type Report struct {
+	Engines []EngineReport `json:"engines"`
+	// OK means at least one engine is usable.
+	OK bool `json:"ok"`
+}
+
+// Smoke-test limits: small, so that they are quick to check from inside.
+func smokeLimits() sandbox.Limits {
+	l := sandbox.DefaultLimits()
+	l.Timeout = 30 * time.Second
+	l.Memory = 128 << 20
+	l.Pids = 64
+	l.CPUs = 0.5
+	l.TmpfsSize = 8 << 20
+	return l
+}
+
+// Run checks every candidate engine socket for opts.Engine.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	cands, err := sandbox.Candidates(opts.Engine, opts.Getenv)
+	if err != nil {
+		return Report{}, err
+	}
+	var rep Report
+	for _, c := range cands {
+		er := checkEngine(ctx, c, opts)
+		rep.OK = rep.OK || er.Usable
+		rep.Engines = append(rep.Engines, er)
+	}
+	return rep, nil
+}
+
+func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineReport {
+	er := EngineReport{Engine: c.Engine, Socket: c.URI, Source: c.Why, Image: opts.Image}
+	add := func(name string, ok bool, detail, hint string) bool {
+		if ok {
+			hint = ""
+		}
+		er.Checks = append(er.Checks, Check{Name: name, OK: ok, Detail: detail, Hint: hint})
+		return ok
+	}
+	rt, err := sandbox.Connect(ctx, c)
+	if err != nil {
+		add("reachable", false, err.Error(), startHint(c))
+		return er
+	}
+	defer rt.Close()
+	er.Reachable = true
+	info, err := rt.Info(ctx)
+	if err != nil {
+		add("reachable", false, err.Error(), startHint(c))
+		return er
+	}
+	er.Info = &info
+	mode := "rootful"
+	if info.Rootless {
+		mode = "rootless"
+	}
+	add("reachable", true, fmt.Sprintf("%s %s (API %s), %s, cgroup v%s, OCI runtime %s",
+		info.Name, info.Version, info.APIVersion, mode, info.CgroupVersion, info.OCIRuntime), "")
+	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
+		info.Enforce.Reason+"; or accept that with --allow-unenforced-limits")
+
+	img, err := rt.ImageInfo(ctx, opts.Image)
+	if err != nil {
+		hint := fmt.Sprintf("build it: `bridge image build --runtime %s` (or `make image`)", c.Engine)
+		if !errors.Is(err, sandbox.ErrImageNotFound) {
+			hint = "the engine could not inspect images; check its log"
+		}
+		add("image", false, err.Error(), hint)
+		return er
+	}
+	add("image", true, fmt.Sprintf("%s (%d MB, built %s)", opts.Image, img.Size>>20, img.Created.Format(time.DateTime)), "")
+
+	// The smoke run: allowed on an engine that cannot enforce limits, so
+	// that doctor can still report what does hold there.
+	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
+		Image: opts.Image, AllowUnenforcedLimits: true, Logger: opts.Logger,
+	})
+	if err != nil {
+		add("smoke_run", false, err.Error(), "see the error above")
+		return er
+	}
+	limits := smokeLimits()
+	res, err := ex.Run(ctx, sandbox.Request{Code: smokeCode, Limits: limits})
+	if err != nil {
+		add("smoke_run", false, err.Error(), "run `bridge run -` with a one-line script to see more, or rebuild the image")
+		return er
+	}
+	er.SmokeMS = res.Duration.Milliseconds()
+	er.Python = res.Python
+	if res.Status != sandbox.StatusOK {
+		add("smoke_run", false, fmt.Sprintf("status %s: %s %s", res.Status, res.Message, res.Stderr), "rebuild the image with `bridge image build`")
+		return er
+	}
+	add("relay", true, fmt.Sprintf("runner connected and ran code (Python %s); whole run %d ms", res.Python, er.SmokeMS), "")
+	var smoke struct {
+		Checks map[string]struct {
+			OK     bool   `json:"ok"`
+			Detail string `json:"detail"`
+		} `json:"checks"`
+		Limits struct {
+			Memory *string `json:"memory"`
+			Pids   *string `json:"pids"`
+			CPU    *string `json:"cpu"`
+		} `json:"limits"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &smoke); err != nil {
+		add("smoke_run", false, "unreadable smoke output: "+err.Error(), "rebuild the image with `bridge image build`")
+		return er
+	}
+	safe := true
+	for _, name := range []string{"network", "read_only_root", "uid", "capabilities", "no_new_privs", "tmpfs"} {
+		s, ok := smoke.Checks[name]
+		safe = add(name, ok && s.OK, s.Detail, hardeningHint(name, c.Engine)) && safe
+	}
+	mem := limitHolds(smoke.Limits.Memory, limits.Memory)
+	pids := limitHolds(smoke.Limits.Pids, limits.Pids)
+	cpu := cpuHolds(smoke.Limits.CPU, limits.CPUs)
+	inside := add("memory_limit", mem, fmt.Sprintf("asked %d, cgroup says %s", limits.Memory, deref(smoke.Limits.Memory)), info.Enforce.Reason)
+	inside = add("pids_limit", pids, fmt.Sprintf("asked %d, cgroup says %s", limits.Pids, deref(smoke.Limits.Pids)), info.Enforce.Reason) && inside
+	inside = add("cpu_limit", cpu, fmt.Sprintf("asked %g CPUs, cgroup says %s", limits.CPUs, deref(smoke.Limits.CPU)), info.Enforce.Reason) && inside
+	er.Usable = safe && ((limitsOK && inside) || opts.AllowUnenforcedLimits)
+	return er
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "nothing (no such cgroup file)"
+	}
+	return *s
+}
+
+// limitHolds reports whether a cgroup file's value equals the limit asked.
+func limitHolds(got *string, want int64) bool {
+	if got == nil {
+		return false
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(*got), 10, 64)
+	return err == nil && v == want
+}
+
+// cpuHolds parses "quota period" (cgroup v2 cpu.max or v1's two files).
+func cpuHolds(got *string, cpus float64) bool {
+	if got == nil {
+		return false
+	}
+	f := strings.Fields(*got)
+	if len(f) != 2 {
+		return false
+	}
+	q, err1 := strconv.ParseInt(f[0], 10, 64)
+	p, err2 := strconv.ParseInt(f[1], 10, 64)
+	return err1 == nil && err2 == nil && p > 0 && q == int64(cpus*float64(p))
+}
+
+func enforcementDetail(e sandbox.Enforcement) string {
+	yes := func(b bool) string {
+		if b {
+			return "enforced"
+		}
+		return "NOT enforced"
+	}
+	return fmt.Sprintf("memory %s, pids %s, cpu %s", yes(e.Memory), yes(e.Pids), yes(e.CPU))
+}
+
+func startHint(c sandbox.Candidate) string {
+	path := strings.TrimPrefix(c.URI, "unix://")
+	switch {
+	case c.Engine == sandbox.EngineDocker:
+		return "start Docker (`sudo systemctl start docker`, or `dockerd &`), or point DOCKER_HOST at its socket"
+	case strings.Contains(c.Why, "rootless"):
+		return fmt.Sprintf("start the rootless Podman API: `systemctl --user start podman.socket`, or `podman system service --time=0 unix://%s &`", path)
+	default:
+		return fmt.Sprintf("start the Podman API: `sudo systemctl start podman.socket`, or `sudo podman system service --time=0 unix://%s &`", path)
+	}
+}
+
+func hardeningHint(check, engine string) string {
+	return fmt.Sprintf("the %s engine did not apply the %s hardening: upgrade it, check its OCI runtime, and report a bug with `bridge doctor --json`", engine, check)
+}
+
+// WriteText renders the report for people.
+func WriteText(w io.Writer, rep Report) {
+	for _, er := range rep.Engines {
+		verdict := "usable"
+		if !er.Usable {
+			verdict = "NOT usable"
+		}
+		fmt.Fprintf(w, "%s at %s (%s): %s\n", er.Engine, er.Socket, er.Source, verdict)
+		for _, c := range er.Checks {
+			mark := "ok  "
+			if !c.OK {
+				mark = "FAIL"
+			}
+			fmt.Fprintf(w, "  %s %-19s %s\n", mark, c.Name, c.Detail)
+			if c.Hint != "" {
+				fmt.Fprintf(w, "       fix: %s\n", c.Hint)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	if rep.OK {
+		fmt.Fprintln(w, "bridge can run code safely.")
+	} else {
+		fmt.Fprintln(w, "No engine can run code safely: fix a FAIL above.")
+	}
+}

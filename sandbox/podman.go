@@ -1,0 +1,675 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	buildahDefine "github.com/containers/buildah/define"
+	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/system"
+	entTypes "github.com/containers/podman/v5/pkg/domain/entities/types"
+	"github.com/containers/podman/v5/pkg/errorhandling"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+var _ Runtime = (*Podman)(nil)
+
+// podmanLogSizeMax caps the log file conmon keeps for a container's own
+// stdout and stderr. When it is full conmon truncates it and goes on, so a
+// run that floods its stdout cannot fill the host's disk; Logs only ever
+// needs the tail.
+const podmanLogSizeMax = 1 << 20
+
+// podmanHostname is the hostname inside every container, so nothing of the
+// host's name or the container id shows through.
+const podmanHostname = "sandbox"
+
+// Podman is the Runtime backed by the Podman REST API (libpod endpoints),
+// driven through the v5 bindings. It never runs the podman CLI.
+type Podman struct {
+	// conn carries the bindings connection as context values. It is never
+	// cancelled: each call merges it with the caller's context (see call).
+	conn context.Context
+	// uri is the socket URI as given, path the socket path for messages.
+	uri, path string
+	// oomUnreported is set for services older than 5.0: they run conmon
+	// without --persist-dir, so conmon writes its "oom" marker into its
+	// working directory and the service never sets State.OOMKilled
+	// (containers/conmon#504). Wait then infers OOM kills (see Wait).
+	oomUnreported bool
+	// killed holds the ids Kill was called for, so that Wait does not
+	// mistake our own SIGKILL for the OOM killer's.
+	killed sync.Map
+}
+
+// NewPodman connects to the Podman API service at socketURI, e.g.
+// "unix:///run/podman/podman.sock" (rootful) or
+// "unix:///run/user/1000/podman/podman.sock" (rootless). A socket that
+// cannot be reached returns an error wrapping ErrEngineUnreachable.
+func NewPodman(ctx context.Context, socketURI string) (*Podman, error) {
+	path := podmanSocketPath(socketURI)
+	conn, err := bindings.NewConnection(ctx, socketURI)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, fmt.Errorf("connecting to the podman API socket at %s: %w", path, ctx.Err())
+		}
+		return nil, podmanUnreachable(socketURI, path, err)
+	}
+	// Keep the connection's values but not the cancellation of the ctx it
+	// was made with: NewPodman's ctx may end long before the Podman does.
+	return &Podman{
+		conn:          context.WithoutCancel(conn),
+		uri:           socketURI,
+		path:          path,
+		oomUnreported: bindings.ServiceVersion(conn).Major < 5,
+	}, nil
+}
+
+// podmanSocketPath is the file system path of a unix:// URI, or the URI itself.
+func podmanSocketPath(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "unix" {
+		return uri
+	}
+	if u.Host != "" { // unix://run/x.sock, which the bindings read as /run/x.sock
+		return "/" + u.Host + u.Path
+	}
+	return u.Path
+}
+
+// podmanUnreachableError is an engine connection failure: its text says what to
+// do, and it wraps both ErrEngineUnreachable and the cause.
+type podmanUnreachableError struct {
+	msg   string
+	cause error
+}
+
+func (e *podmanUnreachableError) Error() string   { return e.msg }
+func (e *podmanUnreachableError) Unwrap() []error { return []error{ErrEngineUnreachable, e.cause} }
+
+func podmanUnreachable(uri, path string, cause error) error {
+	if errors.Is(cause, syscall.EACCES) || errors.Is(cause, os.ErrPermission) {
+		return &podmanUnreachableError{
+			msg: fmt.Sprintf("podman API socket at %s refused this user (permission denied): "+
+				"run the bridge as the socket's owner (root for the rootful socket), or use the rootless socket "+
+				"unix://$XDG_RUNTIME_DIR/podman/podman.sock (`systemctl --user start podman.socket`), or run `bridge doctor` (%v)",
+				path, cause),
+			cause: cause,
+		}
+	}
+	return &podmanUnreachableError{
+		msg: fmt.Sprintf("podman API socket not reachable at %s: start it with `podman system service --time=0 %s` "+
+			"(rootless: `systemctl --user start podman.socket`), or run `bridge doctor` (%v)",
+			path, uri, cause),
+		cause: cause,
+	}
+}
+
+// podmanConnCtx is the caller's context (deadline, cancellation, values) with the
+// bindings connection's values layered on top.
+type podmanConnCtx struct {
+	context.Context
+	conn context.Context
+}
+
+func (c podmanConnCtx) Value(key any) any {
+	if v := c.conn.Value(key); v != nil {
+		return v
+	}
+	return c.Context.Value(key)
+}
+
+// call returns the context to hand to the bindings for one call made under ctx.
+func (p *Podman) call(ctx context.Context) context.Context {
+	return podmanConnCtx{Context: ctx, conn: p.conn}
+}
+
+// podmanAPICode is the HTTP status of an error the service returned, or 0.
+func podmanAPICode(err error) int {
+	var em *errorhandling.ErrorModel
+	if errors.As(err, &em) {
+		return em.ResponseCode
+	}
+	var pem *errorhandling.PodConflictErrorModel
+	if errors.As(err, &pem) {
+		return pem.Code()
+	}
+	return 0
+}
+
+// podmanAPICause is the cause the service gave for an error ("container state
+// improper", "image not known"), or "". Older services (4.x) answer 500 with
+// such a cause where newer ones use 404 or 409.
+func podmanAPICause(err error) string {
+	var em *errorhandling.ErrorModel
+	if errors.As(err, &em) {
+		return em.Because
+	}
+	return ""
+}
+
+// wrap adds what is needed to act on an error from the bindings: the
+// operation, and ErrEngineUnreachable when the socket could not be dialled.
+func (p *Podman) wrap(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("podman: %s: %w (%v)", op, ctxErr, err)
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return fmt.Errorf("podman: %s: %w", op, podmanUnreachable(p.uri, p.path, err))
+	}
+	return fmt.Errorf("podman: %s: %w", op, err)
+}
+
+// Name implements Runtime.
+func (p *Podman) Name() string { return "podman" }
+
+// Info implements Runtime.
+func (p *Podman) Info(ctx context.Context) (EngineInfo, error) {
+	info, err := system.Info(p.call(ctx), nil)
+	if err != nil {
+		return EngineInfo{}, p.wrap(ctx, "reading engine info", err)
+	}
+	ei := EngineInfo{
+		Name:       p.Name(),
+		Socket:     p.uri,
+		Version:    info.Version.Version,
+		APIVersion: info.Version.APIVersion,
+	}
+	var controllers []string
+	if h := info.Host; h != nil {
+		ei.Rootless = h.Security.Rootless
+		ei.CgroupVersion = strings.TrimPrefix(h.CgroupsVersion, "v")
+		if h.OCIRuntime != nil {
+			ei.OCIRuntime = h.OCIRuntime.Name
+		}
+		controllers = h.CgroupControllers
+	}
+	ei.Enforce = podmanEnforcement(ei.Rootless, ei.CgroupVersion, controllers)
+	return ei, nil
+}
+
+// podmanEnforcement says which limits Podman applies given how it runs.
+func podmanEnforcement(rootless bool, cgroupVersion string, controllers []string) Enforcement {
+	if rootless && cgroupVersion == "1" {
+		return Enforcement{Reason: "rootless Podman on cgroup v1 ignores memory, pids and CPU limits " +
+			"(the kernel gives unprivileged users no cgroup delegation): run Podman rootful, " +
+			"or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"}
+	}
+	if cgroupVersion != "1" && cgroupVersion != "2" {
+		return Enforcement{Reason: fmt.Sprintf("podman reported an unknown cgroup version %q, so no limit can be "+
+			"assumed to hold: check `podman info` (host.cgroupVersion) or run `bridge doctor`", cgroupVersion)}
+	}
+	e := Enforcement{
+		Memory: slices.Contains(controllers, "memory"),
+		Pids:   slices.Contains(controllers, "pids"),
+		CPU:    slices.Contains(controllers, "cpu"),
+	}
+	if e.All() {
+		return e
+	}
+	var missing []string
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{{"memory", e.Memory}, {"pids", e.Pids}, {"cpu", e.CPU}} {
+		if !c.ok {
+			missing = append(missing, c.name)
+		}
+	}
+	list := strings.Join(missing, ", ")
+	switch {
+	case rootless: // cgroup v2
+		e.Reason = fmt.Sprintf("rootless Podman on cgroup v2 has no %s cgroup controller delegated to this user, "+
+			"so those limits are ignored: delegate them (systemd: create /etc/systemd/system/user@.service.d/delegate.conf "+
+			"with \"[Service]\\nDelegate=memory pids cpu\", run `systemctl daemon-reload` and log in again), or run Podman rootful",
+			list)
+	case cgroupVersion == "2":
+		e.Reason = fmt.Sprintf("the %s cgroup controller is not enabled for Podman's cgroups, so those limits are ignored: "+
+			"enable it in cgroup.subtree_control of /sys/fs/cgroup and of the parents of Podman's cgroup", list)
+	default:
+		e.Reason = fmt.Sprintf("the %s cgroup v1 controller is not mounted under /sys/fs/cgroup, so those limits are ignored: "+
+			"enable it in the kernel and mount it, or boot with cgroup v2", list)
+	}
+	return e
+}
+
+// ImageInfo implements Runtime.
+func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
+	img, err := images.GetImage(p.call(ctx), ref, nil)
+	if err != nil {
+		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
+			return ImageInfo{}, fmt.Errorf("podman: image %q is not in Podman's local storage (images are built locally, "+
+				"never pulled: build it, or run `bridge doctor`): %w", ref, ErrImageNotFound)
+		}
+		return ImageInfo{}, p.wrap(ctx, fmt.Sprintf("inspecting image %q", ref), err)
+	}
+	if img == nil || img.ImageData == nil {
+		return ImageInfo{}, fmt.Errorf("podman: inspecting image %q: empty answer from the service", ref)
+	}
+	ii := ImageInfo{ID: img.ID, Size: img.Size, Labels: img.Labels}
+	if img.Created != nil {
+		ii.Created = *img.Created
+	}
+	if len(ii.Labels) == 0 && img.Config != nil {
+		ii.Labels = img.Config.Labels
+	}
+	return ii, nil
+}
+
+// BuildImage implements Runtime. The build context is sent as a tarball, so
+// contextDir is any directory on this machine.
+func (p *Podman) BuildImage(ctx context.Context, contextDir, dockerfile, tag string, out io.Writer) error {
+	dir, err := filepath.Abs(contextDir)
+	if err != nil {
+		return fmt.Errorf("podman: build context %q: %w", contextDir, err)
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("podman: build context: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("podman: build context %s is not a directory", dir)
+	}
+	// The bindings resolve a relative Dockerfile against the process's
+	// working directory, not the context: make it absolute here.
+	df := dockerfile
+	if !filepath.IsAbs(df) {
+		df = filepath.Join(dir, df)
+	}
+	if _, err := os.Stat(df); err != nil {
+		return fmt.Errorf("podman: Dockerfile: %w", err)
+	}
+	if out == nil {
+		out = io.Discard
+	}
+	opts := entTypes.BuildOptions{BuildOptions: buildahDefine.BuildOptions{
+		ContextDirectory:        dir,
+		Output:                  tag,
+		Out:                     out,
+		Err:                     out,
+		ReportWriter:            out,
+		RemoveIntermediateCtrs:  true,
+		ForceRmIntermediateCtrs: true,
+		Layers:                  true,
+		OutputFormat:            buildahDefine.OCIv1ImageManifest,
+		PullPolicy:              buildahDefine.PullIfMissing,
+	}}
+	if _, err := images.Build(p.call(ctx), []string{df}, opts); err != nil {
+		return p.wrap(ctx, fmt.Sprintf("building image %s from %s", tag, df), err)
+	}
+	return nil
+}
+
+// Create implements Runtime.
+func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
+	for _, m := range cs.Mounts {
+		if _, err := os.Stat(m.Source); err != nil {
+			return "", fmt.Errorf("podman: bind mount source for %s: %w", m.Target, err)
+		}
+	}
+	s := podmanSpec(cs)
+	if err := s.Validate(); err != nil {
+		return "", fmt.Errorf("podman: invalid container spec: %w", err)
+	}
+	resp, err := containers.CreateWithSpec(p.call(ctx), s, nil)
+	if err != nil {
+		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
+			return "", fmt.Errorf("podman: creating container %s: image %q is not in Podman's local storage "+
+				"(images are built locally, never pulled: build it, or run `bridge doctor`): %w", cs.Name, cs.Image, ErrImageNotFound)
+		}
+		return "", p.wrap(ctx, fmt.Sprintf("creating container %s from image %q", cs.Name, cs.Image), err)
+	}
+	// The service drops a limit it cannot apply with only a warning (e.g.
+	// rootless on cgroup v1): never run a container without its limits.
+	if dropped := podmanDroppedLimits(resp.Warnings); len(dropped) > 0 {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		rmErr := p.Remove(rmCtx, resp.ID)
+		cancel()
+		err := fmt.Errorf("podman: creating container %s: the engine dropped resource limits (%s): %w",
+			cs.Name, strings.Join(dropped, "; "), ErrLimitsNotEnforced)
+		return "", errors.Join(err, rmErr)
+	}
+	return resp.ID, nil
+}
+
+// podmanDroppedLimits picks the create warnings that say a limit was not applied.
+func podmanDroppedLimits(warnings []string) []string {
+	var out []string
+	for _, w := range warnings {
+		lw := strings.ToLower(w)
+		if strings.Contains(lw, "ignored") || strings.Contains(lw, "discarded") ||
+			strings.Contains(lw, "without swap") || strings.Contains(lw, "not supported") {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// podmanSpec translates every field of cs into a SpecGenerator. It is pure,
+// so tests can check each hardening option without an engine.
+func podmanSpec(cs ContainerSpec) *specgen.SpecGenerator {
+	s := specgen.NewSpecGenerator(cs.Image, false)
+	s.RawImageName = cs.Image
+	s.Name = cs.Name
+	if len(cs.Command) > 0 {
+		// The command is exactly cs.Command: no image ENTRYPOINT in front,
+		// no image CMD after.
+		s.Entrypoint = slices.Clone(cs.Command[:1])
+		s.Command = slices.Clone(cs.Command[1:])
+	}
+	if len(cs.Env) > 0 {
+		s.Env = make(map[string]string, len(cs.Env))
+		for k, v := range cs.Env {
+			s.Env[k] = v
+		}
+	}
+	s.User = cs.User
+	if len(cs.Labels) > 0 {
+		s.Labels = make(map[string]string, len(cs.Labels))
+		for k, v := range cs.Labels {
+			s.Labels[k] = v
+		}
+	}
+	s.WorkDir = cs.WorkDir
+
+	// Hygiene that holds for every container: nothing of the host's
+	// environment, proxy settings, hostname or cgroup paths leaks in;
+	// private pid, ipc and uts namespaces even if containers.conf says
+	// otherwise; the image cannot add writable volumes; a stop is an
+	// immediate SIGKILL; the log file is capped.
+	s.EnvHost = podmanPtr(false)
+	s.HTTPProxy = podmanPtr(false)
+	s.Hostname = podmanHostname
+	// resolv.conf comes from the image: Podman's would copy the host's
+	// DNS servers, of no use without a network. /etc/hosts stays Podman's
+	// (localhost must resolve, and images often have no /etc/hosts).
+	s.UseImageResolvConf = podmanPtr(true)
+	s.UtsNS = specgen.Namespace{NSMode: specgen.Private}
+	s.PidNS = specgen.Namespace{NSMode: specgen.Private}
+	s.IpcNS = specgen.Namespace{NSMode: specgen.Private}
+	// A private cgroup namespace hides the host's cgroup layout (the
+	// default on cgroup v1 is the host's).
+	s.CgroupNS = specgen.Namespace{NSMode: specgen.Private}
+	s.ImageVolumeMode = "ignore"
+	s.Systemd = "false"
+	s.Privileged = podmanPtr(false)
+	s.Terminal = podmanPtr(false)
+	s.Stdin = podmanPtr(false)
+	s.StopTimeout = podmanPtr(uint(0))
+	s.LogConfiguration = &specgen.LogConfig{Driver: "k8s-file", Size: podmanLogSizeMax}
+
+	if cs.NetworkNone {
+		s.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
+	}
+	if cs.ReadOnlyRoot {
+		s.ReadOnlyFilesystem = podmanPtr(true)
+		// Podman would otherwise mount writable tmpfs on /run, /tmp and
+		// /var/tmp of a read-only container.
+		s.ReadWriteTmpfs = podmanPtr(false)
+	}
+	if cs.CapDropAll {
+		s.CapDrop = []string{"ALL"}
+	}
+	if cs.NoNewPrivileges {
+		s.NoNewPrivileges = podmanPtr(true)
+	}
+	if cs.Init {
+		s.Init = podmanPtr(true)
+	}
+
+	var res spec.LinuxResources
+	if cs.Memory > 0 || cs.MemorySwap > 0 {
+		res.Memory = &spec.LinuxMemory{}
+		if cs.Memory > 0 {
+			res.Memory.Limit = podmanPtr(cs.Memory)
+		}
+		if cs.MemorySwap > 0 {
+			res.Memory.Swap = podmanPtr(cs.MemorySwap)
+		}
+	}
+	if cs.CPUQuota > 0 || cs.CPUPeriod > 0 {
+		res.CPU = &spec.LinuxCPU{}
+		if cs.CPUQuota > 0 {
+			res.CPU.Quota = podmanPtr(cs.CPUQuota)
+		}
+		if cs.CPUPeriod > 0 {
+			res.CPU.Period = podmanPtr(uint64(cs.CPUPeriod))
+		}
+	}
+	if cs.Pids > 0 {
+		res.Pids = &spec.LinuxPids{Limit: cs.Pids}
+	}
+	if res.Memory != nil || res.CPU != nil || res.Pids != nil {
+		s.ResourceLimits = &res
+	}
+	for _, r := range cs.Rlimits {
+		// Short names: the service prefixes RLIMIT_ and upper-cases.
+		name := strings.ToLower(strings.TrimPrefix(strings.ToUpper(r.Name), "RLIMIT_"))
+		s.Rlimits = append(s.Rlimits, spec.POSIXRlimit{Type: name, Soft: r.Soft, Hard: r.Hard})
+	}
+
+	// Tmpfs mounts in a stable order.
+	targets := make([]string, 0, len(cs.Tmpfs))
+	for t := range cs.Tmpfs {
+		targets = append(targets, t)
+	}
+	sort.Strings(targets)
+	for _, t := range targets {
+		var opts []string
+		for o := range strings.SplitSeq(cs.Tmpfs[t], ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				opts = append(opts, o)
+			}
+		}
+		s.Mounts = append(s.Mounts, spec.Mount{Destination: t, Type: "tmpfs", Source: "tmpfs", Options: opts})
+	}
+	for _, m := range cs.Mounts {
+		// nosuid, nodev and noexec: a bind mount brings data (the relay
+		// socket), never programs or devices.
+		opts := []string{"rbind", "nosuid", "nodev", "noexec"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		} else {
+			opts = append(opts, "rw")
+		}
+		s.Mounts = append(s.Mounts, spec.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+	}
+	return s
+}
+
+func podmanPtr[T any](v T) *T { return &v }
+
+// Start implements Runtime.
+func (p *Podman) Start(ctx context.Context, id string) error {
+	if err := containers.Start(p.call(ctx), id, nil); err != nil {
+		if podmanAPICode(err) == http.StatusNotFound {
+			return fmt.Errorf("podman: starting container %s: %w", id, ErrNotFound)
+		}
+		return p.wrap(ctx, "starting container "+id, err)
+	}
+	return nil
+}
+
+// Wait implements Runtime. It returns as soon as ctx ends, even while the
+// bindings are still retrying.
+func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
+	type result struct {
+		code int32
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, err := containers.Wait(p.call(ctx), id, nil)
+		done <- result{code, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		return ExitState{}, fmt.Errorf("podman: waiting for container %s: %w", id, ctx.Err())
+	}
+	if r.err != nil {
+		if podmanAPICode(r.err) == http.StatusNotFound {
+			return ExitState{}, fmt.Errorf("podman: waiting for container %s: %w", id, ErrNotFound)
+		}
+		return ExitState{}, p.wrap(ctx, "waiting for container "+id, r.err)
+	}
+	st := ExitState{ExitCode: int(r.code)}
+	data, err := containers.Inspect(p.call(ctx), id, nil)
+	if err != nil {
+		if podmanAPICode(err) == http.StatusNotFound {
+			return st, fmt.Errorf("podman: inspecting exited container %s: %w", id, ErrNotFound)
+		}
+		return st, p.wrap(ctx, "inspecting exited container "+id, err)
+	}
+	if data.State != nil {
+		st.OOMKilled = data.State.OOMKilled
+		if data.State.ExitCode != 0 {
+			st.ExitCode = int(data.State.ExitCode)
+		}
+	}
+	if !st.OOMKilled && p.oomUnreported {
+		// The service cannot see OOM kills: a container with a memory
+		// limit whose main process died of SIGKILL that we did not send
+		// was, in all likelihood, killed by the kernel's OOM killer.
+		_, weKilled := p.killed.Load(id)
+		limited := data.HostConfig != nil && data.HostConfig.Memory > 0
+		st.OOMKilled = st.ExitCode == 128+int(syscall.SIGKILL) && limited && !weKilled
+	}
+	return st, nil
+}
+
+// Kill implements Runtime.
+func (p *Podman) Kill(ctx context.Context, id string) error {
+	p.killed.Store(id, struct{}{})
+	err := containers.Kill(p.call(ctx), id, &containers.KillOptions{Signal: podmanPtr("SIGKILL")})
+	switch code := podmanAPICode(err); {
+	case err == nil, code == http.StatusNotFound:
+		return nil
+	case code == http.StatusConflict, podmanAPICause(err) == "container state improper":
+		return nil // not running (created, exited, being removed)
+	}
+	return p.wrap(ctx, "killing container "+id, err)
+}
+
+// Remove implements Runtime.
+func (p *Podman) Remove(ctx context.Context, id string) error {
+	defer p.killed.Delete(id)
+	reports, err := containers.Remove(p.call(ctx), id, &containers.RemoveOptions{
+		Force:   podmanPtr(true),
+		Volumes: podmanPtr(true),
+		Timeout: podmanPtr(uint(0)),
+	})
+	if err != nil {
+		if podmanAPICode(err) == http.StatusNotFound {
+			return nil
+		}
+		return p.wrap(ctx, "removing container "+id, err)
+	}
+	for _, r := range reports {
+		if r != nil && r.Err != nil {
+			if podmanAPICode(r.Err) == http.StatusNotFound || strings.Contains(r.Err.Error(), "no such container") {
+				continue
+			}
+			return fmt.Errorf("podman: removing container %s: %w", id, r.Err)
+		}
+	}
+	return nil
+}
+
+// Logs implements Runtime.
+func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error) {
+	if limit <= 0 {
+		return "", nil
+	}
+	// Every line is at least one byte, so the last limit lines hold at
+	// least limit bytes: ask for no more than that.
+	opts := &containers.LogOptions{
+		Stdout: podmanPtr(true),
+		Stderr: podmanPtr(true),
+		Tail:   podmanPtr(strconv.Itoa(limit)),
+	}
+	// One channel for both streams keeps their interleaving.
+	frames := make(chan string, 64)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- containers.Logs(p.call(ctx), id, opts, frames, frames)
+		close(frames)
+	}()
+	buf := make([]byte, 0, min(2*limit, 1<<20))
+	for f := range frames {
+		buf = append(buf, f...)
+		if len(buf) > 2*limit {
+			buf = append(buf[:0], buf[len(buf)-limit:]...)
+		}
+	}
+	if err := <-errc; err != nil {
+		if podmanAPICode(err) == http.StatusNotFound {
+			return "", fmt.Errorf("podman: reading logs of container %s: %w", id, ErrNotFound)
+		}
+		return "", p.wrap(ctx, "reading logs of container "+id, err)
+	}
+	if len(buf) > limit {
+		buf = buf[len(buf)-limit:]
+		// Do not start in the middle of a UTF-8 sequence.
+		for i := 0; i < utf8.UTFMax && len(buf) > 0 && !utf8.RuneStart(buf[0]); i++ {
+			buf = buf[1:]
+		}
+	}
+	return string(buf), nil
+}
+
+// List implements Runtime.
+func (p *Podman) List(ctx context.Context, labels map[string]string) ([]string, error) {
+	filters := map[string][]string{}
+	for k, v := range labels {
+		filters["label"] = append(filters["label"], k+"="+v)
+	}
+	sort.Strings(filters["label"])
+	list, err := containers.List(p.call(ctx), &containers.ListOptions{All: podmanPtr(true), Filters: filters})
+	if err != nil {
+		return nil, p.wrap(ctx, "listing containers", err)
+	}
+	ids := make([]string, 0, len(list))
+	for _, c := range list {
+		// The filter is the service's; check again, so a service that
+		// ORs label filters cannot hand back someone else's container.
+		ok := true
+		for k, v := range labels {
+			if c.Labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids, nil
+}
+
+// Close implements Runtime. It drops idle connections to the service; the
+// Podman must not be used afterwards.
+func (p *Podman) Close() error {
+	if c, err := bindings.GetClient(p.conn); err == nil && c.Client != nil {
+		c.Client.CloseIdleConnections()
+	}
+	return nil
+}

@@ -1,0 +1,592 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/sandbox/relay"
+)
+
+// Status is how a run ended.
+type Status string
+
+// Statuses of a run.
+const (
+	StatusOK        Status = "ok"        // the code finished with exit code 0
+	StatusError     Status = "error"     // an exception, a non-zero exit, or a runner failure
+	StatusTimeout   Status = "timeout"   // killed at the timeout
+	StatusMemory    Status = "memory"    // killed by the memory limit
+	StatusCancelled Status = "cancelled" // the caller cancelled the run
+)
+
+// Result is the outcome of one run. Stdout and Stderr hold at most
+// Limits.OutputBytes each; the Cut fields count what was dropped beyond.
+type Result struct {
+	RunID     string           `json:"run_id"`
+	Status    Status           `json:"status"`
+	ExitCode  int              `json:"exit_code"`
+	Stdout    string           `json:"stdout"`
+	Stderr    string           `json:"stderr"`
+	StdoutCut int64            `json:"stdout_cut,omitempty"`
+	StderrCut int64            `json:"stderr_cut,omitempty"`
+	Error     *relay.ErrorInfo `json:"error,omitempty"`
+	// Message is a one-line explanation when the run did not succeed.
+	Message  string        `json:"message,omitempty"`
+	Python   string        `json:"python,omitempty"`
+	Duration time.Duration `json:"duration"`
+	// Startup is the time from the start of Run until the code was handed
+	// to the runner: container creation, start and the runner's connect.
+	Startup time.Duration `json:"startup"`
+}
+
+// Request is one piece of code to run.
+type Request struct {
+	Code   string
+	Limits Limits
+	// OnOutput, if set, receives each piece of output as it arrives
+	// (stream is "stdout" or "stderr"), after the output cap is applied.
+	// It is called from one goroutine at a time and must not block for long.
+	OnOutput func(stream, data string)
+}
+
+// ToolHandler answers the code's tool calls. It is the seam to the MCP proxy.
+type ToolHandler interface {
+	CallTool(ctx context.Context, runID string, call relay.ToolCall) relay.ToolResult
+}
+
+// NoTools is the ToolHandler of a bridge without upstream servers.
+type NoTools struct{}
+
+// CallTool answers every call with a tools_unavailable error.
+func (NoTools) CallTool(_ context.Context, _ string, call relay.ToolCall) relay.ToolResult {
+	return relay.ToolResult{ID: call.ID, Error: &relay.ToolError{
+		Type:    "tools_unavailable",
+		Message: "no upstream MCP servers are configured for this bridge",
+	}}
+}
+
+var _ ToolHandler = NoTools{}
+
+// ExecutorOptions configure an Executor.
+type ExecutorOptions struct {
+	// Image is the runner image reference.
+	Image string
+	// RunRoot is the private directory under which each run gets its own
+	// directory; DefaultRunRoot when empty.
+	RunRoot string
+	// Tools answers tool calls; NoTools when nil.
+	Tools ToolHandler
+	// AllowUnenforcedLimits lets code run on an engine that cannot enforce
+	// memory, pids or CPU limits. Off by default: the bridge fails closed.
+	AllowUnenforcedLimits bool
+	// StartTimeout bounds container start plus the runner's connect; 30 s
+	// when zero.
+	StartTimeout time.Duration
+	Logger       zerolog.Logger
+}
+
+// Executor runs code, each request in a fresh container on one Runtime.
+// It is safe for concurrent use.
+type Executor struct {
+	rt      Runtime
+	opts    ExecutorOptions
+	enforce Enforcement
+	runRoot string
+	log     zerolog.Logger
+}
+
+// NewExecutor checks the engine once and prepares the run root.
+func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Executor, error) {
+	if opts.Image == "" {
+		return nil, errors.New("no runner image configured")
+	}
+	if opts.Tools == nil {
+		opts.Tools = NoTools{}
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 30 * time.Second
+	}
+	info, err := rt.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	root := opts.RunRoot
+	if root == "" {
+		root = DefaultRunRoot()
+	}
+	if err := ensurePrivateDir(root); err != nil {
+		return nil, err
+	}
+	return &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger}, nil
+}
+
+// Runtime returns the engine the Executor runs on.
+func (e *Executor) Runtime() Runtime { return e.rt }
+
+// DefaultRunRoot is $XDG_RUNTIME_DIR/bridge, or bridge-UID in the temp dir.
+func DefaultRunRoot() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "bridge")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("bridge-%d", os.Getuid()))
+}
+
+// ensurePrivateDir creates dir with mode 0700, or checks that an existing
+// one is a directory of ours that no one else can enter.
+func ensurePrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating run directory root: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("run directory root %s is not a directory", dir)
+	}
+	if owner, ok := fileOwner(fi); ok && owner != os.Getuid() {
+		return fmt.Errorf("run directory root %s belongs to uid %d, not to this user: remove it or set XDG_RUNTIME_DIR", dir, owner)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("making %s private: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// Run runs one request in a fresh container and removes the container, its
+// socket and its directory before it returns, on every path. Failures of the
+// code (exceptions, timeouts, memory) are reported in the Result; an error
+// means the code could not be run at all.
+func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error) {
+	start := time.Now()
+	if err := req.Limits.Validate(); err != nil {
+		return res, fmt.Errorf("invalid limits: %w", err)
+	}
+	if !e.enforce.All() && !e.opts.AllowUnenforcedLimits {
+		return res, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits)",
+			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
+	}
+	res.RunID = newID(6)
+	token := newID(16)
+	log := e.log.With().Str("run_id", res.RunID).Str("engine", e.rt.Name()).Logger()
+
+	dir, err := os.MkdirTemp(e.runRoot, "run-")
+	if err != nil {
+		return res, fmt.Errorf("creating run directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	// The container's uid must enter the directory and connect to the socket.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return res, err
+	}
+	sock := filepath.Join(dir, "relay.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return res, fmt.Errorf("creating relay socket: %w", err)
+	}
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o666); err != nil {
+		return res, err
+	}
+
+	spec := NewSpec(res.RunID, e.opts.Image, dir, token, req.Limits)
+	id, err := e.rt.Create(ctx, spec)
+	if err != nil {
+		if errors.Is(err, ErrImageNotFound) {
+			return res, fmt.Errorf("%w: build it with `bridge image build --runtime %s`", err, e.rt.Name())
+		}
+		return res, fmt.Errorf("creating container: %w", err)
+	}
+	defer func() {
+		// Remove even when ctx is cancelled: nothing may be left behind.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if rerr := e.rt.Remove(rctx, id); rerr != nil {
+			log.Error().Err(rerr).Str("container", id).Msg("removing container")
+			if err == nil {
+				err = fmt.Errorf("removing container %s: %w", id, rerr)
+			}
+		}
+		res.Duration = time.Since(start)
+		log.Debug().Str("status", string(res.Status)).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
+	}()
+
+	accepted := make(chan *runnerConn, 1)
+	go acceptRunner(ln, token, accepted, log)
+
+	if err := e.rt.Start(ctx, id); err != nil {
+		return res, fmt.Errorf("starting container: %w", err)
+	}
+	// Wait on the container in the background for the whole run. Engines
+	// answer a wait on a created container at once, so it starts after Start.
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWait()
+	exited := make(chan waitResult, 1)
+	go func() {
+		st, err := e.rt.Wait(waitCtx, id)
+		exited <- waitResult{st, err}
+	}()
+
+	var conn *runnerConn
+	startTimer := time.NewTimer(e.opts.StartTimeout)
+	defer startTimer.Stop()
+	select {
+	case conn = <-accepted:
+	case w := <-exited:
+		return e.earlyExit(ctx, id, w, res, req.Limits)
+	case <-startTimer.C:
+		return res, fmt.Errorf("the runner did not connect within %s of the container starting; run `bridge doctor`", e.opts.StartTimeout)
+	case <-ctx.Done():
+		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+		return res, nil
+	}
+	// One runner per run: no later connection is accepted.
+	ln.Close()
+	defer conn.Close()
+	res.Python = conn.hello.Python
+
+	if err := conn.enc.Exec(relay.Exec{Code: req.Code, OutputLimit: req.Limits.OutputBytes}); err != nil {
+		return res, fmt.Errorf("sending code to the runner: %w", err)
+	}
+	res.Startup = time.Since(start)
+	timeout := time.NewTimer(req.Limits.Timeout)
+	defer timeout.Stop()
+
+	callCtx, cancelCalls := context.WithCancel(ctx)
+	defer cancelCalls()
+	out := newOutput(req.Limits.OutputBytes, req.OnOutput)
+	done := make(chan readResult, 1)
+	go func() { done <- e.serve(callCtx, res.RunID, conn, out) }()
+
+	kill := func() {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := e.rt.Kill(kctx, id); err != nil {
+			log.Warn().Err(err).Msg("killing container")
+		}
+	}
+
+	var rr readResult
+	var w waitResult
+	select {
+	case rr = <-done:
+		if rr.err != nil {
+			kill() // a runner that breaks the protocol gets no grace
+		}
+		w = e.awaitExit(exited, kill)
+	case w = <-exited:
+		// The container ended first. Its end closes the connection; the
+		// deadline covers a peer that kept it open (it never should).
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		rr = <-done
+	case <-timeout.C:
+		kill()
+		e.awaitExit(exited, kill)
+		conn.Close()
+		<-done
+		out.fill(&res)
+		res.Status, res.ExitCode = StatusTimeout, -1
+		res.Message = fmt.Sprintf("timed out after %s: the container was killed; output until then is kept", req.Limits.Timeout)
+		return res, nil
+	case <-ctx.Done():
+		kill()
+		conn.Close()
+		<-done
+		out.fill(&res)
+		res.Status, res.ExitCode = StatusCancelled, -1
+		res.Message = "cancelled: the container was killed"
+		return res, nil
+	}
+	out.fill(&res)
+	return e.outcome(ctx, id, rr, w, res, req.Limits, log)
+}
+
+// outcome turns what the relay and the engine said into a Result.
+func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w waitResult, res Result, l Limits, log zerolog.Logger) (Result, error) {
+	if rr.exit != nil {
+		res.ExitCode = rr.exit.ExitCode
+		res.Error = rr.exit.Error
+		res.StdoutCut += rr.exit.StdoutCut
+		res.StderrCut += rr.exit.StderrCut
+		if rr.exit.Status == "ok" {
+			res.Status = StatusOK
+			return res, nil
+		}
+		res.Status = StatusError
+		if res.Error != nil {
+			res.Message = fmt.Sprintf("%s: %s", res.Error.Type, firstLine(res.Error.Message))
+		} else {
+			res.Message = fmt.Sprintf("exited with code %d", res.ExitCode)
+		}
+		return res, nil
+	}
+	// The runner went away without a final status.
+	if w.err == nil && w.state.OOMKilled {
+		res.Status, res.ExitCode = StatusMemory, w.state.ExitCode
+		res.Message = fmt.Sprintf("killed: the code exceeded the memory limit of %s", formatBytes(l.Memory))
+		return res, nil
+	}
+	res.Status, res.ExitCode = StatusError, -1
+	if w.err == nil {
+		res.ExitCode = w.state.ExitCode
+	}
+	switch {
+	case rr.err != nil && errors.Is(rr.err, relay.ErrProtocol):
+		res.Message = rr.err.Error()
+	case res.ExitCode == 137:
+		res.Message = "killed by SIGKILL (exit 137) before it could report; if the code uses much memory, the memory limit is " + formatBytes(l.Memory)
+	default:
+		res.Message = fmt.Sprintf("the runner exited with code %d without reporting a status", res.ExitCode)
+		if logs := e.logs(ctx, id); logs != "" {
+			res.Message += ": " + logs
+		}
+	}
+	log.Warn().Err(rr.err).Int("exit_code", res.ExitCode).Msg("runner ended without exit message")
+	return res, nil
+}
+
+// earlyExit explains a container that stopped before its runner connected.
+func (e *Executor) earlyExit(ctx context.Context, id string, w waitResult, res Result, l Limits) (Result, error) {
+	if w.err != nil {
+		return res, fmt.Errorf("waiting for container: %w", w.err)
+	}
+	if w.state.OOMKilled {
+		return res, fmt.Errorf("the runner was killed by the memory limit (%s) while starting: raise the limit", formatBytes(l.Memory))
+	}
+	msg := fmt.Sprintf("the runner exited with code %d before connecting to the relay", w.state.ExitCode)
+	if logs := e.logs(ctx, id); logs != "" {
+		msg += ": " + logs
+	}
+	return res, errors.New(msg + " (is the runner image current? rebuild it with `bridge image build`, then run `bridge doctor`)")
+}
+
+func (e *Executor) logs(ctx context.Context, id string) string {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s, err := e.rt.Logs(lctx, id, 2048)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(s)
+}
+
+// awaitExit gives a runner that sent its exit message a moment to end, then
+// kills its container.
+func (e *Executor) awaitExit(exited <-chan waitResult, kill func()) waitResult {
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case w := <-exited:
+		return w
+	case <-t.C:
+		kill()
+		return <-exited
+	}
+}
+
+type waitResult struct {
+	state ExitState
+	err   error
+}
+
+type readResult struct {
+	exit *relay.Exit
+	err  error
+}
+
+// serve reads the runner's frames until its exit message or the end of the
+// connection, answering tool calls concurrently.
+func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *output) readResult {
+	// Calls still in flight when the runner is gone are cancelled and
+	// awaited, so none outlives the run.
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var exit *relay.Exit
+	for {
+		m, err := c.dec.Decode()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || (exit != nil && errors.Is(err, os.ErrDeadlineExceeded)) {
+				err = nil
+			}
+			return readResult{exit: exit, err: err}
+		}
+		if exit != nil {
+			return readResult{exit: exit, err: fmt.Errorf("%w: %s after exit", relay.ErrProtocol, m.Type)}
+		}
+		switch m.Type {
+		case relay.TypeStdout, relay.TypeStderr:
+			out.write(m.Type, m.Output.Data)
+		case relay.TypeToolCall:
+			calls.Add(1)
+			go func(call relay.ToolCall) {
+				defer calls.Done()
+				r := e.opts.Tools.CallTool(ctx, runID, call)
+				r.ID = call.ID
+				if err := c.send(r); err != nil {
+					e.log.Debug().Err(err).Str("run_id", runID).Msg("sending tool result")
+				}
+			}(*m.ToolCall)
+		case relay.TypeExit:
+			exit = m.Exit
+		case relay.TypeHello:
+			return readResult{err: fmt.Errorf("%w: second hello", relay.ErrProtocol)}
+		}
+	}
+}
+
+// runnerConn is the authenticated connection of one runner.
+type runnerConn struct {
+	net.Conn
+	hello relay.Hello
+	dec   *relay.Decoder
+	mu    sync.Mutex // serializes writes
+	enc   *relay.Encoder
+}
+
+func (c *runnerConn) send(r relay.ToolResult) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.enc.ToolResult(r)
+}
+
+// acceptRunner accepts connections until one presents the run's token with
+// a hello of our protocol version, and hands that one over. It returns when
+// the listener is closed.
+func acceptRunner(ln *net.UnixListener, token string, accepted chan<- *runnerConn, log zerolog.Logger) {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		rc, err := handshake(conn, token)
+		if err != nil {
+			log.Warn().Err(err).Msg("rejected relay connection")
+			conn.Close()
+			continue
+		}
+		accepted <- rc
+		return
+	}
+}
+
+func handshake(conn net.Conn, token string) (*runnerConn, error) {
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	dec := relay.NewDecoder(conn, 0)
+	m, err := dec.Decode()
+	if err != nil {
+		return nil, err
+	}
+	if m.Type != relay.TypeHello {
+		return nil, fmt.Errorf("%w: first message is %s, not hello", relay.ErrProtocol, m.Type)
+	}
+	if subtle.ConstantTimeCompare([]byte(m.Hello.Token), []byte(token)) != 1 {
+		return nil, errors.New("wrong relay token")
+	}
+	if m.Hello.Version != relay.Version {
+		return nil, fmt.Errorf("runner speaks relay protocol v%d, bridge speaks v%d: rebuild the runner image with `bridge image build`", m.Hello.Version, relay.Version)
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	return &runnerConn{Conn: conn, hello: *m.Hello, dec: dec, enc: relay.NewEncoder(conn)}, nil
+}
+
+// output collects the code's stdout and stderr up to a cap each.
+type output struct {
+	limit    int
+	onOutput func(stream, data string)
+	mu       sync.Mutex
+	stdout   strings.Builder
+	stderr   strings.Builder
+	cut      map[string]int64
+}
+
+func newOutput(limit int, onOutput func(stream, data string)) *output {
+	return &output{limit: limit, onOutput: onOutput, cut: map[string]int64{}}
+}
+
+func (o *output) write(stream, data string) {
+	o.mu.Lock()
+	b := &o.stdout
+	if stream == relay.TypeStderr {
+		b = &o.stderr
+	}
+	room := o.limit - b.Len()
+	if room < len(data) {
+		keep := validPrefix(data, max(room, 0))
+		o.cut[stream] += int64(len(data) - len(keep))
+		data = keep
+	}
+	b.WriteString(data)
+	o.mu.Unlock()
+	if o.onOutput != nil && data != "" {
+		o.onOutput(stream, data)
+	}
+}
+
+func (o *output) fill(r *Result) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r.Stdout, r.Stderr = o.stdout.String(), o.stderr.String()
+	r.StdoutCut += o.cut[relay.TypeStdout]
+	r.StderrCut += o.cut[relay.TypeStderr]
+}
+
+// validPrefix returns the longest prefix of s of at most n bytes that does
+// not split a UTF-8 character.
+func validPrefix(s string, n int) string {
+	if n >= len(s) {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = validPrefix(s, 200) + "..."
+	}
+	return s
+}
+
+func newID(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// formatBytes renders a byte count in binary units (512 MiB).
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,520 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/sandbox/relay"
+)
+
+// fakeRuntime is an in-memory Runtime for unit tests of the Executor. A
+// "container" is a goroutine running behave with the host path of the relay
+// socket; Kill cancels its context.
+type fakeRuntime struct {
+	enforce   Enforcement
+	createErr error
+	behave    func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState
+
+	mu         sync.Mutex
+	containers map[string]*fakeContainer
+	created    int
+}
+
+type fakeContainer struct {
+	spec   ContainerSpec
+	cancel context.CancelFunc
+	done   chan struct{}
+	state  ExitState
+	logs   string
+}
+
+var _ Runtime = (*fakeRuntime)(nil)
+
+func newFake(behave func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState) *fakeRuntime {
+	return &fakeRuntime{
+		enforce:    Enforcement{Memory: true, Pids: true, CPU: true},
+		behave:     behave,
+		containers: map[string]*fakeContainer{},
+	}
+}
+
+func (f *fakeRuntime) Name() string { return "fake" }
+func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) {
+	return EngineInfo{Name: "fake", Enforce: f.enforce}, nil
+}
+func (f *fakeRuntime) ImageInfo(context.Context, string) (ImageInfo, error) { return ImageInfo{}, nil }
+func (f *fakeRuntime) BuildImage(context.Context, string, string, string, io.Writer) error {
+	return nil
+}
+
+func (f *fakeRuntime) Create(_ context.Context, spec ContainerSpec) (string, error) {
+	if f.createErr != nil {
+		return "", f.createErr
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created++
+	id := fmt.Sprintf("c%d", f.created)
+	f.containers[id] = &fakeContainer{spec: spec, done: make(chan struct{})}
+	return id, nil
+}
+
+func (f *fakeRuntime) get(id string) (*fakeContainer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.containers[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return c, nil
+}
+
+func (f *fakeRuntime) Start(_ context.Context, id string) error {
+	c, err := f.get(id)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	sock := filepath.Join(c.spec.Mounts[0].Source, "relay.sock")
+	go func() {
+		st := f.behave(ctx, sock, c.spec.Env[EnvRelayToken], c.spec)
+		if ctx.Err() != nil && st.ExitCode == 0 {
+			st.ExitCode = 137
+		}
+		c.state = st
+		close(c.done)
+	}()
+	return nil
+}
+
+func (f *fakeRuntime) Wait(ctx context.Context, id string) (ExitState, error) {
+	c, err := f.get(id)
+	if err != nil {
+		return ExitState{}, err
+	}
+	select {
+	case <-c.done:
+		return c.state, nil
+	case <-ctx.Done():
+		return ExitState{}, ctx.Err()
+	}
+}
+
+func (f *fakeRuntime) Kill(_ context.Context, id string) error {
+	if c, err := f.get(id); err == nil && c.cancel != nil {
+		c.cancel()
+	}
+	return nil
+}
+
+func (f *fakeRuntime) Remove(ctx context.Context, id string) error {
+	c, err := f.get(id)
+	if err != nil {
+		return nil
+	}
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+	f.mu.Lock()
+	delete(f.containers, id)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeRuntime) Logs(_ context.Context, id string, _ int) (string, error) {
+	c, err := f.get(id)
+	if err != nil {
+		return "", err
+	}
+	return c.logs, nil
+}
+
+func (f *fakeRuntime) List(context.Context, map[string]string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.containers {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (f *fakeRuntime) Close() error { return nil }
+
+// newTestExecutor returns an Executor on rt whose run root is checked to be
+// empty, and rt to hold no container, when the test ends.
+func newTestExecutor(t *testing.T, rt *fakeRuntime, opts ExecutorOptions) *Executor {
+	t.Helper()
+	opts.Image = "test-image"
+	opts.RunRoot = filepath.Join(t.TempDir(), "runs")
+	opts.Logger = zerolog.New(io.Discard)
+	ex, err := NewExecutor(context.Background(), rt, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		left, _ := os.ReadDir(opts.RunRoot)
+		if len(left) != 0 {
+			t.Errorf("run root not cleaned up: %d entries left", len(left))
+		}
+		if ids, _ := rt.List(context.Background(), nil); len(ids) != 0 {
+			t.Errorf("containers left behind: %v", ids)
+		}
+	})
+	return ex
+}
+
+func testLimits() Limits {
+	l := DefaultLimits()
+	l.Timeout = 10 * time.Second
+	return l
+}
+
+// pythonRunner runs the real runner (images/runner/runner.py) as a host
+// process in place of a container.
+func pythonRunner(t *testing.T) func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 not found: the runner's unit tests need it")
+		}
+		t.Skip("python3 not found")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "images", "runner", "runner.py")
+	return func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
+		cmd := exec.CommandContext(ctx, py, "-I", "-B", script)
+		cmd.Env = []string{EnvRelaySocket + "=" + sock, EnvRelayToken + "=" + token, "LANG=C.UTF-8"}
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ee.ExitCode() < 0 {
+				return ExitState{ExitCode: 137}
+			}
+			return ExitState{ExitCode: ee.ExitCode()}
+		}
+		return ExitState{}
+	}
+}
+
+// fakeRunner is a scripted runner in Go, for behaviours the real one never shows.
+type fakeRunner struct {
+	conn net.Conn
+	dec  *relay.Decoder
+}
+
+func dialRunner(ctx context.Context, sock string) (*fakeRunner, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() { conn.Close() })
+	return &fakeRunner{conn: conn}, nil
+}
+
+func (r *fakeRunner) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	hdr := make([]byte, 4)
+	binary.BigEndian.PutUint32(hdr, uint32(len(b)))
+	_, err = r.conn.Write(append(hdr, b...))
+	return err
+}
+
+// recv reads one frame from the bridge as a generic object.
+func (r *fakeRunner) recv() (map[string]any, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r.conn, hdr[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(r.conn, b); err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}
+
+func hello(token string) map[string]any {
+	return map[string]any{"type": "hello", "version": 1, "token": token, "python": "3.test"}
+}
+
+func TestRunPython(t *testing.T) {
+	tests := []struct {
+		name   string
+		code   string
+		limits func(*Limits)
+		check  func(t *testing.T, r Result)
+	}{
+		{"print", "print(21*2)", nil, func(t *testing.T, r Result) {
+			if r.Status != StatusOK || r.Stdout != "42\n" || r.ExitCode != 0 {
+				t.Fatalf("got %+v", r)
+			}
+		}},
+		{"stderr and await", "import asyncio, sys\nawait asyncio.sleep(0.01)\nprint('err', file=sys.stderr)\nprint('out')", nil, func(t *testing.T, r Result) {
+			if r.Status != StatusOK || r.Stdout != "out\n" || r.Stderr != "err\n" {
+				t.Fatalf("got %+v", r)
+			}
+		}},
+		{"exception", "x = 1\nraise ValueError('bad value')", nil, func(t *testing.T, r Result) {
+			if r.Status != StatusError || r.ExitCode != 1 || r.Error == nil || r.Error.Type != "ValueError" {
+				t.Fatalf("got %+v", r)
+			}
+			if !strings.Contains(r.Error.Traceback, "line 2") || strings.Contains(r.Error.Traceback, "runner.py") {
+				t.Fatalf("traceback should show the user's line 2 and no runner frames:\n%s", r.Error.Traceback)
+			}
+			if !strings.Contains(r.Message, "bad value") {
+				t.Fatalf("message %q should carry the exception", r.Message)
+			}
+		}},
+		{"exit code", "import sys\nsys.exit(3)", nil, func(t *testing.T, r Result) {
+			if r.Status != StatusError || r.ExitCode != 3 || r.Message != "exited with code 3" {
+				t.Fatalf("got %+v", r)
+			}
+		}},
+		{"output cap", "print('x' * 10000)\nprint('y' * 10, file=__import__('sys').stderr)", func(l *Limits) { l.OutputBytes = 1024 }, func(t *testing.T, r Result) {
+			if r.Status != StatusOK || len(r.Stdout) != 1024 || r.StdoutCut != 10001-1024 || r.Stderr != strings.Repeat("y", 10)+"\n" || r.StderrCut != 0 {
+				t.Fatalf("got status %s, stdout %d bytes, cut %d, stderr %q cut %d", r.Status, len(r.Stdout), r.StdoutCut, r.Stderr, r.StderrCut)
+			}
+		}},
+		{"timeout keeps output", "import time\nprint('before', flush=True)\nwhile True: time.sleep(0.01)", func(l *Limits) { l.Timeout = 700 * time.Millisecond }, func(t *testing.T, r Result) {
+			if r.Status != StatusTimeout || r.Stdout != "before\n" || !strings.Contains(r.Message, "700ms") {
+				t.Fatalf("got %+v", r)
+			}
+			if r.Duration > r.Startup+5*time.Second {
+				t.Fatalf("timeout took %s after start", r.Duration-r.Startup)
+			}
+		}},
+	}
+	rt := newFake(pythonRunner(t))
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := testLimits()
+			if tt.limits != nil {
+				tt.limits(&l)
+			}
+			res, err := ex.Run(context.Background(), Request{Code: tt.code, Limits: l})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			tt.check(t, res)
+		})
+	}
+}
+
+func TestRunStreamsOutput(t *testing.T) {
+	ex := newTestExecutor(t, newFake(pythonRunner(t)), ExecutorOptions{})
+	var mu sync.Mutex
+	var got []string
+	res, err := ex.Run(context.Background(), Request{
+		Code:   "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.05)",
+		Limits: testLimits(),
+		OnOutput: func(stream, data string) {
+			mu.Lock()
+			got = append(got, stream+":"+data)
+			mu.Unlock()
+		},
+	})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("Run: %v %+v", err, res)
+	}
+	if strings.Join(got, "") != "stdout:0\nstdout:1\nstdout:2\n" {
+		t.Fatalf("streamed %q", got)
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	ex := newTestExecutor(t, newFake(pythonRunner(t)), ExecutorOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	res, err := ex.Run(ctx, Request{Code: "while True: pass", Limits: testLimits()})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Status != StatusCancelled {
+		t.Fatalf("status = %s, want cancelled", res.Status)
+	}
+}
+
+func TestRunnerMisbehaves(t *testing.T) {
+	tests := []struct {
+		name   string
+		behave func(ctx context.Context, sock, token string) ExitState
+		check  func(t *testing.T, r Result, err error)
+	}{
+		{"wrong token then right one", func(ctx context.Context, sock, token string) ExitState {
+			bad, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = bad.send(hello("not-the-token"))
+			if _, err := bad.recv(); err == nil {
+				return ExitState{ExitCode: 2} // the bridge answered an impostor
+			}
+			r, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(hello(token))
+			if _, err := r.recv(); err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(map[string]any{"type": "stdout", "data": "hi"})
+			_ = r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0})
+			return ExitState{}
+		}, func(t *testing.T, r Result, err error) {
+			if err != nil || r.Status != StatusOK || r.Stdout != "hi" {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
+		{"protocol garbage", func(ctx context.Context, sock, token string) ExitState {
+			r, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(hello(token))
+			_, _ = r.recv()
+			_, _ = r.conn.Write([]byte{0xff, 0xff, 0xff, 0xff, 'x'})
+			<-ctx.Done()
+			return ExitState{ExitCode: 137}
+		}, func(t *testing.T, r Result, err error) {
+			if err != nil || r.Status != StatusError || !strings.Contains(r.Message, "relay protocol error") {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
+		{"killed by memory limit", func(ctx context.Context, sock, token string) ExitState {
+			r, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(hello(token))
+			_, _ = r.recv()
+			r.conn.Close()
+			return ExitState{ExitCode: 137, OOMKilled: true}
+		}, func(t *testing.T, r Result, err error) {
+			if err != nil || r.Status != StatusMemory || !strings.Contains(r.Message, "512 MiB") {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
+		{"tool call without upstreams", func(ctx context.Context, sock, token string) ExitState {
+			r, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(hello(token))
+			_, _ = r.recv()
+			_ = r.send(map[string]any{"type": "tool_call", "id": 9, "server": "fs", "tool": "read", "args": map[string]any{}})
+			m, err := r.recv()
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			e, _ := m["error"].(map[string]any)
+			_ = r.send(map[string]any{"type": "stdout", "data": fmt.Sprint(m["type"], " ", m["id"], " ", e["type"])})
+			_ = r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0})
+			return ExitState{}
+		}, func(t *testing.T, r Result, err error) {
+			if err != nil || r.Stdout != "tool_result 9 tools_unavailable" {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
+		{"exits before connecting", func(ctx context.Context, sock, token string) ExitState {
+			return ExitState{ExitCode: 127}
+		}, func(t *testing.T, r Result, err error) {
+			if err == nil || !strings.Contains(err.Error(), "exited with code 127 before connecting") {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
+		{"connection drops without exit", func(ctx context.Context, sock, token string) ExitState {
+			r, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(hello(token))
+			_, _ = r.recv()
+			r.conn.Close()
+			return ExitState{ExitCode: 3}
+		}, func(t *testing.T, r Result, err error) {
+			if err != nil || r.Status != StatusError || r.ExitCode != 3 || !strings.Contains(r.Message, "without reporting a status") {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+				return tt.behave(ctx, sock, token)
+			})
+			ex := newTestExecutor(t, rt, ExecutorOptions{StartTimeout: 5 * time.Second})
+			res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+			tt.check(t, res, err)
+		})
+	}
+}
+
+func TestRunRefusesUnenforcedLimits(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	rt.enforce = Enforcement{Pids: true, CPU: true, Reason: "rootless Podman on cgroup v1 ignores memory limits"}
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	_, err := ex.Run(context.Background(), Request{Code: "print(1)", Limits: testLimits()})
+	if !errors.Is(err, ErrLimitsNotEnforced) || !strings.Contains(err.Error(), "cgroup v1") || !strings.Contains(err.Error(), "--allow-unenforced-limits") {
+		t.Fatalf("err = %v, want ErrLimitsNotEnforced with the reason and the way out", err)
+	}
+	if rt.created != 0 {
+		t.Fatal("a container was created although the limits cannot be enforced")
+	}
+	ex = newTestExecutor(t, rt, ExecutorOptions{AllowUnenforcedLimits: true})
+	res, err := ex.Run(context.Background(), Request{Code: "print(1)", Limits: testLimits()})
+	if err != nil || res.Stdout != "1\n" {
+		t.Fatalf("with AllowUnenforcedLimits: %+v, %v", res, err)
+	}
+}
+
+func TestRunImageMissing(t *testing.T) {
+	rt := newFake(nil)
+	rt.createErr = fmt.Errorf("%w: localhost/bridge-runner:abc", ErrImageNotFound)
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	_, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "bridge image build --runtime fake") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRunRejectsBadLimits(t *testing.T) {
+	ex := newTestExecutor(t, newFake(nil), ExecutorOptions{})
+	l := testLimits()
+	l.Memory = 1
+	if _, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l}); err == nil || !strings.Contains(err.Error(), "memory limit must be at least") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestValidPrefix(t *testing.T) {
+	s := "aé€"
+	for n, want := range map[int]string{0: "", 1: "a", 2: "a", 3: "aé", 4: "aé", 5: "aé", 6: "aé€", 9: "aé€"} {
+		if got := validPrefix(s, n); got != want {
+			t.Errorf("validPrefix(%q, %d) = %q, want %q", s, n, got, want)
+		}
+	}
+}

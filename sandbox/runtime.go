@@ -1,0 +1,97 @@
+// Package sandbox runs untrusted Python in fresh, hardened, network-less
+// containers. It owns the Runtime interface with its Podman and Docker
+// backends, the hardened container spec, and the orchestration of one run.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Runtime is one container engine. Implementations talk to the engine's API,
+// never to its CLI. All methods are safe for concurrent use.
+type Runtime interface {
+	// Name is "podman" or "docker".
+	Name() string
+	// Info describes the engine and what it can enforce.
+	Info(ctx context.Context) (EngineInfo, error)
+	// ImageInfo reports whether ref exists locally. A missing image returns
+	// ErrImageNotFound.
+	ImageInfo(ctx context.Context, ref string) (ImageInfo, error)
+	// BuildImage builds an image from the build context in contextDir with
+	// the Dockerfile at the relative path dockerfile, tags it as tag, and
+	// writes the build log to out.
+	BuildImage(ctx context.Context, contextDir, dockerfile, tag string, out io.Writer) error
+	// Create creates (but does not start) a container and returns its id.
+	Create(ctx context.Context, spec ContainerSpec) (string, error)
+	// Start starts a created container.
+	Start(ctx context.Context, id string) error
+	// Wait blocks until the container has exited and reports how.
+	Wait(ctx context.Context, id string) (ExitState, error)
+	// Kill sends SIGKILL. Killing a container that is not running is not an error.
+	Kill(ctx context.Context, id string) error
+	// Remove force-removes a container. Removing one that is gone is not an error.
+	Remove(ctx context.Context, id string) error
+	// Logs returns at most limit bytes of the tail of the container's own
+	// stdout and stderr (the runner's diagnostics when it fails early).
+	Logs(ctx context.Context, id string, limit int) (string, error)
+	// List returns the ids of containers, running or not, that carry all the
+	// given labels.
+	List(ctx context.Context, labels map[string]string) ([]string, error)
+	// Close releases the connection to the engine.
+	Close() error
+}
+
+// EngineInfo is what doctor and the limit checks need to know about an engine.
+type EngineInfo struct {
+	Name          string `json:"name"`
+	Socket        string `json:"socket"`
+	Version       string `json:"version"`
+	APIVersion    string `json:"api_version"`
+	Rootless      bool   `json:"rootless"`
+	CgroupVersion string `json:"cgroup_version"` // "1" or "2"
+	OCIRuntime    string `json:"oci_runtime"`
+	// Enforce says which resource limits the engine really applies.
+	Enforce Enforcement `json:"enforce"`
+}
+
+// Enforcement says which cgroup limits an engine applies to containers.
+type Enforcement struct {
+	Memory bool `json:"memory"`
+	Pids   bool `json:"pids"`
+	CPU    bool `json:"cpu"`
+	// Reason explains a false above, with what would fix it.
+	Reason string `json:"reason,omitempty"`
+}
+
+// All reports whether every limit is enforced.
+func (e Enforcement) All() bool { return e.Memory && e.Pids && e.CPU }
+
+// ImageInfo describes a local image.
+type ImageInfo struct {
+	ID      string            `json:"id"`
+	Created time.Time         `json:"created"`
+	Size    int64             `json:"size"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// ExitState is how a container ended.
+type ExitState struct {
+	ExitCode  int
+	OOMKilled bool
+}
+
+// Sentinel errors that callers branch on. Backends wrap them with the detail
+// a user needs (socket path tried, image name).
+var (
+	// ErrEngineUnreachable means the engine's API socket could not be reached.
+	ErrEngineUnreachable = errors.New("container engine unreachable")
+	// ErrImageNotFound means the runner image is not present locally.
+	ErrImageNotFound = errors.New("image not found")
+	// ErrNotFound means a container is gone.
+	ErrNotFound = errors.New("container not found")
+	// ErrLimitsNotEnforced means the engine would silently drop a requested limit.
+	ErrLimitsNotEnforced = errors.New("resource limits cannot be enforced")
+)
