@@ -44,15 +44,28 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 	} else {
 		docker = append(docker, Candidate{EngineDocker, "unix:///var/run/docker.sock", "default Docker socket"})
 	}
+	var all []Candidate
 	switch engine {
 	case EngineAuto, "":
-		return append(podman, docker...), nil
+		all = append(podman, docker...)
 	case EnginePodman:
-		return podman, nil
+		all = podman
 	case EngineDocker:
-		return docker, nil
+		all = docker
+	default:
+		return nil, fmt.Errorf("unknown runtime %q: use auto, podman or docker", engine)
 	}
-	return nil, fmt.Errorf("unknown runtime %q: use auto, podman or docker", engine)
+	// The same socket may come from two places ($CONTAINER_HOST and
+	// $XDG_RUNTIME_DIR); try it once, under its first reason.
+	seen := map[string]bool{}
+	var out []Candidate
+	for _, c := range all {
+		if !seen[c.URI] {
+			seen[c.URI] = true
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
 // Connect opens the engine behind one candidate.

@@ -206,6 +206,11 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	}
 
 	spec := NewSpec(res.RunID, e.opts.Image, dir, token, req.Limits)
+	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
+		// Only reachable with AllowUnenforcedLimits: ask for nothing the
+		// engine would drop, so what runs is what the spec says.
+		log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
+	}
 	id, err := e.rt.Create(ctx, spec)
 	if err != nil {
 		if errors.Is(err, ErrImageNotFound) {
@@ -315,6 +320,25 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	}
 	out.fill(&res)
 	return e.outcome(ctx, id, rr, w, res, req.Limits, log)
+}
+
+// dropUnenforced clears the limits the engine cannot enforce from spec and
+// names them.
+func dropUnenforced(spec *ContainerSpec, e Enforcement) []string {
+	var dropped []string
+	if !e.Memory {
+		spec.Memory, spec.MemorySwap = 0, 0
+		dropped = append(dropped, "memory")
+	}
+	if !e.Pids {
+		spec.Pids = 0
+		dropped = append(dropped, "pids")
+	}
+	if !e.CPU {
+		spec.CPUQuota, spec.CPUPeriod = 0, 0
+		dropped = append(dropped, "cpu")
+	}
+	return dropped
 }
 
 // outcome turns what the relay and the engine said into a Result.

@@ -33,6 +33,7 @@ type fakeRuntime struct {
 	mu         sync.Mutex
 	containers map[string]*fakeContainer
 	created    int
+	lastSpec   ContainerSpec
 }
 
 type fakeContainer struct {
@@ -69,6 +70,7 @@ func (f *fakeRuntime) Create(_ context.Context, spec ContainerSpec) (string, err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created++
+	f.lastSpec = spec
 	id := fmt.Sprintf("c%d", f.created)
 	f.containers[id] = &fakeContainer{spec: spec, done: make(chan struct{})}
 	return id, nil
@@ -488,6 +490,10 @@ func TestRunRefusesUnenforcedLimits(t *testing.T) {
 	res, err := ex.Run(context.Background(), Request{Code: "print(1)", Limits: testLimits()})
 	if err != nil || res.Stdout != "1\n" {
 		t.Fatalf("with AllowUnenforcedLimits: %+v, %v", res, err)
+	}
+	// The engine is not asked for a limit it would drop; the others stay.
+	if s := rt.lastSpec; s.Memory != 0 || s.MemorySwap != 0 || s.Pids != 128 || s.CPUQuota != CPUPeriod {
+		t.Fatalf("spec limits: memory %d swap %d pids %d cpu quota %d", s.Memory, s.MemorySwap, s.Pids, s.CPUQuota)
 	}
 }
 

@@ -31,6 +31,9 @@ func cmdImage(ctx context.Context, e *env, args []string) (int, error) {
 		if fs.NArg() != 0 {
 			return exitUsage, usagef("image build takes no arguments")
 		}
+		if err := checkRuntime(*engine); err != nil {
+			return exitUsage, err
+		}
 		rt, err := sandbox.Open(ctx, *engine, e.log)
 		if err != nil {
 			return exitBridge, err

@@ -66,6 +66,9 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if fs.NArg() != 1 {
 		return exitUsage, usagef("want exactly one FILE (or - for stdin), got %d arguments", fs.NArg())
 	}
+	if err := checkRuntime(*engine); err != nil {
+		return exitUsage, err
+	}
 	if err := lf.limits.Validate(); err != nil {
 		return exitUsage, usagef("%v", err)
 	}
@@ -134,6 +137,14 @@ func reportRun(e *env, res sandbox.Result) int {
 	}
 	fmt.Fprintf(e.stderr, "bridge: run ended with status %s: %s\n", res.Status, res.Message)
 	return 1
+}
+
+// checkRuntime rejects an unknown --runtime before any engine is tried.
+func checkRuntime(engine string) error {
+	if _, err := sandbox.Candidates(engine, os.Getenv); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
 }
 
 // maxCodeBytes bounds the code read from a file or stdin.

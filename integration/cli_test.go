@@ -1,0 +1,190 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-mcp/bridge/sandbox/doctor"
+)
+
+// bridgeCLI runs the bridge binary and returns its stdout, stderr and exit code.
+func bridgeCLI(t *testing.T, env []string, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testSuite.bridgeBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("bridge %v: %v", args, err)
+	}
+	return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+}
+
+// engineEnv points the CLI at e's socket.
+func engineEnv(e *engine) []string {
+	if e.cand.Engine == "docker" {
+		return []string{"DOCKER_HOST=" + e.cand.URI}
+	}
+	return []string{"CONTAINER_HOST=" + e.cand.URI}
+}
+
+func TestCLIRun(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		dir := t.TempDir()
+		script := filepath.Join(dir, "hello.py")
+		if err := os.WriteFile(script, []byte("import os\nprint(21 * 2, os.getuid())\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		flags := []string{"run", "--runtime", e.cand.Engine}
+		if !e.enforced {
+			flags = append(flags, "--allow-unenforced-limits")
+		}
+		tests := []struct {
+			name     string
+			args     []string
+			stdin    string
+			wantCode int
+			wantOut  string
+			wantErr  string
+		}{
+			{"file", []string{script}, "", 0, "42 65534\n", ""},
+			{"stdin", []string{"-"}, "print('from stdin')", 0, "from stdin\n", ""},
+			{"exception", []string{"-"}, "1/0", 1, "", "ZeroDivisionError: division by zero"},
+			{"sys.exit", []string{"-"}, "import sys; sys.exit(7)", 7, "", ""},
+			{"syntax error", []string{"-"}, "print(\n", 1, "", "SyntaxError"},
+			{"timeout", []string{"--timeout", "1s", "-"}, "print('x', flush=True)\nwhile True: pass", 124, "x\n", "timed out after 1s"},
+			{"output cut", []string{"--output-limit", "1024", "-"}, "print('z' * 5000)", 0, strings.Repeat("z", 1024), "output cut: 3977 bytes of stdout"},
+		}
+		if e.enforced {
+			tests = append(tests, struct {
+				name     string
+				args     []string
+				stdin    string
+				wantCode int
+				wantOut  string
+				wantErr  string
+			}{"memory", []string{"--memory", "64Mi", "-"}, "x = 'a' * (512 << 20)", 137, "", "memory limit of 64 MiB"})
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				out, errOut, code := bridgeCLI(t, engineEnv(e), tt.stdin, append(flags, tt.args...)...)
+				if code != tt.wantCode || out != tt.wantOut || !strings.Contains(errOut, tt.wantErr) {
+					t.Fatalf("exit %d (want %d)\nstdout %q (want %q)\nstderr %q (want it to contain %q)", code, tt.wantCode, out, tt.wantOut, errOut, tt.wantErr)
+				}
+			})
+		}
+	})
+}
+
+func TestCLIErrorsSayWhatToDo(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      []string
+		args     []string
+		wantCode int
+		wantErr  []string
+	}{
+		{"engine unreachable", []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"}, []string{"run", "--runtime", "docker", "-"}, 125,
+			[]string{"/nonexistent/docker.sock", "bridge doctor"}},
+		{"bad size", nil, []string{"run", "--memory", "lots", "-"}, 2, []string{`invalid size "lots"`, "512Mi"}},
+		{"bad runtime", nil, []string{"run", "--runtime", "lxc", "-"}, 2, []string{`unknown runtime "lxc"`, "auto, podman or docker"}},
+		{"missing file", nil, []string{"run", "/nonexistent/code.py"}, 2, []string{"/nonexistent/code.py", "no such file"}},
+		{"two files", nil, []string{"run", "a.py", "b.py"}, 2, []string{"exactly one FILE"}},
+		{"limit out of range", nil, []string{"run", "--pids", "1", "-"}, 2, []string{"pids limit must be at least 8"}},
+		{"unknown command", nil, []string{"frobnicate"}, 2, []string{`unknown command "frobnicate"`, "Commands:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errOut, code := bridgeCLI(t, tt.env, "print(1)", tt.args...)
+			if code != tt.wantCode {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tt.wantCode, errOut)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr does not say %q:\n%s", w, errOut)
+				}
+			}
+		})
+	}
+}
+
+func TestCLIImageMissing(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		args := []string{"run", "--runtime", e.cand.Engine, "--image", "localhost/bridge-runner:does-not-exist", "--allow-unenforced-limits", "-"}
+		_, errOut, code := bridgeCLI(t, engineEnv(e), "print(1)", args...)
+		if code != 125 || !strings.Contains(errOut, "bridge-runner:does-not-exist") || !strings.Contains(errOut, "bridge image build --runtime "+e.cand.Engine) {
+			t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+		}
+	})
+}
+
+func TestDoctor(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		out, errOut, code := bridgeCLI(t, engineEnv(e), "", "doctor", "--runtime", e.cand.Engine, "--json")
+		var rep doctor.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("doctor --json printed no JSON (%v):\n%s\n%s", err, out, errOut)
+		}
+		var er *doctor.EngineReport
+		for i := range rep.Engines {
+			if rep.Engines[i].Socket == e.cand.URI {
+				er = &rep.Engines[i]
+			}
+		}
+		if er == nil {
+			t.Fatalf("doctor did not check %s:\n%s", e.cand.URI, out)
+		}
+		checks := map[string]doctor.Check{}
+		for _, c := range er.Checks {
+			checks[c.Name] = c
+		}
+		// What must hold on every engine, rootless or not.
+		for _, name := range []string{"reachable", "image", "relay", "network", "read_only_root", "uid", "capabilities", "no_new_privs", "tmpfs"} {
+			if c, ok := checks[name]; !ok || !c.OK {
+				t.Errorf("check %s: %+v", name, c)
+			}
+		}
+		if !strings.HasPrefix(er.Python, "3.") {
+			t.Errorf("python version %q", er.Python)
+		}
+		limitChecks := []string{"limits_enforceable", "memory_limit", "pids_limit", "cpu_limit"}
+		if e.enforced {
+			for _, name := range limitChecks {
+				if !checks[name].OK {
+					t.Errorf("check %s: %+v", name, checks[name])
+				}
+			}
+			if code != 0 || !er.Usable || !rep.OK {
+				t.Fatalf("doctor exit %d, usable %v:\n%s", code, er.Usable, out)
+			}
+			return
+		}
+		// An engine that drops limits: doctor must say so, from inside too,
+		// with a hint, and must not call the engine usable.
+		for _, name := range limitChecks {
+			if c := checks[name]; c.OK || c.Hint == "" {
+				t.Errorf("check %s should fail with a hint here: %+v", name, c)
+			}
+		}
+		if er.Usable || code == 0 {
+			t.Fatalf("doctor calls an engine that cannot enforce limits usable (exit %d)", code)
+		}
+		out, _, code = bridgeCLI(t, engineEnv(e), "", "doctor", "--runtime", e.cand.Engine, "--allow-unenforced-limits")
+		if code != 0 || !strings.Contains(out, "NOT enforced") {
+			t.Fatalf("doctor --allow-unenforced-limits: exit %d\n%s", code, out)
+		}
+	})
+}

@@ -1,0 +1,262 @@
+// Package integration holds the end-to-end tests of the bridge against real
+// container engines. `make integration` runs them after `make setup image`.
+//
+// Which engines: BRIDGE_TEST_ENGINES (comma-separated: docker, podman,
+// podman-rootless), default every reachable one. With CI=true a listed engine
+// that is unreachable, or has no runner image, fails the suite instead of
+// skipping it. BRIDGE_TEST_ROOTLESS=1 marks a run as the unprivileged user's:
+// only the rootless Podman engine is tested.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// engine is one engine under test.
+type engine struct {
+	name string // docker, podman, podman-rootless
+	cand sandbox.Candidate
+	rt   sandbox.Runtime
+	// enforced is whether the engine enforces memory/pids/cpu limits.
+	enforced bool
+}
+
+// suite is what TestMain prepares for the tests.
+type suite struct {
+	engines []*engine
+	// bridgeBin is a bridge binary built from this tree.
+	bridgeBin string
+	// problems are engines that should be tested but cannot be; in CI each
+	// fails the suite.
+	problems []string
+}
+
+// testSuite is set once by TestMain before any test runs and only read after.
+var testSuite suite
+
+func ci() bool { return os.Getenv("CI") == "true" }
+
+func rootless() bool { return os.Getenv("BRIDGE_TEST_ROOTLESS") == "1" }
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	testSuite, err = setup(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration setup:", err)
+		return 1
+	}
+	defer func() {
+		for _, e := range testSuite.engines {
+			e.rt.Close()
+		}
+		if testSuite.bridgeBin != "" {
+			os.RemoveAll(filepath.Dir(testSuite.bridgeBin))
+		}
+	}()
+	for _, p := range testSuite.problems {
+		fmt.Fprintln(os.Stderr, "integration: not tested:", p)
+	}
+	if len(testSuite.problems) > 0 && ci() {
+		fmt.Fprintln(os.Stderr, "integration: CI=true, so an engine that cannot be tested is a failure")
+		return 1
+	}
+	code := m.Run()
+	// Nothing may be left behind: no container with the bridge's label.
+	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer lcancel()
+	for _, e := range testSuite.engines {
+		ids, err := e.rt.List(lctx, map[string]string{sandbox.LabelManaged: "true"})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "integration: listing %s containers: %v\n", e.name, err)
+			code = 1
+			continue
+		}
+		if len(ids) > 0 {
+			fmt.Fprintf(os.Stderr, "integration: FAIL: %d container(s) with label %s left on %s: %v\n", len(ids), sandbox.LabelManaged, e.name, ids)
+			code = 1
+		} else {
+			fmt.Fprintf(os.Stderr, "integration: no bridge containers left on %s\n", e.name)
+		}
+	}
+	return code
+}
+
+func setup(ctx context.Context) (suite, error) {
+	var s suite
+	wanted := []string{"docker", "podman"}
+	if rootless() {
+		wanted = []string{"podman-rootless"}
+	}
+	if v := os.Getenv("BRIDGE_TEST_ENGINES"); v != "" {
+		wanted = strings.Split(v, ",")
+	}
+	image := images.Name()
+	for _, name := range wanted {
+		c, err := candidate(name)
+		if err != nil {
+			return s, err
+		}
+		rt, err := sandbox.Connect(ctx, c)
+		if err != nil {
+			s.problems = append(s.problems, fmt.Sprintf("%s: %v", name, err))
+			continue
+		}
+		if _, err := rt.ImageInfo(ctx, image); err != nil {
+			s.problems = append(s.problems, fmt.Sprintf("%s: %v (run `make image`)", name, err))
+			rt.Close()
+			continue
+		}
+		info, err := rt.Info(ctx)
+		if err != nil {
+			s.problems = append(s.problems, fmt.Sprintf("%s: %v", name, err))
+			rt.Close()
+			continue
+		}
+		if rootless() != info.Rootless {
+			return s, fmt.Errorf("%s at %s: rootless=%v, but BRIDGE_TEST_ROOTLESS=%q", name, c.URI, info.Rootless, os.Getenv("BRIDGE_TEST_ROOTLESS"))
+		}
+		s.engines = append(s.engines, &engine{name: name, cand: c, rt: rt, enforced: info.Enforce.All()})
+	}
+	bin, err := buildBridge()
+	if err != nil {
+		return s, err
+	}
+	s.bridgeBin = bin
+	return s, nil
+}
+
+// candidate maps a test engine name to its socket.
+func candidate(name string) (sandbox.Candidate, error) {
+	switch name {
+	case "docker":
+		host := os.Getenv("DOCKER_HOST")
+		if host == "" {
+			host = "unix:///var/run/docker.sock"
+		}
+		return sandbox.Candidate{Engine: sandbox.EngineDocker, URI: host, Why: "test"}, nil
+	case "podman":
+		return sandbox.Candidate{Engine: sandbox.EnginePodman, URI: "unix:///run/podman/podman.sock", Why: "test"}, nil
+	case "podman-rootless":
+		d := os.Getenv("XDG_RUNTIME_DIR")
+		if d == "" {
+			return sandbox.Candidate{}, fmt.Errorf("podman-rootless needs XDG_RUNTIME_DIR")
+		}
+		return sandbox.Candidate{Engine: sandbox.EnginePodman, URI: "unix://" + filepath.Join(d, "podman", "podman.sock"), Why: "test"}, nil
+	}
+	return sandbox.Candidate{}, fmt.Errorf("unknown engine %q in BRIDGE_TEST_ENGINES (want docker, podman, podman-rootless)", name)
+}
+
+// buildBridge builds cmd/bridge from this tree, or takes BRIDGE_TEST_BIN
+// (the rootless run has no toolchain of its own).
+func buildBridge() (string, error) {
+	dir, err := os.MkdirTemp("", "bridge-test-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "bridge")
+	if src := os.Getenv("BRIDGE_TEST_BIN"); src != "" {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return "", err
+		}
+		return bin, os.WriteFile(bin, b, 0o755)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/bridge")
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building bridge: %w", err)
+	}
+	return bin, nil
+}
+
+// forEachEngine runs f as a subtest per engine under test.
+func forEachEngine(t *testing.T, f func(t *testing.T, e *engine)) {
+	t.Helper()
+	if len(testSuite.engines) == 0 {
+		if ci() {
+			t.Fatal("no engine under test")
+		}
+		t.Skip("no engine under test: run `make setup image`")
+	}
+	for _, e := range testSuite.engines {
+		t.Run(e.name, func(t *testing.T) { f(t, e) })
+	}
+}
+
+// executor returns an Executor on e. On an engine that cannot enforce
+// limits it runs with AllowUnenforcedLimits, as the rootless tests need.
+func executor(t *testing.T, e *engine) *sandbox.Executor {
+	t.Helper()
+	ex, err := sandbox.NewExecutor(context.Background(), e.rt, sandbox.ExecutorOptions{
+		Image:                 images.Name(),
+		AllowUnenforcedLimits: !e.enforced,
+		Logger:                zerolog.New(io.Discard),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex
+}
+
+func limits() sandbox.Limits {
+	l := sandbox.DefaultLimits()
+	l.Timeout = 30 * time.Second
+	return l
+}
+
+// run runs code on e and fails the test if the bridge could not run it.
+func run(t *testing.T, e *engine, code string, l sandbox.Limits) sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), l.Timeout+time.Minute)
+	defer cancel()
+	res, err := executor(t, e).Run(ctx, sandbox.Request{Code: code, Limits: l})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// mustOK runs code that must succeed and returns its stdout.
+func mustOK(t *testing.T, e *engine, code string) string {
+	t.Helper()
+	res := run(t, e, code, limits())
+	if res.Status != sandbox.StatusOK {
+		t.Fatalf("status %s (%s)\nstdout:\n%s\nstderr:\n%s", res.Status, res.Message, res.Stdout, res.Stderr)
+	}
+	return res.Stdout
+}
+
+// assertNoContainer fails if e still has the run's container.
+func assertNoContainer(t *testing.T, e *engine, runID string) {
+	t.Helper()
+	ids, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelRunID: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 0 {
+		t.Fatalf("container of run %s still exists: %v", runID, ids)
+	}
+}

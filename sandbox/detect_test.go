@@ -1,0 +1,47 @@
+package sandbox
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCandidates(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	uris := func(cs []Candidate) string {
+		var s []string
+		for _, c := range cs {
+			s = append(s, c.Engine+"="+c.URI)
+		}
+		return strings.Join(s, " ")
+	}
+	tests := []struct {
+		engine string
+		getenv func(string) string
+		want   string
+	}{
+		{"auto", env(), "podman=unix:///run/podman/podman.sock docker=unix:///var/run/docker.sock"},
+		{"auto", env("XDG_RUNTIME_DIR", "/run/user/1000"),
+			"podman=unix:///run/user/1000/podman/podman.sock podman=unix:///run/podman/podman.sock docker=unix:///var/run/docker.sock"},
+		{"podman", env("CONTAINER_HOST", "unix:///run/user/1000/podman/podman.sock", "XDG_RUNTIME_DIR", "/run/user/1000"),
+			"podman=unix:///run/user/1000/podman/podman.sock podman=unix:///run/podman/podman.sock"},
+		{"docker", env("DOCKER_HOST", "unix:///tmp/d.sock"), "docker=unix:///tmp/d.sock"},
+	}
+	for _, tt := range tests {
+		got, err := Candidates(tt.engine, tt.getenv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uris(got) != tt.want {
+			t.Errorf("Candidates(%s) = %s\nwant %s", tt.engine, uris(got), tt.want)
+		}
+	}
+	if _, err := Candidates("lxc", env()); err == nil || !strings.Contains(err.Error(), "auto, podman or docker") {
+		t.Errorf("unknown engine: err = %v", err)
+	}
+}
