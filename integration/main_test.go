@@ -206,6 +206,10 @@ func forEachEngine(t *testing.T, f func(t *testing.T, e *engine)) {
 	}
 }
 
+func imageName() string { return images.Name() }
+
+func quiet() zerolog.Logger { return zerolog.New(io.Discard) }
+
 // executor returns an Executor on e. On an engine that cannot enforce
 // limits it runs with AllowUnenforcedLimits, as the rootless tests need.
 func executor(t *testing.T, e *engine) *sandbox.Executor {

@@ -119,7 +119,7 @@ except OSError as e:
 func TestMemoryLimitKills(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		if !e.enforced {
-			t.Skip("this engine cannot enforce memory limits (see TestRootlessReportsUnenforcedLimits)")
+			t.Skip("this engine cannot enforce memory limits (TestRootlessPodman and TestDoctor check that it says so)")
 		}
 		l := limits()
 		l.Memory = 256 << 20

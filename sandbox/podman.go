@@ -509,6 +509,10 @@ func (p *Podman) Start(ctx context.Context, id string) error {
 
 // Wait implements Runtime. It returns as soon as ctx ends, even while the
 // bindings are still retrying.
+// podmanWaitInterval is how often the Podman service checks a waited-on
+// container's state.
+const podmanWaitInterval = "20ms"
+
 func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
 	type result struct {
 		code int32
@@ -516,7 +520,9 @@ func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, err := containers.Wait(p.call(ctx), id, nil)
+		// The service polls the container's state; its default 250 ms
+		// interval would add up to that much to every run.
+		code, err := containers.Wait(p.call(ctx), id, new(containers.WaitOptions).WithInterval(podmanWaitInterval))
 		done <- result{code, err}
 	}()
 	var r result
