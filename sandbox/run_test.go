@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // fakeRuntime is an in-memory Runtime for unit tests of the Executor. A
@@ -220,7 +218,6 @@ func pythonRunner(t *testing.T) func(ctx context.Context, sock, token string, sp
 // fakeRunner is a scripted runner in Go, for behaviours the real one never shows.
 type fakeRunner struct {
 	conn net.Conn
-	dec  *relay.Decoder
 }
 
 func dialRunner(ctx context.Context, sock string) (*fakeRunner, error) {
