@@ -1,0 +1,164 @@
+# bridge: build, test, benchmark and demo.
+#
+#   make test    THE test command (CI runs it through .ci/run): setup, image,
+#                lint, unit, integration, in that order
+#   make demo    setup, image, then `bridge doctor` and examples/hello.py
+#   make help    every target
+#
+# setup and the integration targets need root: they start Docker and Podman,
+# import images and run tests as an unprivileged user (integration/env/).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+BIN := bin
+ENVDIR := integration/env
+# Written by setup.sh: engine sockets, the rootless user, daemons it started.
+ENV_FILE := /run/bridge-test/env
+# Where the rootless run's files go when the user cannot read this tree.
+ROOTLESS_STAGE := /var/tmp/bridge-rootless-test
+
+# The Podman bindings (libpod) built as an API client only ("remote"),
+# without the storage drivers and the GPGME code that need cgo. Every go
+# command gets these tags and CGO_ENABLED=0, also the ones the tests start.
+BUILD_TAGS := remote exclude_graphdriver_btrfs exclude_graphdriver_devicemapper containers_image_openpgp
+empty :=
+space := $(empty) $(empty)
+comma := ,
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip $(filter-out -tags=%,$(GOFLAGS)) -tags=$(subst $(space),$(comma),$(BUILD_TAGS)))
+
+# The race detector needs cgo, so unit tests alone run with CGO_ENABLED=1
+# (these tags build with cgo too). `make unit RACE=` runs without it.
+RACE ?= $(if $(shell command -v gcc 2>/dev/null),-race)
+# staticcheck 2026.2.2, the newest release; it supports Go 1.26.
+STATICCHECK_VERSION := v0.8.2
+INTEGRATION_TIMEOUT ?= 30m
+FUZZTIME ?= 30s
+# Test name pattern for the rootless run (empty: all; the suite then tests
+# only the rootless Podman engine, see integration/main_test.go).
+ROOTLESS_RUN ?=
+
+# make -n still runs recipes that call $(MAKE); this keeps such a dry run
+# from stopping daemons.
+DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
+
+banner = @printf '\n==> %s\n' "$(1)"
+
+.PHONY: help setup build image unit integration integration-rootful integration-rootless test demo lint bench fuzz clean need-env
+
+help:
+	@echo "Targets:"
+	@echo "  test         setup, image, lint, unit, integration (CI runs this)"
+	@echo "  setup        install and start the engines, base image, rootless user (root)"
+	@echo "  build        $(BIN)/bridge"
+	@echo "  image        runner image for docker, podman and the rootless user"
+	@echo "  lint         gofmt, go vet, staticcheck $(STATICCHECK_VERSION)"
+	@echo "  unit         go test $(RACE) (not ./integration/...), Python runner tests"
+	@echo "  integration  end-to-end tests on docker and podman, then as the rootless user"
+	@echo "               (integration-rootful, integration-rootless; ROOTLESS_RUN=PATTERN)"
+	@echo "  bench        benchmarks, integration ones included (runs setup and image)"
+	@echo "  fuzz         fuzz the relay decoder for $(FUZZTIME)"
+	@echo "  demo         setup, image, bridge doctor, bridge run examples/hello.py"
+	@echo "  clean        remove $(BIN)/ and the rootless stage"
+
+need-env:
+	@test -r $(ENV_FILE) || { echo "$(ENV_FILE) is missing: run 'make setup' first" >&2; exit 1; }
+
+setup:
+	$(call banner,setup: engines$(comma) base image$(comma) rootless user)
+	bash $(ENVDIR)/setup.sh
+
+build:
+	$(call banner,build: $(BIN)/bridge)
+	$(GO) build -o $(BIN)/bridge ./cmd/bridge
+
+image: build need-env
+	$(call banner,image: runner image for docker$(comma) podman and $(ENVDIR)/load-image.sh)
+	. $(ENV_FILE) && $(BIN)/bridge image build --runtime docker
+	. $(ENV_FILE) && $(BIN)/bridge image build --runtime podman
+	bash $(ENVDIR)/load-image.sh "$$($(BIN)/bridge image name)"
+
+lint:
+	$(call banner,lint: gofmt$(comma) go vet$(comma) staticcheck $(STATICCHECK_VERSION))
+	@echo "gofmt -l"; \
+	unformatted=$$(find . -name '*.go' -not -path './.git/*' -not -path './$(BIN)/*' -not -path '*/node_modules/*' -print0 | xargs -0 -r gofmt -l); \
+	if [ -n "$$unformatted" ]; then echo "not gofmt-ed (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+unit:
+	$(call banner,unit: go test $(RACE) (all but ./integration/...)$(comma) Python runner tests)
+	@pkgs=$$($(GO) list ./... | grep -Ev "^$$($(GO) list -m)/integration(/|$$)"); \
+	echo "CGO_ENABLED=$(if $(RACE),1,0) $(GO) test $(RACE) $$(echo $$pkgs | wc -w) packages"; \
+	CGO_ENABLED=$(if $(RACE),1,0) $(GO) test $(RACE) $$pkgs
+	python3 -m unittest discover -s images/runner
+
+# The rootful suite (docker and podman), then the same test binary as the
+# unprivileged user against that user's Podman service. The user must be able
+# to read the binaries (and any test data): when this tree is not readable
+# by others (a clone under /root, say), it is copied to $(ROOTLESS_STAGE).
+integration:
+	@$(MAKE) --no-print-directory integration-rootful
+	@$(MAKE) --no-print-directory integration-rootless
+
+integration-rootful: build need-env
+	$(call banner,integration: rootful engines (go test ./integration/...))
+	. $(ENV_FILE) && $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) ./integration/...
+
+integration-rootless: build need-env
+	$(call banner,integration: rootless Podman as the unprivileged user)
+	rm -f $(BIN)/integration.test
+	$(GO) test -c -o $(BIN)/integration.test ./integration
+	@. $(ENV_FILE); \
+	user=$$BRIDGE_ROOTLESS_USER; \
+	home=$$(getent passwd "$$user" | cut -d: -f6); \
+	dir=$(CURDIR); \
+	if ! runuser -u "$$user" -- test -r "$$dir/go.mod" -a -x "$$dir/$(BIN)/integration.test" -a -x "$$dir/$(BIN)/bridge"; then \
+		dir=$(ROOTLESS_STAGE); \
+		echo "$(CURDIR) is not readable by $$user: copying it to $$dir"; \
+		rm -rf "$$dir"; mkdir -p "$$dir"; \
+		tar -C $(CURDIR) --exclude=./.git -c . | tar -C "$$dir" -x --no-same-owner; \
+		chmod -R a+rX "$$dir"; \
+	fi; \
+	cd "$$dir/integration"; \
+	set -x; \
+	runuser -u "$$user" -- env -i \
+		HOME="$$home" USER="$$user" LOGNAME="$$user" \
+		PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 CI="$${CI:-}" \
+		XDG_RUNTIME_DIR="$$BRIDGE_ROOTLESS_RUNTIME_DIR" BRIDGE_TEST_ROOTLESS=1 \
+		BRIDGE_TEST_BIN="$$dir/$(BIN)/bridge" \
+		"$$dir/$(BIN)/integration.test" -test.count=1 -test.v -test.timeout $(INTEGRATION_TIMEOUT) \
+		$(if $(ROOTLESS_RUN),-test.run '$(ROOTLESS_RUN)')
+
+# THE test command. Each step is its own make so the order holds under -j.
+# In CI (CI=true) the daemons setup.sh started are stopped on exit, pass or
+# fail; on a developer machine they stay up for the next run.
+test:
+	$(call banner,test: setup$(comma) image$(comma) lint$(comma) unit$(comma) integration$(if $(filter true,$(CI)),; teardown on exit (CI=true)))
+	@if [ "$${CI:-}" = true ] && [ -z "$(DRYRUN)" ]; then trap 'bash $(ENVDIR)/teardown.sh' EXIT; fi; \
+	for step in setup image lint unit integration; do \
+		$(MAKE) --no-print-directory $$step; \
+	done; \
+	printf '\n==> test: all steps passed\n'
+
+demo:
+	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
+	$(call banner,demo: bridge doctor; bridge run examples/hello.py)
+	. $(ENV_FILE) && $(BIN)/bridge doctor
+	. $(ENV_FILE) && $(BIN)/bridge run examples/hello.py
+
+bench:
+	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
+	$(call banner,bench: go test -bench . -benchmem ./...)
+	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchmem -timeout $(INTEGRATION_TIMEOUT) ./...
+
+fuzz:
+	$(call banner,fuzz: FuzzDecode in ./sandbox/relay for $(FUZZTIME))
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./sandbox/relay
+
+clean:
+	$(call banner,clean)
+	rm -rf $(BIN) $(ROOTLESS_STAGE)

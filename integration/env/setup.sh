@@ -1,0 +1,524 @@
+#!/usr/bin/env bash
+# Prepares this machine for bridge's integration tests, benchmarks and demo:
+# container engines installed and running, the base image present in every
+# image store, and a rootless Podman user. Idempotent: every step checks first
+# and does nothing when its work is already done, so a second run takes a
+# second or two.
+#
+#   1. Debian packages (apt-get update + install, only if one is missing)
+#   2. Podman's OCI runtime on cgroup v1 hosts (runc, written to containers.conf)
+#   3. dockerd and the rootful Podman API service (started detached if silent)
+#   4. base image debian:bookworm-slim in Docker and rootful Podman
+#      (debootstrap, cached under /var/cache/bridge, then imported)
+#   5. the rootless user, its Podman API service and its copy of the base image
+#   6. the facts the tests need, written to /run/bridge-test/env
+#
+# Daemons are started with setsid, stdin from /dev/null and output in log
+# files under /var/log/bridge: a daemon that inherits the caller's
+# stdout/stderr keeps CI's output open and the run never ends. The PIDs of
+# the daemons started here go into the env file; teardown.sh stops exactly
+# those and nothing else.
+#
+# Knobs (environment): BRIDGE_ROOTLESS_USER (bridge-rootless),
+# BRIDGE_CACHE_DIR (/var/cache/bridge), BRIDGE_DEBIAN_MIRROR (default: read
+# from this machine's apt sources), BRIDGE_WAIT_SECONDS (60).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+PACKAGES=(docker.io podman runc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl)
+ROOTLESS_USER=${BRIDGE_ROOTLESS_USER:-bridge-rootless}
+CACHE_DIR=${BRIDGE_CACHE_DIR:-/var/cache/bridge}
+ROOTFS=$CACHE_DIR/rootfs-bookworm
+SUITE=bookworm
+LOG_DIR=/var/log/bridge
+ENV_DIR=/run/bridge-test
+ENV_FILE=$ENV_DIR/env
+WAIT_SECONDS=${BRIDGE_WAIT_SECONDS:-60}
+CONTAINERS_CONF=/etc/containers/containers.conf
+
+DOCKER_SOCK=/var/run/docker.sock
+PODMAN_SOCK=/run/podman/podman.sock
+DOCKER_BASE=debian:bookworm-slim
+PODMAN_BASE=docker.io/library/debian:bookworm-slim
+
+# The engines' CLIs must talk to the local engines, whatever the caller's
+# environment points them at.
+export DOCKER_HOST=unix://$DOCKER_SOCK
+unset DOCKER_CONTEXT CONTAINER_HOST CONTAINER_CONNECTION
+
+now_ms() { date +%s%3N; }
+T_START=${BRIDGE_SETUP_T0:-$(now_ms)}
+log() { printf 'setup: %s\n' "$*" >&2; }
+die() {
+	printf 'setup: ERROR: %s\n' "$*" >&2
+	exit 1
+}
+
+STEP_T0=0
+STEP_NAME=
+step() {
+	STEP_NAME=$1
+	STEP_T0=$(now_ms)
+}
+step_done() { log "$STEP_NAME: $* ($(($(now_ms) - STEP_T0)) ms)"; }
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+join() {
+	local IFS=';' s
+	s="$*"
+	echo "${s//;/; }"
+}
+
+# ping SOCKET: true when the Docker-compatible API on SOCKET answers /_ping
+# (dockerd and both Podman services serve it).
+ping() {
+	curl -fsS --max-time 3 --unix-socket "$1" http://d/_ping >/dev/null 2>&1
+}
+
+# start_time PID: the process's start time in clock ticks since boot (field
+# 22 of /proc/PID/stat), which together with the PID names a process even if
+# the PID is later reused.
+start_time() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	# Fields after the command name, which sits in parentheses and may hold spaces.
+	stat=${stat##*) }
+	# shellcheck disable=SC2086
+	set -- $stat
+	echo "${20}"
+}
+
+# alive "PID:STARTTIME" NAME: true while that very process, or a process
+# called NAME in its process group (each daemon here leads its own; rootless
+# Podman serves from a child, see teardown.sh), still runs.
+alive() {
+	local pid=${1%%:*} st=${1#*:}
+	[ -n "$pid" ] || return 1
+	[ "$(start_time "$pid" 2>/dev/null)" = "$st" ] || pgrep -g "$pid" -x "$2" >/dev/null 2>&1
+}
+
+# wait_ready NAME SOCKET WATCHPID LOG: waits until SOCKET answers; fails fast,
+# with the log's tail, when WATCHPID exits or after WAIT_SECONDS.
+wait_ready() {
+	local name=$1 sock=$2 watch=$3 logf=$4
+	local deadline=$((SECONDS + WAIT_SECONDS))
+	until ping "$sock"; do
+		if ! kill -0 "$watch" 2>/dev/null; then
+			log "$name exited during start-up; last lines of $logf:"
+			tail -n 30 "$logf" >&2 || true
+			die "$name did not start"
+		fi
+		if ((SECONDS >= deadline)); then
+			log "$name does not answer on $sock after ${WAIT_SECONDS}s; last lines of $logf:"
+			tail -n 30 "$logf" >&2 || true
+			die "$name did not start"
+		fi
+		sleep 0.2
+	done
+}
+
+# read_pidfile FILE: "PID:STARTTIME" of the process whose PID is in FILE.
+read_pidfile() {
+	local pid
+	for _ in $(seq 50); do
+		pid=$(cat "$1" 2>/dev/null || true)
+		[ -n "$pid" ] && break
+		sleep 0.1
+	done
+	[ -n "$pid" ] || die "no PID in $1"
+	echo "$pid:$(start_time "$pid")"
+}
+
+# A daemon that setsid runs inside `sh -c` writes its own PID (the shell
+# execs into the daemon) so the recorded PID is the daemon's, even when a
+# wrapper such as runuser forks in between. setsid -w: should setsid have to
+# fork, it waits, so the PID that wait_ready watches lives as long as the
+# daemon.
+# shellcheck disable=SC2016
+PIDFILE_WRAPPER='echo $$ >"$0"; exec "$@"'
+
+missing_packages() {
+	local p
+	for p in "${PACKAGES[@]}"; do
+		[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)" = "ii " ] || echo "$p"
+	done
+}
+
+if ! is_root; then
+	missing=$(missing_packages | xargs)
+	[ -z "$missing" ] || log "missing Debian packages; as root: apt-get update && apt-get install -y $missing"
+	die "setup.sh starts daemons, imports images and manages a user: run it as root (sudo make setup)"
+fi
+
+# Runs of this script (make -j, two terminals) must not race each other: run
+# the rest under flock. -o closes the lock's fd in the script, so the daemons
+# it starts do not inherit the lock and hold it forever.
+mkdir -p "$ENV_DIR" "$LOG_DIR"
+if [ "${BRIDGE_SETUP_LOCKED:-}" != 1 ]; then
+	if ! flock -n "$ENV_DIR/setup.lock" true; then
+		log "waiting for another setup.sh to finish (lock $ENV_DIR/setup.lock)"
+	fi
+	exec env BRIDGE_SETUP_LOCKED=1 BRIDGE_SETUP_T0="$T_START" \
+		flock -o -w 600 "$ENV_DIR/setup.lock" bash "${BASH_SOURCE[0]}" "$@"
+fi
+unset BRIDGE_SETUP_LOCKED BRIDGE_SETUP_T0
+
+# ---------------------------------------------------------------------------
+step "1/6 packages"
+mapfile -t missing < <(missing_packages)
+if ((${#missing[@]} == 0)); then
+	step_done "all present"
+else
+	log "$STEP_NAME: installing ${missing[*]}"
+	# No init system here: keep the packages' maintainer scripts from trying to
+	# start the daemons (this script starts them itself, detached and logged).
+	made_policy=
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		made_policy=1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt_log=$LOG_DIR/apt.log
+	if ! { apt-get -o DPkg::Lock::Timeout=300 update &&
+		apt-get -o DPkg::Lock::Timeout=300 install -y "${missing[@]}"; } >"$apt_log" 2>&1; then
+		[ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
+		tail -n 30 "$apt_log" >&2
+		die "apt-get failed (full log: $apt_log)"
+	fi
+	[ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
+	step_done "installed ${missing[*]}"
+fi
+
+# PIDs of what an earlier run of this script started, kept while those very
+# processes still run, so that a second run does not forget them.
+OLD_DOCKERD='' OLD_PODMAN='' OLD_ROOTLESS=''
+if [ -r "$ENV_FILE" ]; then
+	OLD_DOCKERD=$(sed -n 's/^BRIDGE_SETUP_DOCKERD_PID=//p' "$ENV_FILE")
+	OLD_PODMAN=$(sed -n 's/^BRIDGE_SETUP_PODMAN_PID=//p' "$ENV_FILE")
+	OLD_ROOTLESS=$(sed -n 's/^BRIDGE_SETUP_ROOTLESS_PODMAN_PID=//p' "$ENV_FILE")
+fi
+STARTED_DOCKERD='' STARTED_PODMAN='' STARTED_ROOTLESS=''
+
+# ---------------------------------------------------------------------------
+step "2/6 podman runtime"
+if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
+	CGROUP_VERSION=2
+	step_done "cgroup v2: Podman's default runtime is fine"
+else
+	CGROUP_VERSION=1
+	if grep -Eq '^[[:space:]]*runtime[[:space:]]*=' "$CONTAINERS_CONF" 2>/dev/null; then
+		step_done "cgroup v1; $CONTAINERS_CONF already chooses a runtime"
+	else
+		mkdir -p "$(dirname "$CONTAINERS_CONF")"
+		comment='# Written by bridge integration/env/setup.sh: this host has cgroup v1 ("hybrid"),
+# and crun 1.8 (Debian 12) refuses to start containers there ("cgroups in
+# hybrid mode not supported"). Podman 4.3 API service ignores a runtime asked
+# for per container, so the default must be runc.'
+		if grep -Eq '^[[:space:]]*\[engine\]' "$CONTAINERS_CONF" 2>/dev/null; then
+			# A second [engine] table would make the file invalid TOML: add the
+			# key to the existing one.
+			tmp=$(mktemp)
+			awk -v c="$comment" '{ print } /^[[:space:]]*\[engine\]/ && !done { print c; print "runtime = \"runc\""; done = 1 }' \
+				"$CONTAINERS_CONF" >"$tmp"
+			cat "$tmp" >"$CONTAINERS_CONF"
+			rm -f "$tmp"
+		else
+			printf '\n%s\n[engine]\nruntime = "runc"\n' "$comment" >>"$CONTAINERS_CONF"
+		fi
+		if ping "$PODMAN_SOCK"; then
+			log "warning: the Podman API service on $PODMAN_SOCK was started before this change: restart it so it uses runc"
+		fi
+		step_done "cgroup v1: set runtime = \"runc\" in $CONTAINERS_CONF"
+	fi
+fi
+
+# ---------------------------------------------------------------------------
+step "3/6 daemons"
+msg=()
+if ping "$DOCKER_SOCK"; then
+	alive "$OLD_DOCKERD" dockerd && STARTED_DOCKERD=$OLD_DOCKERD
+	msg+=("dockerd answers")
+else
+	if pid=$(cat /var/run/docker.pid 2>/dev/null) && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+		# A dockerd is starting (or hung): a second one would fail on its pidfile.
+		log "dockerd (PID $pid) runs but does not answer yet; waiting for it"
+		wait_ready dockerd "$DOCKER_SOCK" "$pid" /dev/null
+		msg+=("dockerd (PID $pid, not started here) answers")
+	else
+		logf=$LOG_DIR/dockerd.log
+		setsid -w sh -c "$PIDFILE_WRAPPER" "$LOG_DIR/dockerd.pid" dockerd >"$logf" 2>&1 </dev/null &
+		wait_ready dockerd "$DOCKER_SOCK" $! "$logf"
+		STARTED_DOCKERD=$(read_pidfile "$LOG_DIR/dockerd.pid")
+		msg+=("started dockerd (PID ${STARTED_DOCKERD%%:*}, log $logf)")
+	fi
+fi
+if ping "$PODMAN_SOCK"; then
+	alive "$OLD_PODMAN" podman && STARTED_PODMAN=$OLD_PODMAN
+	msg+=("podman service answers")
+else
+	mkdir -p "$(dirname "$PODMAN_SOCK")"
+	rm -f "$PODMAN_SOCK"
+	logf=$LOG_DIR/podman.log
+	# Podman 4.x's conmon drops an empty "oom" file into the service's
+	# working directory after an OOM kill: keep it out of the caller's tree.
+	pushd "$LOG_DIR" >/dev/null
+	setsid -w sh -c "$PIDFILE_WRAPPER" "$LOG_DIR/podman.pid" \
+		podman system service --time=0 "unix://$PODMAN_SOCK" >"$logf" 2>&1 </dev/null &
+	popd >/dev/null
+	wait_ready "podman service" "$PODMAN_SOCK" $! "$logf"
+	STARTED_PODMAN=$(read_pidfile "$LOG_DIR/podman.pid")
+	msg+=("started podman service (PID ${STARTED_PODMAN%%:*}, log $logf)")
+fi
+step_done "$(join "${msg[@]}")"
+
+# ---------------------------------------------------------------------------
+step "4/6 base image"
+
+# apt_uri KIND: the first enabled "deb" URI of this machine's apt sources
+# whose suite is the plain release (KIND=main, e.g. "bookworm") or the
+# security suite (KIND=security, "bookworm-security"). Read at run time so
+# no mirror host is written into the repository.
+apt_uri() {
+	local kind=$1 f
+	{
+		for f in /etc/apt/sources.list.d/*.sources; do
+			[ -r "$f" ] || continue
+			# deb822: stanzas separated by blank lines.
+			awk -v kind="$kind" '
+				function flush() {
+					if (types ~ /(^| )deb( |$)/ && enabled != "no" && uris != "") {
+						n = split(suites, s, " ")
+						for (i = 1; i <= n; i++) {
+							if ((kind == "main" && s[i] !~ /-/) || (kind == "security" && s[i] ~ /-security$/)) {
+								split(uris, u, " "); print u[1]; exit
+							}
+						}
+					}
+					types = uris = suites = enabled = ""
+				}
+				/^[[:space:]]*#/ { next }
+				/^[[:space:]]*$/ { flush(); next }
+				{
+					key = tolower($1); sub(/:$/, "", key); $1 = ""; sub(/^ +/, "")
+					if (key == "types") types = $0
+					else if (key == "uris") uris = $0
+					else if (key == "suites") suites = $0
+					else if (key == "enabled") enabled = tolower($0)
+				}
+				END { flush() }
+			' "$f"
+		done
+		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+			[ -r "$f" ] || continue
+			# One-line format: deb [options] URI SUITE COMPONENT...
+			awk -v kind="$kind" '
+				$1 != "deb" { next }
+				{ i = 2; if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ } }
+				(kind == "main" && $(i + 1) !~ /-/) || (kind == "security" && $(i + 1) ~ /-security$/) { print $i; exit }
+			' "$f"
+		done
+	} | head -n 1
+}
+
+ensure_rootfs() {
+	[ -e "$ROOTFS/.bridge-complete" ] && return 0
+	local mirror security partial t0
+	mirror=${BRIDGE_DEBIAN_MIRROR:-$(apt_uri main)}
+	[ -n "$mirror" ] || die "no Debian mirror found in /etc/apt/sources.list{,.d}; set BRIDGE_DEBIAN_MIRROR"
+	security=$(apt_uri security)
+	partial=$ROOTFS.partial
+	if [ -e "$partial" ]; then
+		# A run killed mid-debootstrap can leave /proc or /sys mounted inside.
+		findmnt -rn -o TARGET | grep -F "$partial/" | sort -r | xargs -r -n1 umount -l || true
+		rm -rf "$partial"
+	fi
+	mkdir -p "$CACHE_DIR"
+	t0=$(now_ms)
+	log "$STEP_NAME: debootstrap --variant=minbase $SUITE from $mirror (about a minute; log $LOG_DIR/debootstrap.log)"
+	if ! debootstrap --variant=minbase "$SUITE" "$partial" "$mirror" >"$LOG_DIR/debootstrap.log" 2>&1; then
+		tail -n 30 "$LOG_DIR/debootstrap.log" >&2
+		die "debootstrap failed (full log: $LOG_DIR/debootstrap.log)"
+	fi
+	# Like Debian's own slim image: apt sources for the release, its updates
+	# and security (from this machine's apt configuration), no package lists
+	# or downloaded .debs, and no host identity (the engines supply
+	# hostname and resolv.conf to each container).
+	rm -f "$partial/etc/apt/sources.list"
+	{
+		printf 'Types: deb\nURIs: %s\nSuites: %s %s-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+			"$mirror" "$SUITE" "$SUITE"
+		[ -z "$security" ] ||
+			printf '\nTypes: deb\nURIs: %s\nSuites: %s-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+				"$security" "$SUITE"
+	} >"$partial/etc/apt/sources.list.d/debian.sources"
+	rm -rf "$partial"/var/lib/apt/lists/* "$partial"/var/cache/apt/*.bin "$partial"/var/cache/apt/archives/*.deb
+	rm -f "$partial/etc/hostname"
+	: >"$partial/etc/resolv.conf"
+	touch "$partial/.bridge-complete"
+	rm -rf "$ROOTFS"
+	mv "$partial" "$ROOTFS"
+	log "$STEP_NAME: rootfs ready in $ROOTFS ($(du -sh "$ROOTFS" | cut -f1), $(($(now_ms) - t0)) ms)"
+}
+
+# rootfs_tar: the cached rootfs as a tar stream on stdout (.bridge-complete
+# excluded, owners kept numerically).
+rootfs_tar() {
+	tar --numeric-owner --exclude=./.bridge-complete -C "$ROOTFS" -c .
+}
+
+msg=()
+if docker image inspect "$DOCKER_BASE" >/dev/null 2>&1; then
+	msg+=("docker has $DOCKER_BASE")
+else
+	ensure_rootfs
+	rootfs_tar | docker import --change 'CMD ["bash"]' - "$DOCKER_BASE" >/dev/null
+	msg+=("imported $DOCKER_BASE into docker")
+fi
+if podman image exists "$PODMAN_BASE"; then
+	msg+=("podman has $PODMAN_BASE")
+else
+	ensure_rootfs
+	rootfs_tar | podman import --quiet --change 'CMD ["bash"]' - "$PODMAN_BASE" >/dev/null
+	msg+=("imported $PODMAN_BASE into podman")
+fi
+step_done "$(join "${msg[@]}")"
+
+# ---------------------------------------------------------------------------
+step "5/6 rootless podman"
+msg=()
+if ! id -u "$ROOTLESS_USER" >/dev/null 2>&1; then
+	useradd -m -s /bin/bash -c 'bridge rootless Podman tests' "$ROOTLESS_USER"
+	msg+=("created user $ROOTLESS_USER")
+fi
+R_UID=$(id -u "$ROOTLESS_USER")
+R_GID=$(id -g "$ROOTLESS_USER")
+R_HOME=$(getent passwd "$ROOTLESS_USER" | cut -d: -f6)
+R_RUNTIME=/run/user/$R_UID
+R_SOCK=$R_RUNTIME/podman/podman.sock
+
+# Rootless Podman maps the container's users onto the ranges in /etc/subuid
+# and /etc/subgid; useradd gives a new user 65536 of each, but check.
+for f in /etc/subuid /etc/subgid; do
+	if ! grep -Eq "^($ROOTLESS_USER|$R_UID):" "$f"; then
+		# The next free 65536 after every range in use (at least 100000).
+		start=$(awk -F: 'BEGIN { m = 100000 } { e = $2 + $3; if (e > m) m = e } END { print m }' "$f")
+		if [ "$f" = /etc/subuid ]; then
+			usermod --add-subuids "$start-$((start + 65535))" "$ROOTLESS_USER"
+		else
+			usermod --add-subgids "$start-$((start + 65535))" "$ROOTLESS_USER"
+		fi
+		msg+=("added $f range $start+65536")
+	fi
+done
+
+if [ ! -d "$R_RUNTIME" ]; then
+	install -d -m 0700 -o "$R_UID" -g "$R_GID" "$R_RUNTIME"
+	msg+=("created $R_RUNTIME")
+fi
+
+# as_rootless CMD...: runs CMD as the rootless user with a clean view of its
+# own Podman: its runtime dir, and none of root's settings that would point
+# its Podman at other storage, config or engines.
+as_rootless() {
+	(cd / && runuser -u "$ROOTLESS_USER" -- env \
+		-u XDG_CONFIG_HOME -u XDG_DATA_HOME -u XDG_CACHE_HOME -u CONTAINERS_CONF \
+		-u CONTAINERS_STORAGE_CONF -u CONTAINERS_REGISTRIES_CONF -u CONTAINER_HOST \
+		-u CONTAINER_CONNECTION -u DOCKER_HOST -u TMPDIR \
+		XDG_RUNTIME_DIR="$R_RUNTIME" "$@")
+}
+
+# Storage driver. Debian's default for a rootless user would try
+# fuse-overlayfs, which cannot open /dev/fuse as an ordinary user here. The
+# kernel's own overlayfs works inside a user namespace on recent kernels
+# (5.13+) and is several times faster than vfs (a container in ~0.3 s
+# instead of ~1-2 s), so pin overlay when a probe mount succeeds and vfs
+# otherwise. Written once, before the user's storage is first used: changing
+# the driver of existing storage breaks it.
+R_STORAGE_CONF=$R_HOME/.config/containers/storage.conf
+if [ -e "$R_STORAGE_CONF" ]; then
+	R_DRIVER=$(sed -n 's/^[[:space:]]*driver[[:space:]]*=[[:space:]]*"\(.*\)".*/\1/p' "$R_STORAGE_CONF" | head -n1)
+else
+	if [ -e "$R_HOME/.local/share/containers/storage" ]; then
+		# Storage already in use: keep whatever driver it was created with.
+		R_DRIVER=$(as_rootless podman info --format '{{.Store.GraphDriverName}}')
+		why="kept the driver of the existing storage"
+	else
+		# shellcheck disable=SC2016
+		if as_rootless sh -c 'd=$(mktemp -d) && mkdir "$d/l" "$d/u" "$d/w" "$d/m" &&
+			unshare --user --map-root-user --mount \
+				mount -t overlay overlay -o "lowerdir=$d/l,upperdir=$d/u,workdir=$d/w" "$d/m"
+			rc=$?; rm -rf "$d"; exit $rc' >/dev/null 2>&1; then
+			R_DRIVER=overlay
+			why="native overlayfs mounts in a user namespace here"
+		else
+			R_DRIVER=vfs
+			why="overlayfs cannot be mounted in a user namespace here"
+		fi
+	fi
+	install -d -m 0755 -o "$R_UID" -g "$R_GID" "$R_HOME/.config" "$R_HOME/.config/containers"
+	printf '# Written by bridge integration/env/setup.sh: %s.\n[storage]\ndriver = "%s"\n' \
+		"$why" "$R_DRIVER" >"$R_STORAGE_CONF"
+	chown "$R_UID:$R_GID" "$R_STORAGE_CONF"
+	msg+=("storage driver $R_DRIVER ($why)")
+fi
+
+if ping "$R_SOCK"; then
+	alive "$OLD_ROOTLESS" podman && STARTED_ROOTLESS=$OLD_ROOTLESS
+	msg+=("service answers")
+else
+	rm -f "$R_SOCK" "$R_RUNTIME/bridge-podman.pid"
+	install -d -m 0700 -o "$R_UID" -g "$R_GID" "$(dirname "$R_SOCK")"
+	logf=$LOG_DIR/podman-rootless.log
+	# The pidfile sits in the user's runtime dir: the wrapper runs as that user.
+	(cd / && exec runuser -u "$ROOTLESS_USER" -- env \
+		-u XDG_CONFIG_HOME -u XDG_DATA_HOME -u XDG_CACHE_HOME -u CONTAINERS_CONF \
+		-u CONTAINERS_STORAGE_CONF -u CONTAINERS_REGISTRIES_CONF -u CONTAINER_HOST \
+		-u CONTAINER_CONNECTION -u DOCKER_HOST -u TMPDIR \
+		XDG_RUNTIME_DIR="$R_RUNTIME" \
+		setsid -w sh -c "$PIDFILE_WRAPPER" "$R_RUNTIME/bridge-podman.pid" \
+		podman system service --time=0 "unix://$R_SOCK") >"$logf" 2>&1 </dev/null &
+	wait_ready "rootless podman service" "$R_SOCK" $! "$logf"
+	STARTED_ROOTLESS=$(read_pidfile "$R_RUNTIME/bridge-podman.pid")
+	msg+=("started service (PID ${STARTED_ROOTLESS%%:*}, log $logf)")
+fi
+
+# The user's copy of the base image comes from rootful Podman's store (save |
+# load keeps the image ID, so both stores hold the same image).
+if as_rootless podman image exists "$PODMAN_BASE"; then
+	msg+=("has $PODMAN_BASE")
+else
+	BRIDGE_ROOTLESS_USER=$ROOTLESS_USER bash "$HERE/load-image.sh" "$PODMAN_BASE"
+	msg+=("loaded $PODMAN_BASE")
+fi
+step_done "$ROOTLESS_USER (uid $R_UID): $(join "${msg[@]}")"
+
+# ---------------------------------------------------------------------------
+step "6/6 env file"
+tmp=$(mktemp "$ENV_DIR/env.XXXXXX")
+cat >"$tmp" <<EOF
+# Written by integration/env/setup.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ). Source it:
+#   . $ENV_FILE
+export DOCKER_HOST=unix://$DOCKER_SOCK
+export BRIDGE_PODMAN_SOCKET=unix://$PODMAN_SOCK
+export BRIDGE_CGROUP_VERSION=$CGROUP_VERSION
+export BRIDGE_DOCKER_BASE_IMAGE=$DOCKER_BASE
+export BRIDGE_PODMAN_BASE_IMAGE=$PODMAN_BASE
+export BRIDGE_ROOTLESS_USER=$ROOTLESS_USER
+export BRIDGE_ROOTLESS_UID=$R_UID
+export BRIDGE_ROOTLESS_RUNTIME_DIR=$R_RUNTIME
+export BRIDGE_ROOTLESS_SOCKET=unix://$R_SOCK
+export BRIDGE_ROOTLESS_STORAGE_DRIVER=$R_DRIVER
+# Daemons this setup started, as PID:STARTTIME (field 22 of /proc/PID/stat);
+# empty when the daemon was already running. teardown.sh stops exactly these.
+BRIDGE_SETUP_DOCKERD_PID=$STARTED_DOCKERD
+BRIDGE_SETUP_PODMAN_PID=$STARTED_PODMAN
+BRIDGE_SETUP_ROOTLESS_PODMAN_PID=$STARTED_ROOTLESS
+EOF
+chmod 0644 "$tmp"
+mv -f "$tmp" "$ENV_FILE"
+chmod 0755 "$ENV_DIR"
+step_done "wrote $ENV_FILE"
+
+log "ready in $(($(now_ms) - T_START)) ms"
