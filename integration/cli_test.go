@@ -5,13 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
@@ -185,6 +191,71 @@ func TestDoctor(t *testing.T) {
 		out, _, code = bridgeCLI(t, engineEnv(e), "", "doctor", "--runtime", e.cand.Engine, "--allow-unenforced-limits")
 		if code != 0 || !strings.Contains(out, "NOT enforced") {
 			t.Fatalf("doctor --allow-unenforced-limits: exit %d\n%s", code, out)
+		}
+	})
+}
+
+// A bridge killed with SIGKILL cannot clean up: its runner exits when the
+// relay socket closes, and the next bridge on this host removes the
+// container and the run directory the dead one left.
+func TestCrashedBridgeIsReaped(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		runtimeDir, err := os.MkdirTemp("", "bridge-crash-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(runtimeDir)
+		args := []string{"run", "--runtime", e.cand.Engine, "--allow-unenforced-limits", "-"}
+		cmd := exec.Command(testSuite.bridgeBin, args...)
+		cmd.Env = append(os.Environ(), append(engineEnv(e), "XDG_RUNTIME_DIR="+runtimeDir)...)
+		cmd.Stdin = strings.NewReader("print('up', flush=True)\nwhile True: pass")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 3)
+		if _, err := io.ReadFull(stdout, buf); err != nil || string(buf) != "up\n" {
+			cmd.Process.Kill()
+			t.Fatalf("the run did not start: %q %v", buf, err)
+		}
+		owned := map[string]string{sandbox.LabelManaged: "true"}
+		mine := func() []sandbox.Container {
+			cs, err := e.rt.List(context.Background(), owned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []sandbox.Container
+			for _, c := range cs {
+				if strings.Contains(c.Labels[sandbox.LabelOwner], fmt.Sprintf("/%d/", cmd.Process.Pid)) {
+					out = append(out, c)
+				}
+			}
+			return out
+		}
+		if n := len(mine()); n != 1 {
+			t.Fatalf("%d containers owned by the bridge process, want 1", n)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		runRoot := filepath.Join(runtimeDir, "bridge")
+		if dirs, _ := os.ReadDir(runRoot); len(dirs) != 1 {
+			t.Fatalf("the killed bridge left %d run directories, want 1 (else this test proves nothing)", len(dirs))
+		}
+		if n := len(mine()); n != 1 {
+			t.Fatalf("the killed bridge left %d containers, want 1 (else this test proves nothing)", n)
+		}
+		n, err := sandbox.Reap(context.Background(), e.rt, runRoot, zerolog.New(zerolog.NewTestWriter(t)))
+		if err != nil || n != 1 {
+			t.Fatalf("Reap = %d, %v; want 1", n, err)
+		}
+		if left := mine(); len(left) != 0 {
+			t.Fatalf("containers left after Reap: %v", left)
+		}
+		if dirs, _ := os.ReadDir(runRoot); len(dirs) != 0 {
+			t.Fatalf("run directories left after Reap: %d", len(dirs))
 		}
 	})
 }

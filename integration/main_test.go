@@ -85,14 +85,14 @@ func runMain(m *testing.M) int {
 	lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer lcancel()
 	for _, e := range testSuite.engines {
-		ids, err := e.rt.List(lctx, map[string]string{sandbox.LabelManaged: "true"})
+		cs, err := e.rt.List(lctx, map[string]string{sandbox.LabelManaged: "true"})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "integration: listing %s containers: %v\n", e.name, err)
 			code = 1
 			continue
 		}
-		if len(ids) > 0 {
-			fmt.Fprintf(os.Stderr, "integration: FAIL: %d container(s) with label %s left on %s: %v\n", len(ids), sandbox.LabelManaged, e.name, ids)
+		if len(cs) > 0 {
+			fmt.Fprintf(os.Stderr, "integration: FAIL: %d container(s) with label %s left on %s: %v\n", len(cs), sandbox.LabelManaged, e.name, cs)
 			code = 1
 		} else {
 			fmt.Fprintf(os.Stderr, "integration: no bridge containers left on %s\n", e.name)
@@ -256,11 +256,11 @@ func mustOK(t *testing.T, e *engine, code string) string {
 // assertNoContainer fails if e still has the run's container.
 func assertNoContainer(t *testing.T, e *engine, runID string) {
 	t.Helper()
-	ids, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelRunID: runID})
+	cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelRunID: runID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 0 {
-		t.Fatalf("container of run %s still exists: %v", runID, ids)
+	if len(cs) != 0 {
+		t.Fatalf("container of run %s still exists: %v", runID, cs)
 	}
 }

@@ -626,7 +626,7 @@ func (t *dockerTail) String() string {
 }
 
 // List implements Runtime.
-func (d *Docker) List(ctx context.Context, labels map[string]string) ([]string, error) {
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Container, error) {
 	f := filters.NewArgs()
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
@@ -635,11 +635,11 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]string, 
 	if err != nil {
 		return nil, d.wrap(err, "list containers")
 	}
-	ids := make([]string, 0, len(cs))
+	out := make([]Container, 0, len(cs))
 	for _, c := range cs {
-		ids = append(ids, c.ID)
+		out = append(out, Container{ID: c.ID, Labels: c.Labels})
 	}
-	return ids, nil
+	return matchLabels(out, labels), nil
 }
 
 // wrap adds what was being done and, when the engine stopped answering,

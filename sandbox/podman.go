@@ -578,6 +578,25 @@ func (p *Podman) Kill(ctx context.Context, id string) error {
 // Remove implements Runtime.
 func (p *Podman) Remove(ctx context.Context, id string) error {
 	defer p.killed.Delete(id)
+	// Podman 4.x refuses a forced remove while the container is between
+	// running and stopped ("could not be stopped ... container state
+	// improper"); that passes within milliseconds, so try again.
+	delay := 20 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := p.remove(ctx, id)
+		if err == nil || attempt == 8 || !strings.Contains(err.Error(), "container state improper") {
+			return err
+		}
+		select {
+		case <-time.After(delay):
+			delay *= 2
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+func (p *Podman) remove(ctx context.Context, id string) error {
 	reports, err := containers.Remove(p.call(ctx), id, &containers.RemoveOptions{
 		Force:   podmanPtr(true),
 		Volumes: podmanPtr(true),
@@ -643,7 +662,7 @@ func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error)
 }
 
 // List implements Runtime.
-func (p *Podman) List(ctx context.Context, labels map[string]string) ([]string, error) {
+func (p *Podman) List(ctx context.Context, labels map[string]string) ([]Container, error) {
 	filters := map[string][]string{}
 	for k, v := range labels {
 		filters["label"] = append(filters["label"], k+"="+v)
@@ -653,22 +672,13 @@ func (p *Podman) List(ctx context.Context, labels map[string]string) ([]string, 
 	if err != nil {
 		return nil, p.wrap(ctx, "listing containers", err)
 	}
-	ids := make([]string, 0, len(list))
+	out := make([]Container, 0, len(list))
 	for _, c := range list {
-		// The filter is the service's; check again, so a service that
-		// ORs label filters cannot hand back someone else's container.
-		ok := true
-		for k, v := range labels {
-			if c.Labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			ids = append(ids, c.ID)
-		}
+		out = append(out, Container{ID: c.ID, Labels: c.Labels})
 	}
-	return ids, nil
+	// The filter is the service's; check again, so a service that ORs
+	// label filters cannot hand back someone else's container.
+	return matchLabels(out, labels), nil
 }
 
 // Close implements Runtime. It drops idle connections to the service; the

@@ -107,6 +107,10 @@ type Executor struct {
 	enforce Enforcement
 	runRoot string
 	log     zerolog.Logger
+	// owner labels every container (LabelOwner); dirPrefix names run
+	// directories. Both let Reap tell a dead bridge's leftovers apart.
+	owner     string
+	dirPrefix string
 }
 
 // NewExecutor checks the engine once and prepares the run root.
@@ -131,7 +135,16 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	if err := ensurePrivateDir(root); err != nil {
 		return nil, err
 	}
-	return &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger}, nil
+	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger, dirPrefix: "run-"}
+	pid := os.Getpid()
+	if e.owner = processOwner(pid); e.owner != "" {
+		e.dirPrefix = fmt.Sprintf("run-%d.%s-", pid, processStart(pid))
+	}
+	// What a bridge that crashed left behind goes now.
+	if _, err := Reap(ctx, rt, root, opts.Logger); err != nil {
+		opts.Logger.Warn().Err(err).Msg("reaping leftovers of dead bridges")
+	}
+	return e, nil
 }
 
 // Runtime returns the engine the Executor runs on.
@@ -169,6 +182,9 @@ func ensurePrivateDir(dir string) error {
 	return nil
 }
 
+// maxSocketPath is the size of sun_path on Linux, terminating NUL included.
+const maxSocketPath = 108
+
 // Run runs one request in a fresh container and removes the container, its
 // socket and its directory before it returns, on every path. Failures of the
 // code (exceptions, timeouts, memory) are reported in the Result; an error
@@ -186,7 +202,7 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	token := newID(16)
 	log := e.log.With().Str("run_id", res.RunID).Str("engine", e.rt.Name()).Logger()
 
-	dir, err := os.MkdirTemp(e.runRoot, "run-")
+	dir, err := os.MkdirTemp(e.runRoot, e.dirPrefix)
 	if err != nil {
 		return res, fmt.Errorf("creating run directory: %w", err)
 	}
@@ -196,6 +212,9 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		return res, err
 	}
 	sock := filepath.Join(dir, "relay.sock")
+	if len(sock) >= maxSocketPath {
+		return res, fmt.Errorf("relay socket path %s is %d bytes, over the %d a unix socket allows: set XDG_RUNTIME_DIR (or TMPDIR) to a shorter directory", sock, len(sock), maxSocketPath-1)
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return res, fmt.Errorf("creating relay socket: %w", err)
@@ -206,6 +225,9 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	}
 
 	spec := NewSpec(res.RunID, e.opts.Image, dir, token, req.Limits)
+	if e.owner != "" {
+		spec.Labels[LabelOwner] = e.owner
+	}
 	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
 		// Only reachable with AllowUnenforcedLimits: ask for nothing the
 		// engine would drop, so what runs is what the spec says.

@@ -146,14 +146,14 @@ func (f *fakeRuntime) Logs(_ context.Context, id string, _ int) (string, error) 
 	return c.logs, nil
 }
 
-func (f *fakeRuntime) List(context.Context, map[string]string) ([]string, error) {
+func (f *fakeRuntime) List(_ context.Context, labels map[string]string) ([]Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var ids []string
-	for id := range f.containers {
-		ids = append(ids, id)
+	var cs []Container
+	for id, c := range f.containers {
+		cs = append(cs, Container{ID: id, Labels: c.spec.Labels})
 	}
-	return ids, nil
+	return matchLabels(cs, labels), nil
 }
 
 func (f *fakeRuntime) Close() error { return nil }
@@ -163,7 +163,13 @@ func (f *fakeRuntime) Close() error { return nil }
 func newTestExecutor(t *testing.T, rt *fakeRuntime, opts ExecutorOptions) *Executor {
 	t.Helper()
 	opts.Image = "test-image"
-	opts.RunRoot = filepath.Join(t.TempDir(), "runs")
+	// t.TempDir's long names would pass the 108-byte limit of socket paths.
+	tmp, err := os.MkdirTemp("", "bt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	opts.RunRoot = filepath.Join(tmp, "runs")
 	opts.Logger = zerolog.New(io.Discard)
 	ex, err := NewExecutor(context.Background(), rt, opts)
 	if err != nil {

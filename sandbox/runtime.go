@@ -37,9 +37,9 @@ type Runtime interface {
 	// Logs returns at most limit bytes of the tail of the container's own
 	// stdout and stderr (the runner's diagnostics when it fails early).
 	Logs(ctx context.Context, id string, limit int) (string, error)
-	// List returns the ids of containers, running or not, that carry all the
+	// List returns the containers, running or not, that carry all the
 	// given labels.
-	List(ctx context.Context, labels map[string]string) ([]string, error)
+	List(ctx context.Context, labels map[string]string) ([]Container, error)
 	// Close releases the connection to the engine.
 	Close() error
 }
@@ -75,6 +75,12 @@ type ImageInfo struct {
 	Created time.Time         `json:"created"`
 	Size    int64             `json:"size"`
 	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// Container is one entry of Runtime.List.
+type Container struct {
+	ID     string
+	Labels map[string]string
 }
 
 // ExitState is how a container ended.
