@@ -202,3 +202,18 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodeOutput measures the hot path: a stream of 4 KiB stdout frames.
+func BenchmarkDecodeOutput(b *testing.B) {
+	one := frame(`{"type":"stdout","data":"` + strings.Repeat("x", 4096) + `"}`)
+	stream := bytes.Repeat(one, 64)
+	b.SetBytes(int64(len(stream)))
+	for b.Loop() {
+		d := NewDecoder(bytes.NewReader(stream), 0)
+		for range 64 {
+			if _, err := d.Decode(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
