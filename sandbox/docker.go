@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
@@ -31,11 +30,6 @@ type Docker struct {
 	cli    *client.Client
 	host   string
 	podman bool // the socket is Podman's Docker-compatible API
-
-	// Warn, when set, receives the warnings an engine attaches to a
-	// created container (for example that a swap limit was dropped). Set it
-	// before the Docker is used concurrently.
-	Warn func(containerID string, warnings []string)
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -510,8 +504,11 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 		}
 		return "", d.wrap(err, "create container "+spec.Name+" from "+spec.Image)
 	}
-	if len(resp.Warnings) > 0 && d.Warn != nil {
-		d.Warn(resp.ID, resp.Warnings)
+	// The engine drops a limit it cannot apply with only a warning (e.g.
+	// no swap accounting, or Podman's compat API rootless on cgroup v1):
+	// never run a container without its limits.
+	if err := refuseDroppedLimits(ctx, d.Remove, "create container "+spec.Name, resp.ID, resp.Warnings); err != nil {
+		return "", err
 	}
 	return resp.ID, nil
 }
@@ -590,39 +587,11 @@ func (d *Docker) Logs(ctx context.Context, id string, limit int) (string, error)
 		return "", d.wrapContainer(err, "read logs of", id)
 	}
 	defer rc.Close()
-	t := &dockerTail{limit: limit}
+	t := newLogTail(limit)
 	if _, err := stdcopy.StdCopy(t, t, rc); err != nil {
 		return "", fmt.Errorf("read logs of container %s: %w", id, err)
 	}
 	return t.String(), nil
-}
-
-// dockerTail keeps the last limit bytes written to it.
-type dockerTail struct {
-	limit int
-	buf   []byte
-}
-
-func (t *dockerTail) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(p) >= t.limit {
-		t.buf = append(t.buf[:0], p[len(p)-t.limit:]...)
-		return n, nil
-	}
-	if over := len(t.buf) + len(p) - t.limit; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	t.buf = append(t.buf, p...)
-	return n, nil
-}
-
-// String returns the tail, starting at a character boundary.
-func (t *dockerTail) String() string {
-	b := t.buf
-	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
-		b = b[1:]
-	}
-	return string(b)
 }
 
 // List implements Runtime.

@@ -234,39 +234,6 @@ func TestDockerBuildStream(t *testing.T) {
 	}
 }
 
-func TestDockerTail(t *testing.T) {
-	tests := []struct {
-		name   string
-		limit  int
-		writes []string
-		want   string
-	}{
-		{"fits", 10, []string{"abc", "def"}, "abcdef"},
-		{"cut", 4, []string{"abc", "def"}, "cdef"},
-		{"one big write", 3, []string{"abcdefgh"}, "fgh"},
-		{"exact", 6, []string{"abc", "def"}, "abcdef"},
-		{"multibyte kept whole", 3, []string{"xé"}, "xé"},
-		{"split rune dropped", 2, []string{"aé"}, "é"},
-		{"split rune start", 2, []string{"éa"}, "a"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			tb := &dockerTail{limit: tc.limit}
-			for _, w := range tc.writes {
-				if n, err := tb.Write([]byte(w)); n != len(w) || err != nil {
-					t.Fatalf("Write = %d, %v", n, err)
-				}
-			}
-			if got := tb.String(); got != tc.want {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
-			if len(tb.buf) > tc.limit {
-				t.Errorf("buffer grew to %d > %d", len(tb.buf), tc.limit)
-			}
-		})
-	}
-}
-
 func TestDockerTarDir(t *testing.T) {
 	dir := t.TempDir()
 	mustWrite := func(name, data string) {

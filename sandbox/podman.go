@@ -17,7 +17,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	buildahDefine "github.com/containers/buildah/define"
 	"github.com/containers/podman/v5/pkg/bindings"
@@ -338,28 +337,10 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 	}
 	// The service drops a limit it cannot apply with only a warning (e.g.
 	// rootless on cgroup v1): never run a container without its limits.
-	if dropped := podmanDroppedLimits(resp.Warnings); len(dropped) > 0 {
-		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		rmErr := p.Remove(rmCtx, resp.ID)
-		cancel()
-		err := fmt.Errorf("podman: creating container %s: the engine dropped resource limits (%s): %w",
-			cs.Name, strings.Join(dropped, "; "), ErrLimitsNotEnforced)
-		return "", errors.Join(err, rmErr)
+	if err := refuseDroppedLimits(ctx, p.Remove, "podman: creating container "+cs.Name, resp.ID, resp.Warnings); err != nil {
+		return "", err
 	}
 	return resp.ID, nil
-}
-
-// podmanDroppedLimits picks the create warnings that say a limit was not applied.
-func podmanDroppedLimits(warnings []string) []string {
-	var out []string
-	for _, w := range warnings {
-		lw := strings.ToLower(w)
-		if strings.Contains(lw, "ignored") || strings.Contains(lw, "discarded") ||
-			strings.Contains(lw, "without swap") || strings.Contains(lw, "not supported") {
-			out = append(out, w)
-		}
-	}
-	return out
 }
 
 // podmanSpec translates every field of cs into a SpecGenerator. It is pure,
@@ -558,6 +539,8 @@ func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
 		_, weKilled := p.killed.Load(id)
 		limited := data.HostConfig != nil && data.HostConfig.Memory > 0
 		st.OOMKilled = st.ExitCode == 128+int(syscall.SIGKILL) && limited && !weKilled
+		// A program that SIGKILLs itself looks the same: say it is a guess.
+		st.OOMGuessed = st.OOMKilled
 	}
 	return st, nil
 }
@@ -638,12 +621,9 @@ func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error)
 		errc <- containers.Logs(p.call(ctx), id, opts, frames, frames)
 		close(frames)
 	}()
-	buf := make([]byte, 0, min(2*limit, 1<<20))
+	tail := newLogTail(limit)
 	for f := range frames {
-		buf = append(buf, f...)
-		if len(buf) > 2*limit {
-			buf = append(buf[:0], buf[len(buf)-limit:]...)
-		}
+		_, _ = tail.WriteString(f)
 	}
 	if err := <-errc; err != nil {
 		if podmanAPICode(err) == http.StatusNotFound {
@@ -651,14 +631,7 @@ func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error)
 		}
 		return "", p.wrap(ctx, "reading logs of container "+id, err)
 	}
-	if len(buf) > limit {
-		buf = buf[len(buf)-limit:]
-		// Do not start in the middle of a UTF-8 sequence.
-		for i := 0; i < utf8.UTFMax && len(buf) > 0 && !utf8.RuneStart(buf[0]); i++ {
-			buf = buf[1:]
-		}
-	}
-	return string(buf), nil
+	return tail.String(), nil
 }
 
 // List implements Runtime.

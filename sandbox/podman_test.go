@@ -327,17 +327,6 @@ func TestPodmanEnforcement(t *testing.T) {
 	}
 }
 
-func TestPodmanDroppedLimits(t *testing.T) {
-	w := []string{
-		"Resource limits are not supported and ignored on cgroups V1 rootless systems",
-		"Your kernel does not support swap limit capabilities or the cgroup is not mounted. Memory limited without swap.",
-		"something harmless",
-	}
-	if got := podmanDroppedLimits(w); len(got) != 2 {
-		t.Errorf("podmanDroppedLimits = %q", got)
-	}
-}
-
 func TestPodmanUnreachableError(t *testing.T) {
 	err := podmanUnreachable("unix:///run/podman/podman.sock", "/run/podman/podman.sock", errors.New("dial unix: no such file"))
 	if !errors.Is(err, ErrEngineUnreachable) {

@@ -3,11 +3,9 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -111,6 +109,9 @@ type Executor struct {
 	// directories. Both let Reap tell a dead bridge's leftovers apart.
 	owner     string
 	dirPrefix string
+	// exitGrace and killWait are exitGraceDefault and killWaitDefault;
+	// tests shorten them.
+	exitGrace, killWait time.Duration
 }
 
 // NewExecutor checks the engine once and prepares the run root.
@@ -135,7 +136,8 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	if err := ensurePrivateDir(root); err != nil {
 		return nil, err
 	}
-	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger, dirPrefix: "run-"}
+	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger, dirPrefix: "run-",
+		exitGrace: exitGraceDefault, killWait: killWaitDefault}
 	pid := os.Getpid()
 	if e.owner = processOwner(pid); e.owner != "" {
 		e.dirPrefix = fmt.Sprintf("run-%d.%s-", pid, processStart(pid))
@@ -188,7 +190,7 @@ const maxSocketPath = 108
 // Run runs one request in a fresh container and removes the container, its
 // socket and its directory before it returns, on every path. Failures of the
 // code (exceptions, timeouts, memory) are reported in the Result; an error
-// means the code could not be run at all.
+// means the code could not be run at all, or the engine failed mid-run.
 func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error) {
 	start := time.Now()
 	if err := req.Limits.Validate(); err != nil {
@@ -233,36 +235,49 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		// engine would drop, so what runs is what the spec says.
 		log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
 	}
-	id, err := e.rt.Create(ctx, spec)
+
+	// Create and Start run to their end even when ctx is cancelled: an
+	// engine that made a container must never leave it unknown to us. They
+	// are bounded by StartTimeout instead.
+	engineCtx := context.WithoutCancel(ctx)
+	cctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
+	id, err := e.rt.Create(cctx, spec)
+	cancel()
 	if err != nil {
+		// A create cut short may still have made the container: remove it
+		// by name, which the engines accept as well as an id.
+		e.remove(engineCtx, spec.Name, log)
 		if errors.Is(err, ErrImageNotFound) {
 			return res, fmt.Errorf("%w: build it with `bridge image build --runtime %s`", err, e.rt.Name())
 		}
 		return res, fmt.Errorf("creating container: %w", err)
 	}
 	defer func() {
-		// Remove even when ctx is cancelled: nothing may be left behind.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if rerr := e.rt.Remove(rctx, id); rerr != nil {
-			log.Error().Err(rerr).Str("container", id).Msg("removing container")
-			if err == nil {
-				err = fmt.Errorf("removing container %s: %w", id, rerr)
-			}
+		if rerr := e.remove(engineCtx, id, log); rerr != nil && err == nil {
+			err = fmt.Errorf("removing container %s: %w", id, rerr)
 		}
 		res.Duration = time.Since(start)
 		log.Debug().Str("status", string(res.Status)).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
 	}()
+	if ctx.Err() != nil {
+		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+		return res, nil
+	}
 
-	accepted := make(chan *runnerConn, 1)
-	go acceptRunner(ln, token, accepted, log)
+	runDone := make(chan struct{})
+	defer close(runDone)
+	accepted := make(chan *runnerConn)
+	go acceptRunner(ln, token, accepted, runDone, log)
 
-	if err := e.rt.Start(ctx, id); err != nil {
+	sctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
+	err = e.rt.Start(sctx, id)
+	cancel()
+	if err != nil {
 		return res, fmt.Errorf("starting container: %w", err)
 	}
 	// Wait on the container in the background for the whole run. Engines
 	// answer a wait on a created container at once, so it starts after Start.
-	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	waitCtx, stopWait := context.WithCancel(engineCtx)
 	defer stopWait()
 	exited := make(chan waitResult, 1)
 	go func() {
@@ -288,60 +303,118 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	defer conn.Close()
 	res.Python = conn.hello.Python
 
-	if err := conn.enc.Exec(relay.Exec{Code: req.Code, OutputLimit: req.Limits.OutputBytes}); err != nil {
+	// A runner that never reads must not hold the bridge: the write is
+	// bounded, and cancelling ctx closes the connection.
+	unhook := context.AfterFunc(ctx, func() { conn.Close() })
+	err = conn.exec(relay.Exec{Code: req.Code, OutputLimit: req.Limits.OutputBytes}, e.opts.StartTimeout)
+	if !unhook() || ctx.Err() != nil {
+		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+		return res, nil
+	}
+	if err != nil {
 		return res, fmt.Errorf("sending code to the runner: %w", err)
 	}
 	res.Startup = time.Since(start)
 	timeout := time.NewTimer(req.Limits.Timeout)
 	defer timeout.Stop()
 
-	callCtx, cancelCalls := context.WithCancel(ctx)
-	defer cancelCalls()
 	out := newOutput(req.Limits.OutputBytes, req.OnOutput)
+	exitSeen := make(chan struct{})
 	done := make(chan readResult, 1)
-	go func() { done <- e.serve(callCtx, res.RunID, conn, out) }()
+	// Cancelling serveCtx stops the reader waiting for a tool-call slot and
+	// cancels the calls in flight: done when the container is gone.
+	serveCtx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	go func() { done <- e.serve(serveCtx, res.RunID, conn, out, exitSeen) }()
 
 	kill := func() {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		kctx, cancel := context.WithTimeout(engineCtx, 10*time.Second)
 		defer cancel()
 		if err := e.rt.Kill(kctx, id); err != nil {
 			log.Warn().Err(err).Msg("killing container")
 		}
 	}
-
+	// stop kills the container and ends the connection, then collects what
+	// the reader and the engine have to say.
 	var rr readResult
 	var w waitResult
+	stop := func() {
+		kill()
+		conn.Close()
+		stopServe()
+		rr = <-done
+		w = awaitExit(exited, 0, e.killWait, kill)
+	}
+
+	var killedFor Status
 	select {
+	case <-timeout.C:
+		killedFor = StatusTimeout
+		stop()
+	case <-ctx.Done():
+		killedFor = StatusCancelled
+		stop()
+	case <-exitSeen:
+		// The runner reported; give it a moment to end on its own.
+		grace := time.NewTimer(e.exitGrace)
+		select {
+		case rr = <-done:
+			if rr.err != nil {
+				kill()
+			}
+			w = awaitExit(exited, e.exitGrace, e.killWait, kill)
+		case <-grace.C:
+			stop()
+		}
+		grace.Stop()
 	case rr = <-done:
 		if rr.err != nil {
 			kill() // a runner that breaks the protocol gets no grace
 		}
-		w = e.awaitExit(exited, kill)
+		w = awaitExit(exited, e.exitGrace, e.killWait, kill)
 	case w = <-exited:
+		if w.err != nil {
+			// The engine, not the code, failed: say so.
+			kill()
+			conn.Close()
+			stopServe()
+			<-done
+			return res, fmt.Errorf("waiting for the container: %w", w.err)
+		}
 		// The container ended first. Its end closes the connection; the
 		// deadline covers a peer that kept it open (it never should).
 		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		time.AfterFunc(2*time.Second, stopServe)
 		rr = <-done
-	case <-timeout.C:
-		kill()
-		e.awaitExit(exited, kill)
-		conn.Close()
-		<-done
-		out.fill(&res)
+	}
+	out.fill(&res)
+	switch killedFor {
+	case StatusTimeout:
 		res.Status, res.ExitCode = StatusTimeout, -1
 		res.Message = fmt.Sprintf("timed out after %s: the container was killed; output until then is kept", req.Limits.Timeout)
 		return res, nil
-	case <-ctx.Done():
-		kill()
-		conn.Close()
-		<-done
-		out.fill(&res)
+	case StatusCancelled:
 		res.Status, res.ExitCode = StatusCancelled, -1
 		res.Message = "cancelled: the container was killed"
 		return res, nil
 	}
-	out.fill(&res)
 	return e.outcome(ctx, id, rr, w, res, req.Limits, log)
+}
+
+// exitGraceDefault is how long a runner that sent exit, or whose connection
+// ended, has to end on its own before its container is killed.
+const exitGraceDefault = 5 * time.Second
+
+// remove force-removes a container (by id or name) with a context that
+// outlives the run's, and logs a failure.
+func (e *Executor) remove(ctx context.Context, idOrName string, log zerolog.Logger) error {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := e.rt.Remove(rctx, idOrName)
+	if err != nil {
+		log.Error().Err(err).Str("container", idOrName).Msg("removing container")
+	}
+	return err
 }
 
 // dropUnenforced clears the limits the engine cannot enforce from spec and
@@ -365,6 +438,12 @@ func dropUnenforced(spec *ContainerSpec, e Enforcement) []string {
 
 // outcome turns what the relay and the engine said into a Result.
 func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w waitResult, res Result, l Limits, log zerolog.Logger) (Result, error) {
+	// A protocol error wins over anything the runner said before it.
+	if rr.err != nil && errors.Is(rr.err, relay.ErrProtocol) {
+		res.Status, res.ExitCode, res.Error = StatusError, -1, nil
+		res.Message = rr.err.Error()
+		return res, nil
+	}
 	if rr.exit != nil {
 		res.ExitCode = rr.exit.ExitCode
 		res.Error = rr.exit.Error
@@ -383,18 +462,19 @@ func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w wait
 		return res, nil
 	}
 	// The runner went away without a final status.
-	if w.err == nil && w.state.OOMKilled {
+	if w.err != nil {
+		return res, fmt.Errorf("the runner stopped reporting and the engine could not say why: %w", w.err)
+	}
+	if w.state.OOMKilled {
 		res.Status, res.ExitCode = StatusMemory, w.state.ExitCode
 		res.Message = fmt.Sprintf("killed: the code exceeded the memory limit of %s", formatBytes(l.Memory))
+		if w.state.OOMGuessed {
+			res.Message = fmt.Sprintf("killed by SIGKILL, most likely for exceeding the memory limit of %s (this engine does not report OOM kills)", formatBytes(l.Memory))
+		}
 		return res, nil
 	}
-	res.Status, res.ExitCode = StatusError, -1
-	if w.err == nil {
-		res.ExitCode = w.state.ExitCode
-	}
+	res.Status, res.ExitCode = StatusError, w.state.ExitCode
 	switch {
-	case rr.err != nil && errors.Is(rr.err, relay.ErrProtocol):
-		res.Message = rr.err.Error()
 	case res.ExitCode == 137:
 		res.Message = "killed by SIGKILL (exit 137) before it could report; if the code uses much memory, the memory limit is " + formatBytes(l.Memory)
 	default:
@@ -432,125 +512,37 @@ func (e *Executor) logs(ctx context.Context, id string) string {
 	return strings.TrimSpace(s)
 }
 
-// awaitExit gives a runner that sent its exit message a moment to end, then
-// kills its container.
-func (e *Executor) awaitExit(exited <-chan waitResult, kill func()) waitResult {
-	t := time.NewTimer(5 * time.Second)
+// awaitExit waits up to grace for the container to end by itself, then
+// kills it and waits a bounded time more: an engine that neither stops the
+// container nor answers must not hold the run forever.
+func awaitExit(exited <-chan waitResult, grace, killWait time.Duration, kill func()) waitResult {
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		select {
+		case w := <-exited:
+			t.Stop()
+			return w
+		case <-t.C:
+		}
+		kill()
+	}
+	t := time.NewTimer(killWait)
 	defer t.Stop()
 	select {
 	case w := <-exited:
 		return w
 	case <-t.C:
-		kill()
-		return <-exited
+		return waitResult{err: fmt.Errorf("the container did not stop within %s of being killed", killWait)}
 	}
 }
+
+// killWaitDefault bounds the wait for a killed container to be reported
+// stopped.
+const killWaitDefault = 15 * time.Second
 
 type waitResult struct {
 	state ExitState
 	err   error
-}
-
-type readResult struct {
-	exit *relay.Exit
-	err  error
-}
-
-// serve reads the runner's frames until its exit message or the end of the
-// connection, answering tool calls concurrently.
-func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *output) readResult {
-	// Calls still in flight when the runner is gone are cancelled and
-	// awaited, so none outlives the run.
-	var calls sync.WaitGroup
-	defer calls.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var exit *relay.Exit
-	for {
-		m, err := c.dec.Decode()
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || (exit != nil && errors.Is(err, os.ErrDeadlineExceeded)) {
-				err = nil
-			}
-			return readResult{exit: exit, err: err}
-		}
-		if exit != nil {
-			return readResult{exit: exit, err: fmt.Errorf("%w: %s after exit", relay.ErrProtocol, m.Type)}
-		}
-		switch m.Type {
-		case relay.TypeStdout, relay.TypeStderr:
-			out.write(m.Type, m.Output.Data)
-		case relay.TypeToolCall:
-			calls.Add(1)
-			go func(call relay.ToolCall) {
-				defer calls.Done()
-				r := e.opts.Tools.CallTool(ctx, runID, call)
-				r.ID = call.ID
-				if err := c.send(r); err != nil {
-					e.log.Debug().Err(err).Str("run_id", runID).Msg("sending tool result")
-				}
-			}(*m.ToolCall)
-		case relay.TypeExit:
-			exit = m.Exit
-		case relay.TypeHello:
-			return readResult{err: fmt.Errorf("%w: second hello", relay.ErrProtocol)}
-		}
-	}
-}
-
-// runnerConn is the authenticated connection of one runner.
-type runnerConn struct {
-	net.Conn
-	hello relay.Hello
-	dec   *relay.Decoder
-	mu    sync.Mutex // serializes writes
-	enc   *relay.Encoder
-}
-
-func (c *runnerConn) send(r relay.ToolResult) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.enc.ToolResult(r)
-}
-
-// acceptRunner accepts connections until one presents the run's token with
-// a hello of our protocol version, and hands that one over. It returns when
-// the listener is closed.
-func acceptRunner(ln *net.UnixListener, token string, accepted chan<- *runnerConn, log zerolog.Logger) {
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		rc, err := handshake(conn, token)
-		if err != nil {
-			log.Warn().Err(err).Msg("rejected relay connection")
-			conn.Close()
-			continue
-		}
-		accepted <- rc
-		return
-	}
-}
-
-func handshake(conn net.Conn, token string) (*runnerConn, error) {
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	dec := relay.NewDecoder(conn, 0)
-	m, err := dec.Decode()
-	if err != nil {
-		return nil, err
-	}
-	if m.Type != relay.TypeHello {
-		return nil, fmt.Errorf("%w: first message is %s, not hello", relay.ErrProtocol, m.Type)
-	}
-	if subtle.ConstantTimeCompare([]byte(m.Hello.Token), []byte(token)) != 1 {
-		return nil, errors.New("wrong relay token")
-	}
-	if m.Hello.Version != relay.Version {
-		return nil, fmt.Errorf("runner speaks relay protocol v%d, bridge speaks v%d: rebuild the runner image with `bridge image build`", m.Hello.Version, relay.Version)
-	}
-	_ = conn.SetReadDeadline(time.Time{})
-	return &runnerConn{Conn: conn, hello: *m.Hello, dec: dec, enc: relay.NewEncoder(conn)}, nil
 }
 
 // output collects the code's stdout and stderr up to a cap each.

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // fakeRuntime is an in-memory Runtime for unit tests of the Executor. A
@@ -26,7 +28,12 @@ import (
 type fakeRuntime struct {
 	enforce   Enforcement
 	createErr error
-	behave    func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState
+	// createSlow makes Create wait for its ctx to end, make the container
+	// anyway and fail, as a real engine cut off mid-request does.
+	createSlow bool
+	killErr    error
+	waitErr    error
+	behave     func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState
 
 	mu         sync.Mutex
 	containers map[string]*fakeContainer
@@ -61,9 +68,12 @@ func (f *fakeRuntime) BuildImage(context.Context, string, string, string, io.Wri
 	return nil
 }
 
-func (f *fakeRuntime) Create(_ context.Context, spec ContainerSpec) (string, error) {
+func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, error) {
 	if f.createErr != nil {
 		return "", f.createErr
+	}
+	if f.createSlow {
+		<-ctx.Done()
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -71,17 +81,30 @@ func (f *fakeRuntime) Create(_ context.Context, spec ContainerSpec) (string, err
 	f.lastSpec = spec
 	id := fmt.Sprintf("c%d", f.created)
 	f.containers[id] = &fakeContainer{spec: spec, done: make(chan struct{})}
+	if f.createSlow {
+		return "", ctx.Err()
+	}
 	return id, nil
 }
 
-func (f *fakeRuntime) get(id string) (*fakeContainer, error) {
+func (f *fakeRuntime) get(idOrName string) (*fakeContainer, error) {
+	_, c, err := f.lookup(idOrName)
+	return c, err
+}
+
+// lookup finds a container by id or by name, as the engines do.
+func (f *fakeRuntime) lookup(idOrName string) (string, *fakeContainer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, ok := f.containers[id]
-	if !ok {
-		return nil, ErrNotFound
+	if c, ok := f.containers[idOrName]; ok {
+		return idOrName, c, nil
 	}
-	return c, nil
+	for id, c := range f.containers {
+		if c.spec.Name == idOrName {
+			return id, c, nil
+		}
+	}
+	return "", nil, ErrNotFound
 }
 
 func (f *fakeRuntime) Start(_ context.Context, id string) error {
@@ -108,6 +131,9 @@ func (f *fakeRuntime) Wait(ctx context.Context, id string) (ExitState, error) {
 	if err != nil {
 		return ExitState{}, err
 	}
+	if f.waitErr != nil {
+		return ExitState{}, f.waitErr
+	}
 	select {
 	case <-c.done:
 		return c.state, nil
@@ -117,14 +143,17 @@ func (f *fakeRuntime) Wait(ctx context.Context, id string) (ExitState, error) {
 }
 
 func (f *fakeRuntime) Kill(_ context.Context, id string) error {
+	if f.killErr != nil {
+		return f.killErr
+	}
 	if c, err := f.get(id); err == nil && c.cancel != nil {
 		c.cancel()
 	}
 	return nil
 }
 
-func (f *fakeRuntime) Remove(ctx context.Context, id string) error {
-	c, err := f.get(id)
+func (f *fakeRuntime) Remove(ctx context.Context, idOrName string) error {
+	id, c, err := f.lookup(idOrName)
 	if err != nil {
 		return nil
 	}
@@ -175,6 +204,7 @@ func newTestExecutor(t *testing.T, rt *fakeRuntime, opts ExecutorOptions) *Execu
 	if err != nil {
 		t.Fatal(err)
 	}
+	ex.exitGrace = 500 * time.Millisecond
 	t.Cleanup(func() {
 		left, _ := os.ReadDir(opts.RunRoot)
 		if len(left) != 0 {
@@ -526,4 +556,201 @@ func TestValidPrefix(t *testing.T) {
 			t.Errorf("validPrefix(%q, %d) = %q, want %q", s, n, got, want)
 		}
 	}
+}
+
+// connectAndExec plays a runner up to receiving exec.
+func connectAndExec(ctx context.Context, sock, token string) (*fakeRunner, error) {
+	r, err := dialRunner(ctx, sock)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.send(hello(token)); err != nil {
+		return nil, err
+	}
+	if _, err := r.recv(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// blockingTools counts the calls in flight and blocks each until its ctx ends.
+type blockingTools struct {
+	mu        sync.Mutex
+	now, most int
+}
+
+func (b *blockingTools) CallTool(ctx context.Context, _ string, call relay.ToolCall) relay.ToolResult {
+	b.mu.Lock()
+	b.now++
+	b.most = max(b.most, b.now)
+	b.mu.Unlock()
+	<-ctx.Done()
+	b.mu.Lock()
+	b.now--
+	b.mu.Unlock()
+	return relay.ToolResult{ID: call.ID, Error: &relay.ToolError{Type: "timeout", Message: "cancelled"}}
+}
+
+func TestHostileRunnerIsBounded(t *testing.T) {
+	t.Run("tool call flood", func(t *testing.T) {
+		sent := make(chan int, 1)
+		rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+			r, err := connectAndExec(ctx, sock, token)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			// Never read a reply; send until the bridge stops reading.
+			n := 0
+			_ = r.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			for ; n < 100000; n++ {
+				if r.send(map[string]any{"type": "tool_call", "id": n + 1, "server": "s", "tool": "t"}) != nil {
+					break
+				}
+			}
+			sent <- n
+			<-ctx.Done()
+			return ExitState{ExitCode: 137}
+		})
+		tools := &blockingTools{}
+		ex := newTestExecutor(t, rt, ExecutorOptions{Tools: tools})
+		l := testLimits()
+		l.Timeout = 2 * time.Second
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l})
+		if err != nil || res.Status != StatusTimeout {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+		n := <-sent
+		if tools.most > maxToolCalls || tools.most == 0 {
+			t.Fatalf("%d tool calls were in flight at once (cap %d)", tools.most, maxToolCalls)
+		}
+		if n >= 100000 {
+			t.Fatalf("the bridge kept reading all %d calls: no backpressure", n)
+		}
+		t.Logf("runner sent %d calls before blocking; at most %d in flight", n, tools.most)
+	})
+	t.Run("duplicate tool call id", func(t *testing.T) {
+		rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+			r, err := connectAndExec(ctx, sock, token)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(map[string]any{"type": "tool_call", "id": 1, "server": "s", "tool": "t"})
+			_ = r.send(map[string]any{"type": "tool_call", "id": 1, "server": "s", "tool": "t"})
+			<-ctx.Done()
+			return ExitState{ExitCode: 137}
+		})
+		ex := newTestExecutor(t, rt, ExecutorOptions{Tools: &blockingTools{}})
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+		if err != nil || res.Status != StatusError || !strings.Contains(res.Message, "already in flight") {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+	})
+	t.Run("never reads the code", func(t *testing.T) {
+		rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+			r, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(hello(token))
+			<-ctx.Done()
+			return ExitState{ExitCode: 137}
+		})
+		ex := newTestExecutor(t, rt, ExecutorOptions{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := ex.Run(ctx, Request{Code: strings.Repeat("#", 8<<20), Limits: testLimits()})
+		if err != nil || res.Status != StatusCancelled {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("Run took %s after its ctx ended", d)
+		}
+	})
+	t.Run("exit then keeps the socket open", func(t *testing.T) {
+		rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+			r, err := connectAndExec(ctx, sock, token)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(map[string]any{"type": "stdout", "data": "done"})
+			_ = r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0})
+			<-ctx.Done()
+			return ExitState{ExitCode: 137}
+		})
+		ex := newTestExecutor(t, rt, ExecutorOptions{})
+		ex.exitGrace = 200 * time.Millisecond
+		l := testLimits()
+		l.Timeout = 5 * time.Second
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l})
+		if err != nil || res.Status != StatusOK || res.Stdout != "done" {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+		if res.Duration > 4*time.Second {
+			t.Fatalf("took %s: the exit's grace was not applied", res.Duration)
+		}
+	})
+	t.Run("frame after exit", func(t *testing.T) {
+		rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+			r, err := connectAndExec(ctx, sock, token)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0})
+			_ = r.send(map[string]any{"type": "stdout", "data": "late"})
+			<-ctx.Done()
+			return ExitState{ExitCode: 137}
+		})
+		ex := newTestExecutor(t, rt, ExecutorOptions{})
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+		if err != nil || res.Status != StatusError || !strings.Contains(res.Message, "after exit") {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+	})
+}
+
+func TestEngineFailuresAreBounded(t *testing.T) {
+	spin := func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		if _, err := connectAndExec(ctx, sock, token); err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		<-ctx.Done()
+		return ExitState{ExitCode: 137}
+	}
+	t.Run("kill fails", func(t *testing.T) {
+		rt := newFake(spin)
+		rt.killErr = errors.New("engine wedged")
+		ex := newTestExecutor(t, rt, ExecutorOptions{})
+		ex.killWait = 300 * time.Millisecond
+		l := testLimits()
+		l.Timeout = 200 * time.Millisecond
+		start := time.Now()
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l})
+		if err != nil || res.Status != StatusTimeout {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("Run took %s with a failing Kill", d)
+		}
+	})
+	t.Run("wait fails", func(t *testing.T) {
+		rt := newFake(spin)
+		rt.waitErr = errors.New("engine lost the container")
+		ex := newTestExecutor(t, rt, ExecutorOptions{})
+		_, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+		if err == nil || !strings.Contains(err.Error(), "engine lost the container") {
+			t.Fatalf("err = %v, want the engine's error", err)
+		}
+	})
+	t.Run("cancelled during create", func(t *testing.T) {
+		rt := newFake(spin)
+		rt.createSlow = true
+		ex := newTestExecutor(t, rt, ExecutorOptions{StartTimeout: 200 * time.Millisecond})
+		// newTestExecutor's cleanup fails the test if the container made
+		// by the cut-off create is left behind.
+		_, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+		if err == nil || rt.created != 1 {
+			t.Fatalf("err = %v, created %d", err, rt.created)
+		}
+	})
 }

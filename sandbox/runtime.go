@@ -87,6 +87,9 @@ type Container struct {
 type ExitState struct {
 	ExitCode  int
 	OOMKilled bool
+	// OOMGuessed means the engine cannot report OOM kills; OOMKilled was
+	// inferred from SIGKILL under a memory limit.
+	OOMGuessed bool
 }
 
 // Sentinel errors that callers branch on. Backends wrap them with the detail

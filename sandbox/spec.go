@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -79,8 +80,10 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("timeout must be positive, got %s", l.Timeout)
 	case l.Memory < 16<<20:
 		return fmt.Errorf("memory limit must be at least 16 MiB, got %d bytes", l.Memory)
-	case l.CPUs <= 0:
-		return fmt.Errorf("cpus must be positive, got %g", l.CPUs)
+	case math.IsNaN(l.CPUs) || l.CPUs*CPUPeriod < 1000 || l.CPUs > 1024:
+		// Below 1 ms per period the kernel refuses the quota and engines
+		// silently run without one; NaN and huge values overflow it.
+		return fmt.Errorf("cpus must be between 0.01 and 1024, got %g", l.CPUs)
 	case l.Pids < 8:
 		return fmt.Errorf("pids limit must be at least 8, got %d", l.Pids)
 	case l.TmpfsSize < 1<<20:
@@ -169,7 +172,7 @@ func NewSpec(runID, image, runDir, token string, l Limits) ContainerSpec {
 
 		Memory:     l.Memory,
 		MemorySwap: l.Memory,
-		CPUQuota:   int64(l.CPUs * CPUPeriod),
+		CPUQuota:   int64(math.Round(l.CPUs * CPUPeriod)),
 		CPUPeriod:  CPUPeriod,
 		Pids:       l.Pids,
 		Rlimits: []Rlimit{

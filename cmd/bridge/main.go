@@ -77,6 +77,9 @@ func commands() []command {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal cancels the command, which then cleans up; a second
+	// one gets the default action and ends the process at once.
+	context.AfterFunc(ctx, stop)
 
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, os.Getenv("BRIDGE_LOG_LEVEL"))}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
@@ -100,7 +103,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "bridge %s: %s\nRun `bridge %s -h` for its flags.\n", c.name, ue.msg, c.name)
 				return exitUsage
 			case ctx.Err() != nil:
-				fmt.Fprintf(stderr, "bridge %s: interrupted\n", c.name)
+				fmt.Fprintf(stderr, "bridge %s: interrupted: %v\n", c.name, err)
 				return exitCanceled
 			}
 			fmt.Fprintf(stderr, "bridge %s: %v\n", c.name, err)

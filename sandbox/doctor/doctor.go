@@ -125,7 +125,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	add("reachable", true, fmt.Sprintf("%s %s (API %s), %s, cgroup v%s, OCI runtime %s",
 		info.Name, info.Version, info.APIVersion, mode, info.CgroupVersion, info.OCIRuntime), "")
 	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
-		info.Enforce.Reason+"; or accept that with --allow-unenforced-limits")
+		enforceHint(info.Enforce.Reason)+"; or accept that with --allow-unenforced-limits")
 
 	img, err := rt.ImageInfo(ctx, opts.Image)
 	if err != nil {
@@ -165,11 +165,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 			OK     bool   `json:"ok"`
 			Detail string `json:"detail"`
 		} `json:"checks"`
-		Limits struct {
-			Memory *string `json:"memory"`
-			Pids   *string `json:"pids"`
-			CPU    *string `json:"cpu"`
-		} `json:"limits"`
+		Limits cgroupLimits `json:"limits"`
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &smoke); err != nil {
 		add("smoke_run", false, "unreadable smoke output: "+err.Error(), "rebuild the image with `bridge image build`")
@@ -180,14 +176,69 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		s, ok := smoke.Checks[name]
 		safe = add(name, ok && s.OK, s.Detail, hardeningHint(name, c.Engine)) && safe
 	}
-	mem := limitHolds(smoke.Limits.Memory, limits.Memory)
-	pids := limitHolds(smoke.Limits.Pids, limits.Pids)
-	cpu := cpuHolds(smoke.Limits.CPU, limits.CPUs)
-	inside := add("memory_limit", mem, fmt.Sprintf("asked %d, cgroup says %s", limits.Memory, deref(smoke.Limits.Memory)), info.Enforce.Reason)
-	inside = add("pids_limit", pids, fmt.Sprintf("asked %d, cgroup says %s", limits.Pids, deref(smoke.Limits.Pids)), info.Enforce.Reason) && inside
-	inside = add("cpu_limit", cpu, fmt.Sprintf("asked %g CPUs, cgroup says %s", limits.CPUs, deref(smoke.Limits.CPU)), info.Enforce.Reason) && inside
+	inside := true
+	for _, lc := range limitChecks(info.Enforce, smoke.Limits, limits) {
+		inside = add(lc.Name, lc.OK, lc.Detail, lc.Hint) && inside
+	}
 	er.Usable = safe && ((limitsOK && inside) || opts.AllowUnenforcedLimits)
 	return er
+}
+
+// cgroupLimits is what the smoke run read from its own cgroup: the raw
+// contents of the limit files, nil where there was no such file.
+type cgroupLimits struct {
+	Memory *string `json:"memory"`
+	Pids   *string `json:"pids"`
+	CPU    *string `json:"cpu"`
+}
+
+// limitChecks compares the limits the smoke run asked for with what its
+// cgroup shows. A failed check's hint is the engine's reason when it says it
+// cannot enforce that limit, else what to do about an engine whose word the
+// cgroup contradicts.
+func limitChecks(enforce sandbox.Enforcement, got cgroupLimits, want sandbox.Limits) []Check {
+	checks := []Check{
+		{Name: "memory_limit", OK: limitHolds(got.Memory, want.Memory),
+			Detail: fmt.Sprintf("asked %d, cgroup says %s", want.Memory, deref(got.Memory)),
+			Hint:   limitHint(enforce.Memory, enforce.Reason)},
+		{Name: "pids_limit", OK: limitHolds(got.Pids, want.Pids),
+			Detail: fmt.Sprintf("asked %d, cgroup says %s", want.Pids, deref(got.Pids)),
+			Hint:   limitHint(enforce.Pids, enforce.Reason)},
+		{Name: "cpu_limit", OK: cpuHolds(got.CPU, want.CPUs),
+			Detail: fmt.Sprintf("asked %g CPUs, cgroup says %s", want.CPUs, deref(got.CPU)),
+			Hint:   limitHint(enforce.CPU, enforce.Reason)},
+	}
+	for i := range checks {
+		if checks[i].OK {
+			checks[i].Hint = ""
+		}
+	}
+	return checks
+}
+
+// readBackHint is the hint of a limit the engine says it enforces but that
+// the container's cgroup does not show.
+const readBackHint = "the engine accepted the limit but the container's cgroup does not show it: " +
+	"check the engine's cgroup driver and OCI runtime, and report `bridge doctor --json`"
+
+// limitHint is the hint of a failed read-back of one limit: the engine's
+// reason when it says it cannot enforce that limit, else readBackHint (the
+// engine claims the limit, or gave no reason).
+func limitHint(enforced bool, reason string) string {
+	if enforced || strings.TrimSpace(reason) == "" {
+		return readBackHint
+	}
+	return reason
+}
+
+// enforceHint is the engine's reason for not enforcing some limit, or what
+// to do when it gave none.
+func enforceHint(reason string) string {
+	if strings.TrimSpace(reason) == "" {
+		return "the engine did not say why: run the engine rootful on cgroup v2 with the memory, pids and cpu " +
+			"controllers enabled, and report `bridge doctor --json`"
+	}
+	return reason
 }
 
 func deref(s *string) string {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 func ptr(s string) *string { return &s }
@@ -43,6 +45,56 @@ func TestLimitReadBack(t *testing.T) {
 		if got := cpuHolds(tt.got, tt.cpus); got != tt.ok {
 			t.Errorf("cpuHolds(%v, %g) = %v, want %v", deref(tt.got), tt.cpus, got, tt.ok)
 		}
+	}
+}
+
+// Every failed limit check says what to do, also when the engine claims
+// the limit (so gives no reason) but the cgroup contradicts it.
+func TestLimitChecksHints(t *testing.T) {
+	want := smokeLimits()
+	held := cgroupLimits{Memory: ptr("134217728"), Pids: ptr("64"), CPU: ptr("50000 100000")}
+	dropped := cgroupLimits{Memory: ptr("max"), Pids: nil, CPU: ptr("max 100000")}
+	const reason = "rootless Podman on cgroup v1 ignores memory, pids and CPU limits: run Podman rootful"
+	all := sandbox.Enforcement{Memory: true, Pids: true, CPU: true}
+	tests := []struct {
+		name    string
+		enforce sandbox.Enforcement
+		got     cgroupLimits
+		ok      bool
+		hint    string
+	}{
+		{"held", all, held, true, ""},
+		{"engine claims, cgroup contradicts", all, dropped, false, readBackHint},
+		{"engine says why", sandbox.Enforcement{Reason: reason}, dropped, false, reason},
+		{"engine gives no reason", sandbox.Enforcement{}, dropped, false, readBackHint},
+		// The reason is about other limits when this one is claimed.
+		{"reason about another limit", sandbox.Enforcement{Memory: true, Pids: true, Reason: "no cpu controller"}, dropped, false, readBackHint},
+	}
+	for _, tt := range tests {
+		checks := limitChecks(tt.enforce, tt.got, want)
+		if len(checks) != 3 {
+			t.Fatalf("%s: %d checks, want 3", tt.name, len(checks))
+		}
+		for _, c := range checks {
+			if tt.name == "reason about another limit" && c.Name == "cpu_limit" {
+				if c.OK || c.Hint != "no cpu controller" {
+					t.Errorf("%s: %+v, want the engine's reason", tt.name, c)
+				}
+				continue
+			}
+			if c.OK != tt.ok || c.Hint != tt.hint {
+				t.Errorf("%s: %s ok=%v hint %q, want ok=%v hint %q", tt.name, c.Name, c.OK, c.Hint, tt.ok, tt.hint)
+			}
+			if !c.OK && (strings.TrimSpace(c.Hint) == "" || c.Detail == "") {
+				t.Errorf("%s: failed check %s without a hint or detail: %+v", tt.name, c.Name, c)
+			}
+		}
+	}
+	if h := enforceHint(""); strings.TrimSpace(h) == "" {
+		t.Error("enforceHint gives no hint for an empty reason")
+	}
+	if h := enforceHint(reason); h != reason {
+		t.Errorf("enforceHint(%q) = %q", reason, h)
 	}
 }
 
