@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func frame(payload string) []byte {
@@ -104,6 +107,340 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// strictRejects are payloads the strict decoder refuses (review findings 1
+// and 2), with a piece of the error each must give.
+var strictRejects = []struct {
+	name    string
+	payload string
+	want    string
+}{
+	// Keys are matched exactly: a case variant is an unknown field.
+	{"exit keys in other case", `{"type":"exit","STATUS":"ok","Exit_Code":0}`, `unknown field "STATUS"`},
+	{"exit key capitalized", `{"type":"exit","status":"ok","Exit_code":0}`, `unknown field "Exit_code"`},
+	{"stdout data in capitals", `{"type":"stdout","DATA":"x"}`, `unknown field "DATA"`},
+	{"type key capitalized", `{"Type":"stdout","data":"x"}`, "without a type"},
+	{"hello token capitalized", `{"type":"hello","version":1,"Token":"t","python":"3"}`, `unknown field "Token"`},
+	{"tool call args capitalized", `{"type":"tool_call","id":1,"server":"s","tool":"t","Args":{}}`, `unknown field "Args"`},
+	{"error object key in capitals", `{"type":"exit","status":"error","exit_code":1,"error":{"TYPE":"E","message":"m"}}`, `error: unknown field "TYPE"`},
+	{"field of another type", `{"type":"stdout","data":"x","status":"ok"}`, `unknown field "status"`},
+	{"unknown error object key", `{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":"m","lineno":3}}`, `error: unknown field "lineno"`},
+	{"unknown key in non-ASCII", `{"type":"stdout","data":"x","dàta":1}`, `unknown field "dàta"`},
+
+	// Each key at most once, also when spelled with escapes.
+	{"duplicate data", `{"type":"stdout","data":"a","data":"b"}`, `duplicate field "data"`},
+	{"duplicate type", `{"type":"stdout","data":"a","type":"stderr"}`, `duplicate field "type"`},
+	{"duplicate exit_code", `{"type":"exit","status":"error","exit_code":1,"exit_code":0}`, `duplicate field "exit_code"`},
+	{"duplicate escaped key", `{"type":"stdout","data":"a","d\u0061ta":"b"}`, `duplicate field "data"`},
+	{"duplicate token", `{"type":"hello","version":1,"token":"a","token":"b","python":"3"}`, `duplicate field "token"`},
+	{"duplicate args", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{},"args":{"a":1}}`, `duplicate field "args"`},
+	{"duplicate error object key", `{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":"m","message":"n"}}`, `error: duplicate field "message"`},
+
+	// Required keys.
+	{"stdout without data", `{"type":"stdout"}`, `missing field "data"`},
+	{"stderr without data", `{"type":"stderr"}`, `missing field "data"`},
+	{"hello without token", `{"type":"hello","version":1,"python":"3"}`, `missing field "token"`},
+	{"hello without version", `{"type":"hello","token":"t","python":"3"}`, `missing field "version"`},
+	{"hello without python", `{"type":"hello","version":1,"token":"t"}`, `missing field "python"`},
+	{"tool call without id", `{"type":"tool_call","server":"s","tool":"t"}`, `missing field "id"`},
+	{"tool call without server", `{"type":"tool_call","id":1,"tool":"t"}`, `missing field "server"`},
+	{"tool call without tool", `{"type":"tool_call","id":1,"server":"s"}`, `missing field "tool"`},
+	{"exit without status", `{"type":"exit","exit_code":0}`, `missing field "status"`},
+	{"exit without exit_code", `{"type":"exit","status":"ok"}`, `missing field "exit_code"`},
+	{"error object without message", `{"type":"exit","status":"error","exit_code":1,"error":{"type":"E"}}`, `error: missing field "message"`},
+	{"error object without type", `{"type":"exit","status":"error","exit_code":1,"error":{"message":"m"}}`, `error: missing field "type"`},
+
+	// Values of the wrong JSON type, null included.
+	{"data null", `{"type":"stdout","data":null}`, "data: cannot unmarshal null into a string"},
+	{"data array", `{"type":"stdout","data":["x"]}`, "data: cannot unmarshal array into a string"},
+	{"type not a string", `{"type":1,"data":"x"}`, "type: cannot unmarshal number into a string"},
+	{"version a string", `{"type":"hello","version":"1","token":"t","python":"3"}`, "version: cannot unmarshal string into an integer"},
+	{"version a fraction", `{"type":"hello","version":1.5,"token":"t","python":"3"}`, "version: 1.5 is not an integer"},
+	{"exit_code with exponent", `{"type":"exit","status":"error","exit_code":1e0}`, "exit_code: 1e0 is not an integer"},
+	{"exit_code as 1.0", `{"type":"exit","status":"error","exit_code":1.0}`, "exit_code: 1.0 is not an integer"},
+	{"exit_code a bool", `{"type":"exit","status":"error","exit_code":true}`, "exit_code: cannot unmarshal bool into an integer"},
+	{"id beyond int64", `{"type":"tool_call","id":9223372036854775808,"server":"s","tool":"t"}`, "id: 9223372036854775808 is out of range"},
+	{"args null", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":null}`, "args must be a JSON object, got null"},
+	{"args a string", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":"{}"}`, "args must be a JSON object, got string"},
+	{"error null", `{"type":"exit","status":"error","exit_code":1,"error":null}`, "error: cannot unmarshal null into an object"},
+	{"error a string", `{"type":"exit","status":"error","exit_code":1,"error":"boom"}`, "error: cannot unmarshal string into an object"},
+	{"error.message not a string", `{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":{}}}`, "error.message: cannot unmarshal object into a string"},
+	{"error.traceback null", `{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":"m","traceback":null}}`, "error.traceback: cannot unmarshal null into a string"},
+	{"stdout_cut a string", `{"type":"exit","status":"ok","exit_code":0,"stdout_cut":"0"}`, "stdout_cut: cannot unmarshal string into an integer"},
+
+	// Bounds.
+	{"exit_code -5", `{"type":"exit","status":"error","exit_code":-5}`, "exit_code must be 0 to 255, got -5"},
+	{"exit_code -1", `{"type":"exit","status":"error","exit_code":-1}`, "exit_code must be 0 to 255, got -1"},
+	{"exit_code 256", `{"type":"exit","status":"error","exit_code":256}`, "exit_code must be 0 to 255, got 256"},
+	{"exit_code huge", `{"type":"exit","status":"error","exit_code":9223372036854775807}`, "exit_code must be 0 to 255"},
+	{"ok with exit_code 256", `{"type":"exit","status":"ok","exit_code":256}`, "exit_code must be 0 to 255, got 256"},
+	{"negative stderr_cut", `{"type":"exit","status":"ok","exit_code":0,"stderr_cut":-1}`, "must not be negative"},
+	{"token of 257 bytes", `{"type":"hello","version":1,"token":"` + strings.Repeat("t", 257) + `","python":"3"}`, "token is 257 bytes (at most 256)"},
+	{"python of 65 bytes", `{"type":"hello","version":1,"token":"t","python":"` + strings.Repeat("3", 65) + `"}`, "python is 65 bytes (at most 64)"},
+	{"python of 65 bytes after unescaping", `{"type":"hello","version":1,"token":"t","python":"` + strings.Repeat(`\u00e9`, 33) + `"}`, "python is 66 bytes (at most 64)"},
+	{"server of 257 bytes", `{"type":"tool_call","id":1,"server":"` + strings.Repeat("s", 257) + `","tool":"t"}`, "server must be 1 to 256 bytes"},
+	{"tool of 257 bytes", `{"type":"tool_call","id":1,"server":"s","tool":"` + strings.Repeat("t", 257) + `"}`, "tool must be 1 to 256 bytes"},
+	{"empty tool", `{"type":"tool_call","id":1,"server":"s","tool":""}`, "tool must be 1 to 256 bytes"},
+	{"negative id", `{"type":"tool_call","id":-3,"server":"s","tool":"t"}`, "id must be a positive integer, got -3"},
+
+	// JSON syntax, as encoding/json checks it.
+	{"empty type", `{"type":"","data":"x"}`, "without a type"},
+	{"single quotes", `{'type':'stdout'}`, "not a JSON object"},
+	{"trailing comma", `{"type":"stdout","data":"x",}`, "not a JSON object"},
+	{"missing colon", `{"type" "stdout"}`, "not a JSON object"},
+	{"unterminated string", `{"type":"stdout","data":"x}`, "not a JSON object: unexpected end"},
+	{"control character in a string", "{\"type\":\"stdout\",\"data\":\"a\tb\"}", `invalid character '\t' in string literal`},
+	{"bad escape", `{"type":"stdout","data":"\x41"}`, `invalid character 'x' in string escape code`},
+	{"short unicode escape", `{"type":"stdout","data":"\u12"}`, `invalid character '"' in \u hexadecimal character escape`},
+	{"leading zero", `{"type":"tool_call","id":01,"server":"s","tool":"t"}`, "not a JSON object"},
+	{"plus sign", `{"type":"tool_call","id":+1,"server":"s","tool":"t"}`, "not a JSON object"},
+	{"bare decimal point", `{"type":"exit","status":"ok","exit_code":0.}`, "not a JSON object"},
+	{"NaN", `{"type":"exit","status":"ok","exit_code":NaN}`, "not a JSON object"},
+	{"literal cut short", `{"type":"stdout","data":"x","z":tru`, "not a JSON object: unexpected end"},
+	{"misspelt literal", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":nul}}`, "not a JSON object"},
+	{"bad value in args", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":[1,]}}`, "not a JSON object"},
+	{"unclosed args", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":[1}}`, "not a JSON object"},
+	{"args key not a string", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{1:2}}`, "not a JSON object"},
+	{"second object", `{"type":"stdout","data":"x"}{"type":"stdout","data":"y"}`, "trailing data"},
+	{"byte order mark", "\ufeff{\"type\":\"stdout\",\"data\":\"x\"}", "not a JSON object"},
+	{"only whitespace", " \n", "not a JSON object: unexpected end"},
+	{"args nested too deep", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}}`, "exceeded max depth"},
+}
+
+func TestDecodeRejectsStrict(t *testing.T) {
+	for _, tt := range strictRejects {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewDecoder(bytes.NewReader(frame(tt.payload)), 0).Decode()
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("err = %v, want ErrProtocol", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %q, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// strictAccepts are payloads at the edges of what the decoder allows.
+var strictAccepts = []struct {
+	name    string
+	payload string
+	check   func(t *testing.T, m Message)
+}{
+	{"keys in any order, with whitespace", " \t\r\n{ \"data\" : \"x\" ,\n\"type\":\"stdout\" } \n", func(t *testing.T, m Message) {
+		if m.Type != TypeStdout || m.Output.Data != "x" {
+			t.Fatalf("got %s", dump(m))
+		}
+	}},
+	{"escaped key", `{"typ\u0065":"stderr","\u0064ata":"x"}`, func(t *testing.T, m Message) {
+		if m.Type != TypeStderr || m.Output.Data != "x" {
+			t.Fatalf("got %s", dump(m))
+		}
+	}},
+	{"escapes", `{"type":"stdout","data":"\"\\\/\b\f\n\r\t\u0041\u00e9\u4e16\ud83d\ude00"}`, func(t *testing.T, m Message) {
+		if want := "\"\\/\b\f\n\r\tAé世😀"; m.Output.Data != want {
+			t.Fatalf("data = %q, want %q", m.Output.Data, want)
+		}
+	}},
+	{"lone surrogates become U+FFFD", `{"type":"stdout","data":"a\ud800b\udc00\ud800\ud800\ude00"}`, func(t *testing.T, m Message) {
+		if want := "a\uFFFDb\uFFFD\uFFFD\U00010200"; m.Output.Data != want {
+			t.Fatalf("data = %q, want %q", m.Output.Data, want)
+		}
+	}},
+	{"invalid UTF-8 becomes U+FFFD", "{\"type\":\"stdout\",\"data\":\"a\xffb\xed\xa0\x80c\xe4\xb8\"}", func(t *testing.T, m Message) {
+		if want := "a\uFFFDb\uFFFD\uFFFD\uFFFDc\uFFFD\uFFFD"; m.Output.Data != want {
+			t.Fatalf("data = %q, want %q", m.Output.Data, want)
+		}
+	}},
+	{"non-ASCII and DEL kept as sent", "{\"type\":\"stdout\",\"data\":\"héllo wörld \u4e16\u754c \x7f \U0001F600\"}", func(t *testing.T, m Message) {
+		if want := "héllo wörld 世界 \x7f 😀"; m.Output.Data != want {
+			t.Fatalf("data = %q, want %q", m.Output.Data, want)
+		}
+	}},
+	{"empty data", `{"type":"stdout","data":""}`, func(t *testing.T, m Message) {
+		if m.Output.Data != "" {
+			t.Fatalf("data = %q", m.Output.Data)
+		}
+	}},
+	{"hello at its bounds", `{"type":"hello","version":1,"token":"` + strings.Repeat("t", 256) + `","python":"` + strings.Repeat("3", 64) + `"}`, func(t *testing.T, m Message) {
+		if len(m.Hello.Token) != 256 || len(m.Hello.Python) != 64 {
+			t.Fatalf("got %+v", m.Hello)
+		}
+	}},
+	{"hello of another version", `{"type":"hello","version":2,"token":"t","python":"3.13.0"}`, func(t *testing.T, m Message) {
+		if m.Hello.Version != 2 { // the handshake, not the decoder, refuses it
+			t.Fatalf("got %+v", m.Hello)
+		}
+	}},
+	{"exit_code 255", `{"type":"exit","status":"error","exit_code":255,"stdout_cut":0,"stderr_cut":0}`, func(t *testing.T, m Message) {
+		if m.Exit.ExitCode != 255 || m.Exit.Error != nil {
+			t.Fatalf("got %+v", m.Exit)
+		}
+	}},
+	{"exit_code -0", `{"type":"exit","status":"ok","exit_code":-0}`, func(t *testing.T, m Message) {
+		if m.Exit.ExitCode != 0 {
+			t.Fatalf("got %+v", m.Exit)
+		}
+	}},
+	{"exit as the runner sends it", `{"type":"exit","status":"error","exit_code":1,"stdout_cut":0,"stderr_cut":12,"error":{"type":"ZeroDivisionError","message":"division by zero","traceback":"Traceback (most recent call last):\n  File \"<code>\", line 1, in <module>\nZeroDivisionError: division by zero\n"}}`, func(t *testing.T, m Message) {
+		e := m.Exit
+		if e.StderrCut != 12 || e.Error.Type != "ZeroDivisionError" || e.Error.Message != "division by zero" || !strings.HasSuffix(e.Error.Traceback, "division by zero\n") {
+			t.Fatalf("got %+v %+v", e, e.Error)
+		}
+	}},
+	{"error without traceback", `{"type":"exit","status":"error","exit_code":1,"error":{"message":"m","type":"SyntaxError"}}`, func(t *testing.T, m Message) {
+		if m.Exit.Error.Type != "SyntaxError" || m.Exit.Error.Traceback != "" {
+			t.Fatalf("got %+v", m.Exit.Error)
+		}
+	}},
+	{"tool call args kept as sent", `{"type":"tool_call","id":9223372036854775807,"server":"fs","tool":"read","args": { "p" : [1, -2.5e-3, true, false, null, {"":{}}, "\u00e9"] } }`, func(t *testing.T, m Message) {
+		c := m.ToolCall
+		if c.ID != 1<<63-1 || string(c.Args) != `{ "p" : [1, -2.5e-3, true, false, null, {"":{}}, "\u00e9"] }` {
+			t.Fatalf("got %+v, args %s", c, c.Args)
+		}
+	}},
+	{"args with duplicate keys left to the tool", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":1,"a":2}}`, func(t *testing.T, m Message) {
+		if string(m.ToolCall.Args) != `{"a":1,"a":2}` {
+			t.Fatalf("args = %s", m.ToolCall.Args)
+		}
+	}},
+	{"args nested to the limit", `{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":` + strings.Repeat("[", maxDepth-2) + strings.Repeat("]", maxDepth-2) + `}}`, func(t *testing.T, m Message) {
+		if len(m.ToolCall.Args) != 6+2*(maxDepth-2) {
+			t.Fatalf("args of %d bytes", len(m.ToolCall.Args))
+		}
+	}},
+}
+
+func TestDecodeAcceptsStrict(t *testing.T) {
+	for _, tt := range strictAccepts {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := NewDecoder(bytes.NewReader(frame(tt.payload)), 0).Decode()
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			tt.check(t, m)
+			checkInvariants(t, m)
+		})
+	}
+}
+
+func TestErrorFieldsBounded(t *testing.T) {
+	big := strings.Repeat("ab\n", 10<<20/3) // a 10 MiB traceback
+	payload, err := json.Marshal(map[string]any{
+		"type": "exit", "status": "error", "exit_code": 1,
+		"error": map[string]string{"type": strings.Repeat("T", 1000), "message": big[:70000], "traceback": big},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewDecoder(bytes.NewReader(frame(string(payload))), 0).Decode()
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	checkInvariants(t, m)
+	e := m.Exit.Error
+	if e.Type != strings.Repeat("T", 253)+"..." {
+		t.Errorf("type of %d bytes = %.20q...", len(e.Type), e.Type)
+	}
+	for _, f := range []struct {
+		name, got, sent string
+	}{{"message", e.Message, big[:70000]}, {"traceback", e.Traceback, big}} {
+		marker := fmt.Sprintf("\n[... %d bytes cut ...]\n", len(f.sent)-maxErrorText)
+		if want := f.sent[:maxErrorText/2] + marker + f.sent[len(f.sent)-maxErrorText/2:]; f.got != want {
+			t.Errorf("%s: got %d bytes %.40q...%.40q, want %d bytes", f.name, len(f.got), f.got, f.got[len(f.got)-40:], len(want))
+		}
+	}
+}
+
+func TestClip(t *testing.T) {
+	// Texts up to the limit and its slack pass unchanged.
+	for _, n := range []int{0, 1, maxErrorText, maxErrorText + errorTextSlack} {
+		if s := strings.Repeat("a", n); clip([]byte(s)) != s {
+			t.Errorf("clip changed a text of %d bytes", n)
+		}
+	}
+	// What the runner sends after its own cut (images/runner/runner.py,
+	// clip) is not cut again, whatever the count in its marker.
+	runner := strings.Repeat("h", maxErrorText/2) + "\n[... 16777216 bytes cut ...]\n" + strings.Repeat("t", maxErrorText/2)
+	if clip([]byte(runner)) != runner {
+		t.Errorf("clip cut what the runner had cut")
+	}
+	// Longer texts keep their head and tail at character boundaries; check
+	// every alignment of 1- to 4-byte characters around both cut points.
+	for _, ch := range []string{"a", "é", "世", "😀"} {
+		for pad := 0; pad < 4; pad++ {
+			for _, size := range []int{maxErrorText + errorTextSlack + 1, maxErrorText + 1000, 3 * maxErrorText} {
+				s := strings.Repeat("x", pad) + strings.Repeat(ch, (size-pad)/len(ch))
+				s += strings.Repeat("y", size-len(s))
+				got := clip([]byte(s))
+				head, rest, ok := strings.Cut(got, "\n[... ")
+				if !ok {
+					t.Fatalf("%q×%d: no marker in %.40q", ch, size, got)
+				}
+				num, tail, ok := strings.Cut(rest, " bytes cut ...]\n")
+				cut, err := strconv.Atoi(num)
+				switch {
+				case !ok || err != nil:
+					t.Fatalf("%q×%d: bad marker in %q", ch, size, rest[:40])
+				case !utf8.ValidString(got):
+					t.Fatalf("%q pad %d size %d: clip split a character", ch, pad, size)
+				case !strings.HasPrefix(s, head) || !strings.HasSuffix(s, tail):
+					t.Fatalf("%q pad %d size %d: head or tail not kept", ch, pad, size)
+				case len(head) > maxErrorText/2 || len(tail) > maxErrorText/2 || len(head) < maxErrorText/2-3 || len(tail) < maxErrorText/2-3:
+					t.Fatalf("%q pad %d size %d: head %d and tail %d bytes", ch, pad, size, len(head), len(tail))
+				case len(head)+cut+len(tail) != len(s):
+					t.Fatalf("%q pad %d size %d: marker says %d cut, %d were", ch, pad, size, cut, len(s)-len(head)-len(tail))
+				case len(got) > maxErrorText+errorTextSlack:
+					t.Fatalf("%q pad %d size %d: clipped to %d bytes", ch, pad, size, len(got))
+				}
+			}
+		}
+	}
+}
+
+func TestCutTail(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{strings.Repeat("a", 256), strings.Repeat("a", 256)},
+		{strings.Repeat("a", 257), strings.Repeat("a", 253) + "..."},
+		{strings.Repeat("a", 252) + "世界", strings.Repeat("a", 252) + "..."},
+		{strings.Repeat("a", 250) + "世界", strings.Repeat("a", 250) + "世界"},
+		{strings.Repeat("a", 250) + "世界b", strings.Repeat("a", 250) + "世..."},
+	} {
+		if got := cutTail([]byte(tt.in), 256); got != tt.want || len(got) > 256 {
+			t.Errorf("cutTail(%d bytes) = %q, want %q", len(tt.in), got, tt.want)
+		}
+	}
+}
+
+// The decoder reuses its buffer; what it returned before must not change.
+func TestDecodedMessagesOwnTheirMemory(t *testing.T) {
+	first := `{"type":"tool_call","id":1,"server":"aa","tool":"bb","args":{"k":"vv"}}`
+	second := `{"type":"tool_call","id":2,"server":"cc","tool":"dd","args":{"k":"ww"}}`
+	d := NewDecoder(bytes.NewReader(append(frame(first), frame(second)...)), 0)
+	m1, err := d.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Decode(); err != nil {
+		t.Fatal(err)
+	}
+	if c := m1.ToolCall; c.Server != "aa" || c.Tool != "bb" || string(c.Args) != `{"k":"vv"}` {
+		t.Fatalf("first message changed: %+v %s", c, c.Args)
+	}
+}
+
+func TestDecodeRefusesKeyFlood(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"type":"stdout","data":"x"`)
+	for i := range 100000 {
+		fmt.Fprintf(&b, `,"k%d":0`, i)
+	}
+	b.WriteString("}")
+	_, err := ParsePayload([]byte(b.String()))
+	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "more than 32 fields") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 func TestDecodeLimitAndEOF(t *testing.T) {
 	payload := `{"type":"stdout","data":"` + strings.Repeat("a", 100) + `"}`
 	if _, err := NewDecoder(bytes.NewReader(frame(payload)), 64).Decode(); !errors.Is(err, ErrProtocol) {
@@ -167,40 +504,127 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":[1,2,{"b":null}]}}`,
 		`{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":"m","traceback":"t"}}`,
 		`{"type":"exit","status":"ok","exit_code":0,"stdout_cut":1}`,
+		`{"type":"exit","status":"error","exit_code":255,"stdout_cut":0,"stderr_cut":9}`,
 		`{"type":"nope"}`,
 		`{}`,
 		`[]`,
+		// What the strict key checks are about.
+		`{"type":"exit","STATUS":"ok","Exit_Code":0}`,
+		`{"type":"stdout"}`,
+		`{"type":"stdout","data":"a","data":"b"}`,
+		`{"type":"stdout","d\u0061ta":"a"}`,
+		`{"data":"x","type":"stdout"}`,
+		` { "type" : "stderr" , "data" : "\ud83d\ude00\ud800\"\\\/\b\f\n\r\t" } `,
+		`{"type":"exit","status":"error","exit_code":-5}`,
+		`{"type":"exit","status":"error","exit_code":1.0}`,
+		`{"type":"tool_call","id":9223372036854775807,"server":"s","tool":"t","args":{"k":"v","n":[-1.5e3,true,false,null,{}]}}`,
+		`{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":"m","type":"F"}}`,
 	}
 	for _, s := range seeds {
 		f.Add(frame(s))
+		f.Add([]byte(s)) // mutates better as a bare payload: see below
 	}
+	f.Add(frame(`{"type":"stdout","data":"x"}` + "\xff\xfe"))
 	f.Add([]byte{0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, '{'})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := NewDecoder(bytes.NewReader(data), 1<<16)
+		// The whole input as one payload.
+		if len(data) > 0 {
+			m, err := ParsePayload(data)
+			if err != nil && !errors.Is(err, ErrProtocol) {
+				t.Fatalf("payload %q: error %v does not wrap ErrProtocol", data, err)
+			}
+			if err == nil {
+				checkInvariants(t, m)
+			}
+		}
+
+		// The input as a stream of frames.
+		const limit = 1 << 16
+		d := NewDecoder(bytes.NewReader(data), limit)
+		rest := data
 		for i := 0; i < 16; i++ {
 			m, err := d.Decode()
+			var payload []byte // this frame's payload, if it is whole
+			if len(rest) >= 4 {
+				if n := int(binary.BigEndian.Uint32(rest)); n >= 1 && n <= limit && n <= len(rest)-4 {
+					payload, rest = rest[4:4+n], rest[4+n:]
+				}
+			}
 			if err != nil {
 				if err != io.EOF && !errors.Is(err, ErrProtocol) {
 					t.Fatalf("error %v neither io.EOF nor ErrProtocol", err)
 				}
 				return
 			}
-			// A decoded message has exactly the part its type names.
-			set := 0
-			for _, p := range []bool{m.Hello != nil, m.Output != nil, m.ToolCall != nil, m.Exit != nil} {
-				if p {
-					set++
-				}
+			if payload == nil {
+				t.Fatalf("decoded %+v from a broken frame", m)
 			}
-			if set != 1 {
-				t.Fatalf("message %q has %d parts set", m.Type, set)
-			}
-			if m.ToolCall != nil && (m.ToolCall.ID <= 0 || len(m.ToolCall.Args) == 0 || m.ToolCall.Args[0] != '{') {
-				t.Fatalf("tool call passed checks it should fail: %+v", m.ToolCall)
-			}
+			checkInvariants(t, m)
 		}
 	})
+}
+
+func dump(m Message) string {
+	return fmt.Sprintf("%+v hello=%+v output=%+v tool_call=%+v exit=%+v", m, m.Hello, m.Output, m.ToolCall, m.Exit)
+}
+
+// checkInvariants checks what every accepted message guarantees, whatever
+// the runner sent.
+func checkInvariants(t *testing.T, m Message) {
+	t.Helper()
+	set := 0
+	for _, p := range []bool{m.Hello != nil, m.Output != nil, m.ToolCall != nil, m.Exit != nil} {
+		if p {
+			set++
+		}
+	}
+	if set != 1 {
+		t.Fatalf("message %q has %d parts set", m.Type, set)
+	}
+	valid := func(field, s string) {
+		if !utf8.ValidString(s) {
+			t.Fatalf("%s %s is not valid UTF-8: %q", m.Type, field, s)
+		}
+	}
+	switch m.Type {
+	case TypeHello:
+		h := m.Hello
+		if h == nil || len(h.Token) > maxToken || len(h.Python) > maxPython {
+			t.Fatalf("hello passed checks it should fail: %+v", h)
+		}
+		valid("token", h.Token)
+		valid("python", h.Python)
+	case TypeStdout, TypeStderr:
+		if m.Output == nil {
+			t.Fatalf("%s without output", m.Type)
+		}
+		valid("data", m.Output.Data)
+	case TypeToolCall:
+		c := m.ToolCall
+		if c == nil || c.ID <= 0 || len(c.Args) == 0 || c.Args[0] != '{' || !json.Valid(c.Args) ||
+			c.Server == "" || len(c.Server) > maxName || c.Tool == "" || len(c.Tool) > maxName {
+			t.Fatalf("tool call passed checks it should fail: %+v", c)
+		}
+		valid("server", c.Server)
+		valid("tool", c.Tool)
+	case TypeExit:
+		e := m.Exit
+		if e == nil || e.ExitCode < 0 || e.ExitCode > 255 || (e.Status != "ok" && e.Status != "error") ||
+			(e.Status == "ok" && e.ExitCode != 0) || e.StdoutCut < 0 || e.StderrCut < 0 {
+			t.Fatalf("exit passed checks it should fail: %+v", e)
+		}
+		if x := e.Error; x != nil {
+			if len(x.Type) > maxErrorType || len(x.Message) > maxErrorText+errorTextSlack || len(x.Traceback) > maxErrorText+errorTextSlack {
+				t.Fatalf("exit error over its bounds: type %d, message %d, traceback %d bytes", len(x.Type), len(x.Message), len(x.Traceback))
+			}
+			valid("error.type", x.Type)
+			valid("error.message", x.Message)
+			valid("error.traceback", x.Traceback)
+		}
+	default:
+		t.Fatalf("decoded a message of type %q", m.Type)
+	}
 }
 
 // BenchmarkDecodeOutput measures the hot path: a stream of 4 KiB stdout frames.
