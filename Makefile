@@ -98,8 +98,10 @@ unit:
 
 # The rootful suite (docker and podman), then the same test binary as the
 # unprivileged user against that user's Podman service. The user must be able
-# to read the binaries (and any test data): when this tree is not readable
-# by others (a clone under /root, say), it is copied to $(ROOTLESS_STAGE).
+# to read the binaries (and any test data, and the npm peers in
+# integration/npm/node_modules, passed as BRIDGE_NPM_DIR): when this tree is
+# not readable by others (a clone under /root, say), it is copied to
+# $(ROOTLESS_STAGE).
 integration:
 	@$(MAKE) --no-print-directory integration-rootful
 	@$(MAKE) --no-print-directory integration-rootless
@@ -116,7 +118,8 @@ integration-rootless: build need-env
 	user=$$BRIDGE_ROOTLESS_USER; \
 	home=$$(getent passwd "$$user" | cut -d: -f6); \
 	dir=$(CURDIR); \
-	if ! runuser -u "$$user" -- test -r "$$dir/go.mod" -a -x "$$dir/$(BIN)/integration.test" -a -x "$$dir/$(BIN)/bridge"; then \
+	if ! runuser -u "$$user" -- test -r "$$dir/go.mod" -a -x "$$dir/$(BIN)/integration.test" -a -x "$$dir/$(BIN)/bridge" \
+		-a \( ! -e "$$dir/integration/npm/node_modules" -o -x "$$dir/integration/npm/node_modules/.bin/mcp-inspector" \); then \
 		dir=$(ROOTLESS_STAGE); \
 		echo "$(CURDIR) is not readable by $$user: copying it to $$dir"; \
 		rm -rf "$$dir"; mkdir -p "$$dir"; \
@@ -129,7 +132,7 @@ integration-rootless: build need-env
 		HOME="$$home" USER="$$user" LOGNAME="$$user" \
 		PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 CI="$${CI:-}" \
 		XDG_RUNTIME_DIR="$$BRIDGE_ROOTLESS_RUNTIME_DIR" BRIDGE_TEST_ROOTLESS=1 \
-		BRIDGE_TEST_BIN="$$dir/$(BIN)/bridge" \
+		BRIDGE_TEST_BIN="$$dir/$(BIN)/bridge" BRIDGE_NPM_DIR="$$dir/integration/npm/node_modules" \
 		"$$dir/$(BIN)/integration.test" -test.count=1 -test.v -test.timeout $(INTEGRATION_TIMEOUT) \
 		$(if $(ROOTLESS_RUN),-test.run '$(ROOTLESS_RUN)')
 

@@ -5,10 +5,10 @@ package assets
 
 import "embed"
 
-// RunnerContext holds Dockerfile.runner and images/runner, at the paths the
+// RunnerContext holds Dockerfile.runner, the runner and its lib/, at the paths the
 // Dockerfile expects relative to the build context.
 //
-//go:embed Dockerfile.runner images/runner/runner.py
+//go:embed Dockerfile.runner images/runner/runner.py images/runner/lib/*.py
 var RunnerContext embed.FS
 
 // RunnerDockerfile is the path of the Dockerfile inside RunnerContext.

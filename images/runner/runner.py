@@ -624,6 +624,9 @@ def main() -> NoReturn:
     capture = Capture(relay, msg["output_limit"])
     relay.start()
     publish(relay)
+    # The modules the code may import from the bridge (mcp_tools); -I
+    # keeps the runner's own directory off the path.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 
     outcome = run_code(msg["code"])
 

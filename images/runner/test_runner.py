@@ -212,6 +212,13 @@ class OutputTest(unittest.TestCase):
         self.assertEqual(r.stderr, "")
         self.assertEqual(r.exit["status"], "ok")
 
+    def test_mcp_tools_help_is_importable(self) -> None:
+        # The run_python tool's description points the agent here.
+        r = run("import mcp_tools\nmcp_tools.help()")
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        self.assertIn("bridge sandbox", r.stdout)
+        self.assertIn("No network", r.stdout)
+
     def test_stderr_is_separate(self) -> None:
         r = run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.stderr.write('more\\n')")
         self.assertEqual(r.stdout, "out\n")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares this machine for bridge's integration tests, benchmarks and demo:
 # container engines installed and running, the base image present in every
-# image store, and a rootless Podman user. Idempotent: every step checks first
+# image store, a rootless Podman user, and the npm packages the tests use as
+# real MCP peers (integration/npm). Idempotent: every step checks first
 # and does nothing when its work is already done, so a second run takes a
 # second or two.
 #
@@ -11,7 +12,9 @@
 #   4. base image debian:bookworm-slim in Docker and rootful Podman
 #      (debootstrap, cached under /var/cache/bridge, then imported)
 #   5. the rootless user, its Podman API service and its copy of the base image
-#   6. the facts the tests need, written to /run/bridge-test/env
+#   6. npm ci in integration/npm (MCP Inspector CLI, reference MCP servers,
+#      js-tiktoken), npm's cache under /var/cache/bridge
+#   7. the facts the tests need, written to /run/bridge-test/env
 #
 # Daemons are started with setsid, stdin from /dev/null and output in log
 # files under /var/log/bridge: a daemon that inherits the caller's
@@ -21,7 +24,9 @@
 #
 # Knobs (environment): BRIDGE_ROOTLESS_USER (bridge-rootless),
 # BRIDGE_CACHE_DIR (/var/cache/bridge), BRIDGE_DEBIAN_MIRROR (default: read
-# from this machine's apt sources), BRIDGE_WAIT_SECONDS (60).
+# from this machine's apt sources), BRIDGE_WAIT_SECONDS (60). Node 20+ and npm
+# must be on PATH already (the machines this runs on have them; Debian 12's
+# own nodejs is 18, too old): the script checks and does not install them.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,6 +35,9 @@ PACKAGES=(docker.io podman runc catatonit debootstrap uidmap slirp4netns fuse-ov
 ROOTLESS_USER=${BRIDGE_ROOTLESS_USER:-bridge-rootless}
 CACHE_DIR=${BRIDGE_CACHE_DIR:-/var/cache/bridge}
 ROOTFS=$CACHE_DIR/rootfs-bookworm
+NPM_DIR=$(cd "$HERE/../npm" && pwd)
+NPM_CACHE=$CACHE_DIR/npm
+NODE_MIN_MAJOR=20
 SUITE=bookworm
 LOG_DIR=/var/log/bridge
 ENV_DIR=/run/bridge-test
@@ -165,7 +173,7 @@ fi
 unset BRIDGE_SETUP_LOCKED BRIDGE_SETUP_T0
 
 # ---------------------------------------------------------------------------
-step "1/6 packages"
+step "1/7 packages"
 mapfile -t missing < <(missing_packages)
 if ((${#missing[@]} == 0)); then
 	step_done "all present"
@@ -202,7 +210,7 @@ fi
 STARTED_DOCKERD='' STARTED_PODMAN='' STARTED_ROOTLESS=''
 
 # ---------------------------------------------------------------------------
-step "2/6 podman runtime"
+step "2/7 podman runtime"
 if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
 	CGROUP_VERSION=2
 	step_done "cgroup v2: Podman's default runtime is fine"
@@ -235,7 +243,7 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-step "3/6 daemons"
+step "3/7 daemons"
 msg=()
 if ping "$DOCKER_SOCK"; then
 	alive "$OLD_DOCKERD" dockerd && STARTED_DOCKERD=$OLD_DOCKERD
@@ -274,7 +282,7 @@ fi
 step_done "$(join "${msg[@]}")"
 
 # ---------------------------------------------------------------------------
-step "4/6 base image"
+step "4/7 base image"
 
 # apt_uri KIND: the first enabled "deb" URI of this machine's apt sources
 # whose suite is the plain release (KIND=main, e.g. "bookworm") or the
@@ -386,7 +394,7 @@ fi
 step_done "$(join "${msg[@]}")"
 
 # ---------------------------------------------------------------------------
-step "5/6 rootless podman"
+step "5/7 rootless podman"
 msg=()
 if ! id -u "$ROOTLESS_USER" >/dev/null 2>&1; then
 	useradd -m -s /bin/bash -c 'bridge rootless Podman tests' "$ROOTLESS_USER"
@@ -495,7 +503,45 @@ fi
 step_done "$ROOTLESS_USER (uid $R_UID): $(join "${msg[@]}")"
 
 # ---------------------------------------------------------------------------
-step "6/6 env file"
+step "6/7 npm test peers"
+# The packages pinned in integration/npm/package-lock.json, installed with
+# npm ci (exactly the lock file, nothing resolved anew). node_modules holds a
+# stamp with the lock file's checksum: a second run, or a run after a checkout
+# that left the lock file unchanged, skips the install; a changed lock file
+# reinstalls. No install scripts are run: none of these packages needs one.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	die "node and npm (Node $NODE_MIN_MAJOR or newer) must be on PATH for the MCP test peers in $NPM_DIR; install Node.js $NODE_MIN_MAJOR+ with npm (Debian 12's nodejs package is Node 18, too old)"
+fi
+node_version=$(node --version)
+node_major=${node_version#v}
+node_major=${node_major%%.*}
+if ! [ "$node_major" -ge "$NODE_MIN_MAJOR" ] 2>/dev/null; then
+	die "node $node_version at $(command -v node) is too old for the MCP test peers in $NPM_DIR: Node $NODE_MIN_MAJOR or newer is needed"
+fi
+npm_stamp=$NPM_DIR/node_modules/.bridge-npm-ci
+lock_sum=$(sha256sum "$NPM_DIR/package-lock.json" | cut -d' ' -f1)
+if [ -d "$NPM_DIR/node_modules" ] && [ "$(cat "$npm_stamp" 2>/dev/null || true)" = "$lock_sum" ]; then
+	step_done "node $node_version; $NPM_DIR/node_modules matches package-lock.json"
+else
+	npm_log=$LOG_DIR/npm.log
+	log "$STEP_NAME: npm ci in $NPM_DIR (node $node_version, npm $(npm --version 2>/dev/null); cache $NPM_CACHE; log $npm_log)"
+	mkdir -p "$NPM_CACHE"
+	# --prefer-offline: what the cache holds (checked against the lock file's
+	# integrity hashes) is not fetched again, so a second machine run that
+	# keeps /var/cache/bridge needs no network here.
+	if ! (cd "$NPM_DIR" && npm ci --no-audit --no-fund --no-update-notifier \
+		--ignore-scripts --prefer-offline --cache "$NPM_CACHE") >"$npm_log" 2>&1 </dev/null; then
+		tail -n 30 "$npm_log" >&2
+		die "npm ci failed in $NPM_DIR (full log: $npm_log)"
+	fi
+	# The rootless user runs these packages too (integration-rootless).
+	chmod -R a+rX "$NPM_DIR/node_modules"
+	echo "$lock_sum" >"$npm_stamp"
+	step_done "node $node_version; npm ci: $(sed -n 's/^added \([0-9]*\) packages.*/\1 packages/p' "$npm_log" | tail -n 1) in $NPM_DIR/node_modules"
+fi
+
+# ---------------------------------------------------------------------------
+step "7/7 env file"
 tmp=$(mktemp "$ENV_DIR/env.XXXXXX")
 cat >"$tmp" <<EOF
 # Written by integration/env/setup.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ). Source it:
@@ -510,6 +556,8 @@ export BRIDGE_ROOTLESS_UID=$R_UID
 export BRIDGE_ROOTLESS_RUNTIME_DIR=$R_RUNTIME
 export BRIDGE_ROOTLESS_SOCKET=unix://$R_SOCK
 export BRIDGE_ROOTLESS_STORAGE_DRIVER=$R_DRIVER
+# The MCP peers from npm (Inspector CLI, reference servers, js-tiktoken).
+export BRIDGE_NPM_DIR=$NPM_DIR/node_modules
 # Daemons this setup started, as PID:STARTTIME (field 22 of /proc/PID/stat);
 # empty when the daemon was already running. teardown.sh stops exactly these.
 BRIDGE_SETUP_DOCKERD_PID=$STARTED_DOCKERD

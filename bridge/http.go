@@ -1,0 +1,350 @@
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+)
+
+// DefaultHTTPAddr is where ServeHTTP listens when HTTPOptions.Addr is empty:
+// loopback only, so no token is needed.
+const DefaultHTTPAddr = "127.0.0.1:8080"
+
+// Defaults of HTTPOptions.
+const (
+	DefaultSessionTimeout  = 30 * time.Minute
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// HTTPOptions configure ServeHTTP.
+type HTTPOptions struct {
+	// Addr is the TCP address to listen on, host:port (DefaultHTTPAddr if
+	// empty). Port 0 picks a free port; Ready learns which.
+	Addr string
+	// Token is the bearer token clients must send (Authorization: Bearer
+	// <token>) on /mcp and /sse. When empty, a loopback address needs none
+	// and any other address gets a random token, logged once at warn level.
+	Token string
+	// Version is reported by /healthz.
+	Version string
+	// SessionTimeout closes a session that has had no request for this long
+	// (DefaultSessionTimeout if zero; negative: never).
+	SessionTimeout time.Duration
+	// ShutdownTimeout is how long the requests in flight get to finish when
+	// ctx ends before their connections are closed (DefaultShutdownTimeout
+	// if zero).
+	ShutdownTimeout time.Duration
+	// Ready, if set, is called once the listener is bound, with its
+	// address (the real port when Addr asked for port 0).
+	Ready func(addr net.Addr)
+}
+
+// ServeHTTP serves srv over HTTP until ctx ends:
+//
+//   - /mcp: the Streamable HTTP transport, with stateful sessions (so that
+//     notifications/cancelled reaches a call in flight and progress
+//     notifications stream back on the call's response), closed after
+//     SessionTimeout without a request (the SDK's idle timer runs whenever
+//     no POST is in progress, even while the client's GET stream is open:
+//     an idle client must ping to keep its session);
+//   - /sse: the legacy HTTP+SSE transport (protocol 2024-11-05);
+//   - /healthz: {"status":"ok","version":...}, without auth.
+//
+// /mcp and /sse need `Authorization: Bearer <token>` when a token is set or
+// generated (see HTTPOptions.Token); whether the address is loopback is
+// judged from the address actually bound. The SDK's DNS-rebinding
+// protection stays on (a request that reaches a loopback address with a
+// non-loopback Host header gets 403), and cross-origin browser requests that
+// are not GET or HEAD are refused.
+//
+// When ctx ends, ServeHTTP stops accepting connections, closes those that
+// have not sent a request, ends the hanging GET streams, gives the requests in flight ShutdownTimeout to finish, then
+// closes the sessions of srv that have a session id (srv should not be
+// shared with other HTTP handlers). It returns nil after a clean shutdown,
+// and an error if it had to cut requests short or could not listen. It does
+// not cancel tool calls in flight: a long run_python call holds its request
+// until the shutdown budget is spent, so callers should call
+// (*Server).Shutdown as well when ctx ends.
+func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerolog.Logger) error {
+	if srv == nil {
+		return errors.New("bridge: ServeHTTP: nil server")
+	}
+	if err := checkToken(opts.Token); err != nil {
+		return err
+	}
+	if opts.Addr == "" {
+		opts.Addr = DefaultHTTPAddr
+	}
+	if opts.SessionTimeout == 0 {
+		opts.SessionTimeout = DefaultSessionTimeout
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", opts.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", opts.Addr, err)
+	}
+	addr := ln.Addr()
+	loopback := isLoopbackAddr(addr)
+
+	token := opts.Token
+	switch {
+	case token == "" && !loopback:
+		token, err = newToken()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		// The only place the token is ever logged.
+		log.Warn().Str("token", token).Str("addr", addr.String()).
+			Msg("listening beyond loopback without BRIDGE_HTTP_TOKEN: generated a bearer token for this run; " +
+				"clients must send the header 'Authorization: Bearer <token>'")
+	case token == "":
+		log.Info().Msg("loopback address and no token: /mcp and /sse need no auth")
+	case len(token) < 16:
+		log.Warn().Int("length", len(token)).Msg("the bearer token is short; use at least 32 random characters")
+	}
+
+	// streams ends the hanging GET requests (SSE streams) when shutdown
+	// begins: they never finish on their own.
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+
+	var fresh freshConns
+	hs := &http.Server{
+		Handler:           newHTTPHandler(srv, opts, token, streams),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No ReadTimeout or WriteTimeout: SSE streams and tool calls last.
+		ErrorLog:  stdlog.New(httpErrorLog{log}, "", 0),
+		ConnState: fresh.track,
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	log.Info().Str("addr", addr.String()).Str("mcp", "http://"+addr.String()+"/mcp").
+		Bool("auth", token != "").Msg("serving MCP over HTTP")
+	if opts.Ready != nil {
+		opts.Ready(addr)
+	}
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info().Msg("shutting down the HTTP server")
+	sctx, cancel := context.WithTimeout(context.Background(), opts.ShutdownTimeout)
+	defer cancel()
+	fresh.closeAll()
+	endStreams()
+	err = hs.Shutdown(sctx)
+	if err != nil {
+		hs.Close()
+		err = fmt.Errorf("HTTP requests still in flight after %s were cut short: %w", opts.ShutdownTimeout, err)
+	}
+	<-served // http.ErrServerClosed
+	closeSessions(sctx, srv, log)
+	return err
+}
+
+// freshConns tracks the connections that have not sent a request yet
+// (http.StateNew), to close them when shutdown begins: http.Server.Shutdown
+// waits for them as if they were busy, up to 5 s (an HTTP client may well
+// open a spare connection and leave it unused).
+type freshConns struct {
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	closing bool
+}
+
+// track is an http.Server.ConnState hook.
+func (f *freshConns) track(c net.Conn, state http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case state == http.StateNew && f.closing:
+		c.Close()
+	case state == http.StateNew:
+		if f.conns == nil {
+			f.conns = map[net.Conn]struct{}{}
+		}
+		f.conns[c] = struct{}{}
+	default:
+		delete(f.conns, c)
+	}
+}
+
+// closeAll closes the fresh connections, and from now on every new one.
+func (f *freshConns) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closing = true
+	for c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+}
+
+// closeSessions closes srv's sessions that have an id (the Streamable HTTP
+// ones; a legacy SSE session ends with its GET), waiting until ctx ends at
+// most: closing a session waits for its handlers in flight.
+func closeSessions(ctx context.Context, srv *mcp.Server, log zerolog.Logger) {
+	var wg sync.WaitGroup
+	for ss := range srv.Sessions() {
+		if ss.ID() == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss.Close()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Warn().Msg("MCP sessions still busy at shutdown")
+	}
+}
+
+// newHTTPHandler routes /mcp, /sse and /healthz. token may be empty (no
+// auth); streams ends the GET requests of /mcp and /sse.
+func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams context.Context) http.Handler {
+	getServer := func(*http.Request) *mcp.Server { return srv }
+	sessionTimeout := max(opts.SessionTimeout, 0)
+	streamable := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		// Stateful: a session outlives one POST, so the cancellation of a
+		// call (sent in a later POST) finds it, and progress notifications
+		// made in a call's context stream back on that call's response.
+		Stateless:      false,
+		SessionTimeout: sessionTimeout,
+	})
+	sse := mcp.NewSSEHandler(getServer, nil)
+	auth := bearerAuth(token)
+	cop := http.NewCrossOriginProtection()
+
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", cop.Handler(auth(endWith(streams, streamable))))
+	mux.Handle("/sse", cop.Handler(auth(endWith(streams, sse))))
+	version := opts.Version
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(map[string]string{"status": "ok", "version": version})
+	})
+	return mux
+}
+
+// endWith ends the context of GET requests (the hanging SSE streams) when
+// streams ends; other requests are left to finish.
+func endWith(streams context.Context, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			stop := context.AfterFunc(streams, cancel)
+			defer stop()
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bearerAuth requires `Authorization: Bearer <token>`, unless token is
+// empty. Tokens are compared in constant time (as SHA-256 digests, so that
+// not even the length leaks).
+func bearerAuth(token string) func(http.Handler) http.Handler {
+	if token == "" {
+		return func(h http.Handler) http.Handler { return h }
+	}
+	want := sha256.Sum256([]byte(token))
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="bridge"`)
+				http.Error(w, "unauthorized: send the header 'Authorization: Bearer <token>'", http.StatusUnauthorized)
+				return
+			}
+			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+			if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="bridge", error="invalid_token"`)
+				http.Error(w, "unauthorized: wrong token in 'Authorization: Bearer <token>'", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+}
+
+// checkToken refuses a token that cannot travel in an Authorization
+// header.
+func checkToken(token string) error {
+	for _, r := range token {
+		if r <= ' ' || r == 0x7f {
+			return errors.New("bridge: the HTTP bearer token must not contain spaces or control characters")
+		}
+	}
+	return nil
+}
+
+// newToken returns 32 random bytes, base64url-encoded.
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating a bearer token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// isLoopbackAddr reports whether a bound listener address is a loopback
+// one (127.0.0.0/8, ::1). The unspecified address (":8080", "0.0.0.0",
+// "[::]") is not: it listens on every interface.
+func isLoopbackAddr(addr net.Addr) bool {
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		return ta.IP.IsLoopback()
+	}
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// httpErrorLog sends net/http's own error log to zerolog.
+type httpErrorLog struct{ log zerolog.Logger }
+
+func (l httpErrorLog) Write(p []byte) (int, error) {
+	l.log.Warn().Str("error", strings.TrimSpace(string(p))).Msg("http server")
+	return len(p), nil
+}

@@ -1,0 +1,493 @@
+package bridge
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+)
+
+// MaxStdioLineLength is the longest line ServeStdio accepts, not counting
+// its newline: the SDK's own limit for its stdio transport (16 MiB).
+const MaxStdioLineLength = mcp.DefaultMaxLineLength
+
+// stdioDrainTimeout bounds how long ServeStdio, once its input has ended,
+// waits for the answers to calls already received before it cancels them. A
+// client that closes our stdin is done with us (the MCP spec's shutdown), but
+// `printf '...' | bridge serve` should still see the answers to quick calls.
+const stdioDrainTimeout = 2 * time.Second
+
+// idPrefixLength is how much of an overlong line is kept to recover its id.
+const idPrefixLength = 64 << 10
+
+// ServeStdio serves srv over newline-delimited JSON-RPC 2.0: requests from
+// in, answers to out. Unlike the SDK's StdioTransport, a malformed line does
+// not end the session: it is answered on out with a JSON-RPC error (-32700
+// for a line that is not JSON, -32600 for JSON that is not a JSON-RPC 2.0
+// message, with the line's id when one can be recovered, else null) and the
+// next line is read. Blank lines are skipped. A line longer than
+// MaxStdioLineLength is answered with -32600 and skipped without being held
+// in memory. JSON-RPC batches (a JSON array on one line, which MCP dropped in
+// 2025-06-18) are refused with -32600.
+//
+// ServeStdio returns nil when in ends (EOF): the calls in flight then get up
+// to two seconds to answer, after which they are cancelled. It returns
+// ctx.Err() when ctx ends: the calls in flight are cancelled at once (their
+// handlers see their contexts cancelled), and ServeStdio returns when they
+// have returned. Any other error is a failure to read in or write out.
+//
+// ServeStdio uses srv.Connect and session.Wait, not srv.Run. What ends the
+// session is the transport's read side failing (io.EOF, or ctx.Err(): Read
+// watches ctx): the SDK then cancels the handlers in flight and closes the
+// connection once they have returned. Run would add, on ctx's end, a
+// graceful ServerSession.Close, which by itself only waits for the handlers
+// to finish on their own (with the SDK's StdioTransport, whose Read ignores
+// ctx, a run_python call in flight would hold the process for minutes), and
+// it logs the cancellation as an error through the SDK's logger.
+//
+// ServeStdio never closes in or out. A Read on in that is blocked when
+// the session ends keeps its goroutine until in returns (as with the SDK's
+// own stdio transport; os.Stdin cannot be interrupted portably).
+func ServeStdio(ctx context.Context, srv *mcp.Server, in io.Reader, out io.Writer, log zerolog.Logger) error {
+	return serveStdio(ctx, srv, in, out, log, MaxStdioLineLength, stdioDrainTimeout)
+}
+
+func serveStdio(ctx context.Context, srv *mcp.Server, in io.Reader, out io.Writer, log zerolog.Logger, maxLine int, drain time.Duration) error {
+	if srv == nil {
+		return errors.New("bridge: ServeStdio: nil server")
+	}
+	t := &stdioTransport{ctx: ctx, in: in, out: out, log: log, maxLine: maxLine, drain: drain}
+	ss, err := srv.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("connecting the stdio session: %w", err)
+	}
+	err = ss.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+// stdioTransport is an mcp.Transport over newline-delimited JSON that
+// answers malformed lines itself instead of failing the connection. It is
+// connected once.
+type stdioTransport struct {
+	ctx     context.Context // ends the session: Read fails with ctx.Err()
+	in      io.Reader
+	out     io.Writer
+	log     zerolog.Logger
+	maxLine int
+	drain   time.Duration
+}
+
+// Connect implements mcp.Transport.
+func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
+	c := &stdioConn{
+		t:       t,
+		lines:   make(chan stdioLine),
+		closed:  make(chan struct{}),
+		pending: map[jsonrpc.ID]int{},
+		idle:    make(chan struct{}),
+	}
+	close(c.idle) // nothing pending yet
+	go c.readLines()
+	return c, nil
+}
+
+// stdioLine is one line of input, or the error that ended the input.
+type stdioLine struct {
+	data    []byte // without its line ending; only a prefix if tooLong
+	size    int64  // the line's full length
+	tooLong bool
+	err     error // io.EOF or a read error; data is then empty
+}
+
+// stdioConn is the mcp.Connection of a stdioTransport.
+type stdioConn struct {
+	t     *stdioTransport
+	lines chan stdioLine // from readLines to Read
+
+	// writeMu serialises writes to out: the SDK's, which may come from many
+	// goroutines, and Read's error answers.
+	writeMu sync.Mutex
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	// pending counts the calls read and not yet answered, by id, so that
+	// the end of input can wait for their answers; idle is closed while
+	// there are none.
+	pendingMu sync.Mutex
+	pending   map[jsonrpc.ID]int
+	npending  int
+	idle      chan struct{}
+}
+
+// SessionID implements mcp.Connection; stdio sessions have no id.
+func (c *stdioConn) SessionID() string { return "" }
+
+// Close implements mcp.Connection. It unblocks Read; it does not close in
+// or out, which the caller owns.
+func (c *stdioConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return nil
+}
+
+// readLines reads in, line by line, and hands each line to Read until the
+// input ends or the connection closes. A line longer than maxLine is read to
+// its end but only its first bytes are kept, so that memory stays bounded.
+func (c *stdioConn) readLines() {
+	br := bufio.NewReaderSize(c.t.in, 64<<10)
+	keep := min(c.t.maxLine, idPrefixLength)
+	for {
+		var (
+			line    []byte
+			size    int64 // bytes read of this line, its ending included
+			tooLong bool
+			chunk   []byte
+			err     error
+		)
+		for {
+			chunk, err = br.ReadSlice('\n')
+			size += int64(len(chunk))
+			if !tooLong {
+				line = append(line, chunk...)
+				// The line ending ("\n" or "\r\n") does not count.
+				if len(line) > c.t.maxLine+2 {
+					tooLong = true
+					line = bytes.Clone(line[:keep])
+				}
+			}
+			if err != bufio.ErrBufferFull {
+				break
+			}
+		}
+		if !tooLong {
+			line = trimEOL(line)
+			tooLong = len(line) > c.t.maxLine
+		}
+		if size > 0 {
+			// A last line without a newline counts too.
+			if bytes.HasSuffix(chunk, []byte("\r\n")) {
+				size -= 2
+			} else if bytes.HasSuffix(chunk, []byte("\n")) {
+				size--
+			}
+			if !c.send(stdioLine{data: line, size: size, tooLong: tooLong}) {
+				return
+			}
+		}
+		if err != nil {
+			c.send(stdioLine{err: err})
+			return
+		}
+	}
+}
+
+// trimEOL removes a trailing "\n" or "\r\n".
+func trimEOL(b []byte) []byte {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	return bytes.TrimSuffix(b, []byte("\r"))
+}
+
+// send hands l to Read; it reports false once the connection is closed.
+func (c *stdioConn) send(l stdioLine) bool {
+	select {
+	case c.lines <- l:
+		return true
+	case <-c.closed:
+		return false
+	}
+}
+
+// Read implements mcp.Connection: it returns the next well-formed message,
+// answering and skipping malformed lines on the way. Only the end of input,
+// a failure to read or write, ctx's end or Close make it fail, and any
+// failure ends the session.
+func (c *stdioConn) Read(context.Context) (jsonrpc.Message, error) {
+	// The SDK passes a context that is never done; the transport's own
+	// context is what ends the session.
+	ctx := c.t.ctx
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closed:
+			return nil, io.EOF
+		case l := <-c.lines:
+			if l.err != nil {
+				if l.err == io.EOF {
+					c.waitForAnswers(ctx)
+					return nil, io.EOF
+				}
+				return nil, fmt.Errorf("reading stdin: %w", l.err)
+			}
+			msg, bad := decodeLine(l, c.t.maxLine)
+			if bad != nil {
+				c.t.log.Warn().Int("code", bad.code).Str("error", bad.message).Int64("bytes", l.size).
+					Msg("answered a malformed JSON-RPC line with an error")
+				if err := c.writeError(ctx, bad); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if msg == nil {
+				continue // a blank line
+			}
+			if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+				c.addPending(req.ID)
+			}
+			return msg, nil
+		}
+	}
+}
+
+// Write implements mcp.Connection.
+func (c *stdioConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	data, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return fmt.Errorf("encoding a JSON-RPC message: %w", err)
+	}
+	if err := c.writeLine(data); err != nil {
+		return err
+	}
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.donePending(resp.ID)
+	}
+	return nil
+}
+
+// writeLine writes data and a newline to out in one Write, under writeMu.
+func (c *stdioConn) writeLine(data []byte) error {
+	select {
+	case <-c.closed:
+		return mcp.ErrConnectionClosed
+	default:
+	}
+	buf := make([]byte, 0, len(data)+1)
+	buf = append(append(buf, data...), '\n')
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if _, err := c.t.out.Write(buf); err != nil {
+		return fmt.Errorf("writing stdout: %w", err)
+	}
+	return nil
+}
+
+// writeError answers a malformed line.
+func (c *stdioConn) writeError(ctx context.Context, bad *lineError) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	id := bad.id
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	data, err := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{
+		JSONRPC: "2.0",
+		ID:      id,
+		Error: struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}{bad.code, bad.message},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding an error answer: %w", err)
+	}
+	return c.writeLine(data)
+}
+
+func (c *stdioConn) addPending(id jsonrpc.ID) {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	if c.npending == 0 {
+		c.idle = make(chan struct{})
+	}
+	c.pending[id]++
+	c.npending++
+}
+
+func (c *stdioConn) donePending(id jsonrpc.ID) {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	n, ok := c.pending[id]
+	if !ok {
+		return
+	}
+	if n <= 1 {
+		delete(c.pending, id)
+	} else {
+		c.pending[id] = n - 1
+	}
+	c.npending--
+	if c.npending == 0 {
+		close(c.idle)
+	}
+}
+
+// waitForAnswers waits, for at most the drain timeout, until every call
+// read has been answered.
+func (c *stdioConn) waitForAnswers(ctx context.Context) {
+	c.pendingMu.Lock()
+	idle, n := c.idle, c.npending
+	c.pendingMu.Unlock()
+	if n == 0 {
+		return
+	}
+	c.t.log.Debug().Int("calls", n).Msg("stdin closed; waiting for the calls in flight")
+	timer := time.NewTimer(c.t.drain)
+	defer timer.Stop()
+	select {
+	case <-idle:
+	case <-timer.C:
+		c.t.log.Info().Int("calls", n).Msg("stdin closed; cancelling the calls still in flight")
+	case <-ctx.Done():
+	case <-c.closed:
+	}
+}
+
+// lineError is the JSON-RPC error answering a malformed line.
+type lineError struct {
+	code    int
+	message string
+	id      json.RawMessage // the line's id, or nil
+}
+
+const lineHint = "; each line must be one JSON-RPC 2.0 message"
+
+// decodeLine decodes one line. It returns nil, nil for a blank line.
+func decodeLine(l stdioLine, maxLine int) (jsonrpc.Message, *lineError) {
+	if l.tooLong {
+		return nil, &lineError{
+			code:    jsonrpc.CodeInvalidRequest,
+			message: fmt.Sprintf("invalid request: line of %d bytes is over the limit of %d bytes%s", l.size, maxLine, lineHint),
+			id:      recoverID(l.data),
+		}
+	}
+	data := bytes.TrimSpace(l.data)
+	if len(data) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(data) {
+		var probe json.RawMessage
+		msg := "invalid JSON"
+		if err := json.Unmarshal(l.data, &probe); err != nil {
+			msg = err.Error()
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				msg = fmt.Sprintf("%s at byte %d", se, se.Offset)
+			}
+		}
+		return nil, &lineError{code: jsonrpc.CodeParseError, message: "parse error: " + msg + lineHint, id: recoverID(data)}
+	}
+	invalid := func(format string, args ...any) *lineError {
+		return &lineError{
+			code:    jsonrpc.CodeInvalidRequest,
+			message: "invalid request: " + fmt.Sprintf(format, args...) + lineHint,
+			id:      recoverID(data),
+		}
+	}
+	switch data[0] {
+	case '{':
+	case '[':
+		return nil, invalid("JSON-RPC batches (arrays) are not supported")
+	default:
+		return nil, invalid("a JSON-RPC message must be a JSON object")
+	}
+	var fields struct {
+		JSONRPC *string         `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Method  json.RawMessage `json:"method"`
+		Result  json.RawMessage `json:"result"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, invalid("%v", err)
+	}
+	switch {
+	case fields.JSONRPC == nil:
+		return nil, invalid(`"jsonrpc":"2.0" is missing`)
+	case *fields.JSONRPC != "2.0":
+		return nil, invalid(`"jsonrpc" must be "2.0", not %q`, *fields.JSONRPC)
+	case fields.Method == nil && fields.Result == nil && fields.Error == nil:
+		return nil, invalid(`a request needs a "method"`)
+	case fields.ID != nil && !validID(fields.ID):
+		return nil, invalid(`"id" must be a string, a number or null`)
+	}
+	msg, err := jsonrpc.DecodeMessage(data)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	return msg, nil
+}
+
+// validID reports whether id, the JSON text of an "id" member, is a
+// string, a number or null.
+func validID(id json.RawMessage) bool {
+	switch c := id[0]; {
+	case c == '"', c == '-', c >= '0' && c <= '9':
+		return true
+	}
+	return string(id) == "null"
+}
+
+// recoverID returns the JSON text of the "id" member of the object that
+// data is or begins with, if it comes before any syntax error and is a
+// string or a number; else nil.
+func recoverID(data []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil // the object's end
+		}
+		if key == "id" {
+			tok, err := dec.Token()
+			if err != nil {
+				return nil
+			}
+			switch v := tok.(type) {
+			case string:
+				b, _ := json.Marshal(v)
+				return b
+			case json.Number:
+				return json.RawMessage(v)
+			}
+			return nil
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+}

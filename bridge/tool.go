@@ -1,0 +1,299 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// ToolName is the bridge's only tool.
+const ToolName = "run_python"
+
+// toolDescription teaches the agent the tool in as few tokens as do the job:
+// the whole tools/list answer must stay at or under 300 tokens.
+const toolDescription = "Run Python 3 in a fresh isolated container: no network, " +
+	"read-only except /tmp, nothing kept between calls. Top-level await works. " +
+	"You get back what the code prints (stdout, then stderr), so print only what you need. " +
+	"In the code, `import mcp_tools; mcp_tools.help()` prints the sandbox's help."
+
+const instructions = "Use run_python to compute, transform and filter data in a sandbox; print only the result you need."
+
+// Status values beyond the sandbox's own.
+const (
+	statusBusy        = "busy"        // no slot and no queue place
+	statusInvalid     = "invalid"     // bad arguments
+	statusUnavailable = "unavailable" // the sandbox could not run the code
+)
+
+// runPythonTool is the tool's definition, with compact hand-written schemas
+// (the SDK emits them byte for byte).
+func runPythonTool(maxTimeout time.Duration) *mcp.Tool {
+	input := fmt.Sprintf(`{"type":"object","properties":{"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d}},"required":["code"],"additionalProperties":false}`,
+		int(maxTimeout/time.Second))
+	return &mcp.Tool{
+		Name:         ToolName,
+		Description:  toolDescription,
+		InputSchema:  json.RawMessage(input),
+		OutputSchema: json.RawMessage(outputSchema),
+		Annotations:  &mcp.ToolAnnotations{OpenWorldHint: ptr(false)},
+	}
+}
+
+const outputSchema = `{"type":"object","properties":{"status":{"type":"string"},"exit_code":{"type":"integer"},"stdout":{"type":"string"},"stderr":{"type":"string"},"duration_ms":{"type":"integer"},"stdout_cut":{"type":"integer"},"stderr_cut":{"type":"integer"}},"required":["status"]}`
+
+func ptr[T any](v T) *T { return &v }
+
+// Output is the structuredContent of every run_python result.
+type Output struct {
+	Status     string `json:"status"`
+	ExitCode   int    `json:"exit_code"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	DurationMS int64  `json:"duration_ms"`
+	StdoutCut  int64  `json:"stdout_cut,omitempty"`
+	StderrCut  int64  `json:"stderr_cut,omitempty"`
+	// Message says, in one line, why a run did not succeed.
+	Message string `json:"message,omitempty"`
+}
+
+// input is what a call may pass. Decoding is strict: unknown fields and
+// wrong types are input errors.
+type input struct {
+	Code           *string          `json:"code"`
+	TimeoutSeconds *json.RawMessage `json:"timeout_seconds"`
+}
+
+// parseInput checks the call's arguments and returns the code and timeout.
+func (s *Server) parseInput(raw json.RawMessage) (string, time.Duration, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return "", 0, errors.New(`missing arguments: pass {"code": "<python source>"}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var in input
+	if err := dec.Decode(&in); err != nil {
+		var ute *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &ute) && ute.Field == "code":
+			return "", 0, fmt.Errorf("code must be a string of Python source, got %s", ute.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return "", 0, fmt.Errorf("%s: run_python takes only code and timeout_seconds", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return "", 0, fmt.Errorf("arguments must be a JSON object with code (string) and optional timeout_seconds (integer): %v", err)
+	}
+	if in.Code == nil {
+		return "", 0, errors.New("missing required argument code (the Python source to run)")
+	}
+	if strings.TrimSpace(*in.Code) == "" {
+		return "", 0, errors.New("code is empty: pass the Python source to run")
+	}
+	timeout := s.opts.Limits.Timeout
+	if in.TimeoutSeconds != nil && string(*in.TimeoutSeconds) != "null" {
+		var f float64
+		if err := json.Unmarshal(*in.TimeoutSeconds, &f); err != nil || f != math.Trunc(f) {
+			return "", 0, fmt.Errorf("timeout_seconds must be a whole number of seconds, got %s", *in.TimeoutSeconds)
+		}
+		maxS := int64(s.opts.MaxTimeout / time.Second)
+		if f < 1 || f > float64(maxS) {
+			return "", 0, fmt.Errorf("timeout_seconds must be between 1 and %d, got %s", maxS, *in.TimeoutSeconds)
+		}
+		timeout = time.Duration(f) * time.Second
+	}
+	return *in.Code, timeout, nil
+}
+
+// handleRunPython is the tool's handler.
+func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	start := time.Now()
+	code, timeout, err := s.parseInput(req.Params.Arguments)
+	if err != nil {
+		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
+	}
+	// A place in the queue, or busy at once.
+	select {
+	case s.queue <- struct{}{}:
+		defer func() { <-s.queue }()
+	default:
+		return failure(statusBusy, fmt.Sprintf("%v: %d runs in progress and %d waiting; try again shortly", ErrBusy, s.opts.MaxConcurrent, s.opts.QueueLength), start), nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	untrack, err := s.track(cancel)
+	if err != nil {
+		return failure(statusUnavailable, err.Error(), start), nil
+	}
+	defer untrack()
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	case <-ctx.Done():
+		return failure(string(sandbox.StatusCancelled), "cancelled while waiting for a free slot", start), nil
+	}
+
+	runner, err := s.getRunner(ctx)
+	if err != nil {
+		s.log.Error().Err(err).Msg("sandbox unavailable")
+		return failure(statusUnavailable, "the sandbox is unavailable: "+err.Error()+" (the operator can run `bridge doctor`)", start), nil
+	}
+	limits := s.opts.Limits
+	limits.Timeout = timeout
+	prog := newProgress(ctx, req, s.opts.ProgressInterval, start)
+	defer prog.stop()
+	res, err := runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, OnOutput: prog.output})
+	if err != nil {
+		s.log.Error().Err(err).Msg("run failed")
+		return failure(statusUnavailable, "the sandbox could not run the code: "+err.Error(), start), nil
+	}
+	s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Msg("run finished")
+	return render(res), nil
+}
+
+// failure is the result of a call that never ran code.
+func failure(status, msg string, start time.Time) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: msg}},
+		StructuredContent: Output{Status: status, ExitCode: -1, DurationMS: time.Since(start).Milliseconds(), Message: msg},
+	}
+}
+
+// render turns a run's Result into the tool's result: compact text for the
+// agent (stdout; stderr under a label; a status line only when the run did
+// not succeed) and the same facts as structuredContent.
+func render(r sandbox.Result) *mcp.CallToolResult {
+	out := Output{
+		Status:     string(r.Status),
+		ExitCode:   r.ExitCode,
+		Stdout:     r.Stdout,
+		Stderr:     r.Stderr,
+		DurationMS: r.Duration.Milliseconds(),
+		StdoutCut:  r.StdoutCut,
+		StderrCut:  r.StderrCut,
+		Message:    r.Message,
+	}
+	var b strings.Builder
+	b.WriteString(r.Stdout)
+	if r.StdoutCut > 0 {
+		fmt.Fprintf(&b, "\n[stdout cut: %d more bytes not shown]", r.StdoutCut)
+	}
+	if r.Stderr != "" || r.StderrCut > 0 {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString("stderr:\n")
+		b.WriteString(r.Stderr)
+		if r.StderrCut > 0 {
+			fmt.Fprintf(&b, "\n[stderr cut: %d more bytes not shown]", r.StderrCut)
+		}
+	}
+	ok := r.Status == sandbox.StatusOK
+	if !ok {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "[%s: %s]", r.Status, r.Message)
+	}
+	text := b.String()
+	if text == "" {
+		text = "(no output)"
+	}
+	return &mcp.CallToolResult{
+		IsError:           !ok,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text}},
+		StructuredContent: out,
+	}
+}
+
+// progress sends notifications/progress while a run goes on, when the
+// client asked for them with a progress token: the elapsed seconds, and the
+// latest line of output as the message.
+type progress struct {
+	mu     sync.Mutex
+	last   string
+	done   chan struct{}
+	wg     sync.WaitGroup
+	active bool
+}
+
+func newProgress(ctx context.Context, req *mcp.CallToolRequest, every time.Duration, start time.Time) *progress {
+	p := &progress{done: make(chan struct{})}
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return p
+	}
+	p.active = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				p.mu.Lock()
+				msg := p.last
+				p.mu.Unlock()
+				elapsed := time.Since(start).Seconds()
+				if msg == "" {
+					msg = fmt.Sprintf("running for %.0f s", elapsed)
+				}
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: token,
+					Progress:      math.Round(elapsed*10) / 10,
+					Message:       msg,
+				})
+			case <-p.done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// output remembers the latest complete-or-partial line of output.
+func (p *progress) output(_, data string) {
+	if !p.active {
+		return
+	}
+	line := lastLine(data)
+	if line == "" {
+		return
+	}
+	p.mu.Lock()
+	p.last = line
+	p.mu.Unlock()
+}
+
+func (p *progress) stop() {
+	close(p.done)
+	p.wg.Wait()
+}
+
+// lastLine returns the last non-empty line of s, at most 200 bytes.
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\r\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 200 {
+		n := 200
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "…"
+	}
+	return s
+}

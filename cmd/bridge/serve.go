@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// shutdownBudget is how long serve waits, after stdin ends or a signal, for
+// runs in flight to be cancelled and their containers removed.
+const shutdownBudget = 5 * time.Second
+
+func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
+	fs := newFlagSet(e, "serve", "[flags]", "Serves MCP with one tool, run_python, over stdio (default) or streamable\n"+
+		"HTTP (--http). Register it in your agent: see docs/clients.md. Stdout carries\n"+
+		"only the protocol; logs go to stderr.")
+	httpAddr := fs.String("http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8808) instead of stdio;\nbeyond loopback a bearer token is required: $BRIDGE_HTTP_TOKEN, or one is generated and logged once")
+	engine := fs.String("runtime", sandbox.EngineAuto, "container engine: auto, podman or docker")
+	image := fs.String("image", images.Name(), "runner image")
+	maxTimeout := fs.Duration("max-timeout", 5*time.Minute, "largest timeout_seconds a call may ask for")
+	maxConcurrent := fs.Int("max-concurrent", 4, "runs at once")
+	queue := fs.Int("queue", 16, "calls that may wait for a free slot; more get a busy error")
+	var lf limitFlags
+	lf.register(fs)
+	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds"
+	if err := parseFlags(fs, args); err != nil {
+		return exitUsage, err
+	}
+	if fs.NArg() != 0 {
+		return exitUsage, usagef("takes no arguments")
+	}
+	if err := checkRuntime(*engine); err != nil {
+		return exitUsage, err
+	}
+	if err := lf.limits.Validate(); err != nil {
+		return exitUsage, usagef("%v", err)
+	}
+	if *maxConcurrent < 1 || *queue < 0 {
+		return exitUsage, usagef("--max-concurrent must be at least 1 and --queue at least 0")
+	}
+	if *maxTimeout < lf.limits.Timeout {
+		return exitUsage, usagef("--timeout %s is above --max-timeout %s", lf.limits.Timeout, *maxTimeout)
+	}
+	log := e.log
+	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
+		log = log.Level(zerolog.InfoLevel)
+	}
+
+	// The engine is opened on the first call, not now: serve answers
+	// initialize at once even where no engine runs, and a call then says
+	// what is wrong.
+	eng := &lazyEngine{name: *engine, image: *image, allow: lf.allowUnenforce, log: log}
+	defer eng.close()
+	srv, err := bridge.New(bridge.Options{
+		NewRunner:     eng.runner,
+		Limits:        lf.limits,
+		MaxTimeout:    *maxTimeout,
+		MaxConcurrent: *maxConcurrent,
+		QueueLength:   *queue,
+		Version:       version,
+		Logger:        log,
+	})
+	if err != nil {
+		return exitUsage, usagef("%v", err)
+	}
+
+	// A signal cancels the runs in flight at once, so that the transports'
+	// own shutdown does not wait for them.
+	stopRuns := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	defer stopRuns()
+	if *httpAddr != "" {
+		err = bridge.ServeHTTP(ctx, srv.MCP(), bridge.HTTPOptions{
+			Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: version,
+		}, log)
+	} else {
+		log.Info().Msg("serving MCP over stdio")
+		err = bridge.ServeStdio(ctx, srv.MCP(), e.stdin, e.stdout, log)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		log.Error().Err(serr).Msg("shutdown")
+	}
+	if err != nil && ctx.Err() == nil {
+		return exitBridge, err
+	}
+	log.Info().Msg("stopped")
+	return 0, nil
+}
+
+// lazyEngine opens the container engine and its Executor on first use.
+type lazyEngine struct {
+	name, image string
+	allow       bool
+	log         zerolog.Logger
+
+	mu sync.Mutex
+	rt sandbox.Runtime
+}
+
+func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
+	rt, err := sandbox.Open(ctx, l.name, l.log)
+	if err != nil {
+		return nil, err
+	}
+	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
+		Image: l.image, AllowUnenforcedLimits: l.allow, Logger: l.log,
+	})
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	if _, err := rt.ImageInfo(ctx, l.image); err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("%w: build it with `bridge image build --runtime %s`", err, rt.Name())
+	}
+	l.mu.Lock()
+	l.rt = rt
+	l.mu.Unlock()
+	return ex, nil
+}
+
+func (l *lazyEngine) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rt != nil {
+		l.rt.Close()
+	}
+}

@@ -1,0 +1,429 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// A client of the real `bridge serve` over one transport.
+type serveClient struct {
+	name string
+	// connect starts a bridge serve on e and returns a session to it.
+	connect func(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSession
+}
+
+func serveClients() []serveClient {
+	return []serveClient{{"stdio", connectStdio}, {"http", connectHTTP}}
+}
+
+func connectStdio(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	args, env := serveArgs(e)
+	cmd := exec.Command(testSuite.bridgeBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, opts).
+		Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connecting over stdio: %v\nstderr:\n%s", err, stderr.String())
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		if t.Failed() {
+			t.Logf("bridge serve stderr:\n%s", stderr.String())
+		}
+	})
+	return cs
+}
+
+// connectHTTP starts `bridge serve --http 127.0.0.1:0`-like on a free port,
+// learns the address from its log, and connects over streamable HTTP.
+func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	args, env := serveArgs(e)
+	args = append(args, "--http", "127.0.0.1:0")
+	cmd := exec.Command(testSuite.bridgeBin, args...)
+	cmd.Env = append(os.Environ(), append(env, "BRIDGE_LOG_LEVEL=info")...)
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stderr := &syncBuffer{}
+	addr := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`"addr":"(127\.0\.0\.1:[0-9]+)"`)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			stderr.Write([]byte(line + "\n"))
+			if m := re.FindStringSubmatch(line); m != nil && strings.Contains(line, "serving MCP over HTTP") {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("bridge serve --http did not stop within 10 s of SIGINT")
+		}
+		pw.Close()
+		if t.Failed() {
+			t.Logf("bridge serve stderr:\n%s", stderr.String())
+		}
+	})
+	var a string
+	select {
+	case a = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("bridge serve --http never said where it listens:\n%s", stderr.String())
+	}
+	// Health first: no auth on loopback, no secrets.
+	resp, err := http.Get("http://" + a + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, opts).
+		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + a + "/mcp"}, nil)
+	if err != nil {
+		t.Fatalf("connecting over HTTP: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func forEachServe(t *testing.T, f func(t *testing.T, e *engine, c serveClient)) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		for _, c := range serveClients() {
+			t.Run(c.name, func(t *testing.T) { f(t, e, c) })
+		}
+	})
+}
+
+type callOutput struct {
+	Status     string `json:"status"`
+	ExitCode   int    `json:"exit_code"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+func callRunPython(t *testing.T, ctx context.Context, cs *mcp.ClientSession, code string, progressToken any) (*mcp.CallToolResult, callOutput) {
+	t.Helper()
+	p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": code}}
+	if progressToken != nil {
+		p.SetProgressToken(progressToken)
+	}
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		t.Fatalf("tools/call: %v", err)
+	}
+	var out callOutput
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("structuredContent %s: %v", b, err)
+	}
+	return res, out
+}
+
+func contentText(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestServeBasics(t *testing.T) {
+	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
+		cs := c.connect(t, e, nil)
+		ctx := context.Background()
+		tools, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tools.Tools) != 1 || tools.Tools[0].Name != "run_python" {
+			t.Fatalf("tools/list = %+v, want exactly run_python", tools.Tools)
+		}
+
+		res, out := callRunPython(t, ctx, cs, "print(21*2)", nil)
+		if res.IsError || contentText(res) != "42\n" || out.Status != "ok" || out.Stdout != "42\n" {
+			t.Fatalf("print(21*2): isError %v, text %q, %+v", res.IsError, contentText(res), out)
+		}
+
+		res, out = callRunPython(t, ctx, cs, "def f():\n    raise ValueError('nope')\nf()", nil)
+		text := contentText(res)
+		if !res.IsError || out.Status != "error" || out.ExitCode != 1 ||
+			!strings.Contains(text, "Traceback") || !strings.Contains(text, "line 2, in f") || !strings.Contains(text, "ValueError: nope") {
+			t.Fatalf("exception: isError %v, %+v\n%s", res.IsError, out, text)
+		}
+
+		res, out = callRunPython(t, ctx, cs, "print(1", nil)
+		if !res.IsError || !strings.Contains(contentText(res), "SyntaxError") || !strings.Contains(contentText(res), "line 1") {
+			t.Fatalf("syntax error: %q", contentText(res))
+		}
+
+		// A timeout: status timeout, within the timeout plus a margin.
+		start := time.Now()
+		tres, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print('spin', flush=True)\nwhile True: pass", "timeout_seconds": 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tout callOutput
+		b, _ := json.Marshal(tres.StructuredContent)
+		json.Unmarshal(b, &tout)
+		if !tres.IsError || tout.Status != "timeout" || !strings.Contains(contentText(tres), "spin") {
+			t.Fatalf("timeout: %+v %q", tout, contentText(tres))
+		}
+		if d := time.Since(start); d > 2*time.Second+20*time.Second {
+			t.Fatalf("a 2 s timeout returned after %s", d)
+		}
+
+		// Bad input: an error result, and the server serves the next call.
+		bad, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": 5}})
+		if err != nil || !bad.IsError || !strings.Contains(contentText(bad), "code must be a string") {
+			t.Fatalf("bad input: %v %q", err, contentText(bad))
+		}
+		if res, _ := callRunPython(t, ctx, cs, "print('still here')", nil); contentText(res) != "still here\n" {
+			t.Fatalf("after bad input: %q", contentText(res))
+		}
+	})
+}
+
+func TestServeProgress(t *testing.T) {
+	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
+		var mu sync.Mutex
+		var msgs []string
+		cs := c.connect(t, e, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			msgs = append(msgs, r.Params.Message)
+			mu.Unlock()
+		}})
+		res, _ := callRunPython(t, context.Background(), cs,
+			"import time\nfor i in range(6):\n    print('step', i, flush=True)\n    time.sleep(0.5)", "prog-1")
+		if res.IsError {
+			t.Fatalf("run failed: %q", contentText(res))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		steps := 0
+		for _, m := range msgs {
+			if strings.HasPrefix(m, "step ") {
+				steps++
+			}
+		}
+		if steps < 2 {
+			t.Fatalf("progress messages over a 3 s run: %q", msgs)
+		}
+	})
+}
+
+func TestServeCancelRemovesContainer(t *testing.T) {
+	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
+		started := make(chan struct{}, 1)
+		cs := c.connect(t, e, &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() {
+			p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "import time\nprint('up', flush=True)\ntime.sleep(600)"}}
+			p.SetProgressToken("cancel-me")
+			_, err := cs.CallTool(ctx, p)
+			errc <- err
+		}()
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("the run never reported progress")
+		}
+		mine := func() int {
+			cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(cs)
+		}
+		if mine() == 0 {
+			t.Fatal("no container runs the call (else this test proves nothing)")
+		}
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatal("the cancelled call returned no error")
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for mine() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the container still exists 15 s after notifications/cancelled")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
+func TestServeConcurrentCalls(t *testing.T) {
+	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
+		cs := c.connect(t, e, nil)
+		const n = 8
+		var wg sync.WaitGroup
+		got := make([]string, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
+					Arguments: map[string]any{"code": fmt.Sprintf("import os\nopen('/tmp/me', 'w').write('%d')\nprint(%d * 10, sorted(os.listdir('/tmp')))", i, i)}})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if res.IsError {
+					errs[i] = fmt.Errorf("call %d: %s", i, contentText(res))
+					return
+				}
+				got[i] = contentText(res)
+			}()
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if want := fmt.Sprintf("%d ['me']\n", i*10); got[i] != want {
+				t.Errorf("call %d: %q, want %q", i, got[i], want)
+			}
+		}
+	})
+}
+
+// serve must answer initialize and tools/list at once without an engine;
+// a call then says what is wrong and where to look.
+func TestServeWithoutEngine(t *testing.T) {
+	cmd := exec.Command(testSuite.bridgeBin, "serve", "--runtime", "docker")
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix:///nonexistent/docker.sock")
+	start := time.Now()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("initialize and tools/list took %s without an engine", d)
+	}
+	res, out := callRunPython(t, context.Background(), cs, "print(1)", nil)
+	if !res.IsError || out.Status != "unavailable" || !strings.Contains(contentText(res), "/nonexistent/docker.sock") || !strings.Contains(contentText(res), "bridge doctor") {
+		t.Fatalf("%+v %q", out, contentText(res))
+	}
+}
+
+// On stdin EOF or SIGTERM, runs in flight are cancelled, their containers
+// removed, and the process exits within 5 s.
+func TestServeShutdown(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		for _, how := range []string{"stdin EOF", "SIGTERM"} {
+			t.Run(how, func(t *testing.T) {
+				args, env := serveArgs(e)
+				cmd := exec.Command(testSuite.bridgeBin, args...)
+				cmd.Env = append(os.Environ(), env...)
+				stdin, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				stdout, err := cmd.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer cmd.Process.Kill()
+				send := func(s string) {
+					if _, err := io.WriteString(stdin, s+"\n"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				lines := bufio.NewScanner(stdout)
+				send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+				if !lines.Scan() {
+					t.Fatal("no initialize response")
+				}
+				send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+				send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"import time\ntime.sleep(600)"}}}`)
+				deadline := time.Now().Add(time.Minute)
+				for {
+					cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(cs) > 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the call's container never appeared")
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				time.Sleep(300 * time.Millisecond) // let the runner start the code
+				start := time.Now()
+				if how == "SIGTERM" {
+					cmd.Process.Signal(syscall.SIGTERM)
+				} else {
+					stdin.Close()
+				}
+				go io.Copy(io.Discard, stdout)
+				done := make(chan error, 1)
+				go func() { done <- cmd.Wait() }()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatalf("bridge serve exited with %v", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("bridge serve still runs 5 s after %s", how)
+				}
+				t.Logf("exited %s after %s", time.Since(start).Round(time.Millisecond), how)
+				cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
+				if err != nil || len(cs) != 0 {
+					t.Fatalf("containers left after shutdown: %v %v", cs, err)
+				}
+			})
+		}
+	})
+}
