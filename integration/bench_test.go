@@ -2,8 +2,12 @@ package integration
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -41,5 +45,35 @@ func BenchmarkRun(b *testing.B) {
 				b.ReportMetric(float64(startup)/float64(b.N)/1000, "startup-ms/op")
 			})
 		}
+	}
+}
+
+// BenchmarkServeCall measures one run_python call through `bridge serve`
+// over stdio, as an agent's client makes it: the MCP round trip on top of
+// BenchmarkRun's whole run.
+func BenchmarkServeCall(b *testing.B) {
+	for _, e := range testSuite.engines {
+		b.Run(e.name, func(b *testing.B) {
+			args, env := serveArgs(e)
+			cmd := exec.Command(testSuite.bridgeBin, args...)
+			cmd.Env = append(os.Environ(), env...)
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
+				Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cs.Close()
+			p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print(21*2)"}}
+			// The first call opens the engine; it is not what is measured.
+			if res, err := cs.CallTool(context.Background(), p); err != nil || res.IsError {
+				b.Fatalf("warm-up call: %v %+v", err, res)
+			}
+			for b.Loop() {
+				res, err := cs.CallTool(context.Background(), p)
+				if err != nil || res.IsError {
+					b.Fatalf("call: %v %+v", err, res)
+				}
+			}
+		})
 	}
 }
