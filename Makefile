@@ -152,6 +152,10 @@ demo:
 	$(call banner,demo: bridge doctor; bridge run examples/hello.py)
 	. $(ENV_FILE) && $(BIN)/bridge doctor
 	. $(ENV_FILE) && $(BIN)/bridge run examples/hello.py
+	$(call banner,demo: an MCP client (the MCP Inspector CLI) calls run_python through bridge serve)
+	. $(ENV_FILE) && "$$BRIDGE_NPM_DIR/.bin/mcp-inspector" --cli --method tools/call --tool-name run_python \
+		--tool-arg 'code=import random, statistics; xs = [random.gauss(10, 2) for _ in range(100_000)]; print(f"{len(xs)} samples, mean {statistics.mean(xs):.2f}, stdev {statistics.stdev(xs):.2f}")' \
+		-- $(CURDIR)/$(BIN)/bridge serve
 
 bench:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
