@@ -115,8 +115,9 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 			ln.Close()
 			return err
 		}
-		// The only place the token is ever logged.
-		log.Warn().Str("token", token).Str("addr", addr.String()).
+		// The only place the token is ever logged, and at no level, so that
+		// no BRIDGE_LOG_LEVEL can hide it: without it no client gets in.
+		log.Log().Str("level", "warn").Str("token", token).Str("addr", addr.String()).
 			Msg("listening beyond loopback without BRIDGE_HTTP_TOKEN: generated a bearer token for this run; " +
 				"clients must send the header 'Authorization: Bearer <token>'")
 	case token == "":

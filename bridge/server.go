@@ -56,14 +56,22 @@ type Server struct {
 	slots chan struct{} // a token per run allowed at once
 	queue chan struct{} // a token per call allowed to wait or run
 
+	// base is the parent of every call's run: Shutdown cancels it.
+	base     context.Context
+	stopBase context.CancelFunc
+	// making is held while the runner is being made; unlike a mutex, a
+	// call waiting for it can give up when its ctx ends.
+	making chan struct{}
+
 	mu     sync.Mutex
 	runner Runner
-	// runs holds the cancel functions of the calls in flight, so Shutdown
-	// can stop them.
-	runs   map[*struct{}]context.CancelFunc
 	closed bool
 	wg     sync.WaitGroup
 }
+
+// runnerTimeout bounds making the runner: a wedged engine must not hold
+// every call.
+const runnerTimeout = 30 * time.Second
 
 // ErrBusy is returned to a call when every slot and queue place is taken.
 var ErrBusy = errors.New("bridge is busy")
@@ -79,6 +87,9 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxTimeout == 0 {
 		opts.MaxTimeout = 5 * time.Minute
 	}
+	if opts.MaxTimeout < time.Second {
+		return nil, fmt.Errorf("bridge: the maximum timeout must be at least 1s, got %s", opts.MaxTimeout)
+	}
 	if opts.MaxTimeout < opts.Limits.Timeout {
 		return nil, fmt.Errorf("bridge: the default timeout %s is above the maximum %s", opts.Limits.Timeout, opts.MaxTimeout)
 	}
@@ -88,9 +99,6 @@ func New(opts Options) (*Server, error) {
 	if opts.QueueLength < 0 {
 		return nil, errors.New("bridge: queue length must not be negative")
 	}
-	if opts.QueueLength == 0 {
-		opts.QueueLength = 16
-	}
 	if opts.ProgressInterval == 0 {
 		opts.ProgressInterval = time.Second
 	}
@@ -98,12 +106,13 @@ func New(opts Options) (*Server, error) {
 		opts.Version = "dev"
 	}
 	s := &Server{
-		opts:  opts,
-		log:   opts.Logger,
-		slots: make(chan struct{}, opts.MaxConcurrent),
-		queue: make(chan struct{}, opts.MaxConcurrent+opts.QueueLength),
-		runs:  map[*struct{}]context.CancelFunc{},
+		opts:   opts,
+		log:    opts.Logger,
+		slots:  make(chan struct{}, opts.MaxConcurrent),
+		queue:  make(chan struct{}, opts.MaxConcurrent+opts.QueueLength),
+		making: make(chan struct{}, 1),
 	}
+	s.base, s.stopBase = context.WithCancel(context.Background())
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bridge", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
@@ -115,53 +124,70 @@ func New(opts Options) (*Server, error) {
 // MCP returns the MCP server to serve over a transport.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// runner returns the Runner, making it on first use.
+// getRunner returns the Runner, making it on first use. A failure is
+// returned to the call and tried again on the next one.
 func (s *Server) getRunner(ctx context.Context) (Runner, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.runner != nil {
-		return s.runner, nil
+	select {
+	case s.making <- struct{}{}:
+		defer func() { <-s.making }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	r, err := s.opts.NewRunner(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err // both were ready; a cancelled call makes nothing
+	}
+	s.mu.Lock()
+	r := s.runner
+	s.mu.Unlock()
+	if r != nil {
+		return r, nil
+	}
+	mctx, cancel := context.WithTimeout(ctx, runnerTimeout)
+	defer cancel()
+	r, err := s.opts.NewRunner(mctx)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
 	s.runner = r
+	s.mu.Unlock()
 	return r, nil
 }
 
-// track registers a call in flight; the returned func unregisters it. It
-// fails once Shutdown has begun.
+// forgetRunner drops the runner after its engine went away, so that the
+// next call opens an engine again.
+func (s *Server) forgetRunner(r Runner) {
+	s.mu.Lock()
+	if s.runner == r {
+		s.runner = nil
+	}
+	s.mu.Unlock()
+}
+
+// track registers a call in flight and ties its ctx to the server's base
+// context; the returned func unregisters it. It fails once Shutdown has
+// begun.
 func (s *Server) track(cancel context.CancelFunc) (func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errors.New("the bridge is shutting down")
 	}
-	key := new(struct{})
-	s.runs[key] = cancel
 	s.wg.Add(1)
+	stop := context.AfterFunc(s.base, cancel)
 	return func() {
-		s.mu.Lock()
-		delete(s.runs, key)
-		s.mu.Unlock()
+		stop()
 		s.wg.Done()
 	}, nil
 }
 
 // Shutdown refuses new calls, cancels those in flight, and waits until their
-// containers are removed or ctx ends.
+// containers are removed or ctx ends. It may be called more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
-	for _, cancel := range s.runs {
-		cancel()
-	}
-	n := len(s.runs)
 	s.mu.Unlock()
-	if n > 0 {
-		s.log.Info().Int("runs", n).Msg("cancelling runs in flight")
-	}
+	s.stopBase()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

@@ -379,3 +379,87 @@ func TestLastLine(t *testing.T) {
 		}
 	}
 }
+
+func TestProgressJoinsLinePieces(t *testing.T) {
+	p := &progress{active: true}
+	for _, chunk := range []string{"step 1\nste", "p 2 of 10"} {
+		p.output("stdout", chunk)
+	}
+	if p.last != "step 2 of 10" {
+		t.Fatalf("last = %q, want the whole line", p.last)
+	}
+	p.output("stdout", "\nnext\n")
+	if p.last != "next" {
+		t.Fatalf("last = %q, want next", p.last)
+	}
+}
+
+func TestShutdownCancelsEveryRun(t *testing.T) {
+	const n = 3
+	var started, cancelled sync.WaitGroup
+	started.Add(n)
+	cancelled.Add(n)
+	s := newServer(t, Options{NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+		started.Done()
+		<-ctx.Done()
+		cancelled.Done()
+		return sandbox.Result{Status: sandbox.StatusCancelled}, nil
+	})})
+	cs := connect(t, s, nil)
+	for range n {
+		go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
+	}
+	started.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown with %d runs in flight: %v", n, err)
+	}
+	cancelled.Wait()
+}
+
+func TestHungEngineBlocksNeitherShutdownNorOtherCalls(t *testing.T) {
+	making := make(chan struct{})
+	var once sync.Once
+	s := newServer(t, Options{NewRunner: func(ctx context.Context) (Runner, error) {
+		once.Do(func() { close(making) })
+		<-ctx.Done() // a wedged engine
+		return nil, ctx.Err()
+	}})
+	cs := connect(t, s, nil)
+	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
+	<-making
+	// A second call waiting for the runner gives up when its client does.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "y"}}); err == nil {
+		t.Fatal("the second call returned a result although the engine hangs")
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer scancel()
+	start := time.Now()
+	if err := s.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Shutdown took %s with a hung engine", d)
+	}
+}
+
+func TestQueueZeroMeansNoWaiting(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	s := newServer(t, Options{MaxConcurrent: 1, QueueLength: 0, NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+		started <- struct{}{}
+		<-release
+		return sandbox.Result{Status: sandbox.StatusOK}, nil
+	})})
+	cs := connect(t, s, nil)
+	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "a"}})
+	<-started
+	res, out := call(t, cs, map[string]any{"code": "b"})
+	close(release)
+	if !res.IsError || out.Status != "busy" {
+		t.Fatalf("with one slot and no queue, a second call got %q %+v", text(res), out)
+	}
+}

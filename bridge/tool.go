@@ -153,7 +153,13 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	res, err := runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, OnOutput: prog.output})
 	if err != nil {
 		s.log.Error().Err(err).Msg("run failed")
-		return failure(statusUnavailable, "the sandbox could not run the code: "+err.Error(), start), nil
+		msg := "the sandbox could not run the code: " + err.Error()
+		if errors.Is(err, sandbox.ErrEngineUnreachable) {
+			// The next call opens an engine again, maybe another one.
+			s.forgetRunner(runner)
+			msg += " (the operator can run `bridge doctor`)"
+		}
+		return failure(statusUnavailable, msg, start), nil
 	}
 	s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Msg("run finished")
 	return render(res), nil
@@ -219,11 +225,14 @@ func render(r sandbox.Result) *mcp.CallToolResult {
 // client asked for them with a progress token: the elapsed seconds, and the
 // latest line of output as the message.
 type progress struct {
-	mu     sync.Mutex
-	last   string
-	done   chan struct{}
-	wg     sync.WaitGroup
-	active bool
+	mu   sync.Mutex
+	last string
+	// partial is the line being written; open says it has no newline yet.
+	partial string
+	open    bool
+	done    chan struct{}
+	wg      sync.WaitGroup
+	active  bool
 }
 
 func newProgress(ctx context.Context, req *mcp.CallToolRequest, every time.Duration, start time.Time) *progress {
@@ -263,18 +272,30 @@ func newProgress(ctx context.Context, req *mcp.CallToolRequest, every time.Durat
 	return p
 }
 
-// output remembers the latest complete-or-partial line of output.
+// output remembers the latest line of output, joining a line that arrives
+// in pieces.
 func (p *progress) output(_, data string) {
 	if !p.active {
 		return
 	}
-	line := lastLine(data)
-	if line == "" {
-		return
-	}
 	p.mu.Lock()
-	p.last = line
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	// A chunk that does not start after a newline continues the line the
+	// previous one left open.
+	if !p.open || strings.Contains(strings.TrimRight(data, "\r\n"), "\n") {
+		p.partial = ""
+	}
+	if i := strings.LastIndexByte(strings.TrimRight(data, "\r\n"), '\n'); i >= 0 {
+		data = data[i+1:]
+	}
+	p.partial = lastLine(p.partial + data)
+	p.open = !strings.HasSuffix(data, "\n")
+	if p.partial != "" {
+		p.last = p.partial
+	}
+	if !p.open {
+		p.partial = ""
+	}
 }
 
 func (p *progress) stop() {

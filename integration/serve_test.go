@@ -24,15 +24,16 @@ import (
 // A client of the real `bridge serve` over one transport.
 type serveClient struct {
 	name string
-	// connect starts a bridge serve on e and returns a session to it.
-	connect func(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSession
+	// connect starts a bridge serve on e and returns a session to it and
+	// the serve process's PID.
+	connect func(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientSession, int)
 }
 
 func serveClients() []serveClient {
 	return []serveClient{{"stdio", connectStdio}, {"http", connectHTTP}}
 }
 
-func connectStdio(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSession {
+func connectStdio(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientSession, int) {
 	t.Helper()
 	args, env := serveArgs(e)
 	cmd := exec.Command(testSuite.bridgeBin, args...)
@@ -50,12 +51,12 @@ func connectStdio(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientS
 			t.Logf("bridge serve stderr:\n%s", stderr.String())
 		}
 	})
-	return cs
+	return cs, cmd.Process.Pid
 }
 
 // connectHTTP starts `bridge serve --http 127.0.0.1:0`-like on a free port,
 // learns the address from its log, and connects over streamable HTTP.
-func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSession {
+func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientSession, int) {
 	t.Helper()
 	args, env := serveArgs(e)
 	args = append(args, "--http", "127.0.0.1:0")
@@ -88,9 +89,9 @@ func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSe
 		go func() { done <- cmd.Wait() }()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(6 * time.Second):
 			cmd.Process.Kill()
-			t.Errorf("bridge serve --http did not stop within 10 s of SIGINT")
+			t.Errorf("bridge serve --http did not stop within 6 s of SIGINT")
 		}
 		pw.Close()
 		if t.Failed() {
@@ -115,7 +116,35 @@ func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) *mcp.ClientSe
 		t.Fatalf("connecting over HTTP: %v", err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs
+	return cs, cmd.Process.Pid
+}
+
+// ownedBy counts the containers on e that the bridge process pid made.
+func ownedBy(t *testing.T, e *engine, pid int) int {
+	t.Helper()
+	cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range cs {
+		if strings.Contains(c.Labels[sandbox.LabelOwner], fmt.Sprintf("/%d/", pid)) {
+			n++
+		}
+	}
+	return n
+}
+
+// exited reports whether process pid has ended (gone, or a zombie not yet
+// reaped by its parent).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] == 'Z'
 }
 
 func forEachServe(t *testing.T, f func(t *testing.T, e *engine, c serveClient)) {
@@ -164,7 +193,7 @@ func contentText(r *mcp.CallToolResult) string {
 
 func TestServeBasics(t *testing.T) {
 	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
-		cs := c.connect(t, e, nil)
+		cs, _ := c.connect(t, e, nil)
 		ctx := context.Background()
 		tools, err := cs.ListTools(ctx, nil)
 		if err != nil {
@@ -203,7 +232,7 @@ func TestServeBasics(t *testing.T) {
 		if !tres.IsError || tout.Status != "timeout" || !strings.Contains(contentText(tres), "spin") {
 			t.Fatalf("timeout: %+v %q", tout, contentText(tres))
 		}
-		if d := time.Since(start); d > 2*time.Second+20*time.Second {
+		if d := time.Since(start); d > 2*time.Second+5*time.Second {
 			t.Fatalf("a 2 s timeout returned after %s", d)
 		}
 
@@ -222,7 +251,7 @@ func TestServeProgress(t *testing.T) {
 	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
 		var mu sync.Mutex
 		var msgs []string
-		cs := c.connect(t, e, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		cs, _ := c.connect(t, e, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			mu.Lock()
 			msgs = append(msgs, r.Params.Message)
 			mu.Unlock()
@@ -249,7 +278,7 @@ func TestServeProgress(t *testing.T) {
 func TestServeCancelRemovesContainer(t *testing.T) {
 	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
 		started := make(chan struct{}, 1)
-		cs := c.connect(t, e, &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+		cs, pid := c.connect(t, e, &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
 			select {
 			case started <- struct{}{}:
 			default:
@@ -269,13 +298,7 @@ func TestServeCancelRemovesContainer(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("the run never reported progress")
 		}
-		mine := func() int {
-			cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return len(cs)
-		}
+		mine := func() int { return ownedBy(t, e, pid) }
 		if mine() == 0 {
 			t.Fatal("no container runs the call (else this test proves nothing)")
 		}
@@ -295,7 +318,7 @@ func TestServeCancelRemovesContainer(t *testing.T) {
 
 func TestServeConcurrentCalls(t *testing.T) {
 	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
-		cs := c.connect(t, e, nil)
+		cs, _ := c.connect(t, e, nil)
 		const n = 8
 		var wg sync.WaitGroup
 		got := make([]string, n)
@@ -388,11 +411,7 @@ func TestServeShutdown(t *testing.T) {
 				send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"import time\ntime.sleep(600)"}}}`)
 				deadline := time.Now().Add(time.Minute)
 				for {
-					cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if len(cs) > 0 {
+					if ownedBy(t, e, cmd.Process.Pid) > 0 {
 						break
 					}
 					if time.Now().After(deadline) {
@@ -419,11 +438,40 @@ func TestServeShutdown(t *testing.T) {
 					t.Fatalf("bridge serve still runs 5 s after %s", how)
 				}
 				t.Logf("exited %s after %s", time.Since(start).Round(time.Millisecond), how)
-				cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
-				if err != nil || len(cs) != 0 {
-					t.Fatalf("containers left after shutdown: %v %v", cs, err)
+				if n := ownedBy(t, e, cmd.Process.Pid); n != 0 {
+					t.Fatalf("%d containers left after shutdown", n)
 				}
 			})
+		}
+	})
+}
+
+// Over HTTP too, SIGTERM with a run in flight ends the process within 5 s
+// and removes the run's container.
+func TestServeHTTPShutdown(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, pid := connectHTTP(t, e, nil)
+		go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
+			Arguments: map[string]any{"code": "import time\ntime.sleep(600)"}})
+		deadline := time.Now().Add(time.Minute)
+		for ownedBy(t, e, pid) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the call's container never appeared")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond)
+		start := time.Now()
+		syscall.Kill(pid, syscall.SIGTERM)
+		for !exited(pid) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatal("bridge serve --http still runs 5 s after SIGTERM")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+		if n := ownedBy(t, e, pid); n != 0 {
+			t.Fatalf("%d containers left after shutdown", n)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -73,32 +74,66 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("%v", err)
 	}
 
-	// A signal cancels the runs in flight at once, so that the transports'
-	// own shutdown does not wait for them.
-	stopRuns := context.AfterFunc(ctx, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
-	defer stopRuns()
-	if *httpAddr != "" {
-		err = bridge.ServeHTTP(ctx, srv.MCP(), bridge.HTTPOptions{
-			Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: version,
-		}, log)
-	} else {
+	// One deadline for the whole shutdown, fixed when it begins: a signal,
+	// the end of stdin, or the transport ending on its own. Runs in flight
+	// are cancelled at once; whatever has not ended by the deadline is left
+	// to the next bridge's reaper, and the process exits anyway.
+	eof := make(chan struct{})
+	served := make(chan error, 1)
+	go func() {
+		if *httpAddr != "" {
+			served <- bridge.ServeHTTP(ctx, srv.MCP(), bridge.HTTPOptions{
+				Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: version,
+				ShutdownTimeout: shutdownBudget * 3 / 5,
+			}, log)
+			return
+		}
 		log.Info().Msg("serving MCP over stdio")
-		err = bridge.ServeStdio(ctx, srv.MCP(), e.stdin, e.stdout, log)
+		served <- bridge.ServeStdio(ctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, log)
+	}()
+	finished := false
+	select {
+	case err = <-served:
+		finished = true
+	case <-ctx.Done():
+		log.Info().Msg("signal: shutting down")
+	case <-eof:
+		log.Info().Msg("end of stdin: shutting down")
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+	dctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
-	if serr := srv.Shutdown(sctx); serr != nil {
-		log.Error().Err(serr).Msg("shutdown")
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(dctx) }()
+	if !finished {
+		select {
+		case err = <-served:
+		case <-dctx.Done():
+			log.Warn().Msg("the transport did not close within the shutdown budget")
+		}
+	}
+	if serr := <-shut; serr != nil {
+		log.Error().Err(serr).Msg("shutdown: leftovers are removed by the next bridge's reaper")
 	}
 	if err != nil && ctx.Err() == nil {
 		return exitBridge, err
 	}
 	log.Info().Msg("stopped")
 	return 0, nil
+}
+
+// eofReader closes eof when the reader reports io.EOF.
+type eofReader struct {
+	r    io.Reader
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (r *eofReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err == io.EOF {
+		r.once.Do(func() { close(r.eof) })
+	}
+	return n, err
 }
 
 // lazyEngine opens the container engine and its Executor on first use.
@@ -128,6 +163,9 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 		return nil, fmt.Errorf("%w: build it with `bridge image build --runtime %s`", err, rt.Name())
 	}
 	l.mu.Lock()
+	if l.rt != nil {
+		l.rt.Close() // the engine it came from went away
+	}
 	l.rt = rt
 	l.mu.Unlock()
 	return ex, nil
