@@ -58,14 +58,15 @@ func TestCLIRun(t *testing.T) {
 		if !e.enforced {
 			flags = append(flags, "--allow-unenforced-limits")
 		}
-		tests := []struct {
+		type cliCase struct {
 			name     string
 			args     []string
 			stdin    string
 			wantCode int
 			wantOut  string
 			wantErr  string
-		}{
+		}
+		tests := []cliCase{
 			{"file", []string{script}, "", 0, "42 65534\n", ""},
 			{"stdin", []string{"-"}, "print('from stdin')", 0, "from stdin\n", ""},
 			{"exception", []string{"-"}, "1/0", 1, "", "ZeroDivisionError: division by zero"},
@@ -75,14 +76,7 @@ func TestCLIRun(t *testing.T) {
 			{"output cut", []string{"--output-limit", "1024", "-"}, "print('z' * 5000)", 0, strings.Repeat("z", 1024), "output cut: 3977 bytes of stdout"},
 		}
 		if e.enforced {
-			tests = append(tests, struct {
-				name     string
-				args     []string
-				stdin    string
-				wantCode int
-				wantOut  string
-				wantErr  string
-			}{"memory", []string{"--memory", "64Mi", "-"}, "x = 'a' * (512 << 20)", 137, "", "memory limit of 64 MiB"})
+			tests = append(tests, cliCase{"memory", []string{"--memory", "64Mi", "-"}, "x = 'a' * (512 << 20)", 137, "", "memory limit of 64 MiB"})
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
