@@ -8,6 +8,9 @@
 # bridge-rootless).
 set -euo pipefail
 
+# shellcheck source=integration/env/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 [ $# -ge 1 ] || {
 	echo "usage: $0 IMAGE..." >&2
 	exit 2
@@ -28,13 +31,6 @@ R_UID=$(id -u "$ROOTLESS_USER") || {
 R_RUNTIME=/run/user/$R_UID
 unset CONTAINER_HOST CONTAINER_CONNECTION
 
-as_rootless() {
-	(cd / && runuser -u "$ROOTLESS_USER" -- env \
-		-u XDG_CONFIG_HOME -u XDG_DATA_HOME -u XDG_CACHE_HOME -u CONTAINERS_CONF \
-		-u CONTAINERS_STORAGE_CONF -u CONTAINERS_REGISTRIES_CONF -u CONTAINER_HOST \
-		-u CONTAINER_CONNECTION -u DOCKER_HOST -u TMPDIR \
-		XDG_RUNTIME_DIR="$R_RUNTIME" "$@")
-}
 
 for image in "$@"; do
 	t0=$(date +%s%3N)

@@ -29,6 +29,9 @@
 # own nodejs is 18, too old): the script checks and does not install them.
 set -euo pipefail
 
+# shellcheck source=integration/env/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 PACKAGES=(docker.io podman runc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl)
@@ -84,18 +87,6 @@ ping() {
 	curl -fsS --max-time 3 --unix-socket "$1" http://d/_ping >/dev/null 2>&1
 }
 
-# start_time PID: the process's start time in clock ticks since boot (field
-# 22 of /proc/PID/stat), which together with the PID names a process even if
-# the PID is later reused.
-start_time() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	# Fields after the command name, which sits in parentheses and may hold spaces.
-	stat=${stat##*) }
-	# shellcheck disable=SC2086
-	set -- $stat
-	echo "${20}"
-}
 
 # alive "PID:STARTTIME" NAME: true while that very process, or a process
 # called NAME in its process group (each daemon here leads its own; rootless
@@ -426,16 +417,6 @@ if [ ! -d "$R_RUNTIME" ]; then
 	msg+=("created $R_RUNTIME")
 fi
 
-# as_rootless CMD...: runs CMD as the rootless user with a clean view of its
-# own Podman: its runtime dir, and none of root's settings that would point
-# its Podman at other storage, config or engines.
-as_rootless() {
-	(cd / && runuser -u "$ROOTLESS_USER" -- env \
-		-u XDG_CONFIG_HOME -u XDG_DATA_HOME -u XDG_CACHE_HOME -u CONTAINERS_CONF \
-		-u CONTAINERS_STORAGE_CONF -u CONTAINERS_REGISTRIES_CONF -u CONTAINER_HOST \
-		-u CONTAINER_CONNECTION -u DOCKER_HOST -u TMPDIR \
-		XDG_RUNTIME_DIR="$R_RUNTIME" "$@")
-}
 
 # Storage driver. Debian's default for a rootless user would try
 # fuse-overlayfs, which cannot open /dev/fuse as an ordinary user here. The

@@ -6,6 +6,9 @@
 # engines stay up for the next run.
 set -euo pipefail
 
+# shellcheck source=integration/env/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
 ENV_FILE=/run/bridge-test/env
 WAIT_SECONDS=${BRIDGE_WAIT_SECONDS:-30}
 
@@ -16,14 +19,6 @@ log() { printf 'teardown: %s\n' "$*" >&2; }
 	exit 0
 }
 
-start_time() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	# shellcheck disable=SC2086
-	set -- $stat
-	echo "${20}"
-}
 
 # stop NAME VAR COMM: stops the daemon recorded in the env file as VAR, with
 # its whole process group. setup.sh starts each daemon under setsid, so the
