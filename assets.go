@@ -5,10 +5,10 @@ package assets
 
 import "embed"
 
-// RunnerContext holds Dockerfile.runner, the runner and its lib/, at the paths the
-// Dockerfile expects relative to the build context.
+// RunnerContext holds Dockerfile.runner, the runner and its lib/ (the mcp_tools
+// package), at the paths the Dockerfile expects relative to the build context.
 //
-//go:embed Dockerfile.runner images/runner/runner.py images/runner/lib/*.py
+//go:embed Dockerfile.runner images/runner/runner.py images/runner/lib/mcp_tools/*.py
 var RunnerContext embed.FS
 
 // RunnerDockerfile is the path of the Dockerfile inside RunnerContext.

@@ -90,14 +90,24 @@ func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *
 		switch m.Type {
 		case relay.TypeStdout, relay.TypeStderr:
 			out.write(m.Type, m.Output.Data)
-		case relay.TypeToolCall:
-			call := *m.ToolCall
+		case relay.TypeToolCall, relay.TypeQuery:
+			var id int64
+			var answer func(context.Context) relay.ToolResult
+			if m.ToolCall != nil {
+				call := *m.ToolCall
+				id = call.ID
+				answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.CallTool(ctx, runID, call) }
+			} else {
+				q := *m.Query
+				id = q.ID
+				answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.Query(ctx, runID, q) }
+			}
 			mu.Lock()
-			dup := inFlight[call.ID]
-			inFlight[call.ID] = true
+			dup := inFlight[id]
+			inFlight[id] = true
 			mu.Unlock()
 			if dup {
-				return readResult{err: fmt.Errorf("%w: tool call id %d is already in flight", relay.ErrProtocol, call.ID)}
+				return readResult{err: fmt.Errorf("%w: request id %d is already in flight", relay.ErrProtocol, id)}
 			}
 			select {
 			case slots <- struct{}{}:
@@ -107,10 +117,10 @@ func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *
 			calls.Add(1)
 			go func() {
 				defer calls.Done()
-				r := e.opts.Tools.CallTool(ctx, runID, call)
-				r.ID = call.ID
+				r := answer(ctx)
+				r.ID = id
 				mu.Lock()
-				delete(inFlight, call.ID)
+				delete(inFlight, id)
 				mu.Unlock()
 				<-slots
 				if err := c.send(r); err != nil {

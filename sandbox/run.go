@@ -61,20 +61,30 @@ type Request struct {
 	OnOutput func(stream, data string)
 }
 
-// ToolHandler answers the code's tool calls. It is the seam to the MCP proxy.
+// ToolHandler answers the code's tool calls and its questions about the
+// tools there are. It is the seam to the MCP proxy. Both methods are called
+// concurrently, with the run's id; the ID of the answer is set by the caller.
 type ToolHandler interface {
 	CallTool(ctx context.Context, runID string, call relay.ToolCall) relay.ToolResult
+	Query(ctx context.Context, runID string, q relay.Query) relay.ToolResult
 }
 
 // NoTools is the ToolHandler of a bridge without upstream servers.
 type NoTools struct{}
 
+var errNoTools = &relay.ToolError{
+	Type:    relay.ErrToolsUnavailable,
+	Message: "no upstream MCP servers are configured for this bridge (see --servers-config)",
+}
+
 // CallTool answers every call with a tools_unavailable error.
 func (NoTools) CallTool(_ context.Context, _ string, call relay.ToolCall) relay.ToolResult {
-	return relay.ToolResult{ID: call.ID, Error: &relay.ToolError{
-		Type:    "tools_unavailable",
-		Message: "no upstream MCP servers are configured for this bridge",
-	}}
+	return relay.ToolResult{ID: call.ID, Error: errNoTools}
+}
+
+// Query answers every question with a tools_unavailable error.
+func (NoTools) Query(_ context.Context, _ string, q relay.Query) relay.ToolResult {
+	return relay.ToolResult{ID: q.ID, Error: errNoTools}
 }
 
 var _ ToolHandler = NoTools{}

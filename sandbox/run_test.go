@@ -292,7 +292,7 @@ func (r *fakeRunner) recv() (map[string]any, error) {
 }
 
 func hello(token string) map[string]any {
-	return map[string]any{"type": "hello", "version": 1, "token": token, "python": "3.test"}
+	return map[string]any{"type": "hello", "version": relay.Version, "token": token, "python": "3.test"}
 }
 
 func TestRunPython(t *testing.T) {
@@ -589,6 +589,10 @@ func (b *blockingTools) CallTool(ctx context.Context, _ string, call relay.ToolC
 	b.now--
 	b.mu.Unlock()
 	return relay.ToolResult{ID: call.ID, Error: &relay.ToolError{Type: "timeout", Message: "cancelled"}}
+}
+
+func (b *blockingTools) Query(ctx context.Context, runID string, q relay.Query) relay.ToolResult {
+	return b.CallTool(ctx, runID, relay.ToolCall{ID: q.ID})
 }
 
 func TestHostileRunnerIsBounded(t *testing.T) {

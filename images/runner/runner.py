@@ -3,8 +3,10 @@
 The container starts it as `python3 -I -B /opt/bridge/runner.py`. It connects
 to the relay socket, says `hello`, receives one `exec`, runs that code with its
 stdout and stderr captured at the file-descriptor level and streamed back, and
-reports how the code ended in `exit`. The wire protocol is docs/protocol.md
-(version 1); everything the host sends is checked against it.
+reports how the code ended in `exit`. While the code runs, it relays the
+code's tool calls and queries (through the module _bridge_relay, which
+mcp_tools builds on). The wire protocol is docs/protocol.md (version 2);
+everything the host sends is checked against it.
 
 Standard library only, Python 3.10+. Start-up time matters, so modules are
 imported only when needed (asyncio only for code that awaits, traceback only
@@ -35,7 +37,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NoReturn
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
 ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
 
@@ -159,8 +161,9 @@ def check_tool_result(msg: dict[str, Any]) -> None:
 
 
 class ToolError(Exception):
-    """A tool call failed. `type` is the bridge's error type (tools_unavailable,
-    not_found, denied, limit, upstream, timeout); `message` says why."""
+    """A tool call or query failed. `type` is the bridge's error type
+    (tools_unavailable, unknown_server, unknown_tool, denied, limit, upstream,
+    timeout, invalid); `message` says why."""
 
     def __init__(self, type: str, message: str) -> None:
         super().__init__(type, message)  # both in args, so it pickles
@@ -186,10 +189,15 @@ def _settle(fut: Any, reply: dict[str, Any]) -> None:
         fut.set_result(reply)
 
 
+# The operations a query may ask for. Any other op is a protocol error to
+# the bridge, which would end the run, so query() refuses it first.
+QUERY_OPS = frozenset({"servers", "tools", "search"})
+
+
 class Relay:
     """Owns the relay socket. Any thread may send: a lock keeps frames whole.
     Once started, one reader thread hands each tool_result to the caller
-    waiting on its id."""
+    waiting on its id; tool calls and queries share the ids."""
 
     def __init__(self, sock: _socket.socket) -> None:
         self._sock = sock
@@ -280,29 +288,21 @@ class Relay:
                 die(EXIT_LOST, f"relay connection lost while the code was running: {e}")
             deliver(msg)
 
-    # Tool calls.
+    # Tool calls and queries: requests that a tool_result answers.
 
-    def _call(self, server: str, tool: str, args: dict[str, Any] | None, deliver: Callable[[dict[str, Any]], None]) -> None:
-        if not self.owned_here():
-            raise RuntimeError("tool calls are only available in the process that runs the code, not in a forked child")
-        if not isinstance(server, str) or not isinstance(tool, str):
-            raise TypeError("server and tool must be strings")
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            raise TypeError(f"tool arguments must be a dict, not {type(args).__name__}")
+    def _request(self, kind: str, fields: dict[str, Any], deliver: Callable[[dict[str, Any]], None]) -> None:
+        """Sends a tool_call or query (kind) with fields under a fresh id;
+        deliver gets the tool_result that answers it, on the reader thread."""
         with self._pending_lock:
-            call_id = self._next_id
+            request_id = self._next_id
             self._next_id += 1
         # Encode first: an argument that is not JSON raises here, to the caller.
-        frame = encode_frame({"type": "tool_call", "id": call_id, "server": server, "tool": tool, "args": args})
+        frame = encode_frame({"type": kind, "id": request_id, **fields})
         with self._pending_lock:
-            self._pending[call_id] = deliver  # before sending: the answer may come at once
+            self._pending[request_id] = deliver  # before sending: the answer may come at once
         self.send_frame(frame)
 
-    def call_tool(self, server: str, tool: str, args: dict[str, Any] | None = None) -> Any:
-        """Calls a tool and blocks until it answers. Returns its result;
-        raises ToolError when the bridge reports an error."""
+    def _blocking(self, kind: str, fields: dict[str, Any]) -> Any:
         done = threading.Event()
         box: list[dict[str, Any]] = []
 
@@ -310,12 +310,11 @@ class Relay:
             box.append(reply)
             done.set()
 
-        self._call(server, tool, args, deliver)
+        self._request(kind, fields, deliver)
         done.wait()
         return tool_outcome(box[0])
 
-    async def acall_tool(self, server: str, tool: str, args: dict[str, Any] | None = None) -> Any:
-        """Like call_tool, but awaits the answer without blocking the event loop."""
+    async def _awaiting(self, kind: str, fields: dict[str, Any]) -> Any:
         import asyncio  # already loaded: an event loop is running
 
         loop = asyncio.get_running_loop()
@@ -327,19 +326,64 @@ class Relay:
             except RuntimeError:
                 pass  # the loop is closed; nobody waits for this answer
 
-        self._call(server, tool, args, deliver)
+        self._request(kind, fields, deliver)
         return tool_outcome(await fut)
+
+    def _check_here(self) -> None:
+        if not self.owned_here():
+            raise RuntimeError("tool calls and queries are only available in the process that runs the code, not in a forked child")
+
+    def _tool_call(self, server: str, tool: str, args: dict[str, Any] | None) -> dict[str, Any]:
+        self._check_here()
+        if not isinstance(server, str) or not isinstance(tool, str):
+            raise TypeError("server and tool must be strings")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise TypeError(f"tool arguments must be a dict, not {type(args).__name__}")
+        return {"server": server, "tool": tool, "args": args}
+
+    def _query(self, op: str, args: dict[str, Any] | None) -> dict[str, Any]:
+        self._check_here()
+        if not isinstance(op, str) or op not in QUERY_OPS:
+            raise ValueError(f"query op must be one of {', '.join(sorted(QUERY_OPS))}, not {op!r}")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise TypeError(f"query arguments must be a dict, not {type(args).__name__}")
+        return {"op": op, "args": args}
+
+    def call_tool(self, server: str, tool: str, args: dict[str, Any] | None = None) -> Any:
+        """Calls a tool and blocks until it answers. Returns its result;
+        raises ToolError when the bridge reports an error."""
+        return self._blocking("tool_call", self._tool_call(server, tool, args))
+
+    async def acall_tool(self, server: str, tool: str, args: dict[str, Any] | None = None) -> Any:
+        """Like call_tool, but awaits the answer without blocking the event loop."""
+        return await self._awaiting("tool_call", self._tool_call(server, tool, args))
+
+    def query(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        """Asks the bridge about the tools (op servers, tools or search) and
+        blocks until it answers. Returns the result; raises ToolError when
+        the bridge reports an error."""
+        return self._blocking("query", self._query(op, args))
+
+    async def aquery(self, op: str, args: dict[str, Any] | None = None) -> Any:
+        """Like query, but awaits the answer without blocking the event loop."""
+        return await self._awaiting("query", self._query(op, args))
 
 
 def publish(relay: Relay) -> None:
     """Makes the tool-call plumbing importable by user code (the mcp_tools
-    module builds on it) as the module _bridge_relay."""
+    package builds on it) as the module _bridge_relay."""
     mod = type(sys)("_bridge_relay")
-    mod.__doc__ = "Tool calls through the bridge's relay (used by mcp_tools)."
+    mod.__doc__ = "Tool calls and queries through the bridge's relay (used by mcp_tools)."
     mod.PROTOCOL_VERSION = PROTOCOL_VERSION
     mod.ToolError = ToolError
     mod.call_tool = relay.call_tool
     mod.acall_tool = relay.acall_tool
+    mod.query = relay.query
+    mod.aquery = relay.aquery
     sys.modules[mod.__name__] = mod
 
 

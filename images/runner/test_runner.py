@@ -34,7 +34,7 @@ def frame(msg: Any) -> bytes:
 
 
 def exec_frame(code: str, output_limit: int = 64 << 10) -> bytes:
-    return frame({"type": "exec", "version": 1, "code": code, "output_limit": output_limit})
+    return frame({"type": "exec", "version": 2, "code": code, "output_limit": output_limit})
 
 
 class FakeHost:
@@ -190,7 +190,7 @@ class HelloTest(unittest.TestCase):
         self.assertEqual(r.hello.keys(), {"type", "version", "token", "python"})
         self.assertEqual(r.hello["type"], "hello")
         self.assertIs(type(r.hello["version"]), int)
-        self.assertEqual(r.hello["version"], 1)
+        self.assertEqual(r.hello["version"], 2)
         self.assertEqual(r.hello["token"], TOKEN)
         v = sys.version_info
         self.assertEqual(r.hello["python"], f"{v.major}.{v.minor}.{v.micro}")
@@ -213,11 +213,18 @@ class OutputTest(unittest.TestCase):
         self.assertEqual(r.exit["status"], "ok")
 
     def test_mcp_tools_help_is_importable(self) -> None:
-        # The run_python tool's description points the agent here.
-        r = run("import mcp_tools\nmcp_tools.help()")
+        # The run_python tool's description points the agent here. A bridge
+        # without MCP servers answers every query with tools_unavailable.
+        def no_tools(host: FakeHost, msg: dict) -> None:
+            if msg["type"] in ("query", "tool_call"):
+                host.send({"type": "tool_result", "id": msg["id"], "error": {"type": "tools_unavailable", "message": "no MCP servers"}})
+
+        r = run("import mcp_tools\nmcp_tools.help()", on_frame=no_tools)
         self.assertEqual(r.exit["status"], "ok", r.stderr)
         self.assertIn("bridge sandbox", r.stdout)
         self.assertIn("No network", r.stdout)
+        self.assertIn("No MCP servers are connected to this bridge.", r.stdout)
+        self.assertEqual([(q["op"], q["args"]) for q in r.of_type("query")], [("servers", {})])
 
     def test_stderr_is_separate(self) -> None:
         r = run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.stderr.write('more\\n')")
@@ -468,11 +475,11 @@ class ProtocolTest(unittest.TestCase):
         self.assertLess(r.seconds, 10)
 
     def test_malformed_exec(self) -> None:
-        base = {"type": "exec", "version": 1, "code": "print(1)", "output_limit": 1024}
+        base = {"type": "exec", "version": 2, "code": "print(1)", "output_limit": 1024}
         cases = {
             "unknown field": frame({**base, "extra": 1}),
             "missing field": frame({k: v for k, v in base.items() if k != "output_limit"}),
-            "wrong version": frame({**base, "version": 2}),
+            "wrong version": frame({**base, "version": 1}),
             "bool version": frame({**base, "version": True}),
             "code not a string": frame({**base, "code": 1}),
             "negative limit": frame({**base, "output_limit": -1}),
@@ -600,6 +607,141 @@ class ToolCallTest(unittest.TestCase):
         r = run(code, on_frame=self.echo)
         self.assertEqual(r.stdout, "ValueError\nTypeError\nTypeError\n")
         self.assertEqual(r.of_type("tool_call"), [])
+
+
+class QueryTest(unittest.TestCase):
+    @staticmethod
+    def answer(host: FakeHost, msg: dict) -> None:
+        if msg["type"] == "query":
+            host.send({"type": "tool_result", "id": msg["id"], "result": {"op": msg["op"], "args": msg["args"]}})
+        elif msg["type"] == "tool_call":
+            host.send({"type": "tool_result", "id": msg["id"], "result": msg["args"]})
+
+    def test_round_trip(self) -> None:
+        code = "import _bridge_relay\nprint(_bridge_relay.query('tools', {'server': 'files'}))\nprint(_bridge_relay.query('servers'))"
+        r = run(code, on_frame=self.answer)
+        queries = r.of_type("query")
+        self.assertEqual([q.keys() for q in queries], [{"type", "id", "op", "args"}] * 2)
+        self.assertEqual([(q["op"], q["args"]) for q in queries], [("tools", {"server": "files"}), ("servers", {})])
+        self.assertTrue(all(type(q["id"]) is int and q["id"] > 0 for q in queries))
+        self.assertEqual(r.stdout, "{'op': 'tools', 'args': {'server': 'files'}}\n{'op': 'servers', 'args': {}}\n")
+        self.assertEqual(r.exit["status"], "ok")
+
+    def test_queries_and_tool_calls_share_ids(self) -> None:
+        code = (
+            "import asyncio, _bridge_relay\n"
+            "print(_bridge_relay.query('search', {'query': 'q', 'limit': 1})['op'])\n"
+            "got = await asyncio.gather(\n"
+            "    _bridge_relay.aquery('servers', {}),\n"
+            "    _bridge_relay.acall_tool('s', 't', {'n': 1}),\n"
+            "    _bridge_relay.aquery('tools', {'server': 's'}),\n"
+            ")\n"
+            "print(got)\n"
+            "print(_bridge_relay.call_tool('s', 't', {'n': 2}))\n"
+        )
+        r = run(code, on_frame=self.answer)
+        self.assertEqual(
+            r.stdout,
+            "search\n[{'op': 'servers', 'args': {}}, {'n': 1}, {'op': 'tools', 'args': {'server': 's'}}]\n{'n': 2}\n",
+        )
+        ids = [f["id"] for f in r.frames if f["type"] in ("query", "tool_call")]
+        self.assertEqual(len(ids), 5)
+        self.assertEqual(len(set(ids)), 5)
+
+    def test_error_result_raises(self) -> None:
+        def unknown(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "query":
+                host.send({"type": "tool_result", "id": msg["id"], "error": {"type": "unknown_server", "message": "no server x"}})
+
+        code = (
+            "import _bridge_relay\n"
+            "try:\n"
+            "    _bridge_relay.query('tools', {'server': 'x'})\n"
+            "except _bridge_relay.ToolError as e:\n"
+            "    print(e.type, e.message, sep='|')\n"
+        )
+        r = run(code, on_frame=unknown)
+        self.assertEqual(r.stdout, "unknown_server|no server x\n")
+
+    def test_bad_queries_raise_in_the_code(self) -> None:
+        # An op the bridge does not know would be a protocol error that ends
+        # the run: the runner refuses it before sending anything.
+        code = (
+            "import _bridge_relay\n"
+            "for op, args in (('bogus', {}), (1, {}), ('servers', [1]), ('tools', {'x': float('nan')})):\n"
+            "    try:\n"
+            "        _bridge_relay.query(op, args)\n"
+            "    except (TypeError, ValueError) as e:\n"
+            "        print(type(e).__name__)\n"
+        )
+        r = run(code, on_frame=self.answer)
+        self.assertEqual(r.stdout, "ValueError\nValueError\nTypeError\nValueError\n")
+        self.assertEqual(r.of_type("query"), [])
+
+
+class MCPToolsTest(unittest.TestCase):
+    """mcp_tools in the runner, against a host that answers like a bridge."""
+
+    SERVERS = [{"name": "server-everything", "description": "test", "module": "server_everything"}]
+    TOOLS = [
+        {
+            "name": "echo",
+            "description": "Echoes back the input string",
+            "input_schema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+        },
+        {
+            "name": "class",
+            "description": "A tool named like a keyword",
+            "input_schema": {"type": "object", "properties": {"from": {"type": "string"}, "n": {"type": "integer"}}, "required": ["from"]},
+        },
+    ]
+
+    def host(self, host: FakeHost, msg: dict) -> None:
+        if msg["type"] == "query":
+            result = {"servers": self.SERVERS, "tools": self.TOOLS, "search": []}[msg["op"]]
+            host.send({"type": "tool_result", "id": msg["id"], "result": result})
+        elif msg["type"] == "tool_call":
+            if msg["tool"] == "echo":
+                result = {"content": [{"type": "text", "text": f"Echo: {msg['args']['message']}"}]}
+            elif msg["tool"] == "class":
+                result = {"content": [{"type": "text", "text": json.dumps(msg["args"])}], "structuredContent": msg["args"]}
+            else:
+                host.send({"type": "tool_result", "id": msg["id"], "error": {"type": "unknown_tool", "message": f"no tool {msg['tool']}; did you mean: echo?"}})
+                return
+            host.send({"type": "tool_result", "id": msg["id"], "result": result})
+
+    def test_functions_and_calls(self) -> None:
+        code = (
+            "import asyncio, inspect, mcp_tools\n"
+            "from mcp_tools.server_everything import echo, class_\n"
+            "print(echo('hi'))\n"
+            "print(class_('a', n=2))\n"
+            "print(inspect.signature(class_))\n"
+            "print(await asyncio.gather(echo.acall('x'), mcp_tools.acall('server-everything', 'echo', message='y')))\n"
+            "print(mcp_tools.call('server-everything', 'echo', {'message': 'z'}))\n"
+            "try:\n"
+            "    mcp_tools.call('server-everything', 'ech')\n"
+            "except mcp_tools.UnknownToolError as e:\n"
+            "    print(type(e).__name__, e)\n"
+        )
+        r = run(code, on_frame=self.host)
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        self.assertEqual(
+            r.stdout,
+            "Echo: hi\n"
+            "{'from': 'a', 'n': 2}\n"
+            "(from_: str, *, n: int | None = None)\n"
+            "['Echo: x', 'Echo: y']\n"
+            "Echo: z\n"
+            "UnknownToolError no tool ech; did you mean: echo?\n",
+        )
+        ops = [q["op"] for q in r.of_type("query")]
+        self.assertEqual(ops, ["servers", "tools"])  # each asked once
+
+    def test_uncaught_error_names_the_class(self) -> None:
+        r = run("import mcp_tools\nmcp_tools.call('server-everything', 'nope')", on_frame=self.host)
+        self.assertEqual(r.exit["error"]["type"], "mcp_tools.UnknownToolError")
+        self.assertEqual(r.exit["error"]["message"], "no tool nope; did you mean: echo?")
 
 
 if __name__ == "__main__":

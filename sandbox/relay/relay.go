@@ -18,7 +18,7 @@ import (
 )
 
 // Version is the relay protocol version this package speaks.
-const Version = 1
+const Version = 2
 
 // MaxFrameSize is the largest payload a frame may carry, in bytes.
 const MaxFrameSize = 16 << 20
@@ -29,6 +29,7 @@ const (
 	TypeStdout     = "stdout"
 	TypeStderr     = "stderr"
 	TypeToolCall   = "tool_call"
+	TypeQuery      = "query"
 	TypeExit       = "exit"
 	TypeExec       = "exec"
 	TypeToolResult = "tool_result"
@@ -56,6 +57,21 @@ type ToolCall struct {
 	Tool   string          `json:"tool"`
 	Args   json.RawMessage `json:"args"`
 }
+
+// Query asks the bridge about the tools the code may use: which servers
+// there are, a server's tools, or a search across them (see QueryOps).
+type Query struct {
+	ID   int64           `json:"id"`
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args"`
+}
+
+// The operations a Query may ask for.
+const (
+	OpServers = "servers"
+	OpTools   = "tools"
+	OpSearch  = "search"
+)
 
 // ErrorInfo describes an exception raised by the code. As decoded, Type is
 // at most 256 bytes, and Message and Traceback keep at most 64 KiB of their
@@ -88,7 +104,19 @@ type ToolError struct {
 	Message string `json:"message"`
 }
 
-// ToolResult answers a ToolCall. Exactly one of Result and Error is set.
+// The error types of a ToolResult.
+const (
+	ErrToolsUnavailable = "tools_unavailable" // no proxy, or no upstream servers
+	ErrUnknownServer    = "unknown_server"
+	ErrUnknownTool      = "unknown_tool"
+	ErrDenied           = "denied"   // policy refused the call
+	ErrLimit            = "limit"    // a budget or size limit was reached
+	ErrUpstream         = "upstream" // the upstream failed, crashed or is unreachable
+	ErrTimeout          = "timeout"  // the call ran past its timeout
+	ErrInvalid          = "invalid"  // the request itself is wrong (bad query arguments)
+)
+
+// ToolResult answers a ToolCall or a Query. Exactly one of Result and Error is set.
 type ToolResult struct {
 	ID     int64           `json:"id"`
 	Result json.RawMessage `json:"result,omitempty"`
@@ -102,6 +130,7 @@ type Message struct {
 	Hello    *Hello
 	Output   *Output // for TypeStdout and TypeStderr
 	ToolCall *ToolCall
+	Query    *Query
 	Exit     *Exit
 }
 
@@ -181,6 +210,7 @@ var (
 		TypeStdout:   {required: []string{"type", "data"}},
 		TypeStderr:   {required: []string{"type", "data"}},
 		TypeToolCall: {[]string{"type", "id", "server", "tool"}, []string{"args"}},
+		TypeQuery:    {required: []string{"type", "id", "op", "args"}},
 		TypeExit:     {[]string{"type", "status", "exit_code"}, []string{"error", "stdout_cut", "stderr_cut"}},
 	}
 	errorKeys = keys{[]string{"type", "message"}, []string{"traceback"}}
@@ -189,7 +219,7 @@ var (
 	// number without fraction or exponent, in int64's range). Never null.
 	valueKinds = map[string]string{
 		"type": "string", "version": "integer", "token": "string", "python": "string",
-		"data": "string", "id": "integer", "server": "string", "tool": "string", "args": "object",
+		"data": "string", "id": "integer", "server": "string", "tool": "string", "args": "object", "op": "string",
 		"status": "string", "exit_code": "integer", "error": "object", "stdout_cut": "integer", "stderr_cut": "integer",
 	}
 	errorKinds = map[string]string{"type": "string", "message": "string", "traceback": "string"}
@@ -232,6 +262,9 @@ func ParsePayload(payload []byte) (Message, error) {
 	case TypeToolCall:
 		m.ToolCall = new(ToolCall)
 		dst = m.ToolCall
+	case TypeQuery:
+		m.Query = new(Query)
+		dst = m.Query
 	case TypeExit:
 		m.Exit = new(Exit)
 		dst = m.Exit
@@ -299,6 +332,16 @@ func (c *ToolCall) check() error {
 	}
 	if c.Args == nil {
 		c.Args = json.RawMessage("{}")
+	}
+	return nil
+}
+
+func (q *Query) check() error {
+	switch {
+	case q.ID <= 0:
+		return fmt.Errorf("id must be a positive integer, got %d", q.ID)
+	case q.Op != OpServers && q.Op != OpTools && q.Op != OpSearch:
+		return fmt.Errorf("op must be %s, %s or %s, got %q", OpServers, OpTools, OpSearch, truncate(q.Op, 40))
 	}
 	return nil
 }

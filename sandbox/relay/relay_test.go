@@ -52,6 +52,12 @@ func TestDecodeValid(t *testing.T) {
 				t.Fatalf("args = %s, want {}", m.ToolCall.Args)
 			}
 		}},
+		{"query", `{"type":"query","id":3,"op":"search","args":{"query":"write file","limit":5}}`, func(t *testing.T, m Message) {
+			q := m.Query
+			if m.Type != TypeQuery || q.ID != 3 || q.Op != OpSearch || string(q.Args) != `{"query":"write file","limit":5}` {
+				t.Fatalf("got %+v", q)
+			}
+		}},
 		{"exit error", `{"type":"exit","status":"error","exit_code":1,"error":{"type":"ValueError","message":"m","traceback":"tb"},"stdout_cut":5,"stderr_cut":0}`, func(t *testing.T, m Message) {
 			e := m.Exit
 			if e.Status != "error" || e.ExitCode != 1 || e.Error.Type != "ValueError" || e.StdoutCut != 5 {
@@ -87,6 +93,10 @@ func TestDecodeRejects(t *testing.T) {
 		{"unknown field", frame(`{"type":"stdout","data":"x","extra":1}`), `unknown field "extra"`},
 		{"wrong field type", frame(`{"type":"stdout","data":5}`), "cannot unmarshal number"},
 		{"trailing data", frame(`{"type":"stdout","data":"x"} {}`), "not a JSON object"},
+		{"query unknown op", frame(`{"type":"query","id":1,"op":"exec","args":{}}`), `op must be servers, tools or search, got "exec"`},
+		{"query without args", frame(`{"type":"query","id":1,"op":"servers"}`), `missing`},
+		{"query id zero", frame(`{"type":"query","id":0,"op":"servers","args":{}}`), `id must be a positive integer`},
+		{"query args not object", frame(`{"type":"query","id":1,"op":"servers","args":[]}`), `args`},
 		{"bad exit status", frame(`{"type":"exit","status":"great","exit_code":0}`), "status must be ok or error"},
 		{"ok with nonzero code", frame(`{"type":"exit","status":"ok","exit_code":3}`), "status ok with exit code 3"},
 		{"negative cut", frame(`{"type":"exit","status":"ok","exit_code":0,"stdout_cut":-1}`), "must not be negative"},
@@ -502,6 +512,7 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"stdout","data":"x"}`,
 		`{"type":"stderr","data":"\u00e9"}`,
 		`{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":[1,2,{"b":null}]}}`,
+		`{"type":"query","id":2,"op":"tools","args":{"server":"s"}}`,
 		`{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":"m","traceback":"t"}}`,
 		`{"type":"exit","status":"ok","exit_code":0,"stdout_cut":1}`,
 		`{"type":"exit","status":"error","exit_code":255,"stdout_cut":0,"stderr_cut":9}`,
@@ -566,7 +577,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 func dump(m Message) string {
-	return fmt.Sprintf("%+v hello=%+v output=%+v tool_call=%+v exit=%+v", m, m.Hello, m.Output, m.ToolCall, m.Exit)
+	return fmt.Sprintf("%+v hello=%+v output=%+v tool_call=%+v query=%+v exit=%+v", m, m.Hello, m.Output, m.ToolCall, m.Query, m.Exit)
 }
 
 // checkInvariants checks what every accepted message guarantees, whatever
@@ -574,7 +585,7 @@ func dump(m Message) string {
 func checkInvariants(t *testing.T, m Message) {
 	t.Helper()
 	set := 0
-	for _, p := range []bool{m.Hello != nil, m.Output != nil, m.ToolCall != nil, m.Exit != nil} {
+	for _, p := range []bool{m.Hello != nil, m.Output != nil, m.ToolCall != nil, m.Query != nil, m.Exit != nil} {
 		if p {
 			set++
 		}
@@ -608,6 +619,12 @@ func checkInvariants(t *testing.T, m Message) {
 		}
 		valid("server", c.Server)
 		valid("tool", c.Tool)
+	case TypeQuery:
+		q := m.Query
+		if q == nil || q.ID <= 0 || len(q.Args) == 0 || q.Args[0] != '{' || !json.Valid(q.Args) ||
+			(q.Op != OpServers && q.Op != OpTools && q.Op != OpSearch) {
+			t.Fatalf("query passed checks it should fail: %+v", q)
+		}
 	case TypeExit:
 		e := m.Exit
 		if e == nil || e.ExitCode < 0 || e.ExitCode > 255 || (e.Status != "ok" && e.Status != "error") ||

@@ -1,0 +1,687 @@
+"""Tests for the mcp_tools package (images/runner/lib/mcp_tools), in process.
+
+A fake _bridge_relay module in sys.modules answers the queries and tool
+calls from in-memory data, as the runner's relay would pass on the bridge's
+answers. test_runner.py covers the real relay over a socket.
+
+Run from the repository root: python3 -m unittest discover -s images/runner -v
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import io
+import pickle
+import sys
+import threading
+import types
+import unittest
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).with_name("lib")))
+
+import mcp_tools  # noqa: E402
+from mcp_tools import _core  # noqa: E402
+
+
+class RelayError(Exception):
+    """As the runner's _bridge_relay.ToolError."""
+
+    def __init__(self, type: str, message: str) -> None:
+        super().__init__(type, message)
+        self.type = type
+        self.message = message
+
+
+def text(s: str) -> dict:
+    return {"type": "text", "text": s}
+
+
+def reply_tool(args: dict) -> Any:
+    """The tool "reply" answers with the raw result it is given."""
+    return args["result"]
+
+
+ECHO = {
+    "name": "echo",
+    "title": "Echo Tool",
+    "description": "Echoes back the input string",
+    "input_schema": {
+        "type": "object",
+        "properties": {"message": {"type": "string", "description": "Message to echo"}},
+        "required": ["message"],
+    },
+    "annotations": {"readOnlyHint": True},
+}
+GET_SUM = {
+    "name": "get-sum",
+    "description": "Returns the sum of two numbers",
+    "input_schema": {
+        "type": "object",
+        # Key order may not survive the hops to the sandbox (Go maps sort
+        # it); "required" gives the order of the positional parameters.
+        "properties": {"b": {"type": "number", "description": "Second number"}, "a": {"type": "number", "description": "First number"}},
+        "required": ["a", "b"],
+    },
+}
+CLASS = {
+    "name": "class",
+    "description": "Finds classes. Second sentence that the summary leaves out.\nMore lines.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "from": {"type": "string", "description": "Where to start"},
+            "to": {"type": "string"},
+            "max-count": {"type": "integer", "default": 10},
+            "type": {"enum": ["a", "b"]},
+        },
+        "required": ["from"],
+    },
+    "output_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+}
+FREE = {
+    "name": "free",
+    "description": "Takes anything.",
+    "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}}, "additionalProperties": True},
+}
+LONG = {
+    "name": "long",
+    "description": "word " * 60,
+    "input_schema": {"type": "object", "properties": {}},
+}
+CLASHES = [
+    {"name": "a-b", "description": "first", "input_schema": {"type": "object"}},
+    {"name": "a_b", "description": "second", "input_schema": {"type": "object"}},
+    {"name": "__doc__", "description": "third", "input_schema": {"type": "object"}},
+]
+REPLY = {"name": "reply", "description": "Answers with the result it is given.", "input_schema": {"type": "object", "properties": {"result": {}}, "required": ["result"]}}
+
+SERVERS = [
+    {"name": "everything", "description": "The reference server", "module": "everything"},
+    {"name": "server-everything", "description": "The same, with a dash", "module": "server_everything"},
+    {"name": "help", "description": "Named like an mcp_tools function"},  # module computed here: help_
+    {"name": "1password", "description": "Starts with a digit", "module": "_1password"},
+]
+TOOLS = {
+    "everything": [ECHO, GET_SUM, REPLY],
+    "server-everything": [ECHO, GET_SUM, CLASS, FREE, LONG, REPLY],
+    "help": CLASHES,
+    "1password": [REPLY],
+}
+
+
+class FakeRelay:
+    """Answers queries and tool calls from SERVERS and TOOLS; records them.
+    handlers[(server, tool)](args) gives a tool's raw result or raises
+    RelayError; by default echo, get-sum and reply behave as their names say."""
+
+    def __init__(self, servers: list | None = None, tools: dict | None = None) -> None:
+        self.servers = SERVERS if servers is None else servers
+        self.tools = TOOLS if tools is None else tools
+        self.queries: list[tuple[str, dict]] = []
+        self.calls: list[tuple[str, str, dict]] = []
+        self.search_results: list = []
+        self.handlers: dict[tuple[str, str], Callable[[dict], Any]] = {}
+        self.call_error: RelayError | None = None
+        self.query_error: RelayError | None = None
+        self.threaded = False  # answer blocking calls from another thread, as the runner does
+
+    def module(self) -> types.ModuleType:
+        mod = types.ModuleType("_bridge_relay")
+        mod.PROTOCOL_VERSION = 2
+        mod.ToolError = RelayError
+        mod.call_tool = self.call_tool
+        mod.acall_tool = self.acall_tool
+        mod.query = self.query
+        mod.aquery = self.aquery
+        return mod
+
+    def query(self, op: str, args: dict | None = None) -> Any:
+        self.queries.append((op, args))
+        if self.query_error is not None:
+            raise self.query_error
+        if op == "servers":
+            return [dict(s) for s in self.servers]
+        if op == "tools":
+            if args["server"] not in self.tools:
+                raise RelayError("unknown_server", f"unknown server {args['server']!r}; did you mean: everything?")
+            return self.tools[args["server"]]
+        if op == "search":
+            return self.search_results
+        raise RelayError("invalid", f"bad op {op}")
+
+    async def aquery(self, op: str, args: dict | None = None) -> Any:
+        await asyncio.sleep(0)
+        return self.query(op, args)
+
+    def _answer(self, server: str, tool: str, args: dict) -> Any:
+        self.calls.append((server, tool, args))
+        if self.call_error is not None:
+            raise self.call_error
+        handler = self.handlers.get((server, tool))
+        if handler is not None:
+            return handler(args)
+        if tool == "echo":
+            return {"content": [text(f"Echo: {args['message']}")]}
+        if tool == "get-sum":
+            return {"content": [text(f"The sum of {args['a']} and {args['b']} is {args['a'] + args['b']}.")]}
+        if tool == "reply":
+            return reply_tool(args)
+        return {"content": [text(repr(args))]}
+
+    def call_tool(self, server: str, tool: str, args: dict | None = None) -> Any:
+        if not self.threaded:
+            return self._answer(server, tool, args)
+        box: list = []
+        t = threading.Thread(target=lambda: box.append(self._capture(server, tool, args)))
+        t.start()
+        t.join(10)
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def _capture(self, server: str, tool: str, args: dict) -> tuple[bool, Any]:
+        try:
+            return True, self._answer(server, tool, args)
+        except RelayError as e:
+            return False, e
+
+    async def acall_tool(self, server: str, tool: str, args: dict | None = None) -> Any:
+        await asyncio.sleep(0.01)
+        return self._answer(server, tool, args)
+
+
+def reset() -> None:
+    """Forgets the caches and the server modules, as a new run would."""
+    _core._servers = None
+    _core._tools.clear()
+    for name in [n for n in sys.modules if n.startswith("mcp_tools.") and n[len("mcp_tools.") :] not in _core.RESERVED]:
+        del sys.modules[name]
+        with contextlib.suppress(AttributeError):
+            delattr(mcp_tools, name.split(".", 1)[1])
+
+
+class Base(unittest.TestCase):
+    def setUp(self) -> None:
+        reset()
+        self.relay = FakeRelay()
+        self._saved = sys.modules.get("_bridge_relay")
+        sys.modules["_bridge_relay"] = self.relay.module()
+
+    def tearDown(self) -> None:
+        if self._saved is None:
+            sys.modules.pop("_bridge_relay", None)
+        else:
+            sys.modules["_bridge_relay"] = self._saved
+        reset()
+
+    def reply(self, raw: dict, server: str = "everything") -> Any:
+        return mcp_tools.call(server, "reply", result=raw)
+
+
+class ListingTest(Base):
+    def test_servers(self) -> None:
+        got = mcp_tools.servers()
+        self.assertEqual(
+            got,
+            [
+                {"name": "everything", "description": "The reference server", "module": "everything"},
+                {"name": "server-everything", "description": "The same, with a dash", "module": "server_everything"},
+                {"name": "help", "description": "Named like an mcp_tools function", "module": "help_"},
+                {"name": "1password", "description": "Starts with a digit", "module": "_1password"},
+            ],
+        )
+        got[0]["name"] = "changed"  # a copy: the cache stays as it was
+        self.assertEqual(mcp_tools.servers()[0]["name"], "everything")
+        self.assertEqual(self.relay.queries, [("servers", {})])  # fetched once per run
+
+    def test_tools(self) -> None:
+        got = mcp_tools.tools("server-everything")
+        self.assertEqual([t.keys() for t in got], [{"name", "summary"}] * 6)
+        summaries = {t["name"]: t["summary"] for t in got}
+        self.assertEqual(summaries["echo"], "Echoes back the input string")
+        self.assertEqual(summaries["class"], "Finds classes.")
+        self.assertLessEqual(len(summaries["long"]), 100)
+        self.assertTrue(summaries["long"].startswith("word word"))
+        self.assertTrue(summaries["long"].endswith("..."))
+        mcp_tools.tools("server-everything")
+        self.assertEqual(self.relay.queries, [("tools", {"server": "server-everything"})])
+
+    def test_unknown_server(self) -> None:
+        with self.assertRaises(mcp_tools.UnknownServerError) as cm:
+            mcp_tools.tools("evrything")
+        self.assertIn("did you mean: everything?", str(cm.exception))
+        self.assertEqual((cm.exception.type, cm.exception.server), ("unknown_server", "evrything"))
+        self.assertIsInstance(cm.exception, LookupError)
+
+    def test_describe(self) -> None:
+        d = mcp_tools.describe("server-everything", "class")
+        self.assertEqual(
+            d.keys(), {"server", "name", "title", "description", "input_schema", "output_schema", "annotations", "module_function"}
+        )
+        self.assertEqual(d["server"], "server-everything")
+        self.assertEqual(d["name"], "class")
+        self.assertIsNone(d["title"])
+        self.assertEqual(d["description"], CLASS["description"])
+        self.assertEqual(d["input_schema"], CLASS["input_schema"])
+        self.assertEqual(d["output_schema"], CLASS["output_schema"])
+        self.assertIsNone(d["annotations"])
+        self.assertEqual(d["module_function"], "mcp_tools.server_everything.class_")
+        d["input_schema"]["properties"].clear()  # a copy
+        self.assertIn("from", mcp_tools.describe("server-everything", "class")["input_schema"]["properties"])
+
+        e = mcp_tools.describe("everything", "echo")
+        self.assertEqual((e["title"], e["annotations"]), ("Echo Tool", {"readOnlyHint": True}))
+        self.assertEqual(mcp_tools.describe("everything", "get_sum")["name"], "get-sum")  # by function name
+        self.assertEqual(mcp_tools.describe("help", "a_b")["module_function"], "mcp_tools.help_.a_b")
+        self.assertEqual(mcp_tools.describe("help", "a-b")["module_function"], "mcp_tools.help_.a_b_")
+
+    def test_describe_unknown_tool(self) -> None:
+        with self.assertRaises(mcp_tools.UnknownToolError) as cm:
+            mcp_tools.describe("everything", "ech")
+        e = cm.exception
+        self.assertIn("did you mean: echo?", str(e))
+        self.assertEqual((e.type, e.server, e.tool), ("unknown_tool", "everything", "ech"))
+
+    def test_search(self) -> None:
+        self.relay.search_results = [
+            {"server": "everything", "tool": "get-sum", "description": "Returns the sum of two numbers.\nDetails.", "score": 3.5, "params": ["a", "b"]},
+            {"server": "everything", "tool": "echo", "description": "Echoes back the input string", "score": 1.0, "params": ["message"]},
+        ]
+        got = mcp_tools.search("add numbers", limit=2)
+        self.assertEqual(self.relay.queries, [("search", {"query": "add numbers", "limit": 2})])
+        self.assertEqual(
+            got,
+            [
+                {"server": "everything", "tool": "get-sum", "description": "Returns the sum of two numbers.", "params": ["a", "b"], "score": 3.5},
+                {"server": "everything", "tool": "echo", "description": "Echoes back the input string", "params": ["message"], "score": 1.0},
+            ],
+        )
+        self.assertEqual(list(got[0]), ["server", "tool", "description", "params", "score"])
+        mcp_tools.search("x")
+        self.assertEqual(self.relay.queries[-1], ("search", {"query": "x", "limit": 5}))
+        for bad in (0, -1, 2.0, True):
+            with self.subTest(limit=bad), self.assertRaises(ValueError):
+                mcp_tools.search("x", limit=bad)
+        with self.assertRaises(TypeError):
+            mcp_tools.search(["x"])
+
+    def test_query_errors(self) -> None:
+        self.relay.query_error = RelayError("timeout", "the bridge did not answer")
+        with self.assertRaises(mcp_tools.ToolTimeoutError) as cm:
+            mcp_tools.servers()
+        self.assertEqual(str(cm.exception), "the bridge did not answer")
+        self.relay.query_error = None
+        self.assertEqual(len(mcp_tools.servers()), 4)  # errors are not cached
+
+
+class DecodeTest(Base):
+    def test_structured_content_wins(self) -> None:
+        raw = {"content": [text('{"a": 1}')], "structuredContent": {"a": 2}}
+        self.assertEqual(self.reply(raw), {"a": 2})
+
+    def test_null_structured_content_is_absent(self) -> None:
+        self.assertEqual(self.reply({"content": [text("hi")], "structuredContent": None}), "hi")
+
+    def test_json_text(self) -> None:
+        self.assertEqual(self.reply({"content": [text('{"a": [1, 2]}')]}), {"a": [1, 2]})
+        self.assertEqual(self.reply({"content": [text("42")]}), 42)
+        self.assertEqual(self.reply({"content": [text('"quoted"')]}), "quoted")
+
+    def test_plain_text(self) -> None:
+        self.assertEqual(self.reply({"content": [text("Echo: hi")]}), "Echo: hi")
+        self.assertEqual(self.reply({"content": [text("NaN")]}), "NaN")  # not JSON, though Python's json takes it
+        self.assertEqual(self.reply({"content": [text("")]}), "")
+
+    def test_several_items(self) -> None:
+        image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+        raw = {"content": [text("one"), text("[2]"), image]}
+        self.assertEqual(self.reply(raw), ["one", [2], image])
+
+    def test_empty(self) -> None:
+        self.assertIsNone(self.reply({"content": []}))
+        self.assertIsNone(self.reply({}))
+
+    def test_image_and_resource_stay_dicts(self) -> None:
+        image = {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+        self.assertEqual(self.reply({"content": [image]}), image)
+        resource = {"type": "resource", "resource": {"uri": "file:///a", "text": "x"}}
+        self.assertEqual(self.reply({"content": [resource]}), resource)
+
+    def test_is_error_raises_tool_error(self) -> None:
+        raw = {"content": [text("first line"), {"type": "image", "data": "", "mimeType": "image/png"}, text("second")], "isError": True}
+        with self.assertRaises(mcp_tools.ToolError) as cm:
+            self.reply(raw)
+        e = cm.exception
+        self.assertEqual(e.message, "first line\nsecond")
+        self.assertEqual(e.result, raw)
+        self.assertEqual((e.type, e.server, e.tool), ("tool_error", "everything", "reply"))
+        self.assertEqual(str(e), "tool 'reply' of MCP server 'everything' failed: first line\nsecond")
+        self.assertIsInstance(e, mcp_tools.MCPToolsError)
+
+    def test_is_error_without_text(self) -> None:
+        with self.assertRaises(mcp_tools.ToolError) as cm:
+            self.reply({"content": [], "isError": True})
+        self.assertIn("without saying why", cm.exception.message)
+
+    def test_call_raw_does_not_raise(self) -> None:
+        raw = {"content": [text("bad")], "isError": True}
+        self.assertEqual(mcp_tools.call_raw("everything", "reply", {"result": raw}), raw)
+        self.assertEqual(asyncio.run(mcp_tools.acall_raw("everything", "reply", result=raw)), raw)
+
+
+class ErrorTest(Base):
+    CASES = {
+        "tools_unavailable": (mcp_tools.ToolsUnavailableError, None),
+        "unknown_server": (mcp_tools.UnknownServerError, LookupError),
+        "unknown_tool": (mcp_tools.UnknownToolError, LookupError),
+        "denied": (mcp_tools.ToolDeniedError, PermissionError),
+        "limit": (mcp_tools.LimitExceededError, None),
+        "upstream": (mcp_tools.UpstreamError, ConnectionError),
+        "timeout": (mcp_tools.ToolTimeoutError, TimeoutError),
+        "invalid": (mcp_tools.MCPToolsError, None),
+        "something_new": (mcp_tools.MCPToolsError, None),
+    }
+
+    def test_relay_errors_map_to_exceptions(self) -> None:
+        for kind, (cls, builtin) in self.CASES.items():
+            for call in (
+                lambda: mcp_tools.call("everything", "echo", message="x"),
+                lambda: mcp_tools.call_raw("everything", "echo", message="x"),
+                lambda: asyncio.run(mcp_tools.acall("everything", "echo", message="x")),
+            ):
+                with self.subTest(kind=kind):
+                    self.relay.call_error = RelayError(kind, f"{kind} happened")
+                    with self.assertRaises(mcp_tools.MCPToolsError) as cm:
+                        call()
+                    e = cm.exception
+                    self.assertIs(type(e), cls)
+                    if builtin is not None:
+                        self.assertIsInstance(e, builtin)
+                    self.assertEqual((e.type, e.message, str(e)), (kind, f"{kind} happened", f"{kind} happened"))
+                    self.assertEqual((e.server, e.tool), ("everything", "echo"))
+                    self.assertIsNone(e.__cause__)
+                    self.assertTrue(e.__suppress_context__)  # the relay's own exception stays out of tracebacks
+
+    def test_unknown_tool_message_is_the_bridges(self) -> None:
+        message = 'unknown tool "ech" on server "everything"; did you mean: echo, get-sum?'
+        self.relay.call_error = RelayError("unknown_tool", message)
+        with self.assertRaises(mcp_tools.UnknownToolError) as cm:
+            mcp_tools.call("everything", "ech")
+        self.assertEqual(str(cm.exception), message)
+        self.assertEqual(cm.exception.tool, "ech")
+
+    def test_exceptions_pickle(self) -> None:
+        errors = [
+            mcp_tools.ToolTimeoutError("slow", type="timeout", server="s", tool="t"),
+            mcp_tools.ToolError("failed", server="s", tool="t", result={"isError": True}),
+            mcp_tools.MCPToolsError("new", type="new"),
+        ]
+        for e in errors:
+            with self.subTest(e=type(e).__name__):
+                back = pickle.loads(pickle.dumps(e))
+                self.assertIs(type(back), type(e))
+                self.assertEqual((back.type, back.message, back.server, back.tool, str(back)), (e.type, e.message, e.server, e.tool, str(e)))
+
+    def test_qualified_names(self) -> None:
+        self.assertEqual(mcp_tools.ToolError.__module__, "mcp_tools")
+        self.assertEqual(mcp_tools.call.__module__, "mcp_tools")
+        self.assertEqual(mcp_tools.help.__module__, "mcp_tools")
+
+    def test_outside_the_sandbox(self) -> None:
+        sys.modules["_bridge_relay"] = None  # import _bridge_relay raises ImportError
+        for call in (mcp_tools.servers, lambda: mcp_tools.tools("x"), lambda: mcp_tools.call("a", "b"), lambda: mcp_tools.search("x")):
+            with self.assertRaises(mcp_tools.ToolsUnavailableError) as cm:
+                call()
+            self.assertIn("sandbox", str(cm.exception))
+        with self.assertRaises(ModuleNotFoundError) as cm:
+            importlib.import_module("mcp_tools.everything")
+        self.assertIn("sandbox", str(cm.exception))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            mcp_tools.help()
+        self.assertIn("MCP tools are unavailable", out.getvalue())
+
+
+class CallTest(Base):
+    def test_arguments_as_dict_kwargs_or_both(self) -> None:
+        mcp_tools.call("everything", "x", {"a": 1})
+        mcp_tools.call("everything", "x", a=1)
+        mcp_tools.call("everything", "x", {"a": 1}, b=2)
+        mcp_tools.call("everything", "x")
+        mcp_tools.call("everything", "x", server=1, tool=2, arguments=3)  # positional-only: these are the tool's
+        self.assertEqual(
+            [c[2] for c in self.relay.calls],
+            [{"a": 1}, {"a": 1}, {"a": 1, "b": 2}, {}, {"server": 1, "tool": 2, "arguments": 3}],
+        )
+        args = {"a": 1}
+        mcp_tools.call("everything", "x", args, b=2)
+        self.assertEqual(args, {"a": 1})  # the caller's dict is left alone
+
+    def test_bad_arguments(self) -> None:
+        with self.assertRaisesRegex(TypeError, "'a' given both"):
+            mcp_tools.call("everything", "x", {"a": 1}, a=2)
+        with self.assertRaisesRegex(TypeError, "must be a dict"):
+            mcp_tools.call("everything", "x", [1])
+        self.assertEqual(self.relay.calls, [])
+
+    def test_decoded_results(self) -> None:
+        self.assertEqual(mcp_tools.call("everything", "echo", message="hi"), "Echo: hi")
+        self.assertEqual(mcp_tools.call("everything", "get-sum", {"a": 2, "b": 3}), "The sum of 2 and 3 is 5.")
+
+    def test_acall_gather(self) -> None:
+        async def main() -> list:
+            return await asyncio.gather(*(mcp_tools.acall("everything", "echo", message=str(n)) for n in range(5)))
+
+        self.assertEqual(asyncio.run(main()), [f"Echo: {n}" for n in range(5)])
+
+    def test_call_inside_a_running_event_loop(self) -> None:
+        self.relay.threaded = True  # the answer comes from another thread, as from the runner's reader
+
+        async def main() -> Any:
+            await asyncio.sleep(0)
+            return mcp_tools.call("everything", "echo", message="in loop")
+
+        self.assertEqual(asyncio.run(main()), "Echo: in loop")
+
+
+class ModuleTest(Base):
+    def test_import_forms(self) -> None:
+        import mcp_tools.everything
+        from mcp_tools.server_everything import class_, echo, get_sum
+
+        self.assertEqual(mcp_tools.everything.echo(message="a"), "Echo: a")
+        self.assertEqual(echo("b"), "Echo: b")
+        self.assertEqual(get_sum(1, b=2), "The sum of 1 and 2 is 3.")
+        self.assertEqual(class_.tool, "class")
+        self.assertEqual(class_.server, "server-everything")
+        from mcp_tools import _1password, help_
+
+        self.assertEqual(help_.__name__, "mcp_tools.help_")
+        self.assertEqual(_1password.__all__, ["reply"])
+        self.assertIs(mcp_tools.server_everything.echo, echo)
+        self.assertEqual(self.relay.queries.count(("servers", {})), 1)  # once per run
+
+    def test_attribute_without_import(self) -> None:
+        self.assertEqual(mcp_tools.everything.get_sum(1, 1), "The sum of 1 and 1 is 2.")
+        self.assertFalse(hasattr(mcp_tools, "nothing_here"))
+        self.assertFalse(hasattr(mcp_tools, "_private"))
+        self.assertEqual(self.relay.queries, [("servers", {}), ("tools", {"server": "everything"})])
+
+    def test_unknown_module(self) -> None:
+        with self.assertRaises(ModuleNotFoundError) as cm:
+            importlib.import_module("mcp_tools.evrything")
+        self.assertEqual(cm.exception.name, "mcp_tools.evrything")
+        self.assertIn("did you mean: everything", str(cm.exception))
+
+    def test_no_servers(self) -> None:
+        self.relay.query_error = RelayError("tools_unavailable", "no MCP servers are configured")
+        with self.assertRaises(ModuleNotFoundError) as cm:
+            importlib.import_module("mcp_tools.everything")
+        self.assertIn("no MCP servers are configured", str(cm.exception))
+        with self.assertRaises(mcp_tools.ToolsUnavailableError):
+            mcp_tools.servers()
+
+    def test_module_contents(self) -> None:
+        import mcp_tools.server_everything as m
+
+        self.assertEqual(m.__all__, ["echo", "get_sum", "class_", "free", "long", "reply"])
+        self.assertIn("'server-everything'", m.__doc__)
+        self.assertIn("The same, with a dash", m.__doc__)
+        import mcp_tools.help_ as h
+
+        self.assertEqual(h.__all__, ["a_b_", "a_b", "__doc___"])  # a name that is its own alias keeps it
+        self.assertEqual(h.a_b_.tool, "a-b")
+        self.assertEqual(h.a_b.tool, "a_b")
+        self.assertTrue(h.__doc__.startswith("The tools of the MCP server 'help' as functions.\n\nNamed like an mcp_tools function\n"))
+
+    def test_signature(self) -> None:
+        from mcp_tools.server_everything import class_, echo, free, get_sum, long
+
+        self.assertEqual(str(inspect.signature(echo)), "(message: str)")
+        self.assertEqual(str(inspect.signature(get_sum)), "(a: float, b: float)")
+        self.assertEqual(
+            str(inspect.signature(class_)),
+            "(from_: str, *, to: str | None = None, max_count: int | None = None, type_=None)",
+        )
+        self.assertEqual(str(inspect.signature(free)), "(*, x: int | None = None, **more)")
+        self.assertEqual(str(inspect.signature(long)), "()")
+        self.assertEqual(inspect.signature(class_.acall), inspect.signature(class_))
+        self.assertEqual(class_.__name__, "class_")
+        self.assertEqual(class_.__module__, "mcp_tools.server_everything")
+        self.assertEqual(class_.acall.__qualname__, "class_.acall")
+
+    def test_arguments_use_the_tools_names(self) -> None:
+        from mcp_tools.server_everything import class_, free
+
+        class_("here", max_count=3)
+        class_(from_="there", type_="a", to=None)  # None leaves an optional parameter out
+        class_(None)  # a required one is sent as given
+        free(x=1, y=2)
+        self.assertEqual(
+            [c[2] for c in self.relay.calls],
+            [{"from": "here", "max-count": 3}, {"from": "there", "type": "a"}, {"from": None}, {"x": 1, "y": 2}],
+        )
+        with self.assertRaisesRegex(TypeError, r"^class_\(\): missing a required argument: 'from_'"):
+            class_()
+        with self.assertRaisesRegex(TypeError, r"^class_\(\): too many positional"):
+            class_("a", "b")
+        with self.assertRaisesRegex(TypeError, r"unexpected keyword argument 'max-count'|got an unexpected keyword"):
+            class_("a", **{"max-count": 1})
+        self.assertEqual(len(self.relay.calls), 4)
+
+    def test_doc(self) -> None:
+        from mcp_tools.server_everything import class_, echo
+
+        self.assertTrue(echo.__doc__.startswith("Echoes back the input string\n\nParameters:\n  message: string, required: Message to echo\n"))
+        doc = class_.__doc__
+        self.assertIn("from_ (property 'from'): string, required: Where to start", doc)
+        self.assertIn("max_count (property 'max-count'): integer, optional, default 10", doc)
+        self.assertIn('type_ (property \'type\'): one of "a", "b", optional', doc)
+        self.assertIn("await class_.acall(...)", doc)
+        self.assertIn("output schema", doc)
+        self.assertIn(doc, class_.acall.__doc__)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            help(class_)  # pydoc uses the signature
+        self.assertIn("class_(from_: str, *, to: str | None = None", out.getvalue())
+
+    def test_acall(self) -> None:
+        from mcp_tools.everything import echo
+
+        async def main() -> list:
+            return await asyncio.gather(echo.acall("x"), echo.acall(message="y"))
+
+        self.assertEqual(asyncio.run(main()), ["Echo: x", "Echo: y"])
+        with self.assertRaises(TypeError):
+            asyncio.run(echo.acall())
+
+    def test_tool_error_from_a_function(self) -> None:
+        from mcp_tools.everything import reply
+
+        with self.assertRaises(mcp_tools.ToolError) as cm:
+            reply({"content": [text("nope")], "isError": True})
+        self.assertEqual((cm.exception.server, cm.exception.tool, cm.exception.message), ("everything", "reply", "nope"))
+
+
+class AliasTest(unittest.TestCase):
+    def test_alias(self) -> None:
+        cases = {
+            "server-everything": "server_everything",
+            "filesystem": "filesystem",
+            "1password": "_1password",
+            "": "_",
+            "class": "class_",
+            "type": "type_",
+            "match": "match_",
+            "_": "_",
+            "a.b c": "a_b_c",
+            "café": "caf_",
+            "😀x": "_x",
+            "None": "None_",
+        }
+        for name, want in cases.items():
+            with self.subTest(name=name):
+                self.assertEqual(_core.alias(name), want)
+
+    def test_reserved(self) -> None:
+        self.assertEqual(_core.alias("help", _core.RESERVED), "help_")
+        self.assertEqual(_core.alias("call_raw", _core.RESERVED), "call_raw_")
+        self.assertEqual(_core.alias("_core", _core.RESERVED), "_core_")
+        self.assertEqual(_core.alias("x", {"x", "x_"}), "x__")
+
+    def test_reserved_covers_the_package(self) -> None:
+        import mcp_tools._help
+        import mcp_tools._modules  # noqa: F401 - loaded lazily otherwise
+
+        self.assertLessEqual(set(vars(mcp_tools)), _core.RESERVED)
+        self.assertEqual(set(mcp_tools.__all__), set(_core.PUBLIC))
+
+    def test_aliases_are_distinct(self) -> None:
+        self.assertEqual(_core.aliases(["a-b", "a_b", "a.b"]), {"a-b": "a_b_", "a_b": "a_b", "a.b": "a_b__"})
+        self.assertEqual(_core.aliases(["class", "class_"]), {"class": "class__", "class_": "class_"})
+
+
+class HelpTest(Base):
+    def help_text(self) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            mcp_tools.help()
+        return out.getvalue()
+
+    def test_no_servers(self) -> None:
+        self.relay.query_error = RelayError("tools_unavailable", "no upstream servers")
+        text = self.help_text()
+        self.assertIn("bridge sandbox", text)
+        self.assertIn("Limits: memory", text)
+        self.assertIn("search(", text)
+        self.assertIn("call(", text)
+        self.assertIn("No MCP servers are connected to this bridge.", text)
+
+    def test_servers_listed(self) -> None:
+        text = self.help_text()
+        self.assertIn(
+            "Connected MCP servers: everything, server-everything (module server_everything), help (module help_), 1password (module _1password).",
+            " ".join(text.split()),
+        )
+        self.assertLessEqual(len(text.splitlines()), 40)
+        self.assertLessEqual(max(len(line) for line in text.splitlines()), 100)
+
+    def test_stays_one_screen(self) -> None:
+        self.relay.servers = [{"name": f"server-number-{n}", "description": "", "module": f"server_number_{n}"} for n in range(200)]
+        text = self.help_text()
+        self.assertLessEqual(len(text.splitlines()), 40)
+        self.assertIn("mcp_tools.servers() lists them all", text)
+
+    def test_other_errors(self) -> None:
+        self.relay.query_error = RelayError("upstream", "the proxy crashed")
+        self.assertIn("could not be listed: upstream: the proxy crashed", self.help_text())
+
+
+if __name__ == "__main__":
+    unittest.main()
