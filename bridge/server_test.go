@@ -97,7 +97,7 @@ func TestToolsList(t *testing.T) {
 		t.Fatalf("tools = %+v, want exactly run_python", res.Tools)
 	}
 	tool := res.Tools[0]
-	for _, want := range []string{"no network", "await", "print", "mcp_tools.help()"} {
+	for _, want := range []string{"no network", "await", "print", "import mcp_tools", "search(", "call(server, tool", "help()"} {
 		if !strings.Contains(tool.Description, want) {
 			t.Errorf("description lacks %q: %s", want, tool.Description)
 		}

@@ -25,9 +25,10 @@ const ToolName = "run_python"
 const toolDescription = "Run Python 3 in a fresh isolated container: no network, " +
 	"read-only except /tmp, nothing kept between calls. Top-level await works. " +
 	"You get back what the code prints (stdout, then stderr), so print only what you need. " +
-	"In the code, `import mcp_tools; mcp_tools.help()` prints the sandbox's help."
+	"`import mcp_tools` reaches the user's other MCP servers: `search(\"...\")`, " +
+	"`call(server, tool, **args)`; `help()` prints the manual."
 
-const instructions = "Use run_python to compute, transform and filter data in a sandbox; print only the result you need."
+const instructions = "Use run_python to compute, transform and filter data in a sandbox, and to use the tools of the user's other MCP servers from code; print only the result you need."
 
 // Status values beyond the sandbox's own.
 const (

@@ -4,6 +4,7 @@
 // Usage:
 //
 //	bridge serve [flags]          serve MCP with one tool, run_python (stdio or --http)
+//	bridge proxy --http ADDR      serve the upstream MCP proxy alone, for bridges to share
 //	bridge run [flags] FILE|-     run a Python file in the sandbox
 //	bridge doctor [flags]         check the container engines and prove the sandbox holds
 //	bridge image build [flags]    build the runner image through an engine
@@ -66,6 +67,7 @@ type env struct {
 func commands() []command {
 	return []command{
 		{"serve", "serve MCP with the run_python tool (stdio, or --http ADDR)", cmdServe},
+		{"proxy", "serve the upstream MCP proxy alone, for bridges to share (--http ADDR)", cmdProxy},
 		{"run", "run a Python file (or - for stdin) in the sandbox", cmdRun},
 		{"doctor", "check the container engines and prove the sandbox holds", cmdDoctor},
 		{"image", "build the runner image (image build) or print its name (image name)", cmdImage},

@@ -33,7 +33,12 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	var lf limitFlags
 	lf.register(fs)
 	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds"
+	var uf upstreamFlags
+	uf.register(fs, true)
 	if err := parseFlags(fs, args); err != nil {
+		return exitUsage, err
+	}
+	if err := uf.check(); err != nil {
 		return exitUsage, err
 	}
 	if fs.NArg() != 0 {
@@ -56,10 +61,25 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		log = log.Level(zerolog.InfoLevel)
 	}
 
+	// Upstream servers start on first use, not now.
+	selfURL := ""
+	if *httpAddr != "" {
+		selfURL = "http://" + *httpAddr
+	}
+	up, stopUpstreams, err := uf.upstreams(ctx, e, selfURL, log)
+	if err != nil {
+		return exitUsage, err
+	}
+	defer stopUpstreams()
+	var tools sandbox.ToolHandler
+	if up != nil {
+		tools = bridge.ToolHandler(up, 0, log)
+	}
+
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
 	// what is wrong.
-	eng := &lazyEngine{name: *engine, image: *image, allow: lf.allowUnenforce, log: log}
+	eng := &lazyEngine{name: *engine, image: *image, allow: lf.allowUnenforce, tools: tools, log: log}
 	defer eng.close()
 	srv, err := bridge.New(bridge.Options{
 		NewRunner:     eng.runner,
@@ -140,6 +160,7 @@ func (r *eofReader) Read(p []byte) (int, error) {
 type lazyEngine struct {
 	name, image string
 	allow       bool
+	tools       sandbox.ToolHandler // nil: no upstreams
 	log         zerolog.Logger
 
 	mu sync.Mutex
@@ -152,7 +173,7 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 		return nil, err
 	}
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: l.image, AllowUnenforcedLimits: l.allow, Logger: l.log,
+		Image: l.image, AllowUnenforcedLimits: l.allow, Tools: l.tools, Logger: l.log,
 	})
 	if err != nil {
 		rt.Close()

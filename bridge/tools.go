@@ -1,0 +1,217 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/proxy"
+	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/relay"
+)
+
+// DefaultMaxResultBytes bounds one tool result sent into the sandbox, as
+// JSON. A relay frame holds at most relay.MaxFrameSize.
+const DefaultMaxResultBytes = 8 << 20
+
+// Upstreams is what the sandbox's tool calls and questions need of the MCP
+// proxy. *proxy.Client implements it.
+type Upstreams interface {
+	Servers(ctx context.Context) ([]proxy.ServerStatus, error)
+	Catalog(ctx context.Context) (*proxy.Catalog, error)
+	Resolve(ctx context.Context, server, tool string) (proxy.ServerStatus, error)
+	Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error)
+}
+
+var _ Upstreams = (*proxy.Client)(nil)
+
+// moduleReserved are the names the mcp_tools package defines itself
+// (images/runner/lib/mcp_tools, _core.RESERVED): a server whose module
+// alias would shadow one gets a trailing "_".
+var moduleReserved = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range strings.Fields(`servers tools describe search call acall call_raw acall_raw help
+		MCPToolsError ToolError UnknownServerError UnknownToolError UpstreamError ToolTimeoutError
+		ToolDeniedError LimitExceededError ToolsUnavailableError _core _help _modules
+		__all__ __builtins__ __cached__ __dir__ __doc__ __file__ __getattr__ __loader__ __name__
+		__package__ __path__ __spec__`) {
+		m[n] = true
+	}
+	return m
+}()
+
+// ToolHandler answers the sandbox's tool calls and questions from up.
+// maxResult bounds one result in bytes (DefaultMaxResultBytes when 0).
+func ToolHandler(up Upstreams, maxResult int, log zerolog.Logger) sandbox.ToolHandler {
+	if maxResult <= 0 || maxResult > relay.MaxFrameSize-4096 {
+		maxResult = DefaultMaxResultBytes
+	}
+	return &toolHandler{up: up, maxResult: maxResult, log: log}
+}
+
+type toolHandler struct {
+	up        Upstreams
+	maxResult int
+	log       zerolog.Logger
+}
+
+func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.ToolCall) relay.ToolResult {
+	res, err := h.up.Call(ctx, runID, call.Server, call.Tool, call.Args)
+	if err != nil {
+		return failed(err)
+	}
+	js, err := json.Marshal(res)
+	if err != nil {
+		return failed(fmt.Errorf("encoding the result of %s/%s: %w", call.Server, call.Tool, err))
+	}
+	if len(js) > h.maxResult {
+		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
+			"the result of %s/%s is %s, over the %s a tool result may have in the sandbox; ask the tool for less (a page, a filter)",
+			call.Server, call.Tool, humanBytes(len(js)), humanBytes(h.maxResult))}}
+	}
+	return relay.ToolResult{Result: js}
+}
+
+func failed(err error) relay.ToolResult {
+	kind := relay.ErrUpstream
+	var pe *proxy.Error
+	if errors.As(err, &pe) {
+		kind = pe.Kind
+	}
+	return relay.ToolResult{Error: &relay.ToolError{Type: kind, Message: err.Error()}}
+}
+
+func invalid(format string, args ...any) relay.ToolResult {
+	return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrInvalid, Message: fmt.Sprintf(format, args...)}}
+}
+
+// The answers to queries, as docs/protocol.md describes them.
+type (
+	serverInfo struct {
+		Name        string `json:"name"`
+		Description string `json:"description"`
+		Module      string `json:"module"`
+	}
+	toolInfo struct {
+		Name         string          `json:"name"`
+		Title        string          `json:"title,omitempty"`
+		Description  string          `json:"description"`
+		InputSchema  json.RawMessage `json:"input_schema"`
+		OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+		Annotations  json.RawMessage `json:"annotations,omitempty"`
+	}
+	searchHit struct {
+		Server      string   `json:"server"`
+		Tool        string   `json:"tool"`
+		Description string   `json:"description"`
+		Score       float64  `json:"score"`
+		Params      []string `json:"params"`
+	}
+)
+
+func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.ToolResult {
+	var out any
+	switch q.Op {
+	case relay.OpServers:
+		servers, err := h.up.Servers(ctx)
+		if err != nil {
+			return failed(err)
+		}
+		list := make([]serverInfo, 0, len(servers))
+		used := map[string]bool{}
+		for _, s := range servers {
+			desc := s.Description
+			if desc == "" {
+				desc = s.Title
+			}
+			if s.State == "unavailable" {
+				desc = "unavailable: " + s.Error
+			}
+			alias := proxy.ModuleAlias(s.Name, moduleReserved)
+			for used[alias] {
+				alias += "_"
+			}
+			used[alias] = true
+			list = append(list, serverInfo{Name: s.Name, Description: desc, Module: alias})
+		}
+		out = list
+	case relay.OpTools:
+		var a struct {
+			Server *string `json:"server"`
+		}
+		if err := json.Unmarshal(q.Args, &a); err != nil || a.Server == nil {
+			return invalid(`tools needs {"server": NAME}`)
+		}
+		st, err := h.up.Resolve(ctx, *a.Server, "")
+		if err != nil {
+			return failed(err)
+		}
+		cat, err := h.up.Catalog(ctx)
+		if err != nil {
+			return failed(err)
+		}
+		tools := cat.Tools(*a.Server)
+		if len(tools) == 0 && st.State == "unavailable" {
+			return failed(&proxy.Error{Kind: proxy.KindUpstream, Message: fmt.Sprintf("server %q is unavailable: %s", st.Name, st.Error)})
+		}
+		list := make([]toolInfo, 0, len(tools))
+		for _, t := range tools {
+			in := t.InputSchema
+			if len(in) == 0 {
+				in = json.RawMessage(`{"type":"object"}`)
+			}
+			list = append(list, toolInfo{Name: t.Name, Title: t.Title, Description: t.Description,
+				InputSchema: in, OutputSchema: t.OutputSchema, Annotations: t.Annotations})
+		}
+		out = list
+	case relay.OpSearch:
+		var a struct {
+			Query *string `json:"query"`
+			Limit *int    `json:"limit"`
+		}
+		if err := json.Unmarshal(q.Args, &a); err != nil || a.Query == nil {
+			return invalid(`search needs {"query": TEXT, "limit": N}`)
+		}
+		limit := 5
+		if a.Limit != nil {
+			limit = *a.Limit
+		}
+		cat, err := h.up.Catalog(ctx)
+		if err != nil {
+			return failed(err)
+		}
+		hits := cat.Search(*a.Query, limit)
+		list := make([]searchHit, 0, len(hits))
+		for _, hit := range hits {
+			params := hit.Params
+			if params == nil {
+				params = []string{}
+			}
+			list = append(list, searchHit{Server: hit.Tool.Server, Tool: hit.Tool.Name,
+				Description: proxy.Summary(hit.Tool.Description), Score: hit.Score, Params: params})
+		}
+		out = list
+	default:
+		return invalid("unknown query %q", q.Op)
+	}
+	js, err := json.Marshal(out)
+	if err != nil {
+		return failed(err)
+	}
+	return relay.ToolResult{Result: js}
+}
+
+func humanBytes(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

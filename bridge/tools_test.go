@@ -1,0 +1,147 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/proxy"
+	"github.com/bridge-mcp/bridge/sandbox/relay"
+)
+
+// fakeUpstreams is an in-memory proxy client for unit tests.
+type fakeUpstreams struct {
+	servers []proxy.ServerStatus
+	catalog *proxy.Catalog
+	result  *mcp.CallToolResult
+	err     error
+	gotRun  string
+}
+
+func (f *fakeUpstreams) Servers(context.Context) ([]proxy.ServerStatus, error) { return f.servers, nil }
+func (f *fakeUpstreams) Catalog(context.Context) (*proxy.Catalog, error)       { return f.catalog, nil }
+func (f *fakeUpstreams) Resolve(_ context.Context, server, _ string) (proxy.ServerStatus, error) {
+	for _, s := range f.servers {
+		if s.Name == server {
+			return s, nil
+		}
+	}
+	return proxy.ServerStatus{}, &proxy.Error{Kind: proxy.KindUnknownSrv, Message: "no MCP server " + server}
+}
+func (f *fakeUpstreams) Call(_ context.Context, runID, _, _ string, _ json.RawMessage) (*mcp.CallToolResult, error) {
+	f.gotRun = runID
+	return f.result, f.err
+}
+
+func newFake() *fakeUpstreams {
+	return &fakeUpstreams{
+		servers: []proxy.ServerStatus{
+			{Name: "server-everything", Description: "Everything.", State: "ready"},
+			{Name: "search", Title: "A search server", State: "ready"},
+			{Name: "down", State: "unavailable", Error: "exec: not found"},
+		},
+		catalog: proxy.NewCatalog([]proxy.CatalogTool{
+			{Server: "server-everything", Name: "echo", Description: "Echoes back the input. Second sentence.",
+				InputSchema: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}}}`)},
+			{Server: "search", Name: "web_search", Description: "Searches the web."},
+		}),
+	}
+}
+
+func query(t *testing.T, h interface {
+	Query(context.Context, string, relay.Query) relay.ToolResult
+}, op, args string, out any) *relay.ToolError {
+	t.Helper()
+	r := h.Query(context.Background(), "run", relay.Query{ID: 1, Op: op, Args: json.RawMessage(args)})
+	if r.Error != nil {
+		return r.Error
+	}
+	if err := json.Unmarshal(r.Result, out); err != nil {
+		t.Fatalf("%s: %v in %s", op, err, r.Result)
+	}
+	return nil
+}
+
+func TestToolHandlerQueries(t *testing.T) {
+	h := ToolHandler(newFake(), 0, zerolog.Nop())
+
+	var servers []serverInfo
+	if e := query(t, h, "servers", `{}`, &servers); e != nil {
+		t.Fatal(e)
+	}
+	want := []serverInfo{
+		{"server-everything", "Everything.", "server_everything"},
+		{"search", "A search server", "search_"}, // would shadow mcp_tools.search
+		{"down", "unavailable: exec: not found", "down"},
+	}
+	if len(servers) != len(want) {
+		t.Fatalf("servers = %+v", servers)
+	}
+	for i := range want {
+		if servers[i] != want[i] {
+			t.Errorf("servers[%d] = %+v, want %+v", i, servers[i], want[i])
+		}
+	}
+
+	var tools []toolInfo
+	if e := query(t, h, "tools", `{"server":"server-everything"}`, &tools); e != nil {
+		t.Fatal(e)
+	}
+	if len(tools) != 1 || tools[0].Name != "echo" || !strings.Contains(string(tools[0].InputSchema), "message") {
+		t.Fatalf("tools = %+v", tools)
+	}
+	if e := query(t, h, "tools", `{"server":"search"}`, &tools); e != nil || len(tools) != 1 || string(tools[0].InputSchema) != `{"type":"object"}` {
+		t.Fatalf("a tool without a schema gets an empty object schema: %+v %v", tools, e)
+	}
+	if e := query(t, h, "tools", `{"server":"down"}`, &tools); e == nil || e.Type != relay.ErrUpstream || !strings.Contains(e.Message, "exec: not found") {
+		t.Fatalf("tools of a server that is down: %+v", e)
+	}
+	if e := query(t, h, "tools", `{"server":"nope"}`, &tools); e == nil || e.Type != relay.ErrUnknownServer {
+		t.Fatalf("tools of an unknown server: %+v", e)
+	}
+	if e := query(t, h, "tools", `{}`, &tools); e == nil || e.Type != relay.ErrInvalid {
+		t.Fatalf("tools without a server: %+v", e)
+	}
+
+	var hits []searchHit
+	if e := query(t, h, "search", `{"query":"echo","limit":3}`, &hits); e != nil {
+		t.Fatal(e)
+	}
+	if len(hits) == 0 || hits[0].Tool != "echo" || hits[0].Description != "Echoes back the input." || len(hits[0].Params) != 1 {
+		t.Fatalf("search = %+v", hits)
+	}
+	if e := query(t, h, "search", `{"limit":3}`, &hits); e == nil || e.Type != relay.ErrInvalid {
+		t.Fatalf("search without a query: %+v", e)
+	}
+}
+
+func TestToolHandlerCalls(t *testing.T) {
+	f := newFake()
+	h := ToolHandler(f, 1024, zerolog.Nop())
+	call := relay.ToolCall{ID: 9, Server: "server-everything", Tool: "echo", Args: json.RawMessage(`{}`)}
+
+	f.result = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hi"}}, IsError: true}
+	r := h.CallTool(context.Background(), "run-7", call)
+	if r.Error != nil || !strings.Contains(string(r.Result), `"isError":true`) || !strings.Contains(string(r.Result), `"text":"hi"`) {
+		t.Fatalf("a tool's own error passes as a result: %+v %s", r.Error, r.Result)
+	}
+	if f.gotRun != "run-7" {
+		t.Fatalf("run id %q did not reach the proxy", f.gotRun)
+	}
+
+	f.result = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", 2000)}}}
+	r = h.CallTool(context.Background(), "run", call)
+	if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "over the 1.0 KiB") {
+		t.Fatalf("a result over the limit: %+v", r)
+	}
+
+	f.result, f.err = nil, &proxy.Error{Kind: proxy.KindTimeout, Message: "did not answer"}
+	r = h.CallTool(context.Background(), "run", call)
+	if r.Error == nil || r.Error.Type != relay.ErrTimeout || r.Error.Message != "did not answer" {
+		t.Fatalf("a proxy error keeps its kind: %+v", r)
+	}
+}

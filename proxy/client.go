@@ -1,0 +1,293 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+)
+
+// incompleteTTL is how long a catalog that lacks some server's tools (it
+// was down) is reused before the proxy is asked again.
+const incompleteTTL = 5 * time.Second
+
+// Client is the bridge's side of a proxy, in the same process or remote:
+// the catalog of tools (cached until the proxy says it changed), the state
+// of the servers, and tool calls tagged with the run's id.
+type Client struct {
+	sess *mcp.ClientSession
+	log  zerolog.Logger
+	done chan struct{} // closed when the session ends
+
+	mu      sync.Mutex
+	gen     uint64 // bumped by each tools/list_changed
+	cached  *snapshot
+	loading chan struct{} // non-nil while a snapshot is being fetched
+}
+
+// snapshot is what the proxy offered at one point in time.
+type snapshot struct {
+	gen      uint64
+	at       time.Time
+	catalog  *Catalog
+	servers  []ServerStatus
+	names    map[[2]string]string // (server, tool) -> the proxy's tool name
+	complete bool                 // every server answered
+}
+
+// Dial connects to a proxy over t.
+func Dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger) (*Client, error) {
+	c := &Client{log: log}
+	client := mcp.NewClient(&mcp.Implementation{Name: "bridge", Version: version}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			c.mu.Lock()
+			c.gen++
+			c.mu.Unlock()
+		},
+	})
+	s, err := client.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the MCP proxy: %w", err)
+	}
+	c.sess = s
+	c.done = make(chan struct{})
+	go func() { _ = s.Wait(); close(c.done) }()
+	return c, nil
+}
+
+// Closed reports whether the session to the proxy has ended.
+func (c *Client) Closed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// DialHTTP connects to a proxy served by `bridge proxy --http`. token, if
+// set, is sent as a bearer token.
+func DialHTTP(ctx context.Context, url, token, version string, log zerolog.Logger) (*Client, error) {
+	hc := &http.Client{}
+	if token != "" {
+		hc.Transport = headerTransport{headers: map[string]string{"Authorization": "Bearer " + token}, next: http.DefaultTransport}
+	}
+	return Dial(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, version, log)
+}
+
+// Close ends the session.
+func (c *Client) Close() error { return c.sess.Close() }
+
+// snapshot returns the current catalog and server list, fetching them if
+// the proxy's tools changed since, or if some server was missing and
+// incompleteTTL has passed. Concurrent callers share one fetch.
+func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
+	c.mu.Lock()
+	if s := c.cached; s != nil && s.gen == c.gen && (s.complete || time.Since(s.at) < incompleteTTL) {
+		c.mu.Unlock()
+		return s, nil
+	}
+	if ch := c.loading; ch != nil {
+		// Another caller is fetching: share its answer.
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.cached == nil {
+			return nil, errors.New("the MCP proxy did not answer")
+		}
+		return c.cached, nil
+	}
+	ch := make(chan struct{})
+	c.loading = ch
+	gen := c.gen
+	c.mu.Unlock()
+	s, err := c.fetch(ctx, gen)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loading = nil
+	close(ch)
+	if err != nil {
+		return nil, err
+	}
+	c.cached = s
+	return s, nil
+}
+
+func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
+	var tools []CatalogTool
+	names := map[[2]string]string{}
+	for t, err := range c.sess.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("listing the proxy's tools: %w", err)
+		}
+		server, _ := t.Meta[MetaServer].(string)
+		tool, _ := t.Meta[MetaTool].(string)
+		if server == "" || tool == "" {
+			// Not an upstream's tool (a proxy that is not ours?): skip it.
+			continue
+		}
+		names[[2]string{server, tool}] = t.Name
+		ct := CatalogTool{Server: server, Name: tool, Title: t.Title, Description: t.Description}
+		ct.InputSchema = rawJSON(t.InputSchema)
+		ct.OutputSchema = rawJSON(t.OutputSchema)
+		if t.Annotations != nil {
+			ct.Annotations = rawJSON(t.Annotations)
+		}
+		tools = append(tools, ct)
+	}
+	// The servers resource comes second: listing tools connected them.
+	res, err := c.sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: ServersURI})
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from the proxy: %w", ServersURI, err)
+	}
+	var servers []ServerStatus
+	if len(res.Contents) != 1 || json.Unmarshal([]byte(res.Contents[0].Text), &servers) != nil {
+		return nil, fmt.Errorf("the proxy's %s is not a list of servers", ServersURI)
+	}
+	complete := true
+	for _, s := range servers {
+		if s.State != "ready" {
+			complete = false
+		}
+	}
+	return &snapshot{gen: gen, at: time.Now(), catalog: NewCatalog(tools), servers: servers, names: names, complete: complete}, nil
+}
+
+func rawJSON(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	if r, ok := v.(json.RawMessage); ok {
+		return r
+	}
+	js, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return js
+}
+
+// Servers lists the upstream servers and their state.
+func (c *Client) Servers(ctx context.Context) ([]ServerStatus, error) {
+	s, err := c.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.servers, nil
+}
+
+// Catalog returns the tools of every server that answered.
+func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
+	s, err := c.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.catalog, nil
+}
+
+// Resolve checks that server has tool and returns the server's state. An
+// unknown server or tool is an *Error of kind unknown_server or
+// unknown_tool whose message suggests the closest names; the tools of a
+// server that is down are unknown, and that is said instead.
+func (c *Client) Resolve(ctx context.Context, server, tool string) (ServerStatus, error) {
+	s, err := c.snapshot(ctx)
+	if err != nil {
+		return ServerStatus{}, err
+	}
+	st, ok := s.server(server)
+	if !ok {
+		return ServerStatus{}, unknownServer(server, s.servers)
+	}
+	if tool == "" {
+		return st, nil
+	}
+	if _, ok := s.names[[2]string{server, tool}]; ok {
+		return st, nil
+	}
+	if st.State != "ready" && st.Error != "" && len(s.catalog.Tools(server)) == 0 {
+		return st, errorf(KindUpstream, "server %q is unavailable: %s", server, st.Error)
+	}
+	var names []string
+	for _, t := range s.catalog.Tools(server) {
+		names = append(names, t.Name)
+	}
+	return st, &Error{Kind: KindUnknownTool, Message: fmt.Sprintf("server %q has no tool %q%s", server, tool, suggest(tool, names))}
+}
+
+func (s *snapshot) server(name string) (ServerStatus, bool) {
+	for _, st := range s.servers {
+		if st.Name == name {
+			return st, true
+		}
+	}
+	return ServerStatus{}, false
+}
+
+func unknownServer(name string, servers []ServerStatus) *Error {
+	var names []string
+	for _, s := range servers {
+		names = append(names, s.Name)
+	}
+	msg := fmt.Sprintf("no MCP server %q%s", name, suggest(name, names))
+	if len(names) > 0 && len(Closest(name, names, 3)) == 0 {
+		msg += fmt.Sprintf(" (servers: %s)", strings.Join(names, ", "))
+	}
+	return &Error{Kind: KindUnknownSrv, Message: msg}
+}
+
+// suggest is "; did you mean: a, b?" or "".
+func suggest(name string, candidates []string) string {
+	near := Closest(name, candidates, 3)
+	if len(near) == 0 {
+		return ""
+	}
+	return "; did you mean: " + strings.Join(near, ", ") + "?"
+}
+
+// Call calls server's tool with args (a JSON object) on behalf of the run
+// runID. It returns the tool's result as the proxy sent it, isError
+// included, or an *Error when the call failed outside the tool.
+func (c *Client) Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
+	if _, err := c.Resolve(ctx, server, tool); err != nil {
+		return nil, err
+	}
+	s, err := c.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := s.names[[2]string{server, tool}]
+	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
+		Name:      name,
+		Arguments: args,
+		Meta:      mcp.Meta{MetaRunID: runID},
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errorf(KindUpstream, "call to %s/%s cancelled", server, tool)
+		}
+		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, err)
+	}
+	if kind, ok := res.Meta[MetaError].(string); ok && res.IsError {
+		var msg []string
+		for _, ct := range res.Content {
+			if t, ok := ct.(*mcp.TextContent); ok {
+				msg = append(msg, t.Text)
+			}
+		}
+		return nil, &Error{Kind: kind, Message: strings.Join(msg, "\n")}
+	}
+	return res, nil
+}

@@ -1,0 +1,353 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+)
+
+// The test binary doubles as a stdio upstream: run with
+// PROXY_TEST_UPSTREAM=1 it serves testServer over stdin/stdout.
+func TestMain(m *testing.M) {
+	if os.Getenv("PROXY_TEST_UPSTREAM") == "1" {
+		fmt.Fprintln(os.Stderr, "test upstream: started")
+		_ = testServer().Run(context.Background(), &mcp.StdioTransport{})
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// testServer has tools that behave and misbehave on purpose.
+func testServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Title: "Test upstream"}, &mcp.ServerOptions{
+		Instructions: "A server for the proxy's tests.\n\nSecond paragraph.",
+	})
+	var calls, inFlight, most atomic.Int64
+	obj := map[string]any{"type": "object"}
+	add := func(name, desc string, h func(ctx context.Context, args map[string]any) *mcp.CallToolResult) {
+		s.AddTool(&mcp.Tool{Name: name, Description: desc, InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			calls.Add(1)
+			var args map[string]any
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			return h(ctx, args), nil
+		})
+	}
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	add("echo", "Echoes the message back.", func(_ context.Context, a map[string]any) *mcp.CallToolResult {
+		return text(fmt.Sprint(a["message"]))
+	})
+	add("env", "Returns an environment variable.", func(_ context.Context, a map[string]any) *mcp.CallToolResult {
+		return text(os.Getenv(fmt.Sprint(a["name"])))
+	})
+	add("sleep", "Sleeps for ms milliseconds.", func(ctx context.Context, a map[string]any) *mcp.CallToolResult {
+		n := inFlight.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		defer inFlight.Add(-1)
+		ms, _ := a["ms"].(float64)
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return text("slept")
+	})
+	add("most", "The most sleep calls that ran at once.", func(context.Context, map[string]any) *mcp.CallToolResult {
+		return text(fmt.Sprint(most.Load()))
+	})
+	add("calls", "How many calls this process received.", func(context.Context, map[string]any) *mcp.CallToolResult {
+		return text(fmt.Sprint(calls.Load()))
+	})
+	add("crash", "Exits the process.", func(context.Context, map[string]any) *mcp.CallToolResult {
+		fmt.Fprintln(os.Stderr, "test upstream: crashing")
+		os.Exit(3)
+		return nil
+	})
+	add("hang", "Never answers.", func(context.Context, map[string]any) *mcp.CallToolResult {
+		select {}
+	})
+	add("fail", "A tool error.", func(context.Context, map[string]any) *mcp.CallToolResult {
+		r := text("it failed")
+		r.IsError = true
+		return r
+	})
+	add("grow", "Adds a tool.", func(context.Context, map[string]any) *mcp.CallToolResult {
+		s.AddTool(&mcp.Tool{Name: "grown", Description: "Added at run time.", InputSchema: obj},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("grown"), nil })
+		return text("added")
+	})
+	return s
+}
+
+// stdioServer is a config entry that runs the test binary as an upstream.
+func stdioServer(t *testing.T, name string) ServerConfig {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ServerConfig{Name: name, Type: TypeStdio, Command: exe, Args: []string{"-test.run=^$"},
+		Env: map[string]string{"PROXY_TEST_UPSTREAM": "1", "TEST_SECRET": "s3cr3t-value"}}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startProxy(t *testing.T, opts Options, servers ...ServerConfig) (*Proxy, *Client, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	opts.Logger = zerolog.New(logs).Level(zerolog.DebugLevel)
+	p := New(Config{Servers: servers}, opts)
+	c, err := p.Connect(context.Background(), opts.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); p.Close() })
+	return p, c, logs
+}
+
+func textOf(t *testing.T, r *mcp.CallToolResult) string {
+	t.Helper()
+	if r == nil || len(r.Content) != 1 {
+		t.Fatalf("result %+v: want one content item", r)
+	}
+	tc, ok := r.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("content %T: want text", r.Content[0])
+	}
+	return tc.Text
+}
+
+func call(t *testing.T, c *Client, server, tool, args string) (*mcp.CallToolResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.Call(ctx, "run-1", server, tool, json.RawMessage(args))
+}
+
+func TestProxyLazyCatalogAndCalls(t *testing.T) {
+	p, c, logs := startProxy(t, Options{}, stdioServer(t, "alpha"), stdioServer(t, "beta"))
+	for _, u := range p.ups {
+		if ok, _, _ := u.status(); ok {
+			t.Fatalf("%s connected before first use", u.cfg.Name)
+		}
+	}
+	servers, err := c.Servers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(servers) != 2 || servers[0].Name != "alpha" || servers[0].State != "ready" || servers[0].Title != "Test upstream" ||
+		servers[0].Description != "A server for the proxy's tests." || servers[0].Tools != 9 {
+		t.Fatalf("servers = %+v", servers)
+	}
+	cat, err := c.Catalog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cat.Len() != 18 {
+		t.Fatalf("catalog has %d tools, want 18", cat.Len())
+	}
+	if _, ok := cat.Lookup("beta", "echo"); !ok {
+		t.Fatal("beta/echo missing from the catalog")
+	}
+
+	r, err := call(t, c, "alpha", "echo", `{"message":"hi"}`)
+	if err != nil || textOf(t, r) != "hi" {
+		t.Fatalf("echo: %v %v", r, err)
+	}
+	// A tool's own error is a result, not an *Error.
+	r, err = call(t, c, "alpha", "fail", `{}`)
+	if err != nil || !r.IsError || textOf(t, r) != "it failed" {
+		t.Fatalf("fail: %+v %v", r, err)
+	}
+	// The server's env reaches it; the secret never reaches a log line.
+	r, err = call(t, c, "beta", "env", `{"name":"TEST_SECRET"}`)
+	if err != nil || textOf(t, r) != "s3cr3t-value" {
+		t.Fatalf("env: %v %v", r, err)
+	}
+	if strings.Contains(logs.String(), "s3cr3t") {
+		t.Fatal("a secret reached the log")
+	}
+	// The run id reaches the proxy's log; stderr is logged with the server's name.
+	if !strings.Contains(logs.String(), `"run_id":"run-1"`) {
+		t.Errorf("run id not in the proxy's log:\n%s", logs)
+	}
+	if !strings.Contains(logs.String(), `"server":"alpha","stream":"stderr","message":"test upstream: started"`) {
+		t.Errorf("upstream stderr not logged with its server:\n%s", logs)
+	}
+}
+
+func TestProxyUnknownNamesSuggest(t *testing.T) {
+	_, c, _ := startProxy(t, Options{}, stdioServer(t, "filesystem"))
+	_, err := call(t, c, "filesytem", "echo", `{}`)
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Kind != KindUnknownSrv || !strings.Contains(pe.Message, "did you mean: filesystem?") {
+		t.Fatalf("unknown server: %v", err)
+	}
+	_, err = call(t, c, "filesystem", "ecko", `{}`)
+	if !errors.As(err, &pe) || pe.Kind != KindUnknownTool || !strings.Contains(pe.Message, "echo") {
+		t.Fatalf("unknown tool: %v", err)
+	}
+}
+
+func TestProxyCallsRunConcurrently(t *testing.T) {
+	_, c, _ := startProxy(t, Options{}, stdioServer(t, "alpha"))
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := call(t, c, "alpha", "sleep", `{"ms":300}`); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	r, err := call(t, c, "alpha", "most", `{}`)
+	if err != nil || textOf(t, r) != "3" {
+		t.Fatalf("most sleeps at once: %v %v, want 3", r, err)
+	}
+}
+
+func TestProxyCrashedUpstreamRestarts(t *testing.T) {
+	_, c, logs := startProxy(t, Options{}, stdioServer(t, "alpha"), stdioServer(t, "beta"))
+	if _, err := call(t, c, "alpha", "echo", `{"message":"x"}`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := call(t, c, "alpha", "crash", `{}`)
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Kind != KindUpstream || !strings.Contains(pe.Message, "exited or disconnected during the call") {
+		t.Fatalf("crash: %v", err)
+	}
+	// The other server is unaffected; the crashed one comes back as a new process.
+	if _, err := call(t, c, "beta", "echo", `{"message":"x"}`); err != nil {
+		t.Fatalf("beta after alpha crashed: %v", err)
+	}
+	r, err := call(t, c, "alpha", "calls", `{}`)
+	if err != nil || textOf(t, r) != "1" {
+		t.Fatalf("calls after restart: %v %v, want 1 (a new process)", r, err)
+	}
+	if !strings.Contains(logs.String(), "test upstream: crashing") {
+		t.Errorf("crash message not logged:\n%s", logs)
+	}
+}
+
+func TestProxyCallTimeout(t *testing.T) {
+	_, c, _ := startProxy(t, Options{CallTimeout: 300 * time.Millisecond}, stdioServer(t, "alpha"))
+	_, err := call(t, c, "alpha", "hang", `{}`)
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Kind != KindTimeout || !strings.Contains(pe.Message, "did not answer within 300ms") {
+		t.Fatalf("hang: %v", err)
+	}
+	// The session survives a call that timed out.
+	if r, err := call(t, c, "alpha", "echo", `{"message":"still here"}`); err != nil || textOf(t, r) != "still here" {
+		t.Fatalf("echo after a timeout: %v %v", r, err)
+	}
+}
+
+func TestProxyUnavailableServerBacksOff(t *testing.T) {
+	bad := ServerConfig{Name: "broken", Type: TypeStdio, Command: "/nonexistent/mcp-server"}
+	_, c, _ := startProxy(t, Options{}, bad, stdioServer(t, "alpha"))
+	servers, err := c.Servers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if servers[0].Name != "broken" || servers[0].State != "unavailable" || !strings.Contains(servers[0].Error, "nonexistent") {
+		t.Fatalf("servers = %+v", servers)
+	}
+	_, err = call(t, c, "broken", "echo", `{}`)
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Kind != KindUpstream || !strings.Contains(pe.Message, `server "broken" is unavailable`) {
+		t.Fatalf("call to a broken server: %v", err)
+	}
+	if _, err := call(t, c, "alpha", "echo", `{"message":"x"}`); err != nil {
+		t.Fatalf("alpha: %v", err)
+	}
+}
+
+func TestProxyToolListChanged(t *testing.T) {
+	_, c, _ := startProxy(t, Options{}, stdioServer(t, "alpha"))
+	if _, err := call(t, c, "alpha", "grow", `{}`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cat, err := c.Catalog(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := cat.Lookup("alpha", "grown"); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the new tool never appeared in the catalog")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r, err := call(t, c, "alpha", "grown", `{}`); err != nil || textOf(t, r) != "grown" {
+		t.Fatalf("grown: %v %v", r, err)
+	}
+}
+
+func TestProxyHTTPUpstreamAndRemoteProxy(t *testing.T) {
+	// An upstream over streamable HTTP, with a header that must arrive.
+	var gotAuth atomic.Value
+	up := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		gotAuth.Store(r.Header.Get("Authorization"))
+		return testServer()
+	}, nil)
+	hs := httptest.NewServer(up)
+	defer hs.Close()
+	p := New(Config{Servers: []ServerConfig{{Name: "web", Type: TypeHTTP, URL: hs.URL, Headers: map[string]string{"Authorization": "Bearer k"}}}}, Options{})
+	defer p.Close()
+	// The proxy itself served over HTTP, as `bridge proxy --http` does.
+	ps := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() }, nil))
+	defer ps.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := DialHTTP(ctx, ps.URL, "", "test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Call(ctx, "run-2", "web", "echo", json.RawMessage(`{"message":"over http"}`))
+	if err != nil || textOf(t, r) != "over http" {
+		t.Fatalf("echo: %v %v", r, err)
+	}
+	if gotAuth.Load() != "Bearer k" {
+		t.Fatalf("upstream saw Authorization %q", gotAuth.Load())
+	}
+}

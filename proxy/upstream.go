@@ -1,0 +1,453 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+)
+
+// Backoff after failed connects: the first retry may come after
+// minBackoff, each further failure doubles the wait up to maxBackoff.
+const (
+	minBackoff = 500 * time.Millisecond
+	maxBackoff = 30 * time.Second
+	// maxStderrLine bounds one logged line of an upstream's stderr.
+	maxStderrLine = 4 << 10
+)
+
+// upstream is one configured MCP server and the session to it. The session
+// is opened on first use, shared by every caller, and reopened after the
+// server exits or the connection drops; failed connects back off.
+type upstream struct {
+	cfg  ServerConfig
+	opts *Options
+	log  zerolog.Logger
+	// changed is called (from its own goroutine) when the server's tool list
+	// may have changed: a notifications/tools/list_changed, or a reconnect.
+	changed func(name string)
+	base    context.Context // cancelled by close: aborts connects
+
+	mu         sync.Mutex
+	sess       *mcp.ClientSession
+	sessDone   chan struct{} // closed when sess ends
+	info       *mcp.InitializeResult
+	connecting chan struct{} // non-nil while a connect runs; closed when it ends
+	lastErr    error         // why the last connect failed, or why the session ended
+	failures   int           // connects failed in a row
+	retryAt    time.Time     // no new connect before this
+	closed     bool
+	procs      sync.WaitGroup // stderr readers and watchers
+
+	toolsMu sync.Mutex
+	tools   []*mcp.Tool // the last complete tools/list; nil until one succeeded
+	stale   bool        // list_changed since tools was read
+}
+
+func newUpstream(base context.Context, cfg ServerConfig, opts *Options, log zerolog.Logger, changed func(string)) *upstream {
+	return &upstream{
+		cfg:     cfg,
+		opts:    opts,
+		log:     log.With().Str("server", cfg.Name).Logger(),
+		changed: changed,
+		base:    base,
+	}
+}
+
+// Error kinds of an UpstreamError; they match the relay protocol's error
+// types so the bridge can pass them on.
+const (
+	KindUpstream    = "upstream"
+	KindTimeout     = "timeout"
+	KindUnknownTool = "unknown_tool"
+	KindUnknownSrv  = "unknown_server"
+	KindLimit       = "limit"
+)
+
+// Error is a failure of the proxy or an upstream (not a tool's own error,
+// which is a result with isError). Kind is one of the Kind constants.
+type Error struct {
+	Kind    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func errorf(kind, format string, args ...any) *Error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+// session returns the live session, connecting if there is none. Callers
+// that arrive during a connect wait for it. After a failed connect, calls
+// fail at once until the backoff has passed.
+func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, <-chan struct{}, error) {
+	u.mu.Lock()
+	for {
+		switch {
+		case u.sess != nil:
+			s, done := u.sess, u.sessDone
+			u.mu.Unlock()
+			return s, done, nil
+		case u.closed:
+			u.mu.Unlock()
+			return nil, nil, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
+		case u.connecting != nil:
+			ch := u.connecting
+			u.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, nil, u.ctxError(ctx, "waiting for the connection")
+			}
+			u.mu.Lock()
+			if u.sess == nil && u.lastErr != nil {
+				err := u.lastErr
+				u.mu.Unlock()
+				return nil, nil, u.unavailable(err, 0)
+			}
+			continue
+		}
+		if wait := time.Until(u.retryAt); wait > 0 {
+			err := u.lastErr
+			u.mu.Unlock()
+			return nil, nil, u.unavailable(err, wait)
+		}
+		ch := make(chan struct{})
+		u.connecting = ch
+		u.mu.Unlock()
+
+		sess, err := u.connect()
+
+		u.mu.Lock()
+		u.connecting = nil
+		close(ch)
+		if err != nil {
+			u.failures++
+			u.lastErr = err
+			u.retryAt = time.Now().Add(backoff(u.failures))
+			u.mu.Unlock()
+			u.log.Warn().Err(err).Dur("retry_in", backoff(u.failures)).Msg("upstream: cannot connect")
+			return nil, nil, u.unavailable(err, 0)
+		}
+		if u.closed {
+			u.mu.Unlock()
+			_ = sess.Close()
+			return nil, nil, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
+		}
+		u.failures = 0
+		u.lastErr = nil
+		u.sess = sess
+		u.sessDone = make(chan struct{})
+		u.info = sess.InitializeResult()
+		u.procs.Add(1)
+		go u.watch(sess, u.sessDone)
+		// A new process may offer other tools than the one before it.
+		u.toolsMu.Lock()
+		hadTools := u.tools != nil
+		u.stale = true
+		u.toolsMu.Unlock()
+		if hadTools {
+			go u.changed(u.cfg.Name)
+		}
+	}
+}
+
+func backoff(failures int) time.Duration {
+	d := minBackoff
+	for i := 1; i < failures && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}
+
+func (u *upstream) unavailable(err error, retryIn time.Duration) error {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	if retryIn > 0 {
+		return errorf(KindUpstream, "server %q is unavailable (next attempt in %s): %v", u.cfg.Name, retryIn.Round(100*time.Millisecond), err)
+	}
+	return errorf(KindUpstream, "server %q is unavailable: %v", u.cfg.Name, err)
+}
+
+func (u *upstream) ctxError(ctx context.Context, doing string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return errorf(KindTimeout, "server %q: timed out %s", u.cfg.Name, doing)
+	}
+	return errorf(KindUpstream, "server %q: cancelled while %s", u.cfg.Name, doing)
+}
+
+// watch waits for the session to end and forgets it, so the next use
+// reconnects.
+func (u *upstream) watch(s *mcp.ClientSession, done chan struct{}) {
+	defer u.procs.Done()
+	err := s.Wait()
+	close(done)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.sess != s {
+		return
+	}
+	u.sess = nil
+	if u.closed {
+		return
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = errors.New("the server closed the connection")
+	}
+	u.lastErr = err
+	u.log.Warn().Err(err).Msg("upstream: session ended; it is reopened on next use")
+}
+
+// connect opens a new session. It runs under the proxy's own context, not
+// a caller's: a caller that gives up must not abort a connect others wait on.
+func (u *upstream) connect() (*mcp.ClientSession, error) {
+	ctx, cancel := context.WithTimeout(u.base, u.opts.ConnectTimeout)
+	defer cancel()
+	t, err := u.transport()
+	if err != nil {
+		return nil, err
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "bridge-proxy", Version: u.opts.Version}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			u.toolsMu.Lock()
+			u.stale = true
+			u.toolsMu.Unlock()
+			u.log.Debug().Msg("upstream: tool list changed")
+			go u.changed(u.cfg.Name)
+		},
+	})
+	start := time.Now()
+	s, err := client.Connect(ctx, t, nil)
+	if err != nil {
+		if cmd, ok := t.(*mcp.CommandTransport); ok {
+			killGroup(cmd.Command)
+		}
+		if ctx.Err() != nil && u.base.Err() == nil {
+			return nil, fmt.Errorf("no answer to initialize within %s", u.opts.ConnectTimeout)
+		}
+		return nil, err
+	}
+	info := s.InitializeResult()
+	ev := u.log.Info().Dur("took", time.Since(start))
+	if info != nil && info.ServerInfo != nil {
+		ev = ev.Str("name", info.ServerInfo.Name).Str("version", info.ServerInfo.Version)
+	}
+	ev.Msg("upstream: connected")
+	return s, nil
+}
+
+func (u *upstream) transport() (mcp.Transport, error) {
+	switch u.cfg.Type {
+	case TypeStdio:
+		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
+		cmd.Dir = u.cfg.Cwd
+		cmd.Env = os.Environ()
+		for _, k := range sortedKeys(u.cfg.Env) {
+			cmd.Env = append(cmd.Env, k+"="+u.cfg.Env[k])
+		}
+		// Its own process group, so closing it also ends what it started
+		// (npx runs node as a child); killed with the bridge if it dies.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		pr, pw := io.Pipe()
+		cmd.Stderr = pw
+		u.procs.Add(1)
+		go u.logStderr(pr)
+		return &closingTransport{
+			CommandTransport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second},
+			done:             func() { killGroup(cmd); _ = pw.Close() },
+		}, nil
+	case TypeHTTP:
+		return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxRetries: -1}, nil
+	case TypeSSE:
+		return &mcp.SSEClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient()}, nil
+	}
+	return nil, fmt.Errorf("unknown transport type %q", u.cfg.Type)
+}
+
+// closingTransport runs done when the connection it made is closed (or
+// could not be made), to end the process group and the stderr reader.
+type closingTransport struct {
+	*mcp.CommandTransport
+	done func()
+}
+
+func (t *closingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.CommandTransport.Connect(ctx)
+	if err != nil {
+		t.done()
+		return nil, err
+	}
+	return &closingConn{Connection: c, done: t.done}, nil
+}
+
+type closingConn struct {
+	mcp.Connection
+	once sync.Once
+	done func()
+}
+
+func (c *closingConn) Close() error {
+	err := c.Connection.Close()
+	c.once.Do(c.done)
+	return err
+}
+
+// killGroup ends what is left of a stdio server's process group.
+func killGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil && cmd.Process.Pid > 0 {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// logStderr logs each line the server writes to stderr, tagged with its
+// name. Lines are cut at maxStderrLine bytes.
+func (u *upstream) logStderr(r *io.PipeReader) {
+	defer u.procs.Done()
+	br := bufio.NewReaderSize(r, maxStderrLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			text := strings.TrimRight(string(line), "\r\n")
+			if text != "" {
+				u.log.Info().Str("stream", "stderr").Msg(text)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// The rest of an over-long line is dropped.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = br.ReadSlice('\n')
+			}
+		}
+		if err != nil {
+			_ = r.Close()
+			return
+		}
+	}
+}
+
+// httpClient adds the configured headers to every request.
+func (u *upstream) httpClient() *http.Client {
+	return &http.Client{Transport: headerTransport{headers: u.cfg.Headers, next: http.DefaultTransport}}
+}
+
+type headerTransport struct {
+	headers map[string]string
+	next    http.RoundTripper
+}
+
+func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if len(h.headers) > 0 {
+		req = req.Clone(req.Context())
+		for k, v := range h.headers {
+			req.Header.Set(k, v)
+		}
+	}
+	return h.next.RoundTrip(req)
+}
+
+// listTools returns the server's tools, from the cache unless the server
+// said they changed (or a new session started).
+func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
+	u.toolsMu.Lock()
+	if u.tools != nil && !u.stale {
+		t := u.tools
+		u.toolsMu.Unlock()
+		return t, nil
+	}
+	u.toolsMu.Unlock()
+	s, _, err := u.session(ctx)
+	if err != nil {
+		return u.cachedTools(), err
+	}
+	u.toolsMu.Lock()
+	u.stale = false // a change from now on marks it stale again
+	u.toolsMu.Unlock()
+	var tools []*mcp.Tool
+	for t, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			u.toolsMu.Lock()
+			u.stale = true
+			u.toolsMu.Unlock()
+			if ctx.Err() != nil {
+				return u.cachedTools(), u.ctxError(ctx, "listing tools")
+			}
+			return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, err)
+		}
+		tools = append(tools, t)
+	}
+	if tools == nil {
+		tools = []*mcp.Tool{}
+	}
+	u.toolsMu.Lock()
+	u.tools = tools
+	u.toolsMu.Unlock()
+	return tools, nil
+}
+
+func (u *upstream) cachedTools() []*mcp.Tool {
+	u.toolsMu.Lock()
+	defer u.toolsMu.Unlock()
+	return u.tools
+}
+
+// status reports whether the server is connected, and the last error.
+func (u *upstream) status() (connected bool, info *mcp.InitializeResult, lastErr error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.sess != nil, u.info, u.lastErr
+}
+
+// call calls a tool with the proxy's per-call timeout.
+func (u *upstream) call(ctx context.Context, tool string, args any, meta mcp.Meta) (*mcp.CallToolResult, error) {
+	s, done, err := u.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, u.opts.CallTimeout)
+	defer cancel()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args, Meta: meta})
+	if err == nil {
+		return res, nil
+	}
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return nil, errorf(KindTimeout, "server %q: tool %q did not answer within %s", u.cfg.Name, tool, u.opts.CallTimeout)
+	case ctx.Err() != nil:
+		return nil, errorf(KindUpstream, "server %q: tool %q: call cancelled", u.cfg.Name, tool)
+	}
+	// Did the session end under the call? Then say so: that is what the
+	// user needs to know, not the transport's wording.
+	select {
+	case <-done:
+		return nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use", u.cfg.Name, tool)
+	case <-time.After(50 * time.Millisecond):
+	}
+	return nil, errorf(KindUpstream, "server %q: tool %q: %v", u.cfg.Name, tool, err)
+}
+
+// close ends the session and the server process, and waits for the
+// goroutines that watch them.
+func (u *upstream) close() {
+	u.mu.Lock()
+	u.closed = true
+	s := u.sess
+	u.mu.Unlock()
+	if s != nil {
+		_ = s.Close()
+	}
+	u.procs.Wait()
+}
