@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/integration/testupstream"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -40,6 +41,8 @@ type suite struct {
 	engines []*engine
 	// bridgeBin is a bridge binary built from this tree.
 	bridgeBin string
+	// noServers is a servers file with no servers.
+	noServers string
 	// problems are engines that should be tested but cannot be; in CI each
 	// fails the suite.
 	problems []string
@@ -53,6 +56,10 @@ func ci() bool { return os.Getenv("CI") == "true" }
 func rootless() bool { return os.Getenv("BRIDGE_TEST_ROOTLESS") == "1" }
 
 func TestMain(m *testing.M) {
+	// Started by a bridge as the "misbehave" upstream (upstream_test.go).
+	if os.Getenv(upstreamEnv) == "1" {
+		os.Exit(testupstream.Run(os.Args[1:], os.Stderr))
+	}
 	os.Exit(runMain(m))
 }
 
@@ -142,6 +149,10 @@ func setup(ctx context.Context) (suite, error) {
 		return s, err
 	}
 	s.bridgeBin = bin
+	s.noServers = filepath.Join(filepath.Dir(bin), "no-servers.json")
+	if err := os.WriteFile(s.noServers, []byte(`{"mcpServers": {}}`), 0o644); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 

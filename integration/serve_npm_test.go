@@ -92,7 +92,9 @@ func npmPeers(t *testing.T) string {
 // serveArgs is `bridge serve` on e: its arguments and the environment it
 // needs beyond PATH and HOME.
 func serveArgs(e *engine) (args, env []string) {
-	args = []string{"serve", "--runtime", e.cand.Engine}
+	// No upstream servers unless a test adds a --servers-config of its own
+	// (a later file adds to this one): the defaults in $HOME are not read.
+	args = []string{"serve", "--runtime", e.cand.Engine, "--servers-config", testSuite.noServers}
 	if !e.enforced {
 		args = append(args, "--allow-unenforced-limits")
 	}
@@ -216,46 +218,77 @@ func TestInspectorCLI(t *testing.T) {
 // info, instructions) is not part of it.
 func TestToolsListTokenBudget(t *testing.T) {
 	npm := npmPeers(t)
+	// Three real upstream servers with 30-odd tools between them: the
+	// agent's tools/list must not grow by a single token.
+	u := startUpstreams(t)
+	three := filepath.Join(t.TempDir(), "three.json")
+	writeServers(t, three, map[string]any{
+		"everything": map[string]any{"command": "node", "args": []string{filepath.Join(npm, "@modelcontextprotocol", "server-everything", "dist", "index.js"), "stdio"}},
+		"filesystem": map[string]any{"command": "node", "args": []string{filepath.Join(npm, "@modelcontextprotocol", "server-filesystem", "dist", "index.js"), u.fsRoot}},
+		"memory":     map[string]any{"command": "node", "args": []string{filepath.Join(npm, "@modelcontextprotocol", "server-memory", "dist", "index.js")}},
+	})
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		sargs, senv := serveArgs(e)
-		cmd := exec.CommandContext(ctx, testSuite.bridgeBin, sargs...)
-		cmd.Env = append(os.Environ(), senv...)
-		var stderr syncBuffer
-		cmd.Stderr = &stderr
-		tr := &captureTransport{Transport: &mcp.CommandTransport{Command: cmd}}
-		client := mcp.NewClient(&mcp.Implementation{Name: "bridge-integration-test", Version: "0"}, nil)
-		cs, err := client.Connect(ctx, tr, nil)
-		if err != nil {
-			t.Fatalf("connecting to bridge serve: %v\nstderr:\n%s", err, stderr.String())
-		}
-		defer cs.Close()
-		lt, err := cs.ListTools(ctx, nil)
-		if err != nil {
-			t.Fatalf("tools/list: %v\nstderr:\n%s", err, stderr.String())
-		}
-		if len(lt.Tools) != 1 || lt.Tools[0].Name != "run_python" {
-			t.Fatalf("tools/list: want exactly one tool, run_python; got %d tools", len(lt.Tools))
-		}
-		raw := tr.result("tools/list")
-		if len(raw) == 0 {
-			t.Fatal("the raw tools/list response was not captured")
-		}
-		n := countTokens(t, npm, raw)
-		// The tools array alone, for whoever trims the description: the rest
-		// is the protocol's envelope (_meta, resultType, ttlMs, cacheScope at
-		// newer protocol versions), which the tool cannot shrink.
-		tools, err := json.Marshal(map[string]json.RawMessage{"tools": toolsOf(t, raw)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("tools/list result at protocol %s: %d o200k_base tokens (budget %d; {\"tools\": ...} alone: %d), %d bytes on the wire",
-			cs.InitializeResult().ProtocolVersion, n, toolsListTokenBudget, countTokens(t, npm, tools), len(raw))
-		if n > toolsListTokenBudget {
-			t.Fatalf("tools/list result costs %d tokens, over the budget of %d:\n%s", n, toolsListTokenBudget, raw)
+		none := toolsListTokens(t, npm, e)
+		with3 := toolsListTokens(t, npm, e, "--servers-config", three)
+		if none != with3 {
+			t.Fatalf("tools/list costs %d tokens with no upstream servers and %d with three: it must not change", none, with3)
 		}
 	})
+}
+
+// toolsListTokens starts `bridge serve` with extra flags, runs one
+// run_python (so the upstreams, if any, are connected), and counts the
+// o200k_base tokens of its raw tools/list result, which must stay within
+// the budget.
+func toolsListTokens(t *testing.T, npm string, e *engine, extra ...string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sargs, senv := serveArgs(e)
+	cmd := exec.CommandContext(ctx, testSuite.bridgeBin, append(sargs, extra...)...)
+	cmd.Env = append(os.Environ(), senv...)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	tr := &captureTransport{Transport: &mcp.CommandTransport{Command: cmd}}
+	client := mcp.NewClient(&mcp.Implementation{Name: "bridge-integration-test", Version: "0"}, nil)
+	cs, err := client.Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connecting to bridge serve: %v\nstderr:\n%s", err, stderr.String())
+	}
+	defer cs.Close()
+	if len(extra) > 0 {
+		// The servers are connected and their tools listed in the sandbox.
+		res, out := callRunPython(t, ctx, cs, "import mcp_tools\nprint(sum(len(mcp_tools.tools(s['name'])) for s in mcp_tools.servers()))", nil)
+		if res.IsError || out.Status != "ok" {
+			t.Fatalf("listing the upstream tools: %s\nstderr:\n%s", contentText(res), stderr.String())
+		}
+		t.Logf("upstream tools seen from the sandbox: %s", strings.TrimSpace(out.Stdout))
+	}
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatalf("tools/list: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if len(lt.Tools) != 1 || lt.Tools[0].Name != "run_python" {
+		t.Fatalf("tools/list: want exactly one tool, run_python; got %d tools", len(lt.Tools))
+	}
+	raw := tr.result("tools/list")
+	if len(raw) == 0 {
+		t.Fatal("the raw tools/list response was not captured")
+	}
+	n := countTokens(t, npm, raw)
+	// The tools array alone, for whoever trims the description: the rest
+	// is the protocol's envelope (_meta, resultType, ttlMs, cacheScope at
+	// newer protocol versions), which the tool cannot shrink.
+	tools, err := json.Marshal(map[string]json.RawMessage{"tools": toolsOf(t, raw)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tools/list result at protocol %s with flags %q: %d o200k_base tokens (budget %d; {\"tools\": ...} alone: %d), %d bytes on the wire",
+		cs.InitializeResult().ProtocolVersion, extra, n, toolsListTokenBudget, countTokens(t, npm, tools), len(raw))
+	if n > toolsListTokenBudget {
+		t.Fatalf("tools/list result costs %d tokens, over the budget of %d:\n%s", n, toolsListTokenBudget, raw)
+	}
+	return n
 }
 
 // toolsOf returns the tools member of a tools/list result.

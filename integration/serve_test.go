@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,7 +36,21 @@ func serveClients() []serveClient {
 
 func connectStdio(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientSession, int) {
 	t.Helper()
+	cs, pid, _ := connectStdioArgs(t, e, opts)
+	return cs, pid
+}
+
+// connectStdioArgs starts `bridge serve` with extra flags and connects over
+// stdio; it also returns the bridge's stderr.
+func connectStdioArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ...string) (*mcp.ClientSession, int, *syncBuffer) {
+	t.Helper()
 	args, env := serveArgs(e)
+	if slices.Contains(extra, "--proxy-url") {
+		// The remote proxy has the servers: no --servers-config of our own.
+		i := slices.Index(args, "--servers-config")
+		args = slices.Delete(args, i, i+2)
+	}
+	args = append(args, extra...)
 	cmd := exec.Command(testSuite.bridgeBin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr := &syncBuffer{}
@@ -51,7 +66,7 @@ func connectStdio(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.Client
 			t.Logf("bridge serve stderr:\n%s", stderr.String())
 		}
 	})
-	return cs, cmd.Process.Pid
+	return cs, cmd.Process.Pid, stderr
 }
 
 // connectHTTP starts `bridge serve --http 127.0.0.1:0`-like on a free port,
