@@ -152,10 +152,13 @@ demo:
 	$(call banner,demo: bridge doctor; bridge run examples/hello.py)
 	. $(ENV_FILE) && $(BIN)/bridge doctor
 	. $(ENV_FILE) && $(BIN)/bridge run examples/hello.py
+	$(call banner,demo: code in the sandbox uses other MCP servers (everything$(comma) filesystem$(comma) memory from npm))
+	. $(ENV_FILE) && BRIDGE_DEMO_DIR=$(CURDIR)/examples $(BIN)/bridge run --servers-config examples/servers.json examples/upstreams.py
 	$(call banner,demo: an MCP client (the MCP Inspector CLI) calls run_python through bridge serve)
 	. $(ENV_FILE) && "$$BRIDGE_NPM_DIR/.bin/mcp-inspector" --cli --method tools/call --tool-name run_python \
-		--tool-arg 'code=import random, statistics; xs = [random.gauss(10, 2) for _ in range(100_000)]; print(f"{len(xs)} samples, mean {statistics.mean(xs):.2f}, stdev {statistics.stdev(xs):.2f}")' \
-		-- $(CURDIR)/$(BIN)/bridge serve
+		--tool-arg 'code=import mcp_tools; hit = mcp_tools.search("sum of two numbers", limit=1)[0]; print(hit["server"], hit["tool"], "->", mcp_tools.call(hit["server"], hit["tool"], a=2, b=40))' \
+		-e BRIDGE_NPM_DIR="$$BRIDGE_NPM_DIR" -e BRIDGE_DEMO_DIR=$(CURDIR)/examples \
+		-- $(CURDIR)/$(BIN)/bridge serve --servers-config $(CURDIR)/examples/servers.json
 
 bench:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done

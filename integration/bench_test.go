@@ -2,8 +2,11 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,5 +78,70 @@ func BenchmarkServeCall(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSandboxToolCall measures tool calls made from the sandbox, as
+// the code sees them: mcp_tools -> relay -> bridge -> in-process proxy ->
+// a warm stdio upstream (the misbehave server's echo) and back. One op is
+// one run_python whose code makes 200 calls, one after another ("seq") or
+// all at once with asyncio.gather ("gather"); the code times them itself,
+// reported as us/call.
+func BenchmarkSandboxToolCall(b *testing.B) {
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := filepath.Join(b.TempDir(), "servers.json")
+	doc, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
+	}})
+	if err := os.WriteFile(cfg, doc, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	codes := map[string]string{
+		"seq": `import time, mcp_tools
+mcp_tools.call("misbehave", "echo", message="warm")
+t = time.perf_counter()
+for i in range(200):
+    mcp_tools.call("misbehave", "echo", message=str(i))
+print((time.perf_counter() - t) / 200 * 1e6)`,
+		"gather": `import asyncio, time, mcp_tools
+mcp_tools.call("misbehave", "echo", message="warm")
+t = time.perf_counter()
+await asyncio.gather(*(mcp_tools.acall("misbehave", "echo", message=str(i)) for i in range(200)))
+print((time.perf_counter() - t) / 200 * 1e6)`,
+	}
+	for _, e := range testSuite.engines {
+		args, env := serveArgs(e)
+		cmd := exec.Command(testSuite.bridgeBin, append(args, "--servers-config", cfg)...)
+		cmd.Env = append(os.Environ(), env...)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
+			Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mode := range []string{"seq", "gather"} {
+			b.Run(e.name+"/"+mode, func(b *testing.B) {
+				p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": codes[mode]}}
+				var perCall float64
+				for b.Loop() {
+					res, err := cs.CallTool(context.Background(), p)
+					if err != nil || res.IsError {
+						b.Fatalf("call: %v %+v", err, res)
+					}
+					var out callOutput
+					js, _ := json.Marshal(res.StructuredContent)
+					_ = json.Unmarshal(js, &out)
+					us, err := strconv.ParseFloat(strings.TrimSpace(out.Stdout), 64)
+					if err != nil {
+						b.Fatalf("output %q", out.Stdout)
+					}
+					perCall += us
+				}
+				b.ReportMetric(perCall/float64(b.N), "us/call")
+			})
+		}
+		cs.Close()
 	}
 }

@@ -151,7 +151,7 @@ func newFlagSet(e *env, name, args, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: bridge %s %s\n\n%s\n\nFlags:\n", name, args, about)
+		fmt.Fprintf(fs.Output(), "Usage: bridge %s %s\n\n%s\n\nFlags:\n", name, args, about)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -159,10 +159,12 @@ func newFlagSet(e *env, name, args, about string) *flag.FlagSet {
 
 // parseFlags parses args, turning flag errors into usage errors.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	// Parse would print errors and usage itself: say them once, here.
+	out := fs.Output()
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
+	fs.SetOutput(out)
 	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(nil)
 		fs.Usage()
 		return err
 	}

@@ -31,11 +31,11 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func (u *upstreamFlags) register(fs *flag.FlagSet, withProxyURL bool) {
-	fs.Var(&u.configs, "servers-config", "an MCP servers file (mcpServers or VS Code servers JSON); repeatable, later files win;\n"+
+	fs.Var(&u.configs, "servers-config", "an MCP servers `FILE` (mcpServers or VS Code servers JSON); repeatable, later files win;\n"+
 		"default: the Claude Desktop, Cursor and Claude Code files and ./.mcp.json (see docs/upstreams.md)")
 	fs.DurationVar(&u.callTimeout, "call-timeout", 60*time.Second, "how long one upstream tool call may take")
 	if withProxyURL {
-		fs.StringVar(&u.proxyURL, "proxy-url", "", "use the MCP proxy served by `bridge proxy --http` at this URL instead of\nstarting the upstream servers here (bearer token: $BRIDGE_PROXY_TOKEN)")
+		fs.StringVar(&u.proxyURL, "proxy-url", "", "use the MCP proxy at `URL` (served by 'bridge proxy --http') instead of\nstarting the upstream servers here (bearer token: $BRIDGE_PROXY_TOKEN)")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -60,7 +61,12 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	image := fs.String("image", images.Name(), "runner image")
 	var lf limitFlags
 	lf.register(fs)
+	var uf upstreamFlags
+	uf.register(fs, true)
 	if err := parseFlags(fs, args); err != nil {
+		return exitUsage, err
+	}
+	if err := uf.check(); err != nil {
 		return exitUsage, err
 	}
 	if fs.NArg() != 1 {
@@ -77,13 +83,24 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("%v", err)
 	}
 
+	// The code may use the upstream servers; they start only if it does.
+	up, stopUpstreams, err := uf.upstreams(ctx, e, "", e.log)
+	if err != nil {
+		return exitUsage, err
+	}
+	defer stopUpstreams()
+	var tools sandbox.ToolHandler
+	if up != nil {
+		tools = bridge.ToolHandler(up, 0, e.log)
+	}
+
 	rt, err := sandbox.Open(ctx, *engine, e.log)
 	if err != nil {
 		return exitBridge, err
 	}
 	defer rt.Close()
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: *image, AllowUnenforcedLimits: lf.allowUnenforce, Logger: e.log,
+		Image: *image, AllowUnenforcedLimits: lf.allowUnenforce, Tools: tools, Logger: e.log,
 	})
 	if err != nil {
 		return exitBridge, err
