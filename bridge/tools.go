@@ -19,6 +19,16 @@ import (
 // JSON. A relay frame holds at most relay.MaxFrameSize.
 const DefaultMaxResultBytes = 8 << 20
 
+// Bounds on what the sandbox may ask.
+const (
+	// MaxArgBytes bounds one tool call's arguments, as JSON.
+	MaxArgBytes = 4 << 20
+	// maxQueryBytes bounds a search query; maxServerName a server name
+	// in a query (config names are at most proxy.MaxNameLen bytes).
+	maxQueryBytes = 1 << 10
+	maxServerName = 256
+)
+
 // Upstreams is what the sandbox's tool calls and questions need of the MCP
 // proxy. *proxy.Client implements it.
 type Upstreams interface {
@@ -28,7 +38,10 @@ type Upstreams interface {
 	Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error)
 }
 
-var _ Upstreams = (*proxy.Client)(nil)
+var (
+	_ Upstreams = (*proxy.Client)(nil)
+	_ Upstreams = (*proxy.Redialing)(nil)
+)
 
 // moduleReserved are the names the mcp_tools package defines itself
 // (images/runner/lib/mcp_tools, _core.RESERVED): a server whose module
@@ -61,6 +74,11 @@ type toolHandler struct {
 }
 
 func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.ToolCall) relay.ToolResult {
+	if len(call.Args) > MaxArgBytes {
+		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
+			"the arguments to %s/%s are %s, over the %s a call may send; pass less (a path, an id) and let the tool fetch the rest",
+			call.Server, call.Tool, humanBytes(len(call.Args)), humanBytes(MaxArgBytes))}}
+	}
 	res, err := h.up.Call(ctx, runID, call.Server, call.Tool, call.Args)
 	if err != nil {
 		return failed(err)
@@ -147,6 +165,10 @@ func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.
 		if err := json.Unmarshal(q.Args, &a); err != nil || a.Server == nil {
 			return invalid(`tools needs {"server": NAME}`)
 		}
+		if len(*a.Server) > maxServerName {
+			return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrUnknownServer,
+				Message: fmt.Sprintf("no MCP server has a name of %d bytes", len(*a.Server))}}
+		}
 		st, err := h.up.Resolve(ctx, *a.Server, "")
 		if err != nil {
 			return failed(err)
@@ -176,6 +198,9 @@ func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.
 		}
 		if err := json.Unmarshal(q.Args, &a); err != nil || a.Query == nil {
 			return invalid(`search needs {"query": TEXT, "limit": N}`)
+		}
+		if len(*a.Query) > maxQueryBytes {
+			return invalid("the search query is %d bytes; a few words say more (at most %d bytes)", len(*a.Query), maxQueryBytes)
 		}
 		limit := 5
 		if a.Limit != nil {

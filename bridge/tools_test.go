@@ -145,3 +145,23 @@ func TestToolHandlerCalls(t *testing.T) {
 		t.Fatalf("a proxy error keeps its kind: %+v", r)
 	}
 }
+
+func TestToolHandlerBoundsWhatTheSandboxAsks(t *testing.T) {
+	f := newFake()
+	h := ToolHandler(f, 0, zerolog.Nop())
+	big := json.RawMessage(`{"x":"` + strings.Repeat("a", MaxArgBytes) + `"}`)
+	r := h.CallTool(context.Background(), "run", relay.ToolCall{Server: "server-everything", Tool: "echo", Args: big})
+	if r.Error == nil || r.Error.Type != relay.ErrLimit || f.gotRun != "" {
+		t.Fatalf("arguments over the limit must not reach the proxy: %+v (proxy saw run %q)", r.Error, f.gotRun)
+	}
+	var hits []searchHit
+	q, _ := json.Marshal(map[string]any{"query": strings.Repeat("word ", 1000), "limit": 5})
+	if e := query(t, h, "search", string(q), &hits); e == nil || e.Type != relay.ErrInvalid {
+		t.Fatalf("a 5 KB query: %+v", e)
+	}
+	var tools []toolInfo
+	q, _ = json.Marshal(map[string]any{"server": strings.Repeat("s", 10000)})
+	if e := query(t, h, "tools", string(q), &tools); e == nil || e.Type != relay.ErrUnknownServer {
+		t.Fatalf("a 10 KB server name: %+v", e)
+	}
+}

@@ -36,6 +36,8 @@ type SearchHit struct {
 const (
 	searchDefaultLimit = 5
 	searchMaxLimit     = 50
+	// searchMaxTerms bounds the words of a query that count; the rest are ignored.
+	searchMaxTerms = 64
 )
 
 // BM25 parameters.
@@ -293,13 +295,18 @@ func (c *Catalog) Search(query string, limit int) []SearchHit {
 	if len(qterms) == 0 && len(exact) == 0 {
 		return nil
 	}
+	if len(qterms) > searchMaxTerms {
+		qterms = qterms[:searchMaxTerms]
+	}
 
 	scores := make([]float64, len(c.tools))
 	var best map[int32]float64
-	for i, t := range qterms {
-		if slices.Contains(qterms[:i], t) {
+	seen := make(map[string]bool, len(qterms))
+	for _, t := range qterms {
+		if seen[t] {
 			continue
 		}
+		seen[t] = true
 		if id, ok := c.terms[t]; ok {
 			idf := c.idf[id]
 			for _, p := range c.postings[id] {

@@ -114,7 +114,11 @@ func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
 	c.loading = ch
 	gen := c.gen
 	c.mu.Unlock()
-	s, err := c.fetch(ctx, gen)
+	// The fetch is shared: it must not end with the ctx of the caller that
+	// happened to start it, only with its own bound.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
+	defer cancel()
+	s, err := c.fetch(fctx, gen)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.loading = nil
@@ -125,6 +129,10 @@ func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
 	c.cached = s
 	return s, nil
 }
+
+// fetchTimeout bounds one fetch of the catalog: it may start every
+// upstream (each within its own connect timeout, in parallel).
+const fetchTimeout = 90 * time.Second
 
 func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 	var tools []CatalogTool
@@ -201,30 +209,38 @@ func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
 // Resolve checks that server has tool and returns the server's state. An
 // unknown server or tool is an *Error of kind unknown_server or
 // unknown_tool whose message suggests the closest names; the tools of a
-// server that is down are unknown, and that is said instead.
+// server that is down are unknown, and that is said instead. An empty tool
+// checks the server only.
 func (c *Client) Resolve(ctx context.Context, server, tool string) (ServerStatus, error) {
 	s, err := c.snapshot(ctx)
 	if err != nil {
 		return ServerStatus{}, err
 	}
+	st, _, err := s.resolve(server, tool)
+	return st, err
+}
+
+// resolve is Resolve in one snapshot; it also returns the proxy's name of
+// the tool.
+func (s *snapshot) resolve(server, tool string) (ServerStatus, string, error) {
 	st, ok := s.server(server)
 	if !ok {
-		return ServerStatus{}, unknownServer(server, s.servers)
+		return ServerStatus{}, "", unknownServer(server, s.servers)
 	}
 	if tool == "" {
-		return st, nil
+		return st, "", nil
 	}
-	if _, ok := s.names[[2]string{server, tool}]; ok {
-		return st, nil
+	if name, ok := s.names[[2]string{server, tool}]; ok {
+		return st, name, nil
 	}
 	if st.State != "ready" && st.Error != "" && len(s.catalog.Tools(server)) == 0 {
-		return st, errorf(KindUpstream, "server %q is unavailable: %s", server, st.Error)
+		return st, "", errorf(KindUpstream, "server %q is unavailable: %s", server, st.Error)
 	}
 	var names []string
 	for _, t := range s.catalog.Tools(server) {
 		names = append(names, t.Name)
 	}
-	return st, &Error{Kind: KindUnknownTool, Message: fmt.Sprintf("server %q has no tool %q%s", server, tool, suggest(tool, names))}
+	return st, "", &Error{Kind: KindUnknownTool, Message: fmt.Sprintf("server %q has no tool %q%s", server, tool, suggest(tool, names))}
 }
 
 func (s *snapshot) server(name string) (ServerStatus, bool) {
@@ -261,14 +277,14 @@ func suggest(name string, candidates []string) string {
 // runID. It returns the tool's result as the proxy sent it, isError
 // included, or an *Error when the call failed outside the tool.
 func (c *Client) Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
-	if _, err := c.Resolve(ctx, server, tool); err != nil {
-		return nil, err
-	}
 	s, err := c.snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	name := s.names[[2]string{server, tool}]
+	_, name, err := s.resolve(server, tool)
+	if err != nil {
+		return nil, err
+	}
 	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
 		Name:      name,
 		Arguments: args,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -142,12 +143,20 @@ func (p *Proxy) refreshAll(ctx context.Context) {
 	wg.Wait()
 }
 
-// refreshServer is called when a server's tools may have changed.
+// refreshServer is called when a server's tools may have changed. A burst
+// of changes makes one refresh at a time, plus at most one more after it.
 func (p *Proxy) refreshServer(name string) {
-	if u := p.byName[name]; u != nil {
+	u := p.byName[name]
+	if u == nil {
+		return
+	}
+	u.refreshAgain.Store(true)
+	for u.refreshAgain.Load() && u.refreshing.CompareAndSwap(false, true) {
+		u.refreshAgain.Store(false)
 		ctx, cancel := context.WithTimeout(u.base, p.opts.ConnectTimeout)
-		defer cancel()
 		p.refresh(ctx, u)
+		cancel()
+		u.refreshing.Store(false)
 	}
 }
 
@@ -171,7 +180,6 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 				Msg("proxy: two servers' tools get the same name; this one is left out")
 			continue
 		}
-		want[name] = true
 		def := *t
 		def.Name = name
 		meta := mcp.Meta{}
@@ -180,19 +188,27 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 		}
 		meta[MetaServer], meta[MetaTool] = server, t.Name
 		def.Meta = meta
-		if def.InputSchema == nil {
-			def.InputSchema = map[string]any{"type": "object"}
+		schema, why := objectSchema(def.InputSchema)
+		if why != "" {
+			p.log.Warn().Str("server", server).Str("tool", t.Name).Msg("proxy: tool left out: its input schema " + why)
+			continue
 		}
+		def.InputSchema = schema
 		js, err := json.Marshal(&def)
 		if err != nil {
 			p.log.Warn().Err(err).Str("server", server).Str("tool", t.Name).Msg("proxy: tool left out")
 			continue
 		}
 		if r, ok := p.reg[name]; ok && string(r.def) == string(js) {
+			want[name] = true
 			continue
 		}
+		if err := addTool(p.server, &def, p.handler(server, t.Name)); err != nil {
+			p.log.Warn().Err(err).Str("server", server).Str("tool", t.Name).Msg("proxy: tool left out")
+			continue
+		}
+		want[name] = true
 		p.reg[name] = registered{server: server, tool: t.Name, def: js}
-		p.server.AddTool(&def, p.handler(server, t.Name))
 	}
 	var gone []string
 	for name, r := range p.reg {
@@ -204,6 +220,48 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 	if len(gone) > 0 {
 		p.server.RemoveTools(gone...)
 	}
+}
+
+// objectSchema returns the tool's input schema as the proxy lists it: a
+// JSON object schema ("type": "object" added when missing, as some servers
+// leave it out), or why it cannot be one.
+func objectSchema(in any) (any, string) {
+	var m map[string]any
+	switch v := in.(type) {
+	case nil:
+		return map[string]any{"type": "object"}, ""
+	case map[string]any:
+		m = v
+	default:
+		js, err := json.Marshal(v)
+		if err != nil || json.Unmarshal(js, &m) != nil || m == nil {
+			return nil, "is not a JSON object"
+		}
+	}
+	switch t, ok := m["type"]; {
+	case !ok:
+		c := make(map[string]any, len(m)+1)
+		for k, v := range m {
+			c[k] = v
+		}
+		c["type"] = "object"
+		return c, ""
+	case t != "object":
+		return nil, fmt.Sprintf("has type %v, not object", t)
+	}
+	return m, ""
+}
+
+// addTool is Server.AddTool, which panics on a schema it does not accept:
+// an upstream's tool list must never bring the bridge down.
+func addTool(s *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the MCP SDK refused it: %v", r)
+		}
+	}()
+	s.AddTool(t, h)
+	return nil
 }
 
 // handler forwards calls of one tool to its server.
@@ -223,6 +281,16 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 			return ErrorResult(err), nil
 		}
 		ev.Bool("is_error", res.IsError).Msg("proxy: call")
+		if _, ok := res.Meta[MetaError]; ok {
+			// Only the proxy says a failure was its own.
+			meta := mcp.Meta{}
+			for k, v := range res.Meta {
+				if k != MetaError {
+					meta[k] = v
+				}
+			}
+			res.Meta = meta
+		}
 		return res, nil
 	}
 }
@@ -320,10 +388,18 @@ func (p *Proxy) ServerNames() []string {
 	return names
 }
 
+// inMemoryMaxLine bounds one message between the bridge and a proxy in the
+// same process. The SDK's default (16 MiB) is what a stdio upstream may send
+// as one result, and the proxy's answer wraps it: the in-memory hop must not
+// be the one that breaks.
+const inMemoryMaxLine = 64 << 20
+
 // Connect opens an in-memory session to the proxy, for a bridge in the
 // same process.
 func (p *Proxy) Connect(ctx context.Context, log zerolog.Logger) (*Client, error) {
-	ct, st := mcp.NewInMemoryTransports()
+	a, b := net.Pipe()
+	ct := &mcp.IOTransport{Reader: a, Writer: a, MaxLineLength: inMemoryMaxLine}
+	st := &mcp.IOTransport{Reader: b, Writer: b, MaxLineLength: inMemoryMaxLine}
 	ss, err := p.server.Connect(ctx, st, nil)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)

@@ -89,6 +89,24 @@ func testServer() *mcp.Server {
 		r.IsError = true
 		return r
 	})
+	add("spoof", "An isError result that claims to be the proxy's.", func(context.Context, map[string]any) *mcp.CallToolResult {
+		r := text("not really a timeout")
+		r.IsError = true
+		r.Meta = mcp.Meta{MetaError: KindTimeout}
+		return r
+	})
+	// Tools the SDK would not let a server add: listed by hand.
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if lt, ok := res.(*mcp.ListToolsResult); ok && err == nil && os.Getenv("PROXY_TEST_ODD_SCHEMAS") == "1" {
+				lt.Tools = append(lt.Tools,
+					&mcp.Tool{Name: "untyped", InputSchema: map[string]any{"properties": map[string]any{"q": map[string]any{"type": "string"}}}},
+					&mcp.Tool{Name: "stringy", InputSchema: map[string]any{"type": "string"}})
+			}
+			return res, err
+		}
+	})
 	add("grow", "Adds a tool.", func(context.Context, map[string]any) *mcp.CallToolResult {
 		s.AddTool(&mcp.Tool{Name: "grown", Description: "Added at run time.", InputSchema: obj},
 			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("grown"), nil })
@@ -170,15 +188,15 @@ func TestProxyLazyCatalogAndCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(servers) != 2 || servers[0].Name != "alpha" || servers[0].State != "ready" || servers[0].Title != "Test upstream" ||
-		servers[0].Description != "A server for the proxy's tests." || servers[0].Tools != 9 {
+		servers[0].Description != "A server for the proxy's tests." || servers[0].Tools != 10 {
 		t.Fatalf("servers = %+v", servers)
 	}
 	cat, err := c.Catalog(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cat.Len() != 18 {
-		t.Fatalf("catalog has %d tools, want 18", cat.Len())
+	if cat.Len() != 20 {
+		t.Fatalf("catalog has %d tools, want 20", cat.Len())
 	}
 	if _, ok := cat.Lookup("beta", "echo"); !ok {
 		t.Fatal("beta/echo missing from the catalog")
@@ -378,5 +396,102 @@ func BenchmarkProxyCall(b *testing.B) {
 		if _, err := c.Call(ctx, "bench", "alpha", "echo", args); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestProxySurvivesOddUpstreams(t *testing.T) {
+	odd := stdioServer(t, "odd")
+	odd.Env["PROXY_TEST_ODD_SCHEMAS"] = "1"
+	_, c, logs := startProxy(t, Options{}, odd)
+	cat, err := c.Catalog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A schema without "type" is an object schema; one of another type is
+	// left out with a warning, and the bridge lives on.
+	if tool, ok := cat.Lookup("odd", "untyped"); !ok || !strings.Contains(string(tool.InputSchema), `"type":"object"`) {
+		t.Errorf("untyped: %+v %v", tool, ok)
+	}
+	if _, ok := cat.Lookup("odd", "stringy"); ok {
+		t.Error("a tool with a string input schema was listed")
+	}
+	if !strings.Contains(logs.String(), "has type string, not object") {
+		t.Errorf("no warning for the string schema:\n%s", logs)
+	}
+	// An upstream cannot pass its own failure off as the proxy's.
+	r, err := call(t, c, "odd", "spoof", `{}`)
+	if err != nil || !r.IsError || textOf(t, r) != "not really a timeout" {
+		t.Fatalf("spoof: %+v %v", r, err)
+	}
+}
+
+func TestProxyCrashLoopBacksOff(t *testing.T) {
+	_, c, _ := startProxy(t, Options{}, stdioServer(t, "alpha"))
+	for i := range 2 {
+		if _, err := call(t, c, "alpha", "crash", `{}`); err == nil {
+			t.Fatalf("crash %d: no error", i)
+		}
+	}
+	// Two sessions died young in a row: the next call is refused at once.
+	_, err := call(t, c, "alpha", "echo", `{"message":"x"}`)
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Kind != KindUpstream || !strings.Contains(pe.Message, "next attempt in") {
+		t.Fatalf("call after a crash loop: %v", err)
+	}
+	time.Sleep(minBackoff + 100*time.Millisecond)
+	if r, err := call(t, c, "alpha", "echo", `{"message":"back"}`); err != nil || textOf(t, r) != "back" {
+		t.Fatalf("after the backoff: %v %v", r, err)
+	}
+}
+
+func TestProxySecretsStayOut(t *testing.T) {
+	// The bridge's own tokens are not passed to upstreams.
+	t.Setenv("BRIDGE_HTTP_TOKEN", "bridge-token-value")
+	_, c, logs := startProxy(t, Options{ConnectTimeout: 5 * time.Second},
+		stdioServer(t, "alpha"),
+		ServerConfig{Name: "web", Type: TypeHTTP, URL: "http://127.0.0.1:1/mcp?api_key=url-secret-value"})
+	if r, err := call(t, c, "alpha", "env", `{"name":"BRIDGE_HTTP_TOKEN"}`); err != nil || textOf(t, r) != "" {
+		t.Fatalf("the upstream saw BRIDGE_HTTP_TOKEN: %v %v", r, err)
+	}
+	// An unreachable URL's query never reaches a status, an error or a log.
+	servers, err := c.Servers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, callErr := call(t, c, "web", "echo", `{}`)
+	all := fmt.Sprint(servers) + fmt.Sprint(callErr) + logs.String()
+	if strings.Contains(all, "url-secret-value") {
+		t.Fatalf("the URL's secret leaked:\n%s", all)
+	}
+	if servers[1].State != "unavailable" || !strings.Contains(servers[1].Error, "api_key=<redacted>") {
+		t.Errorf("web: %+v", servers[1])
+	}
+}
+
+func TestRedialingReconnects(t *testing.T) {
+	logs := &syncBuffer{}
+	p := New(Config{Servers: []ServerConfig{stdioServer(t, "alpha")}}, Options{Logger: zerolog.New(logs)})
+	defer p.Close()
+	dials := 0
+	var last *Client
+	r := NewRedialing(func(ctx context.Context) (*Client, error) {
+		dials++
+		c, err := p.Connect(ctx, zerolog.Nop())
+		last = c
+		return c, err
+	})
+	defer r.Close()
+	ctx := context.Background()
+	if _, err := r.Call(ctx, "run", "alpha", "echo", json.RawMessage(`{"message":"1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = last.Close() // the session to the proxy ends
+	deadline := time.Now().Add(5 * time.Second)
+	for !last.Closed() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, err := r.Call(ctx, "run", "alpha", "echo", json.RawMessage(`{"message":"2"}`))
+	if err != nil || textOf(t, res) != "2" || dials != 2 {
+		t.Fatalf("after the session ended: %v %v, %d dials", res, err, dials)
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,6 +52,10 @@ type upstream struct {
 	closed     bool
 	procs      sync.WaitGroup // stderr readers and watchers
 
+	// refreshing and refreshAgain coalesce tool-list refreshes (see
+	// Proxy.refreshServer).
+	refreshing, refreshAgain atomic.Bool
+
 	toolsMu sync.Mutex
 	tools   []*mcp.Tool // the last complete tools/list; nil until one succeeded
 	stale   bool        // list_changed since tools was read
@@ -88,79 +94,98 @@ func errorf(kind, format string, args ...any) *Error {
 	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
 }
 
-// session returns the live session, connecting if there is none. Callers
-// that arrive during a connect wait for it. After a failed connect, calls
-// fail at once until the backoff has passed.
+// session returns the live session, connecting if there is none. The
+// connect runs on its own, so every caller (the one that started it too)
+// waits for it only as long as its ctx allows. After a failed connect, or
+// after sessions that died young twice in a row, calls fail at once until
+// the backoff has passed.
 func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, <-chan struct{}, error) {
 	u.mu.Lock()
-	for {
-		switch {
-		case u.sess != nil:
-			s, done := u.sess, u.sessDone
-			u.mu.Unlock()
-			return s, done, nil
-		case u.closed:
-			u.mu.Unlock()
-			return nil, nil, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
-		case u.connecting != nil:
-			ch := u.connecting
-			u.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return nil, nil, u.ctxError(ctx, "waiting for the connection")
-			}
-			u.mu.Lock()
-			if u.sess == nil && u.lastErr != nil {
-				err := u.lastErr
-				u.mu.Unlock()
-				return nil, nil, u.unavailable(err, 0)
-			}
-			continue
-		}
+	if u.sess != nil {
+		s, done := u.sess, u.sessDone
+		u.mu.Unlock()
+		return s, done, nil
+	}
+	if u.closed {
+		u.mu.Unlock()
+		return nil, nil, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
+	}
+	ch := u.connecting
+	if ch == nil {
 		if wait := time.Until(u.retryAt); wait > 0 {
 			err := u.lastErr
 			u.mu.Unlock()
 			return nil, nil, u.unavailable(err, wait)
 		}
-		ch := make(chan struct{})
+		ch = make(chan struct{})
 		u.connecting = ch
-		u.mu.Unlock()
-
-		sess, err := u.connect()
-
-		u.mu.Lock()
-		u.connecting = nil
-		close(ch)
-		if err != nil {
-			u.failures++
-			u.lastErr = err
-			u.retryAt = time.Now().Add(backoff(u.failures))
-			u.mu.Unlock()
-			u.log.Warn().Err(err).Dur("retry_in", backoff(u.failures)).Msg("upstream: cannot connect")
-			return nil, nil, u.unavailable(err, 0)
-		}
-		if u.closed {
-			u.mu.Unlock()
-			_ = sess.Close()
+		// Counted before the lock is released: close() waits for it.
+		u.procs.Add(1)
+		go u.connectAsync(ch)
+	}
+	u.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil, nil, u.ctxError(ctx, "waiting for the server to start")
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.sess == nil {
+		if u.lastErr == nil {
 			return nil, nil, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
 		}
-		u.failures = 0
-		u.lastErr = nil
-		u.sess = sess
-		u.sessDone = make(chan struct{})
-		u.info = sess.InitializeResult()
-		u.procs.Add(1)
-		go u.watch(sess, u.sessDone)
-		// A new process may offer other tools than the one before it.
-		u.toolsMu.Lock()
-		hadTools := u.tools != nil
-		u.stale = true
-		u.toolsMu.Unlock()
-		if hadTools {
-			go u.changed(u.cfg.Name)
-		}
+		return nil, nil, u.unavailable(u.lastErr, 0)
 	}
+	return u.sess, u.sessDone, nil
+}
+
+// connectAsync makes one connect attempt and records its outcome; ch is
+// closed when it is known.
+func (u *upstream) connectAsync(ch chan struct{}) {
+	defer u.procs.Done()
+	sess, err := u.connect()
+	u.mu.Lock()
+	defer func() {
+		u.connecting = nil
+		close(ch)
+		u.mu.Unlock()
+	}()
+	if err != nil {
+		err = u.scrub(err)
+		u.failures++
+		u.lastErr = err
+		u.retryAt = time.Now().Add(backoff(u.failures))
+		u.log.Warn().Err(err).Dur("retry_in", backoff(u.failures)).Msg("upstream: cannot connect")
+		return
+	}
+	if u.closed {
+		go func() { _ = sess.Close() }()
+		return
+	}
+	u.lastErr = nil
+	u.sess = sess
+	u.sessDone = make(chan struct{})
+	u.info = sess.InitializeResult()
+	u.procs.Add(1)
+	go u.watch(sess, u.sessDone, time.Now())
+	// A new process may offer other tools than the one before it.
+	u.toolsMu.Lock()
+	hadTools := u.tools != nil
+	u.stale = true
+	u.toolsMu.Unlock()
+	if hadTools {
+		go u.changed(u.cfg.Name)
+	}
+}
+
+// scrub takes the server's URL, which may hold a token in its query, out
+// of an error's text (net/http quotes it whole).
+func (u *upstream) scrub(err error) error {
+	if err == nil || u.cfg.URL == "" || !strings.Contains(err.Error(), u.cfg.URL) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), u.cfg.URL, redactURL(u.cfg.URL)))
 }
 
 func backoff(failures int) time.Duration {
@@ -189,9 +214,14 @@ func (u *upstream) ctxError(ctx context.Context, doing string) error {
 	return errorf(KindUpstream, "server %q: cancelled while %s", u.cfg.Name, doing)
 }
 
+// youngDeath is how long a session must live for its end not to count as
+// a failed start: a server that dies on arrival again and again is backed
+// off like one that cannot start.
+const youngDeath = 5 * time.Second
+
 // watch waits for the session to end and forgets it, so the next use
 // reconnects.
-func (u *upstream) watch(s *mcp.ClientSession, done chan struct{}) {
+func (u *upstream) watch(s *mcp.ClientSession, done chan struct{}, started time.Time) {
 	defer u.procs.Done()
 	err := s.Wait()
 	close(done)
@@ -207,8 +237,18 @@ func (u *upstream) watch(s *mcp.ClientSession, done chan struct{}) {
 	if err == nil || errors.Is(err, io.EOF) {
 		err = errors.New("the server closed the connection")
 	}
-	u.lastErr = err
-	u.log.Warn().Err(err).Msg("upstream: session ended; it is reopened on next use")
+	u.lastErr = u.scrub(err)
+	if time.Since(started) < youngDeath {
+		// The first early end is forgiven (a call may have crashed it);
+		// the second in a row starts the backoff.
+		u.failures++
+		if u.failures >= 2 {
+			u.retryAt = time.Now().Add(backoff(u.failures - 1))
+		}
+	} else {
+		u.failures = 0
+	}
+	u.log.Warn().Err(u.lastErr).Msg("upstream: session ended; it is reopened on next use")
 }
 
 // connect opens a new session. It runs under the proxy's own context, not
@@ -216,6 +256,9 @@ func (u *upstream) watch(s *mcp.ClientSession, done chan struct{}) {
 func (u *upstream) connect() (*mcp.ClientSession, error) {
 	ctx, cancel := context.WithTimeout(u.base, u.opts.ConnectTimeout)
 	defer cancel()
+	if err := u.base.Err(); err != nil {
+		return nil, errors.New("the proxy is shutting down")
+	}
 	t, err := u.transport()
 	if err != nil {
 		return nil, err
@@ -233,9 +276,6 @@ func (u *upstream) connect() (*mcp.ClientSession, error) {
 	start := time.Now()
 	s, err := client.Connect(ctx, t, nil)
 	if err != nil {
-		if cmd, ok := t.(*mcp.CommandTransport); ok {
-			killGroup(cmd.Command)
-		}
 		if ctx.Err() != nil && u.base.Err() == nil {
 			return nil, fmt.Errorf("no answer to initialize within %s", u.opts.ConnectTimeout)
 		}
@@ -255,19 +295,25 @@ func (u *upstream) transport() (mcp.Transport, error) {
 	case TypeStdio:
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
 		cmd.Dir = u.cfg.Cwd
-		cmd.Env = os.Environ()
+		cmd.Env = upstreamEnviron(os.Environ())
 		for _, k := range sortedKeys(u.cfg.Env) {
 			cmd.Env = append(cmd.Env, k+"="+u.cfg.Env[k])
 		}
 		// Its own process group, so closing it also ends what it started
 		// (npx runs node as a child); killed with the bridge if it dies.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		// A child that left the group but kept stderr open must not keep
+		// Wait (and so Close) waiting.
+		cmd.WaitDelay = time.Second
 		pr, pw := io.Pipe()
 		cmd.Stderr = pw
 		u.procs.Add(1)
 		go u.logStderr(pr)
 		return &closingTransport{
-			CommandTransport: &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second},
+			// The SDK's own escalation signals only the group leader;
+			// closingConn signals the whole group, sooner.
+			CommandTransport: &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Minute},
+			cmd:              cmd,
 			done:             func() { killGroup(cmd); _ = pw.Close() },
 		}, nil
 	case TypeHTTP:
@@ -278,10 +324,25 @@ func (u *upstream) transport() (mcp.Transport, error) {
 	return nil, fmt.Errorf("unknown transport type %q", u.cfg.Type)
 }
 
+// privateEnv are the bridge's own secrets: no upstream gets them.
+var privateEnv = []string{"BRIDGE_HTTP_TOKEN=", "BRIDGE_PROXY_TOKEN="}
+
+// upstreamEnviron is env without the bridge's own secrets.
+func upstreamEnviron(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !slices.ContainsFunc(privateEnv, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // closingTransport runs done when the connection it made is closed (or
 // could not be made), to end the process group and the stderr reader.
 type closingTransport struct {
 	*mcp.CommandTransport
+	cmd  *exec.Cmd
 	done func()
 }
 
@@ -291,25 +352,51 @@ func (t *closingTransport) Connect(ctx context.Context) (mcp.Connection, error) 
 		t.done()
 		return nil, err
 	}
-	return &closingConn{Connection: c, done: t.done}, nil
+	return &closingConn{Connection: c, cmd: t.cmd, done: t.done}, nil
 }
+
+// How long a stdio server gets to exit once its stdin is closed, and then
+// once its process group got SIGTERM, before SIGKILL.
+const (
+	stdinGrace   = 2 * time.Second
+	sigtermGrace = 2 * time.Second
+)
 
 type closingConn struct {
 	mcp.Connection
+	cmd  *exec.Cmd
 	once sync.Once
 	done func()
 }
 
+// Close closes the server's stdin (the SDK's Close, which then waits for
+// the process); if the process group has not ended after stdinGrace it gets
+// SIGTERM, and SIGKILL after sigtermGrace more.
 func (c *closingConn) Close() error {
-	err := c.Connection.Close()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Connection.Close() }()
+	var err error
+	select {
+	case err = <-closed:
+	case <-time.After(stdinGrace):
+		signalGroup(c.cmd, syscall.SIGTERM)
+		select {
+		case err = <-closed:
+		case <-time.After(sigtermGrace):
+			signalGroup(c.cmd, syscall.SIGKILL)
+			err = <-closed
+		}
+	}
 	c.once.Do(c.done)
 	return err
 }
 
 // killGroup ends what is left of a stdio server's process group.
-func killGroup(cmd *exec.Cmd) {
+func killGroup(cmd *exec.Cmd) { signalGroup(cmd, syscall.SIGKILL) }
+
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
 	if cmd.Process != nil && cmd.Process.Pid > 0 {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-cmd.Process.Pid, sig)
 	}
 }
 
@@ -385,7 +472,7 @@ func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 			if ctx.Err() != nil {
 				return u.cachedTools(), u.ctxError(ctx, "listing tools")
 			}
-			return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, err)
+			return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, u.scrub(err))
 		}
 		tools = append(tools, t)
 	}
@@ -436,7 +523,7 @@ func (u *upstream) call(ctx context.Context, tool string, args any, meta mcp.Met
 		return nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use", u.cfg.Name, tool)
 	case <-time.After(50 * time.Millisecond):
 	}
-	return nil, errorf(KindUpstream, "server %q: tool %q: %v", u.cfg.Name, tool, err)
+	return nil, errorf(KindUpstream, "server %q: tool %q: %v", u.cfg.Name, tool, u.scrub(err))
 }
 
 // close ends the session and the server process, and waits for the

@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
@@ -86,16 +83,16 @@ func (u *upstreamFlags) proxyOptions(log zerolog.Logger) proxy.Options {
 }
 
 // upstreams opens what answers the sandbox's tool calls: a proxy in this
-// process over an in-memory session, or a remote one. The remote one is
-// dialled on first use, so serve starts even while the proxy is down.
-// stop closes it all.
-func (u *upstreamFlags) upstreams(ctx context.Context, e *env, selfURL string, log zerolog.Logger) (up bridge.Upstreams, stop func(), err error) {
+// process over an in-memory session, or a remote one. Either session is
+// opened on first use and again if it ends, so serve starts even while a
+// remote proxy is down. stop closes it all.
+func (u *upstreamFlags) upstreams(e *env, selfURL string, log zerolog.Logger) (up bridge.Upstreams, stop func(), err error) {
 	if u.proxyURL != "" {
 		token := strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN"))
-		r := &remoteUpstreams{dial: func(ctx context.Context) (*proxy.Client, error) {
+		r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
 			return proxy.DialHTTP(ctx, u.proxyURL, token, version, log)
-		}}
-		return r, r.close, nil
+		})
+		return r, func() { _ = r.Close() }, nil
 	}
 	cfg, err := u.loadServers(e, selfURL, log)
 	if err != nil {
@@ -105,77 +102,10 @@ func (u *upstreamFlags) upstreams(ctx context.Context, e *env, selfURL string, l
 		return nil, func() {}, nil
 	}
 	p := proxy.New(cfg, u.proxyOptions(log))
-	c, err := p.Connect(ctx, log)
-	if err != nil {
-		p.Close()
-		return nil, nil, err
-	}
-	return c, func() { _ = c.Close(); p.Close() }, nil
-}
-
-// remoteUpstreams dials a remote proxy on first use, and again after the
-// session to it ended.
-type remoteUpstreams struct {
-	dial func(context.Context) (*proxy.Client, error)
-
-	mu     sync.Mutex
-	client *proxy.Client
-}
-
-func (r *remoteUpstreams) get(ctx context.Context) (*proxy.Client, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.client != nil && !r.client.Closed() {
-		return r.client, nil
-	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := r.dial(dctx)
-	if err != nil {
-		return nil, &proxy.Error{Kind: proxy.KindUpstream, Message: "the MCP proxy is unreachable: " + err.Error()}
-	}
-	r.client = c
-	return c, nil
-}
-
-func (r *remoteUpstreams) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.client != nil {
-		_ = r.client.Close()
-	}
-}
-
-func (r *remoteUpstreams) Servers(ctx context.Context) ([]proxy.ServerStatus, error) {
-	c, err := r.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.Servers(ctx)
-}
-
-func (r *remoteUpstreams) Catalog(ctx context.Context) (*proxy.Catalog, error) {
-	c, err := r.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.Catalog(ctx)
-}
-
-func (r *remoteUpstreams) Resolve(ctx context.Context, server, tool string) (proxy.ServerStatus, error) {
-	c, err := r.get(ctx)
-	if err != nil {
-		return proxy.ServerStatus{}, err
-	}
-	return c.Resolve(ctx, server, tool)
-}
-
-func (r *remoteUpstreams) Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
-	c, err := r.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.Call(ctx, runID, server, tool, args)
+	r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
+		return p.Connect(ctx, log)
+	})
+	return r, func() { _ = r.Close(); p.Close() }, nil
 }
 
 func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {

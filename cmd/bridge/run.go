@@ -84,7 +84,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	}
 
 	// The code may use the upstream servers; they start only if it does.
-	up, stopUpstreams, err := uf.upstreams(ctx, e, "", e.log)
+	up, stopUpstreams, err := uf.upstreams(e, "", e.log)
 	if err != nil {
 		return exitUsage, err
 	}

@@ -66,7 +66,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if *httpAddr != "" {
 		selfURL = "http://" + *httpAddr
 	}
-	up, stopUpstreams, err := uf.upstreams(ctx, e, selfURL, log)
+	up, stopUpstreams, err := uf.upstreams(e, selfURL, log)
 	if err != nil {
 		return exitUsage, err
 	}
