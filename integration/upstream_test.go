@@ -364,11 +364,11 @@ func docExamples(t *testing.T, path string) []docExample {
 	return out
 }
 
-// TestServeWithRemoteProxy runs `bridge proxy --http` and a `bridge serve
-// --proxy-url` that uses it.
-func TestServeWithRemoteProxy(t *testing.T) {
-	u := startUpstreams(t)
-	cmd := exec.Command(testSuite.bridgeBin, "proxy", "--http", "127.0.0.1:0", "--servers-config", u.config)
+// startProxy runs `bridge proxy --http 127.0.0.1:0` on config and returns
+// its address and its log.
+func startProxy(t *testing.T, config string) (string, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(testSuite.bridgeBin, "proxy", "--http", "127.0.0.1:0", "--servers-config", config)
 	cmd.Env = append(os.Environ(), "BRIDGE_LOG_LEVEL=debug")
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
@@ -399,12 +399,66 @@ func TestServeWithRemoteProxy(t *testing.T) {
 			t.Logf("bridge proxy stderr:\n%s", logs.String())
 		}
 	})
-	var a string
 	select {
-	case a = <-addr:
+	case a := <-addr:
+		return a, logs
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bridge proxy never said where it listens:\n%s", logs.String())
 	}
+	return "", nil
+}
+
+// TestProxyWithInspector has an independent MCP client, the MCP Inspector
+// CLI, list and call the proxy's tools over streamable HTTP.
+func TestProxyWithInspector(t *testing.T) {
+	npm := npmPeers(t)
+	u := startUpstreams(t)
+	a, _ := startProxy(t, u.config)
+	inspector := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(npm, ".bin", "mcp-inspector"),
+			append([]string{"--cli", "http://" + a + "/mcp", "--transport", "http"}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("mcp-inspector %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	var list struct {
+		Tools []struct {
+			Name string         `json:"name"`
+			Meta map[string]any `json:"_meta"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal([]byte(inspector("--method", "tools/list")), &list); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tool := range list.Tools {
+		if tool.Name == "filesystem__write_file" {
+			found = tool.Meta["io.github.bridge-mcp/server"] == "filesystem" && tool.Meta["io.github.bridge-mcp/tool"] == "write_file"
+		}
+	}
+	if !found || len(list.Tools) < 30 {
+		t.Fatalf("the proxy lists %d tools; filesystem__write_file with its _meta found: %v", len(list.Tools), found)
+	}
+	out := inspector("--method", "tools/call", "--tool-name", "everything__echo", "--tool-arg", "message=from the inspector")
+	if !strings.Contains(out, "Echo: from the inspector") {
+		t.Fatalf("tools/call: %s", out)
+	}
+	out = inspector("--method", "resources/read", "--uri", "bridge://servers")
+	if !strings.Contains(out, `\"name\":\"misbehave\"`) || !strings.Contains(out, `\"state\":\"ready\"`) {
+		t.Fatalf("resources/read bridge://servers: %s", out)
+	}
+}
+
+// TestServeWithRemoteProxy runs `bridge proxy --http` and a `bridge serve
+// --proxy-url` that uses it.
+func TestServeWithRemoteProxy(t *testing.T) {
+	u := startUpstreams(t)
+	a, logs := startProxy(t, u.config)
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		cs, _, _ := connectStdioArgs(t, e, nil, "--proxy-url", "http://"+a+"/mcp")
 		out, _ := runCode(t, cs, `

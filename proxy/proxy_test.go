@@ -445,13 +445,17 @@ func TestProxyCrashLoopBacksOff(t *testing.T) {
 }
 
 func TestProxySecretsStayOut(t *testing.T) {
-	// The bridge's own tokens are not passed to upstreams.
+	// The bridge's own tokens are not passed to upstreams, nor anything
+	// but HOME, LOGNAME, PATH, SHELL, TERM, USER and the entry's env.
 	t.Setenv("BRIDGE_HTTP_TOKEN", "bridge-token-value")
+	t.Setenv("SOME_CLOUD_KEY", "cloud-key-value")
 	_, c, logs := startProxy(t, Options{ConnectTimeout: 5 * time.Second},
 		stdioServer(t, "alpha"),
 		ServerConfig{Name: "web", Type: TypeHTTP, URL: "http://127.0.0.1:1/mcp?api_key=url-secret-value"})
-	if r, err := call(t, c, "alpha", "env", `{"name":"BRIDGE_HTTP_TOKEN"}`); err != nil || textOf(t, r) != "" {
-		t.Fatalf("the upstream saw BRIDGE_HTTP_TOKEN: %v %v", r, err)
+	for name, want := range map[string]string{"BRIDGE_HTTP_TOKEN": "", "SOME_CLOUD_KEY": "", "PATH": os.Getenv("PATH"), "TEST_SECRET": "s3cr3t-value"} {
+		if r, err := call(t, c, "alpha", "env", fmt.Sprintf(`{"name":%q}`, name)); err != nil || textOf(t, r) != want {
+			t.Errorf("the upstream's %s: %v %v, want %q", name, r, err, want)
+		}
 	}
 	// An unreachable URL's query never reaches a status, an error or a log.
 	servers, err := c.Servers(context.Background())

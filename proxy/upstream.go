@@ -324,14 +324,20 @@ func (u *upstream) transport() (mcp.Transport, error) {
 	return nil, fmt.Errorf("unknown transport type %q", u.cfg.Type)
 }
 
-// privateEnv are the bridge's own secrets: no upstream gets them.
-var privateEnv = []string{"BRIDGE_HTTP_TOKEN=", "BRIDGE_PROXY_TOKEN="}
+// inheritedEnv are the variables a stdio server gets from the bridge's
+// environment, the set the MCP SDKs' stdio clients pass (and so what
+// servers written for Claude Desktop expect); everything else it needs is
+// in its entry's "env". The bridge's own secrets (BRIDGE_HTTP_TOKEN,
+// BRIDGE_PROXY_TOKEN) and whatever else the bridge was started with stay
+// out.
+var inheritedEnv = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
 
-// upstreamEnviron is env without the bridge's own secrets.
+// upstreamEnviron keeps the inheritedEnv variables of env.
 func upstreamEnviron(env []string) []string {
-	out := make([]string, 0, len(env))
+	out := make([]string, 0, len(inheritedEnv))
 	for _, kv := range env {
-		if !slices.ContainsFunc(privateEnv, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(inheritedEnv, k) {
 			out = append(out, kv)
 		}
 	}

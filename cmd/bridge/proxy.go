@@ -64,7 +64,11 @@ func (u *upstreamFlags) loadServers(e *env, selfURL string, log zerolog.Logger) 
 	}
 	if err != nil {
 		if !skipMissing {
-			return proxy.Config{}, fmt.Errorf("%w\n(fix the file, or mark the entry \"disabled\": true)", err)
+			var ce *proxy.ConfigError
+			if errors.As(err, &ce) && ce.Server != "" {
+				return proxy.Config{}, fmt.Errorf("%w\n(fix the entry, or mark it \"disabled\": true)", err)
+			}
+			return proxy.Config{}, err
 		}
 		// Files the user did not name belong to other tools: a broken
 		// entry there leaves that server out, not the bridge down.
