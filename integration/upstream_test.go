@@ -260,6 +260,30 @@ print(mcp_tools.call("misbehave", "count"))
 			}
 		})
 
+		t.Run("a tool added upstream appears in the next run", func(t *testing.T) {
+			tool := "fresh_" + strings.ReplaceAll(e.name, "-", "_")
+			runCode(t, cs, fmt.Sprintf(`
+import mcp_tools
+print(mcp_tools.call("misbehave", "add_tool", name=%q))
+`, tool))
+			// notifications/tools/list_changed travels upstream -> proxy ->
+			// bridge, which drops its cached catalog; give it a moment.
+			var out string
+			for range 50 {
+				out, _ = runCode(t, cs, fmt.Sprintf(`
+import mcp_tools
+print(%q in [t["name"] for t in mcp_tools.tools("misbehave")])
+`, tool))
+				if out == "True\n" {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if out != "True\n" {
+				t.Fatalf("%s never appeared in mcp_tools.tools(\"misbehave\")", tool)
+			}
+		})
+
 		t.Run("unknown names", func(t *testing.T) {
 			out, _ := runCode(t, cs, `
 import mcp_tools
