@@ -166,8 +166,9 @@ bench:
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchmem -timeout $(INTEGRATION_TIMEOUT) ./...
 
 fuzz:
-	$(call banner,fuzz: FuzzDecode in ./sandbox/relay for $(FUZZTIME))
+	$(call banner,fuzz: FuzzDecode in ./sandbox/relay and FuzzParse in ./policy$(comma) $(FUZZTIME) each)
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./sandbox/relay
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./policy
 
 clean:
 	$(call banner,clean)

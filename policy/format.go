@@ -1,0 +1,187 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Format writes p as a policy file with every key written out, defaults
+// included, in the order docs/policy.md lists them: sizes in the largest
+// binary unit that is exact (512Mi), durations as Go writes them without
+// zero units (60s, 5m, 1h30m), rates in the shortest exact form (10/s,
+// 90/m). Parse(Format(p)) equals p but for Source and the rules' and
+// rates' Line and Column. It is what `bridge policy check` prints.
+func Format(p *Policy) string {
+	var b strings.Builder
+	w := func(indent int, format string, args ...any) {
+		b.WriteString(strings.Repeat("  ", indent))
+		fmt.Fprintf(&b, format, args...)
+		b.WriteByte('\n')
+	}
+	if p.Source != "" {
+		w(0, "# The policy in %s with every default written out.", strconv.Quote(p.Source))
+	} else {
+		w(0, "# The built-in default policy.")
+	}
+	w(0, "version: %d", Version)
+
+	s := &p.Sandbox
+	w(0, "sandbox:")
+	w(1, "engine: %s", word(s.Engine))
+	w(1, "image: %s", strconv.Quote(s.Image))
+	w(1, "timeout: %s", FormatDuration(s.Timeout))
+	w(1, "max_timeout: %s", FormatDuration(s.MaxTimeout))
+	w(1, "memory: %s", FormatSize(s.Memory))
+	w(1, "cpus: %s", formatFloat(s.CPUs))
+	w(1, "pids: %d", s.Pids)
+	w(1, "tmpfs_size: %s", FormatSize(s.TmpfsSize))
+	w(1, "output_limit: %s", FormatSize(s.OutputLimit))
+	w(1, "max_concurrent: %d", s.MaxConcurrent)
+	w(1, "queue: %d", s.Queue)
+	w(1, "require_enforced_limits: %t", s.RequireEnforcedLimits)
+
+	t := &p.Tools
+	w(0, "tools:")
+	w(1, "servers: %s", formatList(t.Servers))
+	w(1, "default: %s", word(string(t.Default)))
+	if len(t.Rules) == 0 {
+		w(1, "rules: []")
+	} else {
+		w(1, "rules:")
+		for i := range t.Rules {
+			r := &t.Rules[i]
+			w(2, "- server: %s", strconv.Quote(r.Server))
+			w(3, "tool: %s", strconv.Quote(r.Tool))
+			w(3, "annotations: %s", formatAnnotations(&r.Annotations))
+			w(3, "action: %s", word(string(r.Action)))
+			w(3, "reason: %s", strconv.Quote(r.Reason))
+		}
+	}
+
+	bu := &p.Budgets
+	w(0, "budgets:")
+	w(1, "max_calls_per_run: %d", bu.MaxCallsPerRun)
+	w(1, "max_argument_bytes: %s", FormatSize(bu.MaxArgumentBytes))
+	w(1, "max_result_bytes: %s", FormatSize(bu.MaxResultBytes))
+	w(1, "call_timeout: %s", FormatDuration(bu.CallTimeout))
+	if len(bu.Rates) == 0 {
+		w(1, "rates: []")
+	} else {
+		w(1, "rates:")
+		for i := range bu.Rates {
+			r := &bu.Rates[i]
+			w(2, "- server: %s", strconv.Quote(r.Server))
+			w(3, "tool: %s", strconv.Quote(r.Tool))
+			w(3, "per: %s", word(r.Per))
+			w(3, "rate: %s", FormatRate(r.PerSecond))
+			w(3, "burst: %d", r.Burst)
+		}
+	}
+
+	w(0, "audit:")
+	w(1, "file: %s", strconv.Quote(p.Audit.File))
+	return b.String()
+}
+
+var wordRE = regexp.MustCompile(`^[a-z]+$`)
+
+// word writes an enum value bare, or quoted if it is not a plain word.
+func word(s string) string {
+	if wordRE.MatchString(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// formatList writes strings as a YAML flow list: ["*", "fs-*"].
+func formatList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+func formatAnnotations(a *Annotations) string {
+	var parts []string
+	for i, v := range []*bool{a.ReadOnlyHint, a.DestructiveHint, a.IdempotentHint, a.OpenWorldHint} {
+		if v != nil {
+			parts = append(parts, fmt.Sprintf("%s: %t", annotationKeys[i], *v))
+		}
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// FormatSize writes n bytes in the largest binary unit that is exact:
+// 512Mi, 64Ki, 1000 (no unit fits).
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// FormatDuration writes d as Go does, without the zero units Go adds
+// ("5m", "1h30m", not "5m0s", "1h30m0s"), and under two minutes in
+// seconds ("60s", "90s", "1.5s"; below a second as Go does: "500ms").
+// time.ParseDuration reads it back exactly.
+func FormatDuration(d time.Duration) string {
+	if d <= 0 || d < time.Second {
+		return d.String()
+	}
+	if d < 2*time.Minute {
+		sec, frac := d/time.Second, d%time.Second
+		if frac == 0 {
+			return strconv.FormatInt(int64(sec), 10) + "s"
+		}
+		return strconv.FormatInt(int64(sec), 10) + "." + strings.TrimRight(fmt.Sprintf("%09d", int64(frac)), "0") + "s"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// FormatRate writes a rate of perSecond calls a second as N/s, N/m or N/h
+// such that it reads back exactly: with a whole N if one of them has one
+// (10/s, 1/m, 30/m for 0.5/s), else whichever is shortest (2.5/h).
+func FormatRate(perSecond float64) string {
+	best, whole := formatFloat(perSecond)+"/s", false
+	for _, u := range []struct {
+		suffix string
+		mult   float64
+	}{{"/s", 1}, {"/m", 60}, {"/h", 3600}} {
+		n := perSecond * u.mult
+		for prec := 1; prec <= 17; prec++ {
+			f, err := strconv.ParseFloat(strconv.FormatFloat(n, 'g', prec, 64), 64)
+			if err != nil || f/u.mult != perSecond {
+				continue
+			}
+			s := formatFloat(f) + u.suffix
+			isWhole := f == math.Trunc(f)
+			if (isWhole && !whole) || (isWhole == whole && len(s) < len(best)) {
+				best, whole = s, isWhole
+			}
+			break
+		}
+	}
+	return best
+}
+
+// formatFloat writes f in plain decimal, as short as reads back exactly.
+func formatFloat(f float64) string {
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}

@@ -1,0 +1,366 @@
+package policy
+
+import (
+	"math"
+	"math/rand"
+	"os"
+	"path"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFormatDefault(t *testing.T) {
+	want := `# The built-in default policy.
+version: 1
+sandbox:
+  engine: auto
+  image: ""
+  timeout: 60s
+  max_timeout: 5m
+  memory: 512Mi
+  cpus: 1
+  pids: 128
+  tmpfs_size: 64Mi
+  output_limit: 64Ki
+  max_concurrent: 4
+  queue: 16
+  require_enforced_limits: true
+tools:
+  servers: ["*"]
+  default: allow
+  rules: []
+budgets:
+  max_calls_per_run: 200
+  max_argument_bytes: 1Mi
+  max_result_bytes: 8Mi
+  call_timeout: 60s
+  rates: []
+audit:
+  file: ""
+`
+	if got := Format(Default()); got != want {
+		t.Errorf("Format(Default()) =\n%s\nwant\n%s", got, want)
+	}
+	// Every key of the file format is written, in the order of the lists
+	// Parse checks keys against.
+	got := Format(Default())
+	at := 0
+	for _, k := range append(append(append(append([]string{"version"}, sandboxKeys...), toolsKeys...), budgetsKeys...), auditKeys...) {
+		j := strings.Index(got[at:], k+":")
+		if j < 0 {
+			t.Fatalf("Format(Default()) lacks %s (or has it out of order)", k)
+		}
+		at += j + len(k)
+	}
+}
+
+func TestFormatWithRulesAndRates(t *testing.T) {
+	tr, fa := true, false
+	p := Default()
+	p.Source = "/etc/bridge/policy.yaml"
+	p.Tools.Servers = []string{}
+	p.Tools.Default = Deny
+	p.Tools.Rules = []Rule{
+		{Server: "github", Tool: "delete_*", Action: Deny, Reason: `say "no"`},
+		{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, OpenWorldHint: &fa}, Action: Allow},
+	}
+	p.Budgets.Rates = []Rate{{Server: "*", Tool: "*", Per: "server", PerSecond: 1.0 / 60, Burst: 1}}
+	want := `# The policy in "/etc/bridge/policy.yaml" with every default written out.
+version: 1
+sandbox:
+  engine: auto
+  image: ""
+  timeout: 60s
+  max_timeout: 5m
+  memory: 512Mi
+  cpus: 1
+  pids: 128
+  tmpfs_size: 64Mi
+  output_limit: 64Ki
+  max_concurrent: 4
+  queue: 16
+  require_enforced_limits: true
+tools:
+  servers: []
+  default: deny
+  rules:
+    - server: "github"
+      tool: "delete_*"
+      annotations: {}
+      action: deny
+      reason: "say \"no\""
+    - server: "*"
+      tool: "*"
+      annotations: {readOnlyHint: true, openWorldHint: false}
+      action: allow
+      reason: ""
+budgets:
+  max_calls_per_run: 200
+  max_argument_bytes: 1Mi
+  max_result_bytes: 8Mi
+  call_timeout: 60s
+  rates:
+    - server: "*"
+      tool: "*"
+      per: server
+      rate: 1/m
+      burst: 1
+audit:
+  file: ""
+`
+	got := Format(p)
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	q, err := Parse([]byte(got), p.Source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(normalized(q), normalized(p)) {
+		t.Errorf("round trip:\n%+v\n%+v", q, p)
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Nanosecond:                              "1ns",
+		1500 * time.Nanosecond:                       "1.5µs",
+		500 * time.Millisecond:                       "500ms",
+		time.Second:                                  "1s",
+		1500 * time.Millisecond:                      "1.5s",
+		30 * time.Second:                             "30s",
+		60 * time.Second:                             "60s",
+		90 * time.Second:                             "90s",
+		60*time.Second + time.Nanosecond:             "60.000000001s",
+		119*time.Second + 250*time.Millisecond:       "119.25s",
+		2 * time.Minute:                              "2m",
+		5 * time.Minute:                              "5m",
+		150 * time.Second:                            "2m30s",
+		time.Hour:                                    "1h",
+		90 * time.Minute:                             "1h30m",
+		time.Hour + 30*time.Second:                   "1h0m30s",
+		2*time.Minute + 500*time.Millisecond:         "2m0.5s",
+		time.Duration(math.MaxInt64):                 "2562047h47m16.854775807s",
+		25*time.Hour + time.Minute + time.Nanosecond: "25h1m0.000000001s",
+	} {
+		got := FormatDuration(d)
+		if got != want {
+			t.Errorf("FormatDuration(%d) = %q, want %q", d, got, want)
+		}
+		if back, err := time.ParseDuration(got); err != nil || back != d {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", got, back, err, d)
+		}
+	}
+}
+
+func TestFormatSize(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0", 1: "1", 1000: "1000", 1024: "1Ki", 1536: "1536", 3072: "3Ki", 1 << 20: "1Mi", 512 << 20: "512Mi",
+		1<<20 + 1: "1048577", 3 << 30: "3Gi", 1 << 40: "1Ti", 1e9: "1000000000", 1<<63 - 1: "9223372036854775807",
+	} {
+		got := FormatSize(n)
+		if got != want {
+			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := ParseSize(got); err != nil || back != n {
+			t.Errorf("ParseSize(%q) = %d, %v", got, back, err)
+		}
+	}
+}
+
+func TestFormatRate(t *testing.T) {
+	for in, want := range map[string]string{
+		"10/s": "10/s", "0.5/s": "30/m", "600/m": "10/s", "1/m": "1/m", "90/m": "90/m", "3600/h": "1/s",
+		"1/h": "1/h", "7/h": "7/h", "0.1/s": "6/m", "1000000000/s": "1000000000/s", "0.000001/s": "0.0036/h",
+		"123.456/m": "2.0576/s", "2.5/h": "2.5/h", "0.25/s": "15/m", "0.3/m": "18/h", "1.5/s": "90/m",
+	} {
+		p := mustParse(t, "version: 1\nbudgets:\n  rates:\n    - rate: "+in+"\n")
+		ps := p.Budgets.Rates[0].PerSecond
+		got := FormatRate(ps)
+		if got != want {
+			t.Errorf("FormatRate(%s = %v/s) = %q, want %q", in, ps, got, want)
+		}
+		q := mustParse(t, "version: 1\nbudgets:\n  rates:\n    - rate: "+got+"\n")
+		if q.Budgets.Rates[0].PerSecond != ps {
+			t.Errorf("%s: %q reads back as %v, want %v", in, got, q.Budgets.Rates[0].PerSecond, ps)
+		}
+	}
+}
+
+// The example file goes through Format and Parse unchanged.
+func TestRoundTripExample(t *testing.T) {
+	data, err := os.ReadFile("../policy.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, data)
+}
+
+// roundTrip parses data and checks that Format writes it back exactly:
+// Parse(Format(p)) == p, and Format of that is the same text again.
+func roundTrip(t *testing.T, data []byte) {
+	t.Helper()
+	p, err := Parse(data, "rt.yaml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	checkRoundTrip(t, p)
+}
+
+func checkRoundTrip(t *testing.T, p *Policy) {
+	t.Helper()
+	out := Format(p)
+	q, err := Parse([]byte(out), p.Source)
+	if err != nil {
+		t.Fatalf("Parse(Format(p)): %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(normalized(q), normalized(p)) {
+		t.Fatalf("Parse(Format(p)) != p\nFormat(p):\n%s\nFormat(Parse(Format(p))):\n%s\np: %#v\nq: %#v", out, Format(q), p, q)
+	}
+	if again := Format(q); again != out {
+		t.Fatalf("Format is not stable:\n%s\n---\n%s", out, again)
+	}
+}
+
+// Random valid policies, with values anywhere in their ranges (not only
+// round ones), survive Format and Parse.
+func TestRoundTripRandom(t *testing.T) {
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	n := 3000
+	if testing.Short() {
+		n = 300
+	}
+	for i := 0; i < n; i++ {
+		p := randomPolicy(rng)
+		ok := t.Run("", func(t *testing.T) { checkRoundTrip(t, p) })
+		if !ok {
+			t.Fatalf("seed %d, policy %d", seed, i)
+		}
+	}
+}
+
+func randomPolicy(rng *rand.Rand) *Policy {
+	between := func(lo, hi int64) int64 { return lo + rng.Int63n(hi-lo+1) }
+	pick := func(ss ...string) string { return ss[rng.Intn(len(ss))] }
+	// A size: round in some unit, or any number of bytes.
+	size := func(lo, hi int64) int64 {
+		switch rng.Intn(3) {
+		case 0:
+			return between(lo, hi)
+		default:
+			unit := []int64{1, 1 << 10, 1 << 20, 1 << 30, 1e3, 1e6}[rng.Intn(6)]
+			if hi/unit < (lo+unit-1)/unit {
+				return between(lo, hi)
+			}
+			return between((lo+unit-1)/unit, hi/unit) * unit
+		}
+	}
+	dur := func() time.Duration {
+		switch rng.Intn(4) {
+		case 0:
+			return time.Duration(between(1, int64(48*time.Hour)))
+		case 1:
+			return time.Duration(between(1, 7200)) * time.Second
+		case 2:
+			return time.Duration(between(1, 300)) * time.Minute
+		default:
+			return time.Duration(between(1, math.MaxInt64))
+		}
+	}
+	float := func(lo, hi float64) float64 {
+		switch rng.Intn(3) {
+		case 0:
+			return lo + rng.Float64()*(hi-lo)
+		case 1:
+			return math.Exp(math.Log(lo) + rng.Float64()*(math.Log(hi)-math.Log(lo)))
+		default:
+			return math.Max(lo, math.Min(hi, math.Round((lo+rng.Float64()*(hi-lo))*100)/100))
+		}
+	}
+	str := func(alphabet string, maxLen int) string {
+		rs := []rune(alphabet)
+		var b strings.Builder
+		for n := rng.Intn(maxLen + 1); n > 0; n-- {
+			b.WriteRune(rs[rng.Intn(len(rs))])
+		}
+		return b.String()
+	}
+	const text = "abcXYZ019 _-.:#'\"\\/{}[],&*!|>%@`~é日本🙂\u00a0\u2028\ufeff\u00ad"
+	glob := func() string {
+		for {
+			g := pick("*", "github", "fs-*", "delete_*", "a?c", "[a-c]*", `\*`, "x[^y]z", "") + str("abc*?-_.[]^\\ é", 6)
+			if g == "" {
+				continue
+			}
+			if _, err := path.Match(g, ""); err == nil {
+				return g
+			}
+		}
+	}
+	boolp := func() *bool {
+		if rng.Intn(2) == 0 {
+			return nil
+		}
+		b := rng.Intn(2) == 0
+		return &b
+	}
+
+	p := Default()
+	s := &p.Sandbox
+	s.Engine = pick("auto", "podman", "docker")
+	s.Image = pick("", "localhost/bridge-runner:dev", "ghcr.io/x/y@sha256:"+strings.Repeat("ab", 32)) + str("abc:/._-é", 3)
+	s.Timeout = dur()
+	s.MaxTimeout = s.Timeout + time.Duration(between(0, math.MaxInt64-int64(s.Timeout)))
+	if rng.Intn(2) == 0 {
+		s.MaxTimeout = s.Timeout
+	}
+	s.Memory = size(minMemory, math.MaxInt64)
+	s.CPUs = float(minCPUs, maxCPUs)
+	s.Pids = between(minPids, maxPids)
+	s.TmpfsSize = size(minTmpfsSize, math.MaxInt64)
+	s.OutputLimit = size(minOutputLimit, maxOutputLimit)
+	s.MaxConcurrent = int(between(1, maxConcurrent))
+	s.Queue = int(between(0, maxQueue))
+	s.RequireEnforcedLimits = rng.Intn(2) == 0
+
+	t := &p.Tools
+	t.Servers = []string{}
+	for n := rng.Intn(4); n > 0; n-- {
+		t.Servers = append(t.Servers, glob())
+	}
+	t.Default = Action(pick("allow", "deny"))
+	for n := rng.Intn(5); n > 0; n-- {
+		t.Rules = append(t.Rules, Rule{
+			Server: glob(), Tool: glob(),
+			Annotations: Annotations{ReadOnlyHint: boolp(), DestructiveHint: boolp(), IdempotentHint: boolp(), OpenWorldHint: boolp()},
+			Action:      Action(pick("allow", "deny")),
+			Reason:      str(text, 30),
+		})
+	}
+
+	b := &p.Budgets
+	b.MaxCallsPerRun = int(between(0, maxCallsPerRun))
+	b.MaxArgumentBytes = size(1, maxArgumentBytes)
+	b.MaxResultBytes = size(1, maxResultBytes)
+	b.CallTimeout = dur()
+	for n := rng.Intn(4); n > 0; n-- {
+		var ps float64
+		switch rng.Intn(3) {
+		case 0:
+			ps = float(1e-9, maxPerSecond)
+		case 1:
+			ps = float64(between(1, 1000)) / []float64{1, 60, 3600}[rng.Intn(3)]
+		default:
+			ps, _ = strconv.ParseFloat(strconv.FormatFloat(float(0.001, 1000), 'f', rng.Intn(4), 64), 64)
+			ps = math.Max(ps, 0.001)
+		}
+		b.Rates = append(b.Rates, Rate{Server: glob(), Tool: glob(), Per: pick("tool", "server"), PerSecond: ps, Burst: int(between(1, maxBurst))})
+	}
+
+	p.Audit.File = pick("", "stderr", "/var/log/bridge/audit.jsonl", "/tmp/a b/\"q\".log")
+	return p
+}
