@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -37,6 +38,10 @@ type Options struct {
 	Limits sandbox.Limits
 	// MaxTimeout is the largest timeout_seconds a call may ask for.
 	MaxTimeout time.Duration
+	// Policy, if set, replaces Limits and MaxTimeout with the policy in
+	// force when each call arrives (hot-reloaded); each run is pinned to it
+	// for its tool calls, and audited.
+	Policy *policy.Store
 	// MaxConcurrent runs at once (default 4); QueueLength more wait for a
 	// slot (default 16); a call beyond that gets a busy error at once.
 	MaxConcurrent int
@@ -115,10 +120,46 @@ func New(opts Options) (*Server, error) {
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bridge", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: opts.Policy != nil}},
 	})
-	s.mcp.AddTool(runPythonTool(opts.MaxTimeout), s.handleRunPython)
+	_, maxTimeout := s.limits(nil)
+	s.mcp.AddTool(runPythonTool(maxTimeout), s.handleRunPython)
+	if opts.Policy != nil {
+		// The tool's schema states the largest timeout: keep it true.
+		registered := maxTimeout
+		var mu sync.Mutex
+		opts.Policy.OnChange(func(snap *policy.Snapshot) {
+			mu.Lock()
+			defer mu.Unlock()
+			if m := snap.Policy.Sandbox.MaxTimeout; m != registered {
+				registered = m
+				s.mcp.AddTool(runPythonTool(m), s.handleRunPython)
+			}
+		})
+	}
 	return s, nil
+}
+
+// limits returns the limits of a run and the largest timeout a call may
+// ask for: from the run's policy snapshot when there is a policy (the one
+// in force when snap is nil), else from Options.
+func (s *Server) limits(snap *policy.Snapshot) (sandbox.Limits, time.Duration) {
+	if s.opts.Policy == nil {
+		return s.opts.Limits, s.opts.MaxTimeout
+	}
+	if snap == nil {
+		snap = s.opts.Policy.Current()
+	}
+	return LimitsFrom(snap.Policy.Sandbox), snap.Policy.Sandbox.MaxTimeout
+}
+
+// LimitsFrom are the sandbox limits a policy sets.
+func LimitsFrom(p policy.Sandbox) sandbox.Limits {
+	l := sandbox.DefaultLimits()
+	l.Timeout, l.Memory, l.CPUs, l.Pids, l.TmpfsSize = p.Timeout, p.Memory, p.CPUs, p.Pids, p.TmpfsSize
+	l.OutputBytes = int(p.OutputLimit)
+	l.NProc = max(l.NProc, uint64(p.Pids))
+	return l
 }
 
 // MCP returns the MCP server to serve over a transport.

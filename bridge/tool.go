@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -76,7 +77,7 @@ type input struct {
 }
 
 // parseInput checks the call's arguments and returns the code and timeout.
-func (s *Server) parseInput(raw json.RawMessage) (string, time.Duration, error) {
+func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Duration) (string, time.Duration, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return "", 0, errors.New(`missing arguments: pass {"code": "<python source>"}`)
 	}
@@ -99,13 +100,13 @@ func (s *Server) parseInput(raw json.RawMessage) (string, time.Duration, error) 
 	if strings.TrimSpace(*in.Code) == "" {
 		return "", 0, errors.New("code is empty: pass the Python source to run")
 	}
-	timeout := s.opts.Limits.Timeout
+	timeout := defTimeout
 	if in.TimeoutSeconds != nil && string(*in.TimeoutSeconds) != "null" {
 		var f float64
 		if err := json.Unmarshal(*in.TimeoutSeconds, &f); err != nil || f != math.Trunc(f) {
 			return "", 0, fmt.Errorf("timeout_seconds must be a whole number of seconds, got %s", *in.TimeoutSeconds)
 		}
-		maxS := int64(s.opts.MaxTimeout / time.Second)
+		maxS := int64(maxTimeout / time.Second)
 		if f < 1 || f > float64(maxS) {
 			return "", 0, fmt.Errorf("timeout_seconds must be between 1 and %d, got %s", maxS, *in.TimeoutSeconds)
 		}
@@ -117,7 +118,16 @@ func (s *Server) parseInput(raw json.RawMessage) (string, time.Duration, error) 
 // handleRunPython is the tool's handler.
 func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	start := time.Now()
-	code, timeout, err := s.parseInput(req.Params.Arguments)
+	runID := sandbox.NewRunID()
+	var snap *policy.Snapshot
+	if s.opts.Policy != nil {
+		// The run keeps this policy for its tool calls, whatever reloads.
+		run := s.opts.Policy.Begin(runID)
+		defer s.opts.Policy.End(runID)
+		snap = run.Snap
+	}
+	limits, maxTimeout := s.limits(snap)
+	code, timeout, err := s.parseInput(req.Params.Arguments, limits.Timeout, maxTimeout)
 	if err != nil {
 		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
 	}
@@ -147,11 +157,22 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		s.log.Error().Err(err).Msg("sandbox unavailable")
 		return failure(statusUnavailable, "the sandbox is unavailable: "+err.Error()+" (the operator can run `bridge doctor`)", start), nil
 	}
-	limits := s.opts.Limits
 	limits.Timeout = timeout
 	prog := newProgress(ctx, req, s.opts.ProgressInterval, start)
 	defer prog.stop()
-	res, err := runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, OnOutput: prog.output})
+	var res sandbox.Result
+	if snap != nil {
+		audit := s.opts.Policy.Audit()
+		audit.RunStart(runID, snap.Gen, snap.Policy.Sandbox, timeout)
+		defer func() {
+			status := string(res.Status)
+			if status == "" {
+				status = statusUnavailable
+			}
+			audit.RunEnd(runID, status, res.ExitCode, time.Since(start), s.opts.Policy.Run(runID).Calls())
+		}()
+	}
+	res, err = runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, OnOutput: prog.output})
 	if err != nil {
 		s.log.Error().Err(err).Msg("run failed")
 		msg := "the sandbox could not run the code: " + err.Error()

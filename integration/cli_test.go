@@ -253,3 +253,37 @@ func TestCrashedBridgeIsReaped(t *testing.T) {
 		}
 	})
 }
+
+func TestCLIPolicy(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(bad, []byte("version: 1\nsandbox:\n  memroy: 1Gi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, []byte("version: 1\ntools:\n  rules:\n    - tool: \"write_*\"\n      action: deny\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"XDG_CONFIG_HOME=" + dir}
+	_, stderr, code := bridgeCLI(t, env, "", "policy", "check", bad)
+	if code != 1 || !strings.Contains(stderr, bad+`:3:3: unknown key "memroy" in sandbox`) || !strings.Contains(stderr, `did you mean "memory"?`) {
+		t.Errorf("policy check of a typo: exit %d\n%s", code, stderr)
+	}
+	stdout, _, code := bridgeCLI(t, env, "", "policy", "check", good)
+	if code != 0 || !strings.Contains(stdout, "memory: 512Mi") || !strings.Contains(stdout, `tool: "write_*"`) {
+		t.Errorf("policy check of a good file: exit %d\n%s", code, stdout)
+	}
+	stdout, _, code = bridgeCLI(t, env, "", "policy", "explain", "--offline", "--policy", good, "filesystem", "write_file")
+	if code != 1 || !strings.Contains(stdout, "deny") || !strings.Contains(stdout, "tools.rules[0] (line 4)") {
+		t.Errorf("policy explain: exit %d\n%s", code, stdout)
+	}
+	// serve refuses to start on an invalid policy, and refuses flags the policy sets.
+	_, stderr, code = bridgeCLI(t, env, "", "serve", "--policy", bad)
+	if code != 2 || !strings.Contains(stderr, ":3:3:") {
+		t.Errorf("serve with an invalid policy: exit %d\n%s", code, stderr)
+	}
+	_, stderr, code = bridgeCLI(t, env, "", "serve", "--policy", good, "--memory", "1Gi")
+	if code != 2 || !strings.Contains(stderr, "--memory is given with --policy") {
+		t.Errorf("serve with a policy and --memory: exit %d\n%s", code, stderr)
+	}
+}

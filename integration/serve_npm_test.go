@@ -99,6 +99,9 @@ func serveArgs(e *engine) (args, env []string) {
 		args = append(args, "--allow-unenforced-limits")
 	}
 	env = engineEnv(e)
+	// No policy file from the tester's own ~/.config/bridge: tests that
+	// want one pass --policy.
+	env = append(env, "XDG_CONFIG_HOME="+filepath.Join(filepath.Dir(testSuite.bridgeBin), "xdg-config"))
 	// The rootless engine's run directories live under the user's runtime dir.
 	for _, k := range []string{"XDG_RUNTIME_DIR", "BRIDGE_LOG_LEVEL"} {
 		if v := os.Getenv(k); v != "" {

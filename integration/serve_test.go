@@ -50,6 +50,12 @@ func connectStdioArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ..
 		i := slices.Index(args, "--servers-config")
 		args = slices.Delete(args, i, i+2)
 	}
+	if slices.Contains(extra, "--policy") {
+		// The policy says the engine and whether limits must hold.
+		i := slices.Index(args, "--runtime")
+		args = slices.Delete(args, i, i+2)
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--allow-unenforced-limits" })
+	}
 	args = append(args, extra...)
 	cmd := exec.Command(testSuite.bridgeBin, args...)
 	cmd.Env = append(os.Environ(), env...)

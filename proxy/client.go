@@ -282,6 +282,14 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 		return nil, err
 	}
 	_, name, err := s.resolve(server, tool)
+	var unknown *Error
+	if errors.As(err, &unknown) && unknown.Kind == KindUnknownTool {
+		// Not listed: unknown, or denied by policy. Only the proxy knows
+		// which, and a denied call must say so.
+		name, err = ToolName(server, tool), nil
+	} else {
+		unknown = nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +301,9 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errorf(KindUpstream, "call to %s/%s cancelled", server, tool)
+		}
+		if unknown != nil {
+			return nil, unknown
 		}
 		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, err)
 	}

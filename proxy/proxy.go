@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/policy"
 )
 
 // Keys of the _meta objects the proxy and the bridge exchange.
@@ -41,6 +44,11 @@ type Options struct {
 	// Version is the bridge's version, sent to upstreams.
 	Version string
 	Logger  zerolog.Logger
+	// Policy, if set, decides which servers are started and which tools
+	// are listed and may be called, bounds each run's calls (count, sizes,
+	// rates, timeout) and audits every decision. Nil: everything is allowed,
+	// with CallTimeout.
+	Policy *policy.Store
 }
 
 // Proxy is an MCP server that offers the tools of every configured upstream
@@ -57,7 +65,8 @@ type Proxy struct {
 	byName map[string]*upstream
 
 	regMu sync.Mutex
-	reg   map[string]registered // by proxy tool name
+	reg   map[string]registered // by proxy tool name: the listed tools
+	known map[string][2]string  // by proxy tool name: every upstream tool, listed or denied
 }
 
 type registered struct {
@@ -80,6 +89,7 @@ func New(cfg Config, opts Options) *Proxy {
 		cancel: cancel,
 		byName: map[string]*upstream{},
 		reg:    map[string]registered{},
+		known:  map[string][2]string{},
 	}
 	for _, sc := range cfg.Servers {
 		u := newUpstream(base, sc, &p.opts, p.log, p.refreshServer)
@@ -96,12 +106,27 @@ func New(cfg Config, opts Options) *Proxy {
 	})
 	p.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if method == "tools/list" {
+			switch method {
+			case "tools/list":
 				p.refreshAll(ctx)
+			case "tools/call":
+				// Every upstream tool, listed or denied, is answered here:
+				// a denied one must say so, not "unknown tool".
+				if r, ok := req.(*mcp.CallToolRequest); ok {
+					p.regMu.Lock()
+					st, known := p.known[r.Params.Name]
+					p.regMu.Unlock()
+					if known {
+						return p.callTool(ctx, r, st[0], st[1]), nil
+					}
+				}
 			}
 			return next(ctx, method, req)
 		}
 	})
+	if opts.Policy != nil {
+		opts.Policy.OnChange(func(*policy.Snapshot) { p.resync() })
+	}
 	p.server.AddResource(&mcp.Resource{
 		URI:         ServersURI,
 		Name:        "servers",
@@ -133,7 +158,7 @@ func ToolName(server, tool string) string { return server + "__" + tool }
 // Errors are kept in each upstream's state (see ServerStatus).
 func (p *Proxy) refreshAll(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, u := range p.ups {
+	for _, u := range p.reachable() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -141,6 +166,65 @@ func (p *Proxy) refreshAll(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// listed is how many tools of server the proxy lists.
+func (p *Proxy) listed(server string) int {
+	p.regMu.Lock()
+	defer p.regMu.Unlock()
+	n := 0
+	for _, r := range p.reg {
+		if r.server == server {
+			n++
+		}
+	}
+	return n
+}
+
+// reachable are the upstreams the policy in force lets the code reach.
+func (p *Proxy) reachable() []*upstream {
+	if p.opts.Policy == nil {
+		return p.ups
+	}
+	pol := p.opts.Policy.Current().Policy
+	var out []*upstream
+	for _, u := range p.ups {
+		if pol.ServerAllowed(u.cfg.Name) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// resync applies a new policy to the tool lists already known: tools it
+// denies leave the list, tools it allows join it. Servers it no longer
+// reaches lose all their tools (they are not stopped; nothing calls them).
+func (p *Proxy) resync() {
+	reach := map[*upstream]bool{}
+	for _, u := range p.reachable() {
+		reach[u] = true
+	}
+	for _, u := range p.ups {
+		if reach[u] {
+			if tools := u.cachedTools(); tools != nil {
+				p.sync(u.cfg.Name, tools)
+			}
+		} else {
+			p.sync(u.cfg.Name, nil)
+		}
+	}
+}
+
+// toolPolicy is what the policy needs to know of an upstream tool.
+func toolPolicy(server string, t *mcp.Tool) policy.Tool {
+	pt := policy.Tool{Server: server, Name: t.Name}
+	if a := t.Annotations; a != nil {
+		pt.Annotations.ReadOnlyHint = &a.ReadOnlyHint
+		pt.Annotations.DestructiveHint = a.DestructiveHint
+		pt.Annotations.IdempotentHint = &a.IdempotentHint
+		pt.Annotations.OpenWorldHint = a.OpenWorldHint
+	}
+	return pt
 }
 
 // refreshServer is called when a server's tools may have changed. A burst
@@ -172,13 +256,26 @@ func (p *Proxy) refresh(ctx context.Context, u *upstream) {
 func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
+	var pol *policy.Policy
+	if p.opts.Policy != nil {
+		pol = p.opts.Policy.Current().Policy
+	}
+	for name, k := range p.known {
+		if k[0] == server {
+			delete(p.known, name)
+		}
+	}
 	want := map[string]bool{}
 	for _, t := range tools {
 		name := ToolName(server, t.Name)
-		if r, ok := p.reg[name]; ok && r.server != server {
-			p.log.Warn().Str("server", server).Str("tool", t.Name).Str("clash", r.server).
+		if k, ok := p.known[name]; ok && k[0] != server {
+			p.log.Warn().Str("server", server).Str("tool", t.Name).Str("clash", k[0]).
 				Msg("proxy: two servers' tools get the same name; this one is left out")
 			continue
+		}
+		p.known[name] = [2]string{server, t.Name}
+		if pol != nil && !pol.Decide(toolPolicy(server, t)).Allow {
+			continue // denied tools are not listed
 		}
 		def := *t
 		def.Name = name
@@ -264,23 +361,76 @@ func addTool(s *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
 	return nil
 }
 
-// handler forwards calls of one tool to its server.
+// handler is the SDK handler of a listed tool. The receiving middleware
+// answers every call of an upstream tool first (callTool), so this one
+// only makes the tool listable.
 func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
-	u := p.byName[server]
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		runID, _ := req.Params.Meta[MetaRunID].(string)
-		start := time.Now()
-		var args any = json.RawMessage(req.Params.Arguments)
-		if len(req.Params.Arguments) == 0 {
-			args = map[string]any{}
+		return p.callTool(ctx, req, server, tool), nil
+	}
+}
+
+// callTool applies the policy to one call and, if it passes, forwards it
+// to the upstream: the decision (the tool's rule), the argument size, the
+// run's call budget, the rate limits, then the call with the policy's
+// timeout, then the result size. Each call gets one audit record.
+func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
+	runID, _ := req.Params.Meta[MetaRunID].(string)
+	start := time.Now()
+	u := p.byName[server]
+	rec := policy.Call{RunID: runID, Server: server, Tool: tool, ArgumentBytes: len(req.Params.Arguments)}
+	var (
+		timeout   time.Duration
+		maxResult int64
+		audit     *policy.Auditor
+	)
+	if store := p.opts.Policy; store != nil {
+		var snap *policy.Snapshot
+		var run *policy.Run
+		if runID != "" {
+			run = store.Run(runID)
+			snap = run.Snap
+		} else {
+			snap = store.Current()
 		}
-		res, err := u.call(ctx, tool, args, nil)
-		ev := p.log.Debug().Str("run_id", runID).Str("server", server).Str("tool", tool).Dur("took", time.Since(start))
-		if err != nil {
-			ev.Err(err).Msg("proxy: call failed")
-			return ErrorResult(err), nil
+		pol := snap.Policy
+		audit = store.Audit()
+		refuse := func(kind, rule, msg string) *mcp.CallToolResult {
+			rec.Rule, rec.Duration = rule, time.Since(start)
+			audit.Call(rec)
+			p.log.Debug().Str("run_id", runID).Str("server", server).Str("tool", tool).Str("rule", rule).Msg("proxy: call refused")
+			return ErrorResult(&Error{Kind: kind, Message: msg})
 		}
-		ev.Bool("is_error", res.IsError).Msg("proxy: call")
+		if !pol.ServerAllowed(server) {
+			d := pol.Decide(policy.Tool{Server: server, Name: tool})
+			return refuse(KindDenied, pol.RuleName(d), d.Reason)
+		}
+		d := pol.Decide(p.toolInfo(u, tool))
+		rec.Rule = pol.RuleName(d)
+		if !d.Allow {
+			return refuse(KindDenied, rec.Rule, d.Reason)
+		}
+		if max := pol.Budgets.MaxArgumentBytes; int64(rec.ArgumentBytes) > max {
+			return refuse(KindLimit, "budgets.max_argument_bytes", fmt.Sprintf(
+				"the arguments to %s/%s are %d bytes, over the policy's budgets.max_argument_bytes (%d)", server, tool, rec.ArgumentBytes, max))
+		}
+		if run != nil && !run.TakeCall() {
+			return refuse(KindLimit, "budgets.max_calls_per_run", fmt.Sprintf(
+				"this run has made the %d tool calls the policy allows (budgets.max_calls_per_run)", pol.Budgets.MaxCallsPerRun))
+		}
+		if ok, r, retry := snap.Limiter.Take(server, tool); !ok {
+			return refuse(KindLimit, snap.Limiter.RateName(r), fmt.Sprintf(
+				"%s reached; the next call can go in %s", snap.Limiter.Describe(r, server, tool), retry.Round(time.Millisecond)))
+		}
+		timeout, maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
+		rec.Allowed = true
+	}
+	var args any = json.RawMessage(req.Params.Arguments)
+	if len(req.Params.Arguments) == 0 {
+		args = map[string]any{}
+	}
+	res, err := u.call(ctx, tool, args, nil, timeout)
+	if err == nil {
 		if _, ok := res.Meta[MetaError]; ok {
 			// Only the proxy says a failure was its own.
 			meta := mcp.Meta{}
@@ -291,8 +441,44 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 			}
 			res.Meta = meta
 		}
-		return res, nil
+		if js, jerr := json.Marshal(res); jerr == nil {
+			rec.ResultBytes = len(js)
+		}
+		if maxResult > 0 && int64(rec.ResultBytes) > maxResult {
+			res, err = nil, errorf(KindLimit, "the result of %s/%s is %d bytes, over the policy's budgets.max_result_bytes (%d)",
+				server, tool, rec.ResultBytes, maxResult)
+		}
 	}
+	rec.Duration = time.Since(start)
+	ev := p.log.Debug().Str("run_id", runID).Str("server", server).Str("tool", tool).Dur("took", rec.Duration)
+	if err != nil {
+		rec.Error = KindUpstream
+		var pe *Error
+		if errors.As(err, &pe) {
+			rec.Error = pe.Kind
+		}
+		if audit != nil {
+			audit.Call(rec)
+		}
+		ev.Err(err).Msg("proxy: call failed")
+		return ErrorResult(err)
+	}
+	if audit != nil {
+		audit.Call(rec)
+	}
+	ev.Bool("is_error", res.IsError).Msg("proxy: call")
+	return res
+}
+
+// toolInfo is what the policy knows of a server's tool: its annotations,
+// from the last tool list (none if the tool is not in it).
+func (p *Proxy) toolInfo(u *upstream, tool string) policy.Tool {
+	for _, t := range u.cachedTools() {
+		if t.Name == tool {
+			return toolPolicy(u.cfg.Name, t)
+		}
+	}
+	return policy.Tool{Server: u.cfg.Name, Name: tool}
 }
 
 // ErrorResult is the result the proxy answers with when a call fails
@@ -328,10 +514,11 @@ type ServerStatus struct {
 // Statuses connects every server not connected yet and reports on them all.
 func (p *Proxy) Statuses(ctx context.Context) []ServerStatus {
 	p.refreshAll(ctx)
-	out := make([]ServerStatus, 0, len(p.ups))
-	for _, u := range p.ups {
+	ups := p.reachable()
+	out := make([]ServerStatus, 0, len(ups))
+	for _, u := range ups {
 		connected, info, lastErr := u.status()
-		st := ServerStatus{Name: u.cfg.Name, Type: u.cfg.Type, State: "idle", Tools: len(u.cachedTools())}
+		st := ServerStatus{Name: u.cfg.Name, Type: u.cfg.Type, State: "idle", Tools: p.listed(u.cfg.Name)}
 		switch {
 		case connected:
 			st.State = "ready"

@@ -70,6 +70,10 @@ func testServer() *mcp.Server {
 		}
 		return text("slept")
 	})
+	add("big", "Returns n bytes of text.", func(_ context.Context, a map[string]any) *mcp.CallToolResult {
+		n, _ := a["n"].(float64)
+		return text(strings.Repeat("x", int(n)))
+	})
 	add("most", "The most sleep calls that ran at once.", func(context.Context, map[string]any) *mcp.CallToolResult {
 		return text(fmt.Sprint(most.Load()))
 	})
@@ -188,15 +192,15 @@ func TestProxyLazyCatalogAndCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(servers) != 2 || servers[0].Name != "alpha" || servers[0].State != "ready" || servers[0].Title != "Test upstream" ||
-		servers[0].Description != "A server for the proxy's tests." || servers[0].Tools != 10 {
+		servers[0].Description != "A server for the proxy's tests." || servers[0].Tools != 11 {
 		t.Fatalf("servers = %+v", servers)
 	}
 	cat, err := c.Catalog(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cat.Len() != 20 {
-		t.Fatalf("catalog has %d tools, want 20", cat.Len())
+	if cat.Len() != 22 {
+		t.Fatalf("catalog has %d tools, want 22", cat.Len())
 	}
 	if _, ok := cat.Lookup("beta", "echo"); !ok {
 		t.Fatal("beta/echo missing from the catalog")

@@ -79,6 +79,7 @@ const (
 	KindUnknownTool = "unknown_tool"
 	KindUnknownSrv  = "unknown_server"
 	KindLimit       = "limit"
+	KindDenied      = "denied"
 )
 
 // Error is a failure of the proxy or an upstream (not a tool's own error,
@@ -504,13 +505,17 @@ func (u *upstream) status() (connected bool, info *mcp.InitializeResult, lastErr
 	return u.sess != nil, u.info, u.lastErr
 }
 
-// call calls a tool with the proxy's per-call timeout.
-func (u *upstream) call(ctx context.Context, tool string, args any, meta mcp.Meta) (*mcp.CallToolResult, error) {
+// call calls a tool; timeout bounds the call (the proxy's CallTimeout
+// when zero).
+func (u *upstream) call(ctx context.Context, tool string, args any, meta mcp.Meta, timeout time.Duration) (*mcp.CallToolResult, error) {
+	if timeout <= 0 {
+		timeout = u.opts.CallTimeout
+	}
 	s, done, err := u.session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, u.opts.CallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args, Meta: meta})
 	if err == nil {
@@ -518,7 +523,7 @@ func (u *upstream) call(ctx context.Context, tool string, args any, meta mcp.Met
 	}
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return nil, errorf(KindTimeout, "server %q: tool %q did not answer within %s", u.cfg.Name, tool, u.opts.CallTimeout)
+		return nil, errorf(KindTimeout, "server %q: tool %q did not answer within %s", u.cfg.Name, tool, timeout)
 	case ctx.Err() != nil:
 		return nil, errorf(KindUpstream, "server %q: tool %q: call cancelled", u.cfg.Name, tool)
 	}

@@ -55,6 +55,9 @@ type Result struct {
 type Request struct {
 	Code   string
 	Limits Limits
+	// RunID names the run (container labels, logs, tool calls); NewRunID
+	// makes one when it is empty.
+	RunID string
 	// OnOutput, if set, receives each piece of output as it arrives
 	// (stream is "stdout" or "stderr"), after the output cap is applied.
 	// It is called from one goroutine at a time and must not block for long.
@@ -210,7 +213,12 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		return res, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits)",
 			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
 	}
-	res.RunID = newID(6)
+	res.RunID = req.RunID
+	if res.RunID == "" {
+		res.RunID = NewRunID()
+	} else if !validRunID(res.RunID) {
+		return res, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", res.RunID)
+	}
 	token := newID(16)
 	log := e.log.With().Str("run_id", res.RunID).Str("engine", e.rt.Name()).Logger()
 
@@ -624,6 +632,22 @@ func newID(n int) string {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return hex.EncodeToString(b)
+}
+
+// NewRunID returns a fresh random run id.
+func NewRunID() string { return newID(6) }
+
+// validRunID: run ids become parts of container and directory names.
+func validRunID(id string) bool {
+	if len(id) == 0 || len(id) > 32 {
+		return false
+	}
+	for _, c := range id {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // formatBytes renders a byte count in binary units (512 MiB).

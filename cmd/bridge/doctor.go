@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
 
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
@@ -17,11 +21,38 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 	image := fs.String("image", images.Name(), "runner image")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	allow := fs.Bool("allow-unenforced-limits", false, "count an engine that cannot enforce limits as usable")
+	policyPath := fs.String("policy", "", "check against this policy `FILE`: its engine, image and require_enforced_limits\n(a policy that requires limits the engine cannot enforce is reported here, before serve refuses to run)")
 	if err := parseFlags(fs, args); err != nil {
 		return exitUsage, err
 	}
 	if fs.NArg() != 0 {
 		return exitUsage, usagef("takes no arguments")
+	}
+	if *policyPath != "" {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "runtime" || f.Name == "image" || f.Name == "allow-unenforced-limits" {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return exitUsage, usagef("%s is given with --policy: the policy says it", strings.Join(set, ", "))
+		}
+		p, err := policy.Load(*policyPath)
+		if err != nil {
+			return exitUsage, err
+		}
+		*engine, *allow = p.Sandbox.Engine, !p.Sandbox.RequireEnforcedLimits
+		if p.Sandbox.Image != "" {
+			*image = p.Sandbox.Image
+		}
+		req := "requires enforced memory, pids and CPU limits (an engine that cannot enforce them fails)"
+		if *allow {
+			req = "accepts engines that cannot enforce limits (require_enforced_limits: false)"
+		}
+		if !*asJSON {
+			fmt.Fprintf(e.stdout, "policy %s: engine %s; %s\n\n", *policyPath, *engine, req)
+		}
 	}
 	rep, err := doctor.Run(ctx, doctor.Options{
 		Engine: *engine, Image: *image, AllowUnenforcedLimits: *allow, Logger: e.log,

@@ -5,6 +5,8 @@
 //
 //	bridge serve [flags]          serve MCP with one tool, run_python (stdio or --http)
 //	bridge proxy --http ADDR      serve the upstream MCP proxy alone, for bridges to share
+//	bridge policy check [FILE]    validate a policy and print it with defaults filled in
+//	bridge policy explain S T     which rule decides whether the code may call server S's tool T
 //	bridge run [flags] FILE|-     run a Python file in the sandbox
 //	bridge doctor [flags]         check the container engines and prove the sandbox holds
 //	bridge image build [flags]    build the runner image through an engine
@@ -70,6 +72,7 @@ func commands() []command {
 		{"proxy", "serve the upstream MCP proxy alone, for bridges to share (--http ADDR)", cmdProxy},
 		{"run", "run a Python file (or - for stdin) in the sandbox", cmdRun},
 		{"doctor", "check the container engines and prove the sandbox holds", cmdDoctor},
+		{"policy", "check a policy file (policy check) or explain a decision (policy explain SERVER TOOL)", cmdPolicy},
 		{"image", "build the runner image (image build) or print its name (image name)", cmdImage},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) (int, error) {
 			fmt.Fprintln(e.stdout, "bridge", version)

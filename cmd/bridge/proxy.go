@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 )
 
@@ -82,15 +83,15 @@ func (u *upstreamFlags) loadServers(e *env, selfURL string, log zerolog.Logger) 
 	return cfg, nil
 }
 
-func (u *upstreamFlags) proxyOptions(log zerolog.Logger) proxy.Options {
-	return proxy.Options{CallTimeout: u.callTimeout, Version: version, Logger: log}
+func (u *upstreamFlags) proxyOptions(store *policy.Store, log zerolog.Logger) proxy.Options {
+	return proxy.Options{CallTimeout: u.callTimeout, Version: version, Logger: log, Policy: store}
 }
 
 // upstreams opens what answers the sandbox's tool calls: a proxy in this
 // process over an in-memory session, or a remote one. Either session is
 // opened on first use and again if it ends, so serve starts even while a
 // remote proxy is down. stop closes it all.
-func (u *upstreamFlags) upstreams(e *env, selfURL string, log zerolog.Logger) (up bridge.Upstreams, stop func(), err error) {
+func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, log zerolog.Logger) (up bridge.Upstreams, stop func(), err error) {
 	if u.proxyURL != "" {
 		token := strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN"))
 		r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
@@ -105,7 +106,7 @@ func (u *upstreamFlags) upstreams(e *env, selfURL string, log zerolog.Logger) (u
 	if len(cfg.Servers) == 0 {
 		return nil, func() {}, nil
 	}
-	p := proxy.New(cfg, u.proxyOptions(log))
+	p := proxy.New(cfg, u.proxyOptions(store, log))
 	r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
 		return p.Connect(ctx, log)
 	})
@@ -119,6 +120,7 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	httpAddr := fs.String("http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8809); beyond loopback a\nbearer token is required: $BRIDGE_PROXY_TOKEN, or one is generated and logged once")
 	var uf upstreamFlags
 	uf.register(fs, false)
+	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets and audit sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP")
 	if err := parseFlags(fs, args); err != nil {
 		return exitUsage, err
 	}
@@ -135,11 +137,20 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
 		log = log.Level(zerolog.InfoLevel)
 	}
+	pol, polPath, err := loadPolicy(fs, *policyPath, func(p *policy.Policy) { p.Budgets.CallTimeout = uf.callTimeout })
+	if err != nil {
+		return exitUsage, err
+	}
+	store, err := openStore(ctx, pol, polPath, log)
+	if err != nil {
+		return exitUsage, err
+	}
+	defer store.Close()
 	cfg, err := uf.loadServers(e, "http://"+*httpAddr, log)
 	if err != nil {
 		return exitUsage, err
 	}
-	p := proxy.New(cfg, uf.proxyOptions(log))
+	p := proxy.New(cfg, uf.proxyOptions(store, log))
 	defer p.Close()
 	err = bridge.ServeHTTP(ctx, p.Server(), bridge.HTTPOptions{
 		Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), Version: version,

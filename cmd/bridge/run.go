@@ -11,6 +11,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -32,6 +33,14 @@ func (lf *limitFlags) register(fs *flag.FlagSet) {
 	fs.Var(lf.tmpfs, "tmpfs-size", "size of the writable /tmp (e.g. 64Mi)")
 	fs.IntVar(&lf.limits.OutputBytes, "output-limit", lf.limits.OutputBytes, "bytes kept of each of stdout and stderr")
 	fs.BoolVar(&lf.allowUnenforce, "allow-unenforced-limits", false, "run even where the engine cannot enforce memory/pids/cpu limits (e.g. rootless Podman on cgroup v1)")
+}
+
+// applyTo writes the limits into a policy's sandbox section.
+func (lf *limitFlags) applyTo(p *policy.Policy) {
+	l := lf.limits
+	p.Sandbox.Timeout, p.Sandbox.Memory, p.Sandbox.CPUs, p.Sandbox.Pids = l.Timeout, l.Memory, l.CPUs, l.Pids
+	p.Sandbox.TmpfsSize, p.Sandbox.OutputLimit = l.TmpfsSize, int64(l.OutputBytes)
+	p.Sandbox.RequireEnforcedLimits = !lf.allowUnenforce
 }
 
 // sizeFlag is a byte size flag that accepts units (512Mi).
@@ -63,6 +72,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	lf.register(fs)
 	var uf upstreamFlags
 	uf.register(fs, true)
+	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nwith a policy, the sandbox flags are refused")
 	if err := parseFlags(fs, args); err != nil {
 		return exitUsage, err
 	}
@@ -83,8 +93,30 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("%v", err)
 	}
 
+	pol, polPath, err := loadPolicy(fs, *policyPath, func(p *policy.Policy) {
+		lf.applyTo(p)
+		p.Sandbox.Engine, p.Sandbox.Image = *engine, *image
+		p.Budgets.CallTimeout = uf.callTimeout
+	})
+	if err != nil {
+		return exitUsage, err
+	}
+	limits := bridge.LimitsFrom(pol.Sandbox)
+	if err := limits.Validate(); err != nil {
+		return exitUsage, usagef("%v", err)
+	}
+	runnerImage := pol.Sandbox.Image
+	if runnerImage == "" {
+		runnerImage = images.Name()
+	}
+	store, err := policy.NewStore(pol, polPath, e.log)
+	if err != nil {
+		return exitUsage, err
+	}
+	defer store.Close()
+
 	// The code may use the upstream servers; they start only if it does.
-	up, stopUpstreams, err := uf.upstreams(e, "", e.log)
+	up, stopUpstreams, err := uf.upstreams(e, "", store, e.log)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -94,13 +126,13 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		tools = bridge.ToolHandler(up, 0, e.log)
 	}
 
-	rt, err := sandbox.Open(ctx, *engine, e.log)
+	rt, err := sandbox.Open(ctx, pol.Sandbox.Engine, e.log)
 	if err != nil {
 		return exitBridge, err
 	}
 	defer rt.Close()
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: *image, AllowUnenforcedLimits: lf.allowUnenforce, Tools: tools, Logger: e.log,
+		Image: runnerImage, AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, Tools: tools, Logger: e.log,
 	})
 	if err != nil {
 		return exitBridge, err
@@ -108,7 +140,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	var mu sync.Mutex
 	res, err := ex.Run(ctx, sandbox.Request{
 		Code:   code,
-		Limits: lf.limits,
+		Limits: limits,
 		OnOutput: func(stream, data string) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -35,6 +36,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds"
 	var uf upstreamFlags
 	uf.register(fs, true)
+	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nit is reloaded when it changes and on SIGHUP; with a policy, the sandbox flags are refused")
 	if err := parseFlags(fs, args); err != nil {
 		return exitUsage, err
 	}
@@ -61,12 +63,36 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		log = log.Level(zerolog.InfoLevel)
 	}
 
+	// The policy: the file's, or the defaults with the flags above.
+	pol, polPath, err := loadPolicy(fs, *policyPath, func(p *policy.Policy) {
+		lf.applyTo(p)
+		p.Sandbox.Engine, p.Sandbox.Image = *engine, *image
+		p.Sandbox.MaxTimeout, p.Sandbox.MaxConcurrent, p.Sandbox.Queue = *maxTimeout, *maxConcurrent, *queue
+		p.Budgets.CallTimeout = uf.callTimeout
+	})
+	if err != nil {
+		return exitUsage, err
+	}
+	limits := bridge.LimitsFrom(pol.Sandbox)
+	if err := limits.Validate(); err != nil {
+		return exitUsage, usagef("%v", err)
+	}
+	store, err := openStore(ctx, pol, polPath, log)
+	if err != nil {
+		return exitUsage, err
+	}
+	defer store.Close()
+	runnerImage := pol.Sandbox.Image // read once: the store shares pol
+	if runnerImage == "" {
+		runnerImage = images.Name()
+	}
+
 	// Upstream servers start on first use, not now.
 	selfURL := ""
 	if *httpAddr != "" {
 		selfURL = "http://" + *httpAddr
 	}
-	up, stopUpstreams, err := uf.upstreams(e, selfURL, log)
+	up, stopUpstreams, err := uf.upstreams(e, selfURL, store, log)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -79,14 +105,15 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
 	// what is wrong.
-	eng := &lazyEngine{name: *engine, image: *image, allow: lf.allowUnenforce, tools: tools, log: log}
+	eng := &lazyEngine{name: pol.Sandbox.Engine, image: runnerImage, allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, log: log}
 	defer eng.close()
 	srv, err := bridge.New(bridge.Options{
 		NewRunner:     eng.runner,
-		Limits:        lf.limits,
-		MaxTimeout:    *maxTimeout,
-		MaxConcurrent: *maxConcurrent,
-		QueueLength:   *queue,
+		Limits:        limits,
+		MaxTimeout:    pol.Sandbox.MaxTimeout,
+		MaxConcurrent: pol.Sandbox.MaxConcurrent,
+		QueueLength:   pol.Sandbox.Queue,
+		Policy:        store,
 		Version:       version,
 		Logger:        log,
 	})

@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/policy"
+)
+
+// policyProxy starts a proxy with one test upstream, "alpha", under the
+// policy in file (YAML), auditing to a file; it returns the store too.
+func policyProxy(t *testing.T, yaml string) (*Client, *policy.Store, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	file, audit := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "audit.jsonl")
+	yaml = strings.ReplaceAll(yaml, "AUDIT", audit)
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := policy.NewStore(pol, file, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	_, c, _ := startProxy(t, Options{Policy: store}, stdioServer(t, "alpha"))
+	return c, store, file, audit
+}
+
+func callRun(t *testing.T, c *Client, run, tool, args string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Call(ctx, run, "alpha", tool, json.RawMessage(args))
+	if err != nil {
+		return "", err
+	}
+	return textOf(t, r), nil
+}
+
+func kindOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Kind
+	}
+	return ""
+}
+
+func auditLines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestPolicyDeniesHidesAndAudits(t *testing.T) {
+	c, _, _, audit := policyProxy(t, `
+version: 1
+tools:
+  rules:
+    - server: alpha
+      tool: crash
+      action: deny
+      reason: no crashing here
+    - tool: "e*v"
+      action: deny
+budgets:
+  max_calls_per_run: 4
+audit:
+  file: AUDIT
+`)
+	cat, err := c.Catalog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hidden := range []string{"crash", "env"} {
+		if _, ok := cat.Lookup("alpha", hidden); ok {
+			t.Errorf("%s is denied but listed", hidden)
+		}
+	}
+	if _, ok := cat.Lookup("alpha", "echo"); !ok {
+		t.Error("echo is allowed but not listed")
+	}
+	// Denied calls say why, and never reach the upstream.
+	_, err = callRun(t, c, "r1", "crash", `{}`)
+	if kindOf(err) != KindDenied || !strings.Contains(err.Error(), "no crashing here") {
+		t.Fatalf("crash: %v", err)
+	}
+	_, err = callRun(t, c, "r1", "env", `{"name":"PATH"}`)
+	if kindOf(err) != KindDenied || !strings.Contains(err.Error(), "tools.rules[1]") {
+		t.Fatalf("env: %v", err)
+	}
+	// A name that does not exist is still unknown, with suggestions.
+	_, err = callRun(t, c, "r1", "ecko", `{}`)
+	if kindOf(err) != KindUnknownTool {
+		t.Fatalf("ecko: %v", err)
+	}
+	// The budget counts allowed calls: 4, then a limit error; the run goes on
+	// failing, another run starts afresh.
+	for i := range 3 {
+		if _, err := callRun(t, c, "r1", "echo", `{"message":"x"}`); err != nil {
+			t.Fatalf("echo %d: %v", i, err)
+		}
+	}
+	if n, err := callRun(t, c, "r1", "calls", `{}`); err != nil || n != "4" {
+		t.Fatalf("the upstream saw %q calls (%v), want 4: denied ones must not reach it", n, err)
+	}
+	_, err = callRun(t, c, "r1", "echo", `{"message":"x"}`)
+	if kindOf(err) != KindLimit || !strings.Contains(err.Error(), "budgets.max_calls_per_run") {
+		t.Fatalf("fifth call: %v", err)
+	}
+	if _, err := callRun(t, c, "r2", "echo", `{"message":"x"}`); err != nil {
+		t.Fatalf("another run: %v", err)
+	}
+	// One audit line per decision: 2 denied, 4 allowed, 1 over budget, 1 in r2.
+	lines := auditLines(t, audit)
+	var allow, deny int
+	for _, l := range lines {
+		if l["event"] != "tool_call" {
+			continue
+		}
+		switch l["decision"] {
+		case "allow":
+			allow++
+		case "deny":
+			deny++
+		}
+		if _, ok := l["arguments"]; ok {
+			t.Errorf("an audit line has argument values: %v", l)
+		}
+	}
+	if allow != 5 || deny != 3 {
+		t.Fatalf("audit: %d allow, %d deny lines, want 5 and 3:\n%v", allow, deny, lines)
+	}
+}
+
+func TestPolicyRateAndSizes(t *testing.T) {
+	c, _, _, _ := policyProxy(t, `
+version: 1
+budgets:
+  max_argument_bytes: 1Ki
+  max_result_bytes: 2Ki
+  rates:
+    - server: alpha
+      tool: echo
+      rate: 1/h
+      burst: 2
+`)
+	for i := range 2 {
+		if _, err := callRun(t, c, "r", "echo", `{"message":"x"}`); err != nil {
+			t.Fatalf("echo %d: %v", i, err)
+		}
+	}
+	_, err := callRun(t, c, "r", "echo", `{"message":"x"}`)
+	if kindOf(err) != KindLimit || !strings.Contains(err.Error(), "budgets.rates[0]") {
+		t.Fatalf("third echo: %v", err)
+	}
+	// Other tools have no rate.
+	if _, err := callRun(t, c, "r", "calls", `{}`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = callRun(t, c, "r", "sleep", `{"ms":1,"pad":"`+strings.Repeat("x", 2000)+`"}`)
+	if kindOf(err) != KindLimit || !strings.Contains(err.Error(), "budgets.max_argument_bytes") {
+		t.Fatalf("big arguments: %v", err)
+	}
+	if _, err := callRun(t, c, "r", "big", `{"n":1000}`); err != nil {
+		t.Fatalf("a 1000-byte result: %v", err)
+	}
+	_, err = callRun(t, c, "r", "big", `{"n":3000}`)
+	if kindOf(err) != KindLimit || !strings.Contains(err.Error(), "budgets.max_result_bytes") {
+		t.Fatalf("a 3000-byte result: %v", err)
+	}
+}
+
+func TestPolicyReload(t *testing.T) {
+	c, store, file, _ := policyProxy(t, "version: 1\n")
+	if _, err := callRun(t, c, "r1", "echo", `{"message":"x"}`); err != nil {
+		t.Fatal(err)
+	}
+	// An invalid edit is rejected; the old policy holds.
+	if err := os.WriteFile(file, []byte("version: 1\ntools:\n  defualt: deny\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := store.Reload(); changed || err == nil || !strings.Contains(err.Error(), "3:3") {
+		t.Fatalf("invalid edit: changed %v, %v", changed, err)
+	}
+	if _, err := callRun(t, c, "r2", "echo", `{"message":"x"}`); err != nil {
+		t.Fatalf("after an invalid edit: %v", err)
+	}
+	// A valid edit applies to new runs; run r1 keeps the policy it started with.
+	if err := os.WriteFile(file, []byte("version: 1\ntools:\n  default: deny\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := store.Reload(); !changed || err != nil {
+		t.Fatalf("valid edit: changed %v, %v", changed, err)
+	}
+	if _, err := callRun(t, c, "r3", "echo", `{"message":"x"}`); kindOf(err) != KindDenied {
+		t.Fatalf("a new run after default: deny: %v", err)
+	}
+	if _, err := callRun(t, c, "r1", "echo", `{"message":"x"}`); err != nil {
+		t.Fatalf("a run in flight keeps its policy: %v", err)
+	}
+	// And the tools are no longer listed.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cat, err := c.Catalog(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cat.Len() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tools still listed under default: deny", cat.Len())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
