@@ -33,7 +33,7 @@ tools:
   default: allow
   rules: []
 budgets:
-  max_calls_per_run: 200
+  max_calls_per_run: 1000
   max_argument_bytes: 1Mi
   max_result_bytes: 8Mi
   call_timeout: 60s
@@ -98,7 +98,7 @@ tools:
       action: allow
       reason: ""
 budgets:
-  max_calls_per_run: 200
+  max_calls_per_run: 1000
   max_argument_bytes: 1Mi
   max_result_bytes: 8Mi
   call_timeout: 60s

@@ -108,7 +108,7 @@ func Default() *Policy {
 			Default: Allow,
 		},
 		Budgets: Budgets{
-			MaxCallsPerRun:   200,
+			MaxCallsPerRun:   1000,
 			MaxArgumentBytes: 1 << 20,
 			MaxResultBytes:   8 << 20,
 			CallTimeout:      60 * time.Second,

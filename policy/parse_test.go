@@ -44,7 +44,7 @@ func TestDefault(t *testing.T) {
 		d.Sandbox.Memory != 512<<20 || d.Sandbox.CPUs != 1 || d.Sandbox.Pids != 128 || d.Sandbox.TmpfsSize != 64<<20 ||
 		d.Sandbox.OutputLimit != 64<<10 || d.Sandbox.MaxConcurrent != 4 || d.Sandbox.Queue != 16 || !d.Sandbox.RequireEnforcedLimits ||
 		!reflect.DeepEqual(d.Tools.Servers, []string{"*"}) || d.Tools.Default != Allow || d.Tools.Rules != nil ||
-		d.Budgets.MaxCallsPerRun != 200 || d.Budgets.MaxArgumentBytes != 1<<20 || d.Budgets.MaxResultBytes != 8<<20 ||
+		d.Budgets.MaxCallsPerRun != 1000 || d.Budgets.MaxArgumentBytes != 1<<20 || d.Budgets.MaxResultBytes != 8<<20 ||
 		d.Budgets.CallTimeout != time.Minute || d.Budgets.Rates != nil || d.Audit.File != "" {
 		t.Fatalf("Default() = %+v", d)
 	}

@@ -98,7 +98,7 @@ type Annotations struct {
 
 // Budgets bound the code's tool calls.
 type Budgets struct {
-	MaxCallsPerRun   int           // tool calls one run may make; 0 = no limit; default 200
+	MaxCallsPerRun   int           // tool calls one run may make; 0 = no limit; default 1000
 	MaxArgumentBytes int64         // one call's arguments as JSON; default 1Mi
 	MaxResultBytes   int64         // one call's result as JSON; default 8Mi
 	CallTimeout      time.Duration // one call; default 60s

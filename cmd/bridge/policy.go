@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -233,4 +234,21 @@ func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, server, too
 	}
 	return policy.ToolAnnotations{ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
 		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}, nil
+}
+
+// remoteProxyPolicy refuses a policy whose tool rules or budgets would not
+// apply: with --proxy-url the remote proxy decides tool calls under its own
+// policy, and a rule given here must never be silently ignored.
+func remoteProxyPolicy(proxyURL string, p *policy.Policy) error {
+	if proxyURL == "" {
+		return nil
+	}
+	d := policy.Default()
+	if p.Source == "" {
+		d.Budgets.CallTimeout = p.Budgets.CallTimeout // from --call-timeout, which the proxy's own flag sets
+	}
+	if !reflect.DeepEqual(p.Tools, d.Tools) || !reflect.DeepEqual(p.Budgets, d.Budgets) {
+		return usagef("the policy %s sets tools or budgets, but with --proxy-url the remote proxy decides tool calls under its own policy: give those sections to `bridge proxy --policy` instead", p.Source)
+	}
+	return nil
 }

@@ -77,6 +77,9 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if err := limits.Validate(); err != nil {
 		return exitUsage, usagef("%v", err)
 	}
+	if err := remoteProxyPolicy(uf.proxyURL, pol); err != nil {
+		return exitUsage, err
+	}
 	store, err := openStore(ctx, pol, polPath, log)
 	if err != nil {
 		return exitUsage, err
