@@ -77,9 +77,11 @@ type input struct {
 }
 
 // parseInput checks the call's arguments and returns the code and timeout.
-func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Duration) (string, time.Duration, error) {
+// parseInput checks a call's arguments; asked says whether it gave
+// timeout_seconds (else timeout is defTimeout).
+func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Duration) (code string, timeout time.Duration, asked bool, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-		return "", 0, errors.New(`missing arguments: pass {"code": "<python source>"}`)
+		return "", 0, false, errors.New(`missing arguments: pass {"code": "<python source>"}`)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -88,46 +90,40 @@ func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Dur
 		var ute *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &ute) && ute.Field == "code":
-			return "", 0, fmt.Errorf("code must be a string of Python source, got %s", ute.Value)
+			return "", 0, false, fmt.Errorf("code must be a string of Python source, got %s", ute.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
-			return "", 0, fmt.Errorf("%s: run_python takes only code and timeout_seconds", strings.TrimPrefix(err.Error(), "json: "))
+			return "", 0, false, fmt.Errorf("%s: run_python takes only code and timeout_seconds", strings.TrimPrefix(err.Error(), "json: "))
 		}
-		return "", 0, fmt.Errorf("arguments must be a JSON object with code (string) and optional timeout_seconds (integer): %v", err)
+		return "", 0, false, fmt.Errorf("arguments must be a JSON object with code (string) and optional timeout_seconds (integer): %v", err)
 	}
 	if in.Code == nil {
-		return "", 0, errors.New("missing required argument code (the Python source to run)")
+		return "", 0, false, errors.New("missing required argument code (the Python source to run)")
 	}
 	if strings.TrimSpace(*in.Code) == "" {
-		return "", 0, errors.New("code is empty: pass the Python source to run")
+		return "", 0, false, errors.New("code is empty: pass the Python source to run")
 	}
-	timeout := defTimeout
+	timeout = defTimeout
 	if in.TimeoutSeconds != nil && string(*in.TimeoutSeconds) != "null" {
 		var f float64
 		if err := json.Unmarshal(*in.TimeoutSeconds, &f); err != nil || f != math.Trunc(f) {
-			return "", 0, fmt.Errorf("timeout_seconds must be a whole number of seconds, got %s", *in.TimeoutSeconds)
+			return "", 0, false, fmt.Errorf("timeout_seconds must be a whole number of seconds, got %s", *in.TimeoutSeconds)
 		}
 		maxS := int64(maxTimeout / time.Second)
 		if f < 1 || f > float64(maxS) {
-			return "", 0, fmt.Errorf("timeout_seconds must be between 1 and %d, got %s", maxS, *in.TimeoutSeconds)
+			return "", 0, false, fmt.Errorf("timeout_seconds must be between 1 and %d, got %s", maxS, *in.TimeoutSeconds)
 		}
-		timeout = time.Duration(f) * time.Second
+		timeout, asked = time.Duration(f)*time.Second, true
 	}
-	return *in.Code, timeout, nil
+	return *in.Code, timeout, asked, nil
 }
 
 // handleRunPython is the tool's handler.
 func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	start := time.Now()
-	runID := sandbox.NewRunID()
-	var snap *policy.Snapshot
-	if s.opts.Policy != nil {
-		// The run keeps this policy for its tool calls, whatever reloads.
-		run := s.opts.Policy.Begin(runID)
-		defer s.opts.Policy.End(runID)
-		snap = run.Snap
-	}
-	limits, maxTimeout := s.limits(snap)
-	code, timeout, err := s.parseInput(req.Params.Arguments, limits.Timeout, maxTimeout)
+	// The input is checked against the policy in force now; the run is
+	// pinned to the policy in force when it gets a slot (below).
+	limits, maxTimeout := s.limits(nil)
+	code, timeout, asked, err := s.parseInput(req.Params.Arguments, limits.Timeout, maxTimeout)
 	if err != nil {
 		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
 	}
@@ -156,6 +152,19 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	if err != nil {
 		s.log.Error().Err(err).Msg("sandbox unavailable")
 		return failure(statusUnavailable, "the sandbox is unavailable: "+err.Error()+" (the operator can run `bridge doctor`)", start), nil
+	}
+	runID := sandbox.NewRunID()
+	var snap *policy.Snapshot
+	if s.opts.Policy != nil {
+		// The run keeps this policy for its tool calls, whatever reloads.
+		run := s.opts.Policy.Begin(runID)
+		defer s.opts.Policy.End(runID)
+		snap = run.Snap
+		pinned, pinnedMax := s.limits(snap)
+		if !asked {
+			timeout = pinned.Timeout
+		}
+		limits, timeout = pinned, min(timeout, pinnedMax)
 	}
 	limits.Timeout = timeout
 	prog := newProgress(ctx, req, s.opts.ProgressInterval, start)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -12,30 +13,79 @@ import (
 // Auditor writes one JSON line per tool-call decision and per run start and
 // end, to a file or to the bridge's log. It never writes argument values,
 // results or secrets: names, sizes, durations and the rule that decided.
+//
+// Where it writes can change under it (Open, on a reload or SIGHUP): a
+// record being written finishes in the old place, the next one goes to the
+// new, and none is lost.
 type Auditor struct {
+	base zerolog.Logger // the bridge's log
+
+	mu   sync.RWMutex // held for reading while a record is written
+	cfg  Audit
 	log  zerolog.Logger
 	file *os.File // nil when writing to the bridge's log
 }
 
-// OpenAuditor opens where a records (Audit.File: appended to, created
-// 0600; "" or "stderr": log).
+// OpenAuditor returns an Auditor writing where a says (Audit.File:
+// appended to, created 0600; "" or "stderr": log).
 func OpenAuditor(a Audit, log zerolog.Logger) (*Auditor, error) {
-	if a.File == "" || a.File == "stderr" {
-		return &Auditor{log: log.With().Str("audit", "bridge").Logger()}, nil
+	au := &Auditor{base: log}
+	if err := au.Open(a); err != nil {
+		return nil, err
 	}
-	f, err := os.OpenFile(a.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("audit file: %w", err)
+	return au, nil
+}
+
+// Open makes the Auditor write where a says from now on, opening the file
+// again even if it is the same path (after log rotation, say). On error
+// nothing changes.
+func (a *Auditor) Open(cfg Audit) error {
+	l := a.base.With().Str("audit", "bridge").Logger()
+	var f *os.File
+	if cfg.File != "" && cfg.File != "stderr" {
+		var err error
+		f, err = os.OpenFile(cfg.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("audit file: %w", err)
+		}
+		l = zerolog.New(io.Writer(f)).With().Timestamp().Str("audit", "bridge").Logger()
 	}
-	return &Auditor{log: zerolog.New(io.Writer(f)).With().Timestamp().Str("audit", "bridge").Logger(), file: f}, nil
+	a.mu.Lock()
+	old := a.file
+	a.cfg, a.log, a.file = cfg, l, f
+	a.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	return nil
+}
+
+// Config is where the Auditor writes.
+func (a *Auditor) Config() Audit {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.cfg
 }
 
 // Close closes the audit file, if there is one.
 func (a *Auditor) Close() error {
-	if a == nil || a.file == nil {
+	if a == nil {
 		return nil
 	}
-	return a.file.Close()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.file == nil {
+		return nil
+	}
+	err := a.file.Close()
+	a.file, a.log = nil, a.base.With().Str("audit", "bridge").Logger()
+	return err
+}
+
+// event starts a record; done must be called after Send.
+func (a *Auditor) event() (*zerolog.Event, func()) {
+	a.mu.RLock()
+	return a.log.Log(), a.mu.RUnlock
 }
 
 // Call is the record of one tool-call decision.
@@ -55,7 +105,9 @@ func (a *Auditor) Call(c Call) {
 	if !c.Allowed {
 		decision = "deny"
 	}
-	ev := a.log.Log().Str("event", "tool_call").Str("run_id", c.RunID).Str("server", c.Server).Str("tool", c.Tool).
+	ev, done := a.event()
+	defer done()
+	ev = ev.Str("event", "tool_call").Str("run_id", c.RunID).Str("server", c.Server).Str("tool", c.Tool).
 		Str("decision", decision).Str("rule", c.Rule).
 		Float64("duration_ms", float64(c.Duration.Microseconds())/1000).
 		Int("argument_bytes", c.ArgumentBytes).Int("result_bytes", c.ResultBytes)
@@ -67,13 +119,17 @@ func (a *Auditor) Call(c Call) {
 
 // RunStart records a run's start with the limits applied to it.
 func (a *Auditor) RunStart(runID string, gen int, s Sandbox, timeout time.Duration) {
-	a.log.Log().Str("event", "run_start").Str("run_id", runID).Int("policy_generation", gen).
+	ev, done := a.event()
+	defer done()
+	ev.Str("event", "run_start").Str("run_id", runID).Int("policy_generation", gen).
 		Dur("timeout", timeout).Int64("memory", s.Memory).Float64("cpus", s.CPUs).Int64("pids", s.Pids).
 		Int64("tmpfs_size", s.TmpfsSize).Int64("output_limit", s.OutputLimit).Send()
 }
 
 // RunEnd records how a run ended.
 func (a *Auditor) RunEnd(runID, status string, exitCode int, d time.Duration, calls int64) {
-	a.log.Log().Str("event", "run_end").Str("run_id", runID).Str("status", status).Int("exit_code", exitCode).
+	ev, done := a.event()
+	defer done()
+	ev.Str("event", "run_end").Str("run_id", runID).Str("status", status).Int("exit_code", exitCode).
 		Float64("duration_ms", float64(d.Microseconds())/1000).Int64("tool_calls", calls).Send()
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -127,7 +128,12 @@ func Load(path string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return Parse(data, path)
+	p, err := Parse(data, path)
+	if err != nil {
+		return nil, err
+	}
+	p.sum = sha256.Sum256(data)
+	return p, nil
 }
 
 // Parse reads a policy file strictly: an unknown or duplicate key, a value

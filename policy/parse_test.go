@@ -13,11 +13,11 @@ import (
 	"time"
 )
 
-// normalized is p without what a round trip through Format changes: Source
-// and the rules' and rates' positions.
+// normalized is p without what a round trip through Format changes: Source,
+// the file's hash and the rules' and rates' positions.
 func normalized(p *Policy) *Policy {
 	q := *p
-	q.Source = ""
+	q.Source, q.sum = "", [32]byte{}
 	q.Tools.Rules = append([]Rule(nil), p.Tools.Rules...)
 	for i := range q.Tools.Rules {
 		q.Tools.Rules[i].Line, q.Tools.Rules[i].Column = 0, 0

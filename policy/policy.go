@@ -26,6 +26,8 @@ type Policy struct {
 	Tools   Tools
 	Budgets Budgets
 	Audit   Audit
+
+	sum [32]byte // of the file's bytes, when Load read it
 }
 
 // Sandbox are the limits of each run and of the bridge's runs together.

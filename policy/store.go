@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -31,10 +30,12 @@ type Store struct {
 	path string
 	log  zerolog.Logger
 
-	cur  atomic.Pointer[Snapshot]
-	mu   sync.Mutex // serialises reloads and guards what follows
-	sum  [32]byte   // of the file's bytes in force (or last rejected)
-	subs []func(*Snapshot)
+	cur      atomic.Pointer[Snapshot]
+	mu       sync.Mutex // serialises reloads and guards what follows
+	sum      [32]byte   // of the file's bytes in force
+	rejected [32]byte   // of the file's bytes last rejected: not parsed again until they change, or ReloadNow
+	subs     []func(*Snapshot)
+	validate func(*Policy) error
 
 	runsMu    sync.Mutex
 	runs      map[string]*Run
@@ -44,14 +45,9 @@ type Store struct {
 }
 
 // NewStore returns a Store with p in force. path, if not empty, is the file
-// p was read from, which Reload and Watch read again.
+// p was read from (by Load), which Reload and Watch read again.
 func NewStore(p *Policy, path string, log zerolog.Logger) (*Store, error) {
-	s := &Store{path: path, log: log, runs: map[string]*Run{}}
-	if path != "" {
-		if b, err := os.ReadFile(path); err == nil {
-			s.sum = sha256.Sum256(b)
-		}
-	}
+	s := &Store{path: path, log: log, runs: map[string]*Run{}, sum: p.sum}
 	a, err := OpenAuditor(p.Audit, log)
 	if err != nil {
 		return nil, err
@@ -65,10 +61,14 @@ func NewStore(p *Policy, path string, log zerolog.Logger) (*Store, error) {
 func (s *Store) Current() *Snapshot { return s.cur.Load() }
 
 // Audit is where decisions and runs are recorded.
-func (s *Store) Audit() *Auditor {
+func (s *Store) Audit() *Auditor { return s.audit }
+
+// Validate makes every reload also pass f before the new policy goes in
+// force: a policy f refuses is rejected like an invalid file.
+func (s *Store) Validate(f func(*Policy) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.audit
+	s.validate = f
 }
 
 // Close closes the audit file, if any.
@@ -88,12 +88,24 @@ func (s *Store) OnChange(f func(*Snapshot)) {
 
 // Reload reads the file again. It returns whether a new policy is now in
 // force; an unreadable or invalid file is an error (logged too) and
-// changes nothing. An unchanged file is not parsed again.
-func (s *Store) Reload() (bool, error) {
+// changes nothing. A file with the same bytes as the policy in force, or
+// as the file last rejected, is not parsed again.
+func (s *Store) Reload() (bool, error) { return s.reload(false) }
+
+// ReloadNow is Reload that also parses a file it rejected before, and
+// reopens the audit file (after log rotation): what SIGHUP does.
+func (s *Store) ReloadNow() (bool, error) { return s.reload(true) }
+
+func (s *Store) reload(force bool) (bool, error) {
 	if s.path == "" {
 		return false, nil
 	}
 	s.mu.Lock()
+	if force {
+		if err := s.audit.Open(s.audit.Config()); err != nil {
+			s.log.Error().Err(err).Msg("policy: cannot reopen the audit file; records go where they went")
+		}
+	}
 	b, err := os.ReadFile(s.path)
 	if err != nil {
 		s.mu.Unlock()
@@ -101,29 +113,40 @@ func (s *Store) Reload() (bool, error) {
 		return false, err
 	}
 	sum := sha256.Sum256(b)
-	if bytes.Equal(sum[:], s.sum[:]) {
+	if sum == s.sum || (sum == s.rejected && !force) {
 		s.mu.Unlock()
 		return false, nil
 	}
-	s.sum = sum
+	reject := func(err error, what string) (bool, error) {
+		s.rejected = sum
+		s.mu.Unlock()
+		s.log.Error().Str("policy", s.path).Msg("policy: " + what + "; the policy in force stays:\n" + err.Error())
+		return false, err
+	}
 	p, err := Parse(b, s.path)
 	if err != nil {
-		s.mu.Unlock()
-		s.log.Error().Str("policy", s.path).Msg("policy: the new file is invalid and was rejected; the policy in force stays:\n" + err.Error())
-		return false, err
+		return reject(err, "the new file is invalid and was rejected")
+	}
+	p.sum = sum
+	if s.validate != nil {
+		if err := s.validate(p); err != nil {
+			return reject(err, "the new file was rejected")
+		}
 	}
 	old := s.cur.Load()
 	if p.Audit != old.Policy.Audit {
-		a, err := OpenAuditor(p.Audit, s.log)
-		if err != nil {
-			s.mu.Unlock()
-			s.log.Error().Err(err).Str("policy", s.path).Msg("policy: the new audit file cannot be opened; the policy in force stays")
-			return false, err
+		if err := s.audit.Open(p.Audit); err != nil {
+			return reject(err, "the new audit file cannot be opened, so the new file was rejected")
 		}
-		_ = s.audit.Close()
-		s.audit = a
 	}
-	snap := &Snapshot{Policy: p, Limiter: NewLimiter(p.Budgets.Rates, nil), Gen: old.Gen + 1}
+	// Rates that did not change keep their buckets: a reload (a comment
+	// edited) must not hand out a fresh burst.
+	lim := old.Limiter
+	if !sameRates(old.Policy.Budgets.Rates, p.Budgets.Rates) {
+		lim = NewLimiter(p.Budgets.Rates, nil)
+	}
+	snap := &Snapshot{Policy: p, Limiter: lim, Gen: old.Gen + 1}
+	s.sum = sum
 	s.cur.Store(snap)
 	subs := append([]func(*Snapshot){}, s.subs...)
 	s.mu.Unlock()
@@ -135,6 +158,21 @@ func (s *Store) Reload() (bool, error) {
 		f(snap)
 	}
 	return true, nil
+}
+
+// sameRates compares rates but for where they are written in the file.
+func sameRates(a, b []Rate) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		x.Line, x.Column, y.Line, y.Column = 0, 0, 0, 0
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // restartOnly lists the settings that differ between a and b but are read
@@ -184,6 +222,7 @@ type Run struct {
 	Snap  *Snapshot
 	calls atomic.Int64
 	seen  atomic.Int64 // unix nanos of the last use
+	local bool         // begun by this process (Begin): ended by End, never swept
 }
 
 // Calls is how many tool calls the run has made (or tried).
@@ -207,7 +246,7 @@ func (r *Run) TakeCall() bool {
 // Begin pins the run to the policy in force now. Runs the bridge starts
 // call it; End releases the run.
 func (s *Store) Begin(runID string) *Run {
-	r := &Run{ID: runID, Snap: s.Current()}
+	r := &Run{ID: runID, Snap: s.Current(), local: true}
 	r.seen.Store(time.Now().UnixNano())
 	s.runsMu.Lock()
 	defer s.runsMu.Unlock()
@@ -249,6 +288,9 @@ func (s *Store) sweep() {
 	}
 	s.lastSweep = now
 	for id, r := range s.runs {
+		if r.local {
+			continue
+		}
 		idle := now.Sub(time.Unix(0, r.seen.Load()))
 		if idle > r.Snap.Policy.Sandbox.MaxTimeout+time.Minute {
 			delete(s.runs, id)

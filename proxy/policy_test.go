@@ -89,7 +89,7 @@ tools:
     - tool: "e*v"
       action: deny
 budgets:
-  max_calls_per_run: 4
+  max_calls_per_run: 6
 audit:
   file: AUDIT
 `)
@@ -119,8 +119,8 @@ audit:
 	if kindOf(err) != KindUnknownTool {
 		t.Fatalf("ecko: %v", err)
 	}
-	// The budget counts allowed calls: 4, then a limit error; the run goes on
-	// failing, another run starts afresh.
+	// The budget counts every call, denied ones too: 6 (crash, env, 3 echo,
+	// calls), then a limit error; another run starts afresh.
 	for i := range 3 {
 		if _, err := callRun(t, c, "r1", "echo", `{"message":"x"}`); err != nil {
 			t.Fatalf("echo %d: %v", i, err)
@@ -238,5 +238,24 @@ func TestPolicyReload(t *testing.T) {
 			t.Fatalf("%d tools still listed under default: deny", cat.Len())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Servers "a" and "a__b": asking for a's tool "b__echo" must not run
+// a__b's echo, whose proxy name is the same string.
+func TestProxyNamesDoNotAlias(t *testing.T) {
+	_, c, _ := startProxy(t, Options{}, stdioServer(t, "a"), stdioServer(t, "a__b"))
+	if _, err := c.Catalog(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.Call(ctx, "r", "a", "b__echo", json.RawMessage(`{"message":"x"}`))
+	if kindOf(err) != KindUnknownTool {
+		t.Fatalf("a/b__echo: %v", err)
+	}
+	r, err := c.Call(ctx, "r", "a__b", "calls", json.RawMessage(`{}`))
+	if err != nil || textOf(t, r) != "1" {
+		t.Fatalf("a__b received %v calls (%v): the aliased call reached it", r, err)
 	}
 }

@@ -113,11 +113,14 @@ func New(cfg Config, opts Options) *Proxy {
 				// Every upstream tool, listed or denied, is answered here:
 				// a denied one must say so, not "unknown tool".
 				if r, ok := req.(*mcp.CallToolRequest); ok {
-					p.regMu.Lock()
-					st, known := p.known[r.Params.Name]
-					p.regMu.Unlock()
-					if known {
-						return p.callTool(ctx, r, st[0], st[1]), nil
+					server, tool, ok := p.target(r)
+					if ok {
+						return p.callTool(ctx, r, server, tool), nil
+					}
+					if _, named := r.Params.Meta[MetaServer]; named {
+						// The bridge asked for a pair no upstream lists: never
+						// let the name alone pick another server's tool.
+						return nil, fmt.Errorf("unknown tool: server %q has no tool %q", server, tool)
 					}
 				}
 			}
@@ -181,6 +184,23 @@ func (p *Proxy) listed(server string) int {
 	return n
 }
 
+// target is the upstream tool a call is for. The bridge names it in _meta
+// (MetaServer, MetaTool), which is exact even where two servers' names
+// run together (servers "a" and "a__b"); other clients use the proxy's
+// name alone. ok is false for a tool no upstream lists.
+func (p *Proxy) target(r *mcp.CallToolRequest) (server, tool string, ok bool) {
+	p.regMu.Lock()
+	defer p.regMu.Unlock()
+	s, _ := r.Params.Meta[MetaServer].(string)
+	t, _ := r.Params.Meta[MetaTool].(string)
+	if s != "" || t != "" {
+		k, ok := p.known[ToolName(s, t)]
+		return s, t, ok && k == [2]string{s, t}
+	}
+	k, ok := p.known[r.Params.Name]
+	return k[0], k[1], ok
+}
+
 // reachable are the upstreams the policy in force lets the code reach.
 func (p *Proxy) reachable() []*upstream {
 	if p.opts.Policy == nil {
@@ -205,12 +225,15 @@ func (p *Proxy) resync() {
 		reach[u] = true
 	}
 	for _, u := range p.ups {
-		if reach[u] {
-			if tools := u.cachedTools(); tools != nil {
-				p.sync(u.cfg.Name, tools)
-			}
-		} else {
+		switch {
+		case !reach[u]:
 			p.sync(u.cfg.Name, nil)
+		case u.cachedTools() != nil:
+			p.sync(u.cfg.Name, u.cachedTools())
+		default:
+			// Newly reachable and never listed: list it now, which tells
+			// the bridge (list_changed) when its tools arrive.
+			go p.refreshServer(u.cfg.Name)
 		}
 	}
 }
@@ -401,6 +424,12 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 			p.log.Debug().Str("run_id", runID).Str("server", server).Str("tool", tool).Str("rule", rule).Msg("proxy: call refused")
 			return ErrorResult(&Error{Kind: kind, Message: msg})
 		}
+		// Every call counts against the run's budget, refused ones too:
+		// code looping on a denied tool must run out.
+		if run != nil && !run.TakeCall() {
+			return refuse(KindLimit, "budgets.max_calls_per_run", fmt.Sprintf(
+				"this run has made the %d tool calls the policy allows (budgets.max_calls_per_run)", pol.Budgets.MaxCallsPerRun))
+		}
 		if !pol.ServerAllowed(server) {
 			d := pol.Decide(policy.Tool{Server: server, Name: tool})
 			return refuse(KindDenied, pol.RuleName(d), d.Reason)
@@ -414,13 +443,12 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 			return refuse(KindLimit, "budgets.max_argument_bytes", fmt.Sprintf(
 				"the arguments to %s/%s are %d bytes, over the policy's budgets.max_argument_bytes (%d)", server, tool, rec.ArgumentBytes, max))
 		}
-		if run != nil && !run.TakeCall() {
-			return refuse(KindLimit, "budgets.max_calls_per_run", fmt.Sprintf(
-				"this run has made the %d tool calls the policy allows (budgets.max_calls_per_run)", pol.Budgets.MaxCallsPerRun))
-		}
-		if ok, r, retry := snap.Limiter.Take(server, tool); !ok {
-			return refuse(KindLimit, snap.Limiter.RateName(r), fmt.Sprintf(
-				"%s reached; the next call can go in %s", snap.Limiter.Describe(r, server, tool), retry.Round(time.Millisecond)))
+		// Rates are shared by every run, whichever policy version it has:
+		// the buckets of the policy in force.
+		lim := store.Current().Limiter
+		if ok, r, retry := lim.Take(server, tool); !ok {
+			return refuse(KindLimit, lim.RateName(r), fmt.Sprintf(
+				"%s reached; the next call can go in %s", lim.Describe(r, server, tool), retry.Round(time.Millisecond)))
 		}
 		timeout, maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
 		rec.Allowed = true

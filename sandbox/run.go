@@ -210,7 +210,7 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		return res, fmt.Errorf("invalid limits: %w", err)
 	}
 	if !e.enforce.All() && !e.opts.AllowUnenforcedLimits {
-		return res, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits)",
+		return res, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits, or set require_enforced_limits: false in the policy)",
 			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
 	}
 	res.RunID = req.RunID

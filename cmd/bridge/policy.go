@@ -87,14 +87,16 @@ func openStore(ctx context.Context, p *policy.Policy, path string, log zerolog.L
 	if err != nil {
 		return nil, err
 	}
-	if path == "" {
-		log.Info().Msg("policy: the built-in defaults (no policy file; see docs/policy.md)")
-		return store, nil
-	}
-	log.Info().Str("policy", path).Msg("policy: in force")
-	go store.Watch(ctx, policyReloadInterval)
+	// SIGHUP reloads (and reopens the audit file); with no policy file it
+	// only says so: it must never end the bridge.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	if path == "" {
+		log.Info().Msg("policy: the built-in defaults (no policy file; see docs/policy.md)")
+	} else {
+		log.Info().Str("policy", path).Msg("policy: in force")
+		go store.Watch(ctx, policyReloadInterval)
+	}
 	go func() {
 		defer signal.Stop(hup)
 		for {
@@ -102,8 +104,12 @@ func openStore(ctx context.Context, p *policy.Policy, path string, log zerolog.L
 			case <-ctx.Done():
 				return
 			case <-hup:
+				if path == "" {
+					log.Info().Msg("policy: SIGHUP, but there is no policy file to reload")
+					continue
+				}
 				log.Info().Str("policy", path).Msg("policy: SIGHUP, reloading")
-				_, _ = store.Reload()
+				_, _ = store.ReloadNow()
 			}
 		}
 	}()

@@ -105,6 +105,9 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if err := limits.Validate(); err != nil {
 		return exitUsage, usagef("%v", err)
 	}
+	if err := remoteProxyPolicy(uf.proxyURL, pol); err != nil {
+		return exitUsage, err
+	}
 	runnerImage := pol.Sandbox.Image
 	if runnerImage == "" {
 		runnerImage = images.Name()
@@ -137,10 +140,16 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitBridge, err
 	}
+	runID := sandbox.NewRunID()
+	run := store.Begin(runID)
+	defer store.End(runID)
+	store.Audit().RunStart(runID, run.Snap.Gen, pol.Sandbox, limits.Timeout)
+	start := time.Now()
 	var mu sync.Mutex
 	res, err := ex.Run(ctx, sandbox.Request{
 		Code:   code,
 		Limits: limits,
+		RunID:  runID,
 		OnOutput: func(stream, data string) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -151,6 +160,11 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 			io.WriteString(w, data)
 		},
 	})
+	status := string(res.Status)
+	if err != nil {
+		status = "unavailable"
+	}
+	store.Audit().RunEnd(runID, status, res.ExitCode, time.Since(start), run.Calls())
 	if err != nil {
 		return exitBridge, err
 	}

@@ -85,6 +85,8 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, err
 	}
 	defer store.Close()
+	// A reload must not bring in what this bridge could not apply either.
+	store.Validate(func(p *policy.Policy) error { return remoteProxyPolicy(uf.proxyURL, p) })
 	runnerImage := pol.Sandbox.Image // read once: the store shares pol
 	if runnerImage == "" {
 		runnerImage = images.Name()
