@@ -82,9 +82,14 @@ func (a *Auditor) Close() error {
 	return err
 }
 
-// event starts a record; done must be called after Send.
+// event starts a record; done must be called after Send. Records in the
+// bridge's log are at info level (so `bridge run`, which logs warnings
+// only, keeps the code's output clean); in an audit file they are all kept.
 func (a *Auditor) event() (*zerolog.Event, func()) {
 	a.mu.RLock()
+	if a.file == nil {
+		return a.log.Info(), a.mu.RUnlock
+	}
 	return a.log.Log(), a.mu.RUnlock
 }
 
