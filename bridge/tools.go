@@ -50,7 +50,7 @@ var moduleReserved = func() map[string]bool {
 	m := map[string]bool{}
 	for _, n := range strings.Fields(`servers tools describe search call acall call_raw acall_raw help
 		MCPToolsError ToolError UnknownServerError UnknownToolError UpstreamError ToolTimeoutError
-		ToolDeniedError LimitExceededError ToolsUnavailableError _core _help _modules
+		ToolDeniedError LimitExceededError ToolsUnavailableError _core _help _modules __pycache__
 		__all__ __builtins__ __cached__ __dir__ __doc__ __file__ __getattr__ __loader__ __name__
 		__package__ __path__ __spec__`) {
 		m[n] = true
@@ -141,7 +141,11 @@ func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.
 			return failed(err)
 		}
 		list := make([]serverInfo, 0, len(servers))
-		used := map[string]bool{}
+		names := make([]string, 0, len(servers))
+		for _, s := range servers {
+			names = append(names, s.Name)
+		}
+		aliases := proxy.ModuleAliases(names, moduleReserved)
 		for _, s := range servers {
 			desc := s.Description
 			if desc == "" {
@@ -150,12 +154,7 @@ func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.
 			if s.State == "unavailable" {
 				desc = "unavailable: " + s.Error
 			}
-			alias := proxy.ModuleAlias(s.Name, moduleReserved)
-			for used[alias] {
-				alias += "_"
-			}
-			used[alias] = true
-			list = append(list, serverInfo{Name: s.Name, Description: desc, Module: alias})
+			list = append(list, serverInfo{Name: s.Name, Description: desc, Module: aliases[s.Name]})
 		}
 		out = list
 	case relay.OpTools:

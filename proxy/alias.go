@@ -42,8 +42,37 @@ func ModuleAlias(name string, reserved map[string]bool) string {
 		}
 	}
 	alias := b.String()
+	// A __dunder__ is Python's own (a module's __class__, __dict__...): it
+	// loses its first "_" (__class__ -> _class__).
+	if len(alias) > 4 && strings.HasPrefix(alias, "__") && strings.HasSuffix(alias, "__") && !reserved[alias] {
+		alias = alias[1:]
+	}
 	for pythonKeywords[alias] || reserved[alias] {
 		alias += "_"
 	}
 	return alias
+}
+
+// ModuleAliases gives each of names a distinct alias: a name that is its
+// own alias keeps it; the others, in order, add "_" until no other name
+// took it (the mcp_tools package's aliases(), in Python, does the same).
+func ModuleAliases(names []string, reserved map[string]bool) map[string]string {
+	out := make(map[string]string, len(names))
+	taken := map[string]bool{}
+	for _, n := range names {
+		if _, done := out[n]; !done && ModuleAlias(n, reserved) == n {
+			out[n], taken[n] = n, true
+		}
+	}
+	for _, n := range names {
+		if _, done := out[n]; done {
+			continue
+		}
+		a := ModuleAlias(n, reserved)
+		for taken[a] {
+			a = ModuleAlias(a+"_", reserved)
+		}
+		out[n], taken[a] = a, true
+	}
+	return out
 }

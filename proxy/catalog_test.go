@@ -608,3 +608,14 @@ func BenchmarkClosest(b *testing.B) {
 		Closest("creat_isue_17", names, 3)
 	}
 }
+
+func TestModuleAliasesKeepOwnNames(t *testing.T) {
+	reserved := map[string]bool{"search": true, "__all__": true}
+	got := ModuleAliases([]string{"a-b", "a_b", "search", "__class__", "__all-", "__all_"}, reserved)
+	want := map[string]string{"a-b": "a_b_", "a_b": "a_b", "search": "search_", "__class__": "_class__", "__all-": "__all___", "__all_": "__all_"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%q -> %q, want %q", k, got[k], v)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import importlib
 import inspect
 import io
 import pickle
+import os
 import sys
 import threading
 import types
@@ -547,7 +548,7 @@ class ModuleTest(Base):
         self.assertEqual(str(inspect.signature(get_sum)), "(a: float, b: float)")
         self.assertEqual(
             str(inspect.signature(class_)),
-            "(from_: str, *, to: str | None = None, max_count: int | None = None, type_=None)",
+            "(from_: str, *, max_count: int | None = None, to: str | None = None, type_=None)",
         )
         self.assertEqual(str(inspect.signature(free)), "(*, x: int | None = None, **more)")
         self.assertEqual(str(inspect.signature(long)), "()")
@@ -589,7 +590,7 @@ class ModuleTest(Base):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             help(class_)  # pydoc uses the signature
-        self.assertIn("class_(from_: str, *, to: str | None = None", out.getvalue())
+        self.assertIn("class_(from_: str, *, max_count: int | None = None, to: str | None = None", out.getvalue())
 
     def test_acall(self) -> None:
         from mcp_tools.everything import echo
@@ -685,3 +686,49 @@ class HelpTest(Base):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReviewFixesTest(unittest.TestCase):
+    """Names and entry points a review found broken."""
+
+    def setUp(self) -> None:
+        reset()
+
+    def tearDown(self) -> None:
+        reset()
+
+    def test_dunder_tool_names(self) -> None:
+        relay = FakeRelay(
+            [{"name": "d", "description": "", "module": "d"}],
+            {"d": [{"name": "__class__", "description": "x", "input_schema": {"type": "object"}},
+                   {"name": "__dict__", "description": "y", "input_schema": {"type": "object"}}]},
+        )
+        sys.modules["_bridge_relay"] = relay.module()
+        m = importlib.import_module("mcp_tools.d")
+        self.assertEqual(sorted(m.__all__), ["_class__", "_dict__"])
+        self.assertEqual(m._class__.tool, "__class__")
+
+    def test_help_on_an_object(self) -> None:
+        import io
+        from contextlib import redirect_stdout
+
+        out = io.StringIO()
+        with redirect_stdout(out):
+            mcp_tools.help(len)
+        self.assertIn("len", out.getvalue())
+        self.assertNotIn("bridge sandbox", out.getvalue())
+
+    def test_forked_child_gets_tools_unavailable(self) -> None:
+        relay = FakeRelay([{"name": "d", "description": "", "module": "d"}], {"d": []})
+        sys.modules["_bridge_relay"] = relay.module()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                mcp_tools.call("d", "x")
+            except mcp_tools.ToolsUnavailableError as e:
+                os._exit(0 if "forked" in str(e) else 2)
+            except BaseException:
+                os._exit(3)
+            os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)

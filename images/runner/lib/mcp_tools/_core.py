@@ -8,6 +8,7 @@ imported where it is needed.
 """
 
 import json
+import os
 import re
 import sys
 
@@ -62,7 +63,7 @@ class UnknownToolError(MCPToolsError, LookupError):
 
 
 class UpstreamError(MCPToolsError, ConnectionError):
-    """The MCP server is down, crashed, broke the protocol or answered too much."""
+    """The MCP server is down, crashed or broke the protocol."""
 
     type = "upstream"
 
@@ -80,13 +81,15 @@ class ToolDeniedError(MCPToolsError, PermissionError):
 
 
 class LimitExceededError(MCPToolsError):
-    """A limit on tool calls was reached."""
+    """A limit was reached: the run's call budget, a rate limit, or the size of
+    the arguments or the result (the message names which). The run goes on."""
 
     type = "limit"
 
 
 class ToolsUnavailableError(MCPToolsError):
-    """No MCP servers are connected, or this is not the bridge's sandbox."""
+    """No MCP servers are connected, this is not the bridge's sandbox, or
+    this is a process the code forked (only the first process has the relay)."""
 
     type = "tools_unavailable"
 
@@ -151,7 +154,7 @@ MODULE_DUNDERS = frozenset(
 # Every attribute the mcp_tools package has or may get: a server's module
 # alias must be none of them. The bridge computes module aliases with the
 # same list (test_mcp_tools checks that it covers the package).
-RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules"}
+RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "__pycache__"}
 
 
 def alias(name, reserved=frozenset()):
@@ -162,9 +165,17 @@ def alias(name, reserved=frozenset()):
     out = "".join(c if c == "_" or "0" <= c <= "9" or "a" <= c <= "z" or "A" <= c <= "Z" else "_" for c in name)
     if not out or "0" <= out[0] <= "9":
         out = "_" + out
+    # A __dunder__ is Python's own (a module's __class__, __dict__...): it
+    # loses its first "_" (__class__ -> _class__).
+    if _is_dunder(out) and out not in reserved:
+        out = out[1:]
     while out in KEYWORDS or out in reserved:
         out += "_"
     return out
+
+
+def _is_dunder(name):
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def aliases(names, reserved=frozenset()):
@@ -226,6 +237,9 @@ def _copy(value):
 # --- the relay -------------------------------------------------------------
 
 
+_PID = os.getpid()
+
+
 def relay():
     """The runner's _bridge_relay module."""
     try:
@@ -235,6 +249,11 @@ def relay():
             "mcp_tools reaches MCP servers only from code that the bridge runs in its "
             "sandbox (the run_python tool); this Python has no relay to a bridge"
         ) from None
+    if os.getpid() != _PID:
+        raise ToolsUnavailableError(
+            "MCP tools can be called only from the process that runs the code, not from a "
+            "process it forked (multiprocessing, os.fork): use threads or asyncio instead"
+        )
     return _bridge_relay
 
 
@@ -487,9 +506,16 @@ def install_finder():
     sys.meta_path.append(Finder())
 
 
+def _is_module_name(name):
+    """Whether a server's module is called name (asks only once servers are known)."""
+    if _servers is None:
+        return False
+    return any(s["module"] == name for s in _servers)
+
+
 def package_attribute(name):
     """mcp_tools.<module> without an import statement: imports it."""
-    if name.startswith("__") or (name.startswith("_") and not name[1:2].isdigit()):
+    if name.startswith("__") or (name.startswith("_") and not name[1:2].isdigit() and not _is_module_name(name)):
         raise AttributeError(f"module 'mcp_tools' has no attribute {name!r}")
     import importlib
 

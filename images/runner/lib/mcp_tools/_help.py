@@ -105,9 +105,15 @@ def _servers_lines():
     return lines
 
 
-def help():  # noqa: A001 - the name the tool's description promises
-    """Print the sandbox's one-screen manual."""
+def help(obj=None):  # noqa: A001 - the name the tool's description promises
+    """Print the sandbox's one-screen manual; help(obj) is Python's help on obj
+    (so `from mcp_tools import *` leaves help(fn) working)."""
     import sys
+
+    if obj is not None:
+        import builtins
+
+        return builtins.help(obj)
 
     text = _HELP.format(
         python=sys.version.split()[0],

@@ -97,8 +97,9 @@ def make_function(server, module_name, entry, name):
     required = [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
     # Required parameters come first, in the order of "required": a JSON
     # object's key order does not survive every hop between the server and
-    # the sandbox, but an array's does. The optional ones follow, as listed.
-    order = list(dict.fromkeys(required)) + [p for p in props if p not in required]
+    # the sandbox, but an array's does. The optional ones follow, sorted, so
+    # that their order never depends on the path the schema took.
+    order = list(dict.fromkeys(required)) + sorted(p for p in props if p not in required)
     params = _core.aliases(order)  # parameter name -> property
     real = {}
     positional, keyword = [], []
