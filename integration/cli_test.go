@@ -286,4 +286,19 @@ func TestCLIPolicy(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "--memory is given with --policy") {
 		t.Errorf("serve with a policy and --memory: exit %d\n%s", code, stderr)
 	}
+	_, stderr, code = bridgeCLI(t, env, "", "doctor", "--policy", good, "--runtime", "docker")
+	if code != 2 || !strings.Contains(stderr, "--runtime is given with --policy") {
+		t.Errorf("doctor with a policy and --runtime: exit %d\n%s", code, stderr)
+	}
+	// doctor checks an engine as the policy says.
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		file := filepath.Join(dir, "doctor-"+e.name+".yaml")
+		if err := os.WriteFile(file, []byte("version: 1\n"+sandboxSection(e)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := bridgeCLI(t, engineEnv(e), "", "doctor", "--policy", file)
+		if code != 0 || !strings.Contains(stdout, "policy "+file+": engine "+e.cand.Engine) {
+			t.Errorf("doctor --policy: exit %d\n%s\n%s", code, stdout, stderr)
+		}
+	})
 }

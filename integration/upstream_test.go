@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -505,4 +506,53 @@ print(mcp_tools.call("misbehave", "echo", message="tagged")["message"])
 	if !strings.Contains(string(b), `"tagged"`) {
 		t.Errorf("the upstream's record lacks the call:\n%s", b)
 	}
+}
+
+// TestCLIRunWithUpstreams: `bridge run --servers-config` gives the script
+// the same mcp_tools as serve does, and `bridge run --policy` denies what
+// the policy denies.
+func TestCLIRunWithUpstreams(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	servers := filepath.Join(dir, "servers.json")
+	writeServers(t, servers, map[string]any{
+		"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
+	})
+	code := `import mcp_tools
+print(mcp_tools.call("misbehave", "echo", message="from bridge run")["message"])
+try:
+    mcp_tools.call("misbehave", "crash")
+except mcp_tools.ToolDeniedError as e:
+    print("denied:", e)
+`
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		policyFile := filepath.Join(dir, "policy-"+e.name+".yaml")
+		doc := "version: 1\n" + sandboxSection(e) + "tools:\n  rules:\n    - tool: crash\n      action: deny\n      reason: no crashing\n"
+		if err := os.WriteFile(policyFile, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		env := append(engineEnv(e), "XDG_CONFIG_HOME="+dir)
+		stdout, stderr, exit := bridgeCLI(t, env, code, "run", "--policy", policyFile, "--servers-config", servers, "-")
+		if exit != 0 || stdout != "from bridge run\ndenied: no crashing\n" {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exit, stdout, stderr)
+		}
+	})
+}
+
+// TestServeSIGHUP: SIGHUP reloads a policy file at once, and a bridge with
+// no policy file logs it and keeps serving.
+func TestServeSIGHUP(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, pid, stderr := connectStdioArgs(t, e, nil)
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, stderr, "SIGHUP, but there is no policy file to reload")
+		if out, _ := runCode(t, cs, "print('still serving')"); out != "still serving\n" {
+			t.Fatalf("after SIGHUP: %q", out)
+		}
+	})
 }

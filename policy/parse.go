@@ -674,20 +674,29 @@ func (p *parser) tools(k, v *yaml.Node, t *Tools) {
 				t.Default = Action(a)
 			}
 		case "rules":
-			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-				return // "rules:" with every item commented out
-			}
-			if v.Kind != yaml.SequenceNode {
-				p.wrong(k, v, name, "a list of rules")
-				return
-			}
-			for i, item := range v.Content {
-				if r, ok := p.rule(item, fmt.Sprintf("%s[%d]", name, i)); ok {
+			p.items(k, v, name, "a list of rules", func(item *yaml.Node, name string) {
+				if r, ok := p.rule(item, name); ok {
 					t.Rules = append(t.Rules, r)
 				}
-			}
+			})
 		}
 	})
+}
+
+// items calls each with every item of the list v (the value of key k) and
+// the item's name, name[i]. A null list is an empty one: "rules:" with
+// every item commented out.
+func (p *parser) items(k, v *yaml.Node, name, what string, each func(item *yaml.Node, name string)) {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.wrong(k, v, name, what)
+		return
+	}
+	for i, item := range v.Content {
+		each(item, fmt.Sprintf("%s[%d]", name, i))
+	}
 }
 
 func (p *parser) rule(n *yaml.Node, name string) (Rule, bool) {
@@ -757,18 +766,11 @@ func (p *parser) budgets(k, v *yaml.Node, b *Budgets) {
 		case "call_timeout":
 			b.CallTimeout, _ = p.duration(k, v, name, b.CallTimeout)
 		case "rates":
-			if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-				return // "rates:" with every item commented out
-			}
-			if v.Kind != yaml.SequenceNode {
-				p.wrong(k, v, name, "a list of rates")
-				return
-			}
-			for i, item := range v.Content {
-				if r, ok := p.rate(item, fmt.Sprintf("%s[%d]", name, i)); ok {
+			p.items(k, v, name, "a list of rates", func(item *yaml.Node, name string) {
+				if r, ok := p.rate(item, name); ok {
 					b.Rates = append(b.Rates, r)
 				}
-			}
+			})
 		}
 	})
 }

@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"crypto/sha256"
-	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -296,12 +295,4 @@ func (s *Store) sweep() {
 			delete(s.runs, id)
 		}
 	}
-}
-
-// String describes the store for logs.
-func (s *Store) String() string {
-	if s.path == "" {
-		return "the built-in default policy"
-	}
-	return fmt.Sprintf("policy %s", s.path)
 }

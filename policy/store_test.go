@@ -114,3 +114,44 @@ func ctxDone(done <-chan struct{}) context.Context {
 	go func() { <-done; cancel() }()
 	return ctx
 }
+
+// A rejected file is not parsed again until it changes; ReloadNow (SIGHUP)
+// parses it anyway and reopens the audit file, which log rotation moved.
+func TestStoreReloadNow(t *testing.T) {
+	dir := t.TempDir()
+	file, audit := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "audit.jsonl")
+	if err := os.WriteFile(file, []byte("version: 1\naudit:\n  file: "+audit+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStore(p, file, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.WriteFile(file, []byte("version: 1\nbudgets:\n  max_calls_per_rum: 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reload(); err == nil {
+		t.Fatal("an invalid file was accepted")
+	}
+	if changed, err := s.Reload(); changed || err != nil {
+		t.Fatalf("the same rejected file again: %v %v, want it skipped", changed, err)
+	}
+	if _, err := s.ReloadNow(); err == nil {
+		t.Fatal("ReloadNow did not parse the rejected file again")
+	}
+	// Rotation: the old file moves away; after ReloadNow records go to a new one.
+	if err := os.Rename(audit, audit+".1"); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = s.ReloadNow()
+	s.Audit().RunStart("r1", 1, p.Sandbox, time.Second)
+	b, err := os.ReadFile(audit)
+	if err != nil || !strings.Contains(string(b), `"run_id":"r1"`) {
+		t.Fatalf("after rotation the audit file has %q (%v)", b, err)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -457,7 +456,7 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 	if len(req.Params.Arguments) == 0 {
 		args = map[string]any{}
 	}
-	res, err := u.call(ctx, tool, args, nil, timeout)
+	res, err := u.call(ctx, tool, args, timeout)
 	if err == nil {
 		if _, ok := res.Meta[MetaError]; ok {
 			// Only the proxy says a failure was its own.
@@ -591,16 +590,6 @@ func firstParagraph(s string, n int) string {
 		cut = n
 	}
 	return s[:cut] + " …"
-}
-
-// ServerNames lists the configured servers, sorted.
-func (p *Proxy) ServerNames() []string {
-	names := make([]string, 0, len(p.ups))
-	for _, u := range p.ups {
-		names = append(names, u.cfg.Name)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // inMemoryMaxLine bounds one message between the bridge and a proxy in the

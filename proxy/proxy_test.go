@@ -9,9 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -501,5 +504,54 @@ func TestRedialingReconnects(t *testing.T) {
 	res, err := r.Call(ctx, "run", "alpha", "echo", json.RawMessage(`{"message":"2"}`))
 	if err != nil || textOf(t, res) != "2" || dials != 2 {
 		t.Fatalf("after the session ended: %v %v, %d dials", res, err, dials)
+	}
+}
+
+func TestProxySSEUpstream(t *testing.T) {
+	hs := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return testServer() }, nil))
+	t.Cleanup(hs.Close) // after the proxy's cleanup: the event stream is open until then
+	_, c, _ := startProxy(t, Options{}, ServerConfig{Name: "legacy", Type: TypeSSE, URL: hs.URL})
+	r, err := call(t, c, "legacy", "echo", `{"message":"over sse"}`)
+	if err != nil || textOf(t, r) != "over sse" {
+		t.Fatalf("echo over SSE: %v %v", r, err)
+	}
+}
+
+// Closing the proxy ends a stdio server's whole process group, also a
+// child that does not listen to stdin (npx's node, a server's helper).
+func TestProxyCloseEndsTheProcessGroup(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	cfg := ServerConfig{Name: "alpha", Type: TypeStdio, Command: "/bin/sh",
+		Args: []string{"-c", `sleep 300 </dev/null >/dev/null 2>&1 & echo $! > "$1"; exec "$0" -test.run='^$'`, exe, pidFile},
+		Env:  map[string]string{"PROXY_TEST_UPSTREAM": "1"}}
+	p := New(Config{Servers: []ServerConfig{cfg}}, Options{Logger: zerolog.Nop()})
+	c, err := p.Connect(context.Background(), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call(t, c, "alpha", "echo", `{"message":"x"}`); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	p.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the server's child %d outlived Proxy.Close", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -254,14 +254,18 @@ func (u *upstream) watch(s *mcp.ClientSession, done chan struct{}, started time.
 
 // connect opens a new session. It runs under the proxy's own context, not
 // a caller's: a caller that gives up must not abort a connect others wait on.
+// That context outlives the connect (the SSE transport's event stream is
+// the request Connect makes): it ends with the session, or with the proxy.
 func (u *upstream) connect() (*mcp.ClientSession, error) {
-	ctx, cancel := context.WithTimeout(u.base, u.opts.ConnectTimeout)
-	defer cancel()
+	ctx, cancel := context.WithCancel(u.base)
+	timer := time.AfterFunc(u.opts.ConnectTimeout, cancel)
 	if err := u.base.Err(); err != nil {
+		cancel()
 		return nil, errors.New("the proxy is shutting down")
 	}
 	t, err := u.transport()
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bridge-proxy", Version: u.opts.Version}, &mcp.ClientOptions{
@@ -276,12 +280,19 @@ func (u *upstream) connect() (*mcp.ClientSession, error) {
 	})
 	start := time.Now()
 	s, err := client.Connect(ctx, t, nil)
+	timedOut := !timer.Stop()
+	if err == nil && timedOut {
+		_ = s.Close()
+		err = ctx.Err()
+	}
 	if err != nil {
-		if ctx.Err() != nil && u.base.Err() == nil {
+		cancel()
+		if timedOut && u.base.Err() == nil {
 			return nil, fmt.Errorf("no answer to initialize within %s", u.opts.ConnectTimeout)
 		}
 		return nil, err
 	}
+	go func() { _ = s.Wait(); cancel() }()
 	info := s.InitializeResult()
 	ev := u.log.Info().Dur("took", time.Since(start))
 	if info != nil && info.ServerInfo != nil {
@@ -507,7 +518,7 @@ func (u *upstream) status() (connected bool, info *mcp.InitializeResult, lastErr
 
 // call calls a tool; timeout bounds the call (the proxy's CallTimeout
 // when zero).
-func (u *upstream) call(ctx context.Context, tool string, args any, meta mcp.Meta, timeout time.Duration) (*mcp.CallToolResult, error) {
+func (u *upstream) call(ctx context.Context, tool string, args any, timeout time.Duration) (*mcp.CallToolResult, error) {
 	if timeout <= 0 {
 		timeout = u.opts.CallTimeout
 	}
@@ -517,7 +528,7 @@ func (u *upstream) call(ctx context.Context, tool string, args any, meta mcp.Met
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args, Meta: meta})
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err == nil {
 		return res, nil
 	}

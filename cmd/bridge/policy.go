@@ -17,8 +17,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 // policyReloadInterval is how often serve checks the policy file for
@@ -78,6 +81,29 @@ func loadPolicy(fset *flag.FlagSet, path string, apply func(*policy.Policy)) (*p
 		return nil, "", err
 	}
 	return p, path, nil
+}
+
+// runPolicy is loadPolicy for the commands that run code (serve, run):
+// it also checks the sandbox limits and that a remote proxy could apply the
+// policy, and names the runner image (images.Name() when the policy leaves
+// it empty).
+func runPolicy(fset *flag.FlagSet, path, proxyURL string, apply func(*policy.Policy)) (p *policy.Policy, file string, limits sandbox.Limits, image string, err error) {
+	p, file, err = loadPolicy(fset, path, apply)
+	if err != nil {
+		return nil, "", limits, "", err
+	}
+	limits = bridge.LimitsFrom(p.Sandbox)
+	if err := limits.Validate(); err != nil {
+		return nil, "", limits, "", usagef("%v", err)
+	}
+	if err := remoteProxyPolicy(proxyURL, p); err != nil {
+		return nil, "", limits, "", err
+	}
+	image = p.Sandbox.Image
+	if image == "" {
+		image = images.Name()
+	}
+	return p, file, limits, image, nil
 }
 
 // openStore puts p in force, reloads it when its file changes or on

@@ -93,24 +93,13 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("%v", err)
 	}
 
-	pol, polPath, err := loadPolicy(fs, *policyPath, func(p *policy.Policy) {
+	pol, polPath, limits, runnerImage, err := runPolicy(fs, *policyPath, uf.proxyURL, func(p *policy.Policy) {
 		lf.applyTo(p)
 		p.Sandbox.Engine, p.Sandbox.Image = *engine, *image
 		p.Budgets.CallTimeout = uf.callTimeout
 	})
 	if err != nil {
 		return exitUsage, err
-	}
-	limits := bridge.LimitsFrom(pol.Sandbox)
-	if err := limits.Validate(); err != nil {
-		return exitUsage, usagef("%v", err)
-	}
-	if err := remoteProxyPolicy(uf.proxyURL, pol); err != nil {
-		return exitUsage, err
-	}
-	runnerImage := pol.Sandbox.Image
-	if runnerImage == "" {
-		runnerImage = images.Name()
 	}
 	store, err := policy.NewStore(pol, polPath, e.log)
 	if err != nil {

@@ -64,20 +64,13 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	}
 
 	// The policy: the file's, or the defaults with the flags above.
-	pol, polPath, err := loadPolicy(fs, *policyPath, func(p *policy.Policy) {
+	pol, polPath, limits, runnerImage, err := runPolicy(fs, *policyPath, uf.proxyURL, func(p *policy.Policy) {
 		lf.applyTo(p)
 		p.Sandbox.Engine, p.Sandbox.Image = *engine, *image
 		p.Sandbox.MaxTimeout, p.Sandbox.MaxConcurrent, p.Sandbox.Queue = *maxTimeout, *maxConcurrent, *queue
 		p.Budgets.CallTimeout = uf.callTimeout
 	})
 	if err != nil {
-		return exitUsage, err
-	}
-	limits := bridge.LimitsFrom(pol.Sandbox)
-	if err := limits.Validate(); err != nil {
-		return exitUsage, usagef("%v", err)
-	}
-	if err := remoteProxyPolicy(uf.proxyURL, pol); err != nil {
 		return exitUsage, err
 	}
 	store, err := openStore(ctx, pol, polPath, log)
@@ -87,10 +80,6 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	defer store.Close()
 	// A reload must not bring in what this bridge could not apply either.
 	store.Validate(func(p *policy.Policy) error { return remoteProxyPolicy(uf.proxyURL, p) })
-	runnerImage := pol.Sandbox.Image // read once: the store shares pol
-	if runnerImage == "" {
-		runnerImage = images.Name()
-	}
 
 	// Upstream servers start on first use, not now.
 	selfURL := ""
