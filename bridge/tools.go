@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
@@ -79,8 +80,19 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 			"the arguments to %s/%s are %s, over the %s a call may send; pass less (a path, an id) and let the tool fetch the rest",
 			call.Server, call.Tool, humanBytes(len(call.Args)), humanBytes(MaxArgBytes))}}
 	}
+	// A call to a name the catalog lacks is answered here, with the closest
+	// names: host work the run pays for from its meter.
+	meter := sandbox.HostMeterFrom(ctx)
+	if err := meter.Do(func() {}); err != nil {
+		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: err.Error()}}
+	}
+	start := time.Now()
 	res, err := h.up.Call(ctx, runID, call.Server, call.Tool, call.Args)
 	if err != nil {
+		var pe *proxy.Error
+		if errors.As(err, &pe) && (pe.Kind == proxy.KindUnknownSrv || pe.Kind == proxy.KindUnknownTool) {
+			meter.Charge(time.Since(start))
+		}
 		return failed(err)
 	}
 	js, err := json.Marshal(res)
@@ -132,7 +144,35 @@ type (
 	}
 )
 
+// Query answers q from the catalog. Fetching the catalog waits on the
+// proxy; the rest is the bridge's own work, done under the run's host meter
+// (one query at a time per run, within its budget), and an answer over the
+// result limit is refused with a hint instead of being sent.
 func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.ToolResult {
+	// Fetch (or reuse) the catalog first, outside the meter: it may wait on
+	// upstreams starting.
+	if q.Op == relay.OpServers || q.Op == relay.OpTools || q.Op == relay.OpSearch {
+		if _, err := h.up.Catalog(ctx); err != nil {
+			return failed(err)
+		}
+	}
+	var r relay.ToolResult
+	if err := sandbox.HostMeterFrom(ctx).Do(func() { r = h.query(ctx, q) }); err != nil {
+		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: err.Error()}}
+	}
+	if len(r.Result) > h.maxResult {
+		hint := "ask for less"
+		if q.Op == relay.OpTools {
+			hint = "use mcp_tools.search(...) or describe(server, tool) for the tools you need"
+		}
+		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
+			"the answer to %s is %s, over the %s an answer may have in the sandbox: %s",
+			q.Op, humanBytes(len(r.Result)), humanBytes(h.maxResult), hint)}}
+	}
+	return r
+}
+
+func (h *toolHandler) query(ctx context.Context, q relay.Query) relay.ToolResult {
 	var out any
 	switch q.Op {
 	case relay.OpServers:

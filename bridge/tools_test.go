@@ -3,13 +3,16 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/proxy"
+	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
@@ -163,5 +166,44 @@ func TestToolHandlerBoundsWhatTheSandboxAsks(t *testing.T) {
 	q, _ = json.Marshal(map[string]any{"server": strings.Repeat("s", 10000)})
 	if e := query(t, h, "tools", string(q), &tools); e == nil || e.Type != relay.ErrUnknownServer {
 		t.Fatalf("a 10 KB server name: %+v", e)
+	}
+}
+
+// What the bridge computes itself for a run is metered, and an answer too
+// big for the sandbox is refused with a hint.
+func TestToolHandlerHostBudget(t *testing.T) {
+	up := newFake()
+	var tools []proxy.CatalogTool
+	for i := range 2000 {
+		tools = append(tools, proxy.CatalogTool{Server: "search", Name: fmt.Sprintf("tool_%d", i),
+			Description: strings.Repeat("a long description ", 20)})
+	}
+	up.catalog = proxy.NewCatalog(tools)
+	h := ToolHandler(up, 64<<10, zerolog.Nop())
+
+	r := h.Query(context.Background(), "run", relay.Query{ID: 1, Op: relay.OpTools, Args: json.RawMessage(`{"server":"search"}`)})
+	if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "search(") {
+		t.Fatalf("a 2000-tool list over a 64 KiB limit: %+v", r.Error)
+	}
+
+	meter := sandbox.NewHostMeter(20 * time.Millisecond)
+	ctx := sandbox.WithHostMeter(context.Background(), meter)
+	refused := 0
+	for range 100_000 {
+		r := h.Query(ctx, "run", relay.Query{ID: 1, Op: relay.OpSearch, Args: json.RawMessage(`{"query":"long description tool","limit":50}`)})
+		if r.Error != nil {
+			if r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "per run") {
+				t.Fatalf("got %+v", r.Error)
+			}
+			refused++
+			break
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("100,000 searches ran within a 20 ms budget (used %s)", meter.Used())
+	}
+	up.err = &proxy.Error{Kind: proxy.KindUnknownTool, Message: "no such tool"}
+	if r := h.CallTool(ctx, "run", relay.ToolCall{ID: 2, Server: "search", Tool: "x", Args: json.RawMessage(`{}`)}); r.Error == nil || r.Error.Type != relay.ErrLimit {
+		t.Fatalf("a call after the budget is used: %+v", r.Error)
 	}
 }

@@ -593,7 +593,9 @@ func stem(w string) string {
 // distance divided by the longer length, minus half the share of common
 // terms, minus 0.25 if one is a prefix of the other or 0.15 if one is
 // otherwise a substring of the other; then by distance, then by name.
-// Repeated candidates count once.
+// Repeated candidates count once. Names longer than maxDistanceRunes are
+// compared by their terms and substrings only, which bounds the work per
+// candidate.
 func Closest(name string, candidates []string, n int) []string {
 	if n <= 0 || name == "" {
 		return nil
@@ -617,7 +619,13 @@ func Closest(name string, candidates []string, n int) []string {
 		seen[cand] = true
 		lc := strings.ToLower(cand)
 		crunes := []rune(lc)
-		dist := osaDistance(nrunes, crunes)
+		// The distance costs len(a)*len(b): past maxDistanceRunes it would
+		// cost the host more than a suggestion is worth, and such names are
+		// matched by their terms and substrings only.
+		dist := max(len(nrunes), len(crunes))
+		if len(nrunes) <= maxDistanceRunes && len(crunes) <= maxDistanceRunes {
+			dist = osaDistance(nrunes, crunes)
+		}
 		bonus := 0.0
 		if min(len(nrunes), len(crunes)) >= 3 {
 			switch {
@@ -659,6 +667,9 @@ func Closest(name string, candidates []string, n int) []string {
 	}
 	return out
 }
+
+// maxDistanceRunes bounds the names Closest computes an edit distance for.
+const maxDistanceRunes = 64
 
 // uniqueTerms returns the distinct search terms of s.
 func uniqueTerms(s string) []string {

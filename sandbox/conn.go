@@ -17,19 +17,11 @@ import (
 )
 
 // The bridge's side of one runner's connection: the handshake, reading
-// frames, answering tool calls. Every bound here protects the bridge from a
-// hostile runner.
-const (
-	// maxToolCalls is how many tool calls of one run may be in flight. When
-	// they are all taken the bridge stops reading, so the runner's writes
-	// block: backpressure instead of unbounded goroutines.
-	maxToolCalls = 64
-	// writeTimeout bounds each write to the runner; one that does not read
-	// cannot hold a goroutine longer.
-	writeTimeout = 10 * time.Second
-	// helloTimeout bounds the handshake of each connection.
-	helloTimeout = 10 * time.Second
-)
+// frames, answering requests within the run's host budget (budget.go).
+// Every bound here protects the bridge from a hostile runner.
+
+// helloTimeout bounds the handshake of each connection.
+const helloTimeout = 10 * time.Second
 
 type readResult struct {
 	exit *relay.Exit
@@ -53,32 +45,62 @@ func (c *runnerConn) exec(m relay.Exec, timeout time.Duration) error {
 	return c.enc.Exec(m)
 }
 
-// send sends a tool result, bounded by writeTimeout.
-func (c *runnerConn) send(r relay.ToolResult) error {
+// writeFrame writes one framed message, bounded by timeout.
+func (c *runnerConn) writeFrame(b []byte, timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
-	return c.enc.ToolResult(r)
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	_, err := c.Write(b)
+	return err
 }
 
-// serve reads the runner's frames until the connection ends, answering tool
-// calls concurrently (at most maxToolCalls at once). It closes exitSeen when
+// runConn is one run's side of the connection while the code runs: its
+// requests in flight and the bytes of their answers, and why it was cut off.
+type runConn struct {
+	e       *Executor
+	runID   string
+	c       *runnerConn
+	slots   chan struct{} // one per request in flight, until its answer is written
+	pending byteBudget    // framed answers waiting to be written
+	cut     chan struct{} // closed when the runner is cut off
+	cutOnce sync.Once
+	cutErr  error
+
+	mu       sync.Mutex
+	inFlight map[int64]bool
+}
+
+// cutOff ends the connection for err; the first reason wins.
+func (rc *runConn) cutOff(err error) {
+	rc.cutOnce.Do(func() {
+		rc.cutErr = err
+		close(rc.cut)
+		rc.c.Close()
+	})
+}
+
+// serve reads the runner's frames until the connection ends, answering
+// requests concurrently within the run's budget. It closes exitSeen when
 // the exit message arrives; anything after it is a protocol error.
 func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
-	// Calls still in flight when the runner is gone are cancelled and
+	rc := &runConn{e: e, runID: runID, c: c, slots: make(chan struct{}, maxRequests),
+		pending: byteBudget{limit: maxPendingBytes}, cut: make(chan struct{}), inFlight: map[int64]bool{}}
+	// Requests still in flight when the runner is gone are cancelled and
 	// awaited, so none outlives the run.
 	var calls sync.WaitGroup
 	defer calls.Wait()
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(WithHostMeter(ctx, NewHostMeter(hostTimePerRun)))
 	defer cancel()
-	slots := make(chan struct{}, maxToolCalls)
-	var mu sync.Mutex
-	inFlight := map[int64]bool{}
 
 	var exit *relay.Exit
 	for {
 		m, err := c.dec.Decode()
 		if err != nil {
+			select {
+			case <-rc.cut:
+				return readResult{exit: exit, err: rc.cutErr}
+			default:
+			}
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || (exit != nil && errors.Is(err, os.ErrDeadlineExceeded)) {
 				err = nil
 			}
@@ -102,30 +124,30 @@ func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *
 				id = q.ID
 				answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.Query(ctx, runID, q) }
 			}
-			mu.Lock()
-			dup := inFlight[id]
-			inFlight[id] = true
-			mu.Unlock()
+			rc.mu.Lock()
+			dup := rc.inFlight[id]
+			rc.inFlight[id] = true
+			rc.mu.Unlock()
 			if dup {
 				return readResult{err: fmt.Errorf("%w: request id %d is already in flight", relay.ErrProtocol, id)}
 			}
 			select {
-			case slots <- struct{}{}:
+			case rc.slots <- struct{}{}:
+			case <-rc.cut:
+				return readResult{exit: exit, err: rc.cutErr}
 			case <-ctx.Done():
 				return readResult{err: ctx.Err()}
 			}
 			calls.Add(1)
 			go func() {
 				defer calls.Done()
+				defer func() { <-rc.slots }() // held until the answer is written
 				r := answer(ctx)
 				r.ID = id
-				mu.Lock()
-				delete(inFlight, id)
-				mu.Unlock()
-				<-slots
-				if err := c.send(r); err != nil {
-					e.log.Debug().Err(err).Str("run_id", runID).Msg("sending tool result")
-				}
+				rc.mu.Lock()
+				delete(rc.inFlight, id)
+				rc.mu.Unlock()
+				rc.answer(r)
 			}()
 		case relay.TypeExit:
 			exit = m.Exit
@@ -134,6 +156,61 @@ func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *
 			return readResult{err: fmt.Errorf("%w: second hello", relay.ErrProtocol)}
 		}
 	}
+}
+
+// answer frames r and writes it, within the run's and the bridge's budget
+// of answer bytes. An answer that does not fit is replaced by a small limit
+// error; a write the runner does not take in time cuts the runner off.
+func (rc *runConn) answer(r relay.ToolResult) {
+	if r.Error != nil && len(r.Error.Message) > maxErrorMessage {
+		r.Error.Message = validPrefix(r.Error.Message, maxErrorMessage) + fmt.Sprintf(" [... %d bytes cut]", len(r.Error.Message)-len(validPrefix(r.Error.Message, maxErrorMessage)))
+	}
+	frame, err := relay.ToolResultFrame(r)
+	if err != nil {
+		frame = rc.refusal(r.ID, fmt.Sprintf("the answer could not be sent: %v", err))
+	}
+	n := int64(len(frame))
+	bridge := rc.e.pending
+	switch {
+	case !rc.pending.take(n):
+		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit with the %s of answers the code has not read yet (at most %s per run): read results before sending more requests",
+			formatBytes(n), formatBytes(rc.pending.used.Load()), formatBytes(rc.pending.limit)))
+		n = 0
+	case !bridge.take(n):
+		rc.pending.give(n)
+		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit in the bridge's buffer for unread answers of all runs (%s): try again, or ask for less",
+			formatBytes(n), formatBytes(bridge.limit)))
+		n = 0
+	}
+	defer func() {
+		if n > 0 {
+			rc.pending.give(n)
+			bridge.give(n)
+		}
+	}()
+	select {
+	case <-rc.cut:
+		return
+	default:
+	}
+	if err := rc.c.writeFrame(frame, rc.e.writeTimeout); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			rc.cutOff(fmt.Errorf("%w: an answer of %s waited %s to be written, with %s of answers unread; the run was ended (await each call, or read results before sending more)",
+				ErrRunnerStalled, formatBytes(int64(len(frame))), rc.e.writeTimeout, formatBytes(rc.pending.used.Load())))
+			return
+		}
+		rc.e.log.Debug().Err(err).Str("run_id", rc.runID).Msg("sending an answer")
+	}
+}
+
+// refusal frames a limit error for request id; such a frame is small and
+// always fits.
+func (rc *runConn) refusal(id int64, msg string) []byte {
+	b, err := relay.ToolResultFrame(relay.ToolResult{ID: id, Error: &relay.ToolError{Type: relay.ErrLimit, Message: msg}})
+	if err != nil {
+		panic(err) // a short message always frames
+	}
+	return b
 }
 
 // acceptRunner accepts connections until one presents the run's token with

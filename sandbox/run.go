@@ -122,9 +122,11 @@ type Executor struct {
 	// directories. Both let Reap tell a dead bridge's leftovers apart.
 	owner     string
 	dirPrefix string
-	// exitGrace and killWait are exitGraceDefault and killWaitDefault;
-	// tests shorten them.
-	exitGrace, killWait time.Duration
+	// exitGrace, killWait and writeTimeout are exitGraceDefault,
+	// killWaitDefault and writeTimeoutDefault; tests shorten them.
+	exitGrace, killWait, writeTimeout time.Duration
+	// pending counts the answers of all runs that wait to be written.
+	pending *byteBudget
 }
 
 // NewExecutor checks the engine once and prepares the run root.
@@ -150,7 +152,8 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 		return nil, err
 	}
 	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger, dirPrefix: "run-",
-		exitGrace: exitGraceDefault, killWait: killWaitDefault}
+		exitGrace: exitGraceDefault, killWait: killWaitDefault, writeTimeout: writeTimeoutDefault,
+		pending: &byteBudget{limit: maxBridgePendingBytes}}
 	pid := os.Getpid()
 	if e.owner = processOwner(pid); e.owner != "" {
 		e.dirPrefix = fmt.Sprintf("run-%d.%s-", pid, processStart(pid))
@@ -456,8 +459,9 @@ func dropUnenforced(spec *ContainerSpec, e Enforcement) []string {
 
 // outcome turns what the relay and the engine said into a Result.
 func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w waitResult, res Result, l Limits, log zerolog.Logger) (Result, error) {
-	// A protocol error wins over anything the runner said before it.
-	if rr.err != nil && errors.Is(rr.err, relay.ErrProtocol) {
+	// A protocol error, or a runner cut off for not reading, wins over
+	// anything the runner said before it.
+	if rr.err != nil && (errors.Is(rr.err, relay.ErrProtocol) || errors.Is(rr.err, ErrRunnerStalled)) {
 		res.Status, res.ExitCode, res.Error = StatusError, -1, nil
 		res.Message = rr.err.Error()
 		return res, nil

@@ -624,8 +624,8 @@ func TestHostileRunnerIsBounded(t *testing.T) {
 			t.Fatalf("got %+v, %v", res, err)
 		}
 		n := <-sent
-		if tools.most > maxToolCalls || tools.most == 0 {
-			t.Fatalf("%d tool calls were in flight at once (cap %d)", tools.most, maxToolCalls)
+		if tools.most > maxRequests || tools.most == 0 {
+			t.Fatalf("%d tool calls were in flight at once (cap %d)", tools.most, maxRequests)
 		}
 		if n >= 100000 {
 			t.Fatalf("the bridge kept reading all %d calls: no backpressure", n)

@@ -551,7 +551,7 @@ func truncate(s string, n int) string {
 // callers serialize writes.
 type Encoder struct {
 	w   io.Writer
-	buf bytes.Buffer
+	buf []byte // reused between frames
 }
 
 // NewEncoder returns an Encoder writing to w.
@@ -567,28 +567,51 @@ func (e *Encoder) Exec(m Exec) error {
 }
 
 // ToolResult sends a tool_result message.
-func (e *Encoder) ToolResult(m ToolResult) error {
-	return e.write(struct {
-		Type string `json:"type"`
-		ToolResult
-	}{TypeToolResult, m})
-}
+func (e *Encoder) ToolResult(m ToolResult) error { return e.write(toolResultFrame(m)) }
 
 func (e *Encoder) write(v any) error {
-	e.buf.Reset()
-	e.buf.Write([]byte{0, 0, 0, 0})
-	enc := json.NewEncoder(&e.buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := appendFrame(e.buf[:0], v)
+	if err != nil {
 		return err
 	}
-	b := e.buf.Bytes()
-	n := len(b) - 4 - 1 // without the header and Encode's trailing newline
-	b = b[:len(b)-1]
-	if n > MaxFrameSize {
-		return fmt.Errorf("message of %d bytes exceeds the relay's %d-byte frame limit", n, MaxFrameSize)
-	}
-	binary.BigEndian.PutUint32(b[:4], uint32(n))
-	_, err := e.w.Write(b)
+	e.buf = b
+	_, err = e.w.Write(b)
 	return err
+}
+
+// ErrFrameTooLarge is returned for a message that would not fit in one frame.
+var ErrFrameTooLarge = errors.New("message exceeds the relay's frame limit")
+
+// ToolResultFrame returns m as one complete frame, header included, ready to
+// be written. It fails with ErrFrameTooLarge when the payload would exceed
+// MaxFrameSize. Framing ahead of the write lets the caller know what an
+// answer weighs before it waits for the connection.
+func ToolResultFrame(m ToolResult) ([]byte, error) {
+	return appendFrame(nil, toolResultFrame(m))
+}
+
+func toolResultFrame(m ToolResult) any {
+	return struct {
+		Type string `json:"type"`
+		ToolResult
+	}{TypeToolResult, m}
+}
+
+// appendFrame appends v's frame to dst.
+func appendFrame(dst []byte, v any) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	buf.Write([]byte{0, 0, 0, 0})
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	b := buf.Bytes()
+	b = b[:len(b)-1] // Encode's trailing newline
+	n := len(b) - len(dst) - 4
+	if n > MaxFrameSize {
+		return nil, fmt.Errorf("%w: %d bytes, allowed %d", ErrFrameTooLarge, n, MaxFrameSize)
+	}
+	binary.BigEndian.PutUint32(b[len(dst):len(dst)+4], uint32(n))
+	return b, nil
 }

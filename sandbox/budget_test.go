@@ -1,0 +1,229 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bridge-mcp/bridge/sandbox/relay"
+)
+
+// answeringTools answers every request at once with a result of size
+// bytes, or an error with a message of errSize bytes, and counts them.
+type answeringTools struct {
+	size, errSize int
+	answered      atomic.Int64
+}
+
+func (a *answeringTools) result(id int64) relay.ToolResult {
+	a.answered.Add(1)
+	if a.errSize > 0 {
+		return relay.ToolResult{ID: id, Error: &relay.ToolError{Type: relay.ErrUpstream, Message: strings.Repeat("e", a.errSize)}}
+	}
+	js, _ := json.Marshal(strings.Repeat("x", a.size))
+	return relay.ToolResult{ID: id, Result: js}
+}
+
+func (a *answeringTools) CallTool(_ context.Context, _ string, c relay.ToolCall) relay.ToolResult {
+	return a.result(c.ID)
+}
+
+func (a *answeringTools) Query(_ context.Context, _ string, q relay.Query) relay.ToolResult {
+	return a.result(q.ID)
+}
+
+// floodWithoutReading is a runner that sends n queries as fast as the
+// bridge takes them and never reads an answer.
+func floodWithoutReading(n int, sent chan<- int) func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+	return func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		i := 0
+		for ; i < n; i++ {
+			if r.send(map[string]any{"type": "query", "id": i + 1, "op": "servers", "args": map[string]any{}}) != nil {
+				break
+			}
+		}
+		sent <- i
+		<-ctx.Done()
+		return ExitState{ExitCode: 137}
+	}
+}
+
+// The attack of issue 9: queries in a loop, answers never read. The run is
+// cut off with a clear message long before its timeout, and the answers the
+// bridge computed are bounded by the requests in flight plus what the
+// socket's buffer took.
+func TestRunnerThatStopsReadingIsCutOff(t *testing.T) {
+	sent := make(chan int, 1)
+	rt := newFake(floodWithoutReading(1_000_000, sent))
+	tools := &answeringTools{size: 64 << 10}
+	ex := newTestExecutor(t, rt, ExecutorOptions{Tools: tools})
+	ex.writeTimeout = 300 * time.Millisecond
+	l := testLimits()
+	l.Timeout = 30 * time.Second
+	before := runtime.NumGoroutine()
+	res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusError || !strings.Contains(res.Message, ErrRunnerStalled.Error()) {
+		t.Fatalf("got status %s, message %q; want an error saying the code stopped reading", res.Status, res.Message)
+	}
+	if res.Duration > 10*time.Second {
+		t.Fatalf("the run took %s: the stalled runner was not cut off", res.Duration)
+	}
+	n := <-sent
+	// A unix socket buffers a few hundred KiB: a handful of 64 KiB answers.
+	if got := tools.answered.Load(); got > maxRequests+32 {
+		t.Fatalf("the bridge computed %d answers for a runner that read none (%d requests in flight allowed)", got, maxRequests)
+	}
+	if n >= 1_000_000 {
+		t.Fatal("the bridge read every request: no backpressure")
+	}
+	if got := ex.pending.used.Load(); got != 0 {
+		t.Fatalf("%d bytes of answers still counted as pending after the run", got)
+	}
+	waitGoroutines(t, before)
+	t.Logf("runner sent %d queries, the bridge answered %d, message: %s", n, tools.answered.Load(), res.Message)
+}
+
+// waitGoroutines waits for the goroutine count to come back to about n.
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > n+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the run, %d before", runtime.NumGoroutine(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// reads answers and collects them until it has n.
+func readAnswers(n int, got chan<- []relay.ToolResult, send func(r *fakeRunner, i int) error) func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+	return func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		var mu sync.Mutex
+		var out []relay.ToolResult
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range n {
+				m, err := r.recv()
+				if err != nil {
+					return
+				}
+				js, _ := json.Marshal(m)
+				var tr relay.ToolResult
+				_ = json.Unmarshal(js, &tr)
+				mu.Lock()
+				out = append(out, tr)
+				mu.Unlock()
+			}
+		}()
+		for i := range n {
+			if send(r, i) != nil {
+				break
+			}
+		}
+		<-done
+		got <- out
+		_ = r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0})
+		<-ctx.Done()
+		return ExitState{}
+	}
+}
+
+func sendQuery(r *fakeRunner, i int) error {
+	return r.send(map[string]any{"type": "query", "id": i + 1, "op": "servers", "args": map[string]any{}})
+}
+
+func TestAnswersAreBounded(t *testing.T) {
+	t.Run("error messages are cut", func(t *testing.T) {
+		got := make(chan []relay.ToolResult, 1)
+		rt := newFake(readAnswers(1, got, sendQuery))
+		ex := newTestExecutor(t, rt, ExecutorOptions{Tools: &answeringTools{errSize: 1 << 20}})
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+		if err != nil || res.Status != StatusOK {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+		a := <-got
+		if len(a) != 1 || a[0].Error == nil {
+			t.Fatalf("answers: %+v", a)
+		}
+		if m := a[0].Error.Message; len(m) > maxErrorMessage+64 || !strings.Contains(m, "bytes cut") {
+			t.Fatalf("an error message of 1 MiB reached the runner as %d bytes", len(m))
+		}
+	})
+	t.Run("an answer over the frame limit is refused, not dropped", func(t *testing.T) {
+		got := make(chan []relay.ToolResult, 1)
+		rt := newFake(readAnswers(1, got, sendQuery))
+		ex := newTestExecutor(t, rt, ExecutorOptions{Tools: &answeringTools{size: relay.MaxFrameSize}})
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+		if err != nil || res.Status != StatusOK {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+		a := <-got
+		if len(a) != 1 || a[0].Error == nil || a[0].Error.Type != relay.ErrLimit || a[0].ID != 1 {
+			t.Fatalf("answers: %+v", a)
+		}
+	})
+	t.Run("the bridge's buffer for unread answers", func(t *testing.T) {
+		got := make(chan []relay.ToolResult, 1)
+		rt := newFake(readAnswers(4, got, sendQuery))
+		ex := newTestExecutor(t, rt, ExecutorOptions{Tools: &answeringTools{size: 1 << 20}})
+		ex.pending.limit = 512 << 10
+		res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+		if err != nil || res.Status != StatusOK {
+			t.Fatalf("got %+v, %v", res, err)
+		}
+		a := <-got
+		if len(a) != 4 {
+			t.Fatalf("%d answers", len(a))
+		}
+		for _, r := range a {
+			if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "all runs") {
+				t.Fatalf("an answer over the bridge's buffer: %+v", r)
+			}
+		}
+	})
+}
+
+func TestHostMeter(t *testing.T) {
+	m := NewHostMeter(30 * time.Millisecond)
+	ran := 0
+	for range 10 {
+		if err := m.Do(func() { ran++; time.Sleep(10 * time.Millisecond) }); err != nil {
+			if !errors.Is(err, ErrHostBudget) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if ran != 3 {
+		t.Fatalf("ran %d times within 30 ms of 10 ms pieces, want 3", ran)
+	}
+	if m.Used() < 30*time.Millisecond {
+		t.Fatalf("used %s", m.Used())
+	}
+	var none *HostMeter
+	if err := none.Do(func() {}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := WithHostMeter(context.Background(), m)
+	if HostMeterFrom(ctx) != m || HostMeterFrom(context.Background()) != nil {
+		t.Fatal("the meter does not travel in the context")
+	}
+}
