@@ -28,6 +28,8 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/internal/logwriter"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -88,7 +90,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// one gets the default action and ends the process at once.
 	context.AfterFunc(ctx, stop)
 
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, os.Getenv("BRIDGE_LOG_LEVEL"))}
+	// Log records go through a bounded queue: a client that pipes stderr
+	// and never reads it must not stall the bridge (records past the bound
+	// are dropped and counted). What a command prints itself on stderr is
+	// written directly.
+	logs := logwriter.New(stderr, maxQueuedLogBytes)
+	defer logs.Close(time.Second)
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, logs, os.Getenv("BRIDGE_LOG_LEVEL"))}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printUsage(stdout)
 		if len(args) == 0 {
@@ -135,15 +143,18 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "\nLogs go to stderr; set BRIDGE_LOG_LEVEL=debug|info|warn|error (default warn).")
 }
 
-// newLogger logs to stderr: readable on a terminal, JSON lines otherwise.
-func newLogger(w io.Writer, level string) zerolog.Logger {
+// maxQueuedLogBytes bounds the log records waiting for stderr.
+const maxQueuedLogBytes = 1 << 20
+
+// newLogger logs to w through q: readable on a terminal, JSON lines otherwise.
+func newLogger(w io.Writer, q io.Writer, level string) zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
 	if err != nil || level == "" {
 		lvl = zerolog.WarnLevel
 	}
-	out := w
+	out := q
 	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
-		out = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		out = zerolog.ConsoleWriter{Out: q, TimeFormat: time.TimeOnly}
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().Logger()
 }

@@ -37,6 +37,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	var uf upstreamFlags
 	uf.register(fs, true)
 	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nit is reloaded when it changes and on SIGHUP; with a policy, the sandbox flags are refused")
+	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds) and /debug/pprof/NAME at `ADDR`, loopback only")
 	if err := parseFlags(fs, args); err != nil {
 		return exitUsage, err
 	}
@@ -61,6 +62,11 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	log := e.log
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
 		log = log.Level(zerolog.InfoLevel)
+	}
+	if *debugAddr != "" {
+		if _, err := serveDebug(ctx, *debugAddr, log); err != nil {
+			return exitUsage, usagef("%v", err)
+		}
 	}
 
 	// The policy: the file's, or the defaults with the flags above.
