@@ -127,6 +127,8 @@ type Executor struct {
 	exitGrace, killWait, writeTimeout time.Duration
 	// pending counts the answers of all runs that wait to be written.
 	pending *byteBudget
+	// removals retries the removals that failed.
+	removals *removals
 }
 
 // NewExecutor checks the engine once and prepares the run root.
@@ -153,7 +155,7 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	}
 	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger, dirPrefix: "run-",
 		exitGrace: exitGraceDefault, killWait: killWaitDefault, writeTimeout: writeTimeoutDefault,
-		pending: &byteBudget{limit: maxBridgePendingBytes}}
+		pending: &byteBudget{limit: maxBridgePendingBytes}, removals: newRemovals(rt, opts.Logger)}
 	pid := os.Getpid()
 	if e.owner = processOwner(pid); e.owner != "" {
 		e.dirPrefix = fmt.Sprintf("run-%d.%s-", pid, processStart(pid))
@@ -427,16 +429,32 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 const exitGraceDefault = 5 * time.Second
 
 // remove force-removes a container (by id or name) with a context that
-// outlives the run's, and logs a failure.
+// outlives the run's. A failure is logged and the removal retried in the
+// background until it succeeds (see removals).
 func (e *Executor) remove(ctx context.Context, idOrName string, log zerolog.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := e.rt.Remove(rctx, idOrName)
 	if err != nil {
-		log.Error().Err(err).Str("container", idOrName).Msg("removing container")
+		log.Error().Err(err).Str("container", idOrName).Msg("removing container; retrying in the background")
+		e.removals.add(idOrName)
 	}
 	return err
 }
+
+// Close stops the background retries of failed removals after one last
+// attempt within ctx, and reports the containers it could not remove (a
+// later bridge's start removes them). Runs must not be started after Close.
+func (e *Executor) Close(ctx context.Context) error {
+	if left := e.removals.close(ctx); len(left) > 0 {
+		return fmt.Errorf("%d container(s) could not be removed (the next start of the bridge removes them): %s", len(left), strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// PendingRemovals returns the containers whose removal failed and is being
+// retried.
+func (e *Executor) PendingRemovals() []string { return e.removals.pending() }
 
 // dropUnenforced clears the limits the engine cannot enforce from spec and
 // names them.

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +34,9 @@ type fakeRuntime struct {
 	createSlow bool
 	killErr    error
 	waitErr    error
-	behave     func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState
+	// removeFails is how many Remove calls fail before one succeeds.
+	removeFails atomic.Int64
+	behave      func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState
 
 	mu         sync.Mutex
 	containers map[string]*fakeContainer
@@ -153,6 +156,10 @@ func (f *fakeRuntime) Kill(_ context.Context, id string) error {
 }
 
 func (f *fakeRuntime) Remove(ctx context.Context, idOrName string) error {
+	if f.removeFails.Load() > 0 {
+		f.removeFails.Add(-1)
+		return errors.New("engine unreachable")
+	}
 	id, c, err := f.lookup(idOrName)
 	if err != nil {
 		return nil
@@ -757,4 +764,39 @@ func TestEngineFailuresAreBounded(t *testing.T) {
 			t.Fatalf("err = %v, created %d", err, rt.created)
 		}
 	})
+}
+
+// A container whose removal fails is removed in the background once the
+// engine answers again, and Close reports what is still left.
+func TestFailedRemovalIsRetried(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	rt.removeFails.Store(3)
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	ex.removals.first, ex.removals.most = 20*time.Millisecond, 50*time.Millisecond
+	_, err := ex.Run(context.Background(), Request{Code: "print(1)", Limits: testLimits()})
+	if err == nil || !strings.Contains(err.Error(), "removing container") {
+		t.Fatalf("a failed removal must be reported: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(ex.PendingRemovals()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still pending: %v", ex.PendingRemovals())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := ex.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	rt2 := newFake(pythonRunner(t))
+	rt2.removeFails.Store(1 << 30)
+	ex2 := newTestExecutor(t, rt2, ExecutorOptions{})
+	_, _ = ex2.Run(context.Background(), Request{Code: "print(1)", Limits: testLimits()})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := ex2.Close(ctx); err == nil || !strings.Contains(err.Error(), "could not be removed") {
+		t.Fatalf("Close with a removal that keeps failing: %v", err)
+	}
+	rt2.removeFails.Store(0)
+	_ = rt2.Remove(context.Background(), ex2.PendingRemovals()[0]) // for the cleanup check
 }

@@ -129,6 +129,14 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitBridge, err
 	}
+	defer func() {
+		// A removal that failed gets a last try before the bridge ends.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := ex.Close(cctx); err != nil {
+			e.log.Warn().Err(err).Msg("")
+		}
+	}()
 	runID := sandbox.NewRunID()
 	run := store.Begin(runID)
 	defer store.End(runID)

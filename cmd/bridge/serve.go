@@ -106,7 +106,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	// initialize at once even where no engine runs, and a call then says
 	// what is wrong.
 	eng := &lazyEngine{name: pol.Sandbox.Engine, image: runnerImage, allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, log: log}
-	defer eng.close()
+	defer eng.close(2 * time.Second)
 	srv, err := bridge.New(bridge.Options{
 		NewRunner:     eng.runner,
 		Limits:        limits,
@@ -192,6 +192,7 @@ type lazyEngine struct {
 
 	mu sync.Mutex
 	rt sandbox.Runtime
+	ex *sandbox.Executor
 }
 
 func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
@@ -212,16 +213,35 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 	}
 	l.mu.Lock()
 	if l.rt != nil {
-		l.rt.Close() // the engine it came from went away
+		// The engine it came from went away. Its failed removals go on
+		// being retried for a while before its client is closed.
+		oldRt, oldEx := l.rt, l.ex
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := oldEx.Close(ctx); err != nil {
+				l.log.Warn().Err(err).Msg("closing the previous engine connection")
+			}
+			oldRt.Close()
+		}()
 	}
-	l.rt = rt
+	l.rt, l.ex = rt, ex
 	l.mu.Unlock()
 	return ex, nil
 }
 
-func (l *lazyEngine) close() {
+// close gives failed removals one last try within timeout and closes the
+// engine's client.
+func (l *lazyEngine) close(timeout time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.ex != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := l.ex.Close(ctx); err != nil {
+			l.log.Warn().Err(err).Msg("at shutdown")
+		}
+	}
 	if l.rt != nil {
 		l.rt.Close()
 	}
