@@ -1,7 +1,7 @@
 # bridge: build, test, benchmark and demo.
 #
 #   make test    THE test command (CI runs it through .ci/run): setup, image,
-#                lint, unit, integration, in that order
+#                lint, unit, fuzz (briefly), integration, in that order
 #   make demo    setup, image, then `bridge doctor` and examples/hello.py
 #   make help    every target
 #
@@ -37,6 +37,7 @@ RACE ?= $(if $(shell command -v gcc 2>/dev/null),-race)
 STATICCHECK_VERSION := v0.8.2
 INTEGRATION_TIMEOUT ?= 30m
 FUZZTIME ?= 30s
+TEST_FUZZTIME ?= 10s
 # Test name pattern for the rootless run (empty: all; the suite then tests
 # only the rootless Podman engine, see integration/main_test.go).
 ROOTLESS_RUN ?=
@@ -60,7 +61,7 @@ help:
 	@echo "  integration  end-to-end tests on docker and podman, then as the rootless user"
 	@echo "               (integration-rootful, integration-rootless; ROOTLESS_RUN=PATTERN)"
 	@echo "  bench        benchmarks, integration ones included (runs setup and image)"
-	@echo "  fuzz         fuzz the relay decoder for $(FUZZTIME)"
+	@echo "  fuzz         every fuzz target for $(FUZZTIME) each (make test: $(TEST_FUZZTIME))"
 	@echo "  demo         setup, image, bridge doctor, bridge run examples/hello.py"
 	@echo "  clean        remove $(BIN)/ and the rootless stage"
 
@@ -140,10 +141,11 @@ integration-rootless: build need-env
 # In CI (CI=true) the daemons setup.sh started are stopped on exit, pass or
 # fail; on a developer machine they stay up for the next run.
 test:
-	$(call banner,test: setup$(comma) image$(comma) lint$(comma) unit$(comma) integration$(if $(filter true,$(CI)),; teardown on exit (CI=true)))
+	$(call banner,test: setup$(comma) image$(comma) lint$(comma) unit$(comma) fuzz ($(TEST_FUZZTIME) a target)$(comma) integration$(if $(filter true,$(CI)),; teardown on exit (CI=true)))
 	@if [ "$${CI:-}" = true ] && [ -z "$(DRYRUN)" ]; then trap 'bash $(ENVDIR)/teardown.sh' EXIT; fi; \
-	for step in setup image lint unit integration; do \
-		$(MAKE) --no-print-directory $$step; \
+	for step in setup image lint unit fuzz integration; do \
+		extra=; if [ $$step = fuzz ]; then extra=FUZZTIME=$(TEST_FUZZTIME); fi; \
+		$(MAKE) --no-print-directory $$step $$extra; \
 	done; \
 	printf '\n==> test: all steps passed\n'
 
@@ -165,10 +167,18 @@ bench:
 	$(call banner,bench: go test -bench . -benchmem ./...)
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchmem -timeout $(INTEGRATION_TIMEOUT) ./...
 
+# Every fuzz target, as PACKAGE:TARGET. Their seed corpora live in each
+# package's testdata/fuzz/TARGET (and in f.Add calls); `make test` fuzzes
+# each for TEST_FUZZTIME, `make fuzz` for FUZZTIME.
+FUZZ_TARGETS := ./sandbox/relay:FuzzDecode ./policy:FuzzParse ./policy:FuzzGlob ./proxy:FuzzServersConfig
+
 fuzz:
-	$(call banner,fuzz: FuzzDecode in ./sandbox/relay and FuzzParse in ./policy$(comma) $(FUZZTIME) each)
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./sandbox/relay
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./policy
+	$(call banner,fuzz: $(words $(FUZZ_TARGETS)) targets$(comma) $(FUZZTIME) each)
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "$(GO) test -run '^$$' -fuzz '^'$$name'$$' -fuzztime $(FUZZTIME) $$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
+	done
 
 clean:
 	$(call banner,clean)
