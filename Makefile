@@ -48,7 +48,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build image unit integration integration-rootful integration-rootless test demo lint bench fuzz clean need-env
+.PHONY: help setup build image unit integration integration-rootful integration-rootless test demo lint bench fuzz soak clean need-env
 
 help:
 	@echo "Targets:"
@@ -62,6 +62,7 @@ help:
 	@echo "               (integration-rootful, integration-rootless; ROOTLESS_RUN=PATTERN)"
 	@echo "  bench        benchmarks, integration ones included (runs setup and image)"
 	@echo "  fuzz         every fuzz target for $(FUZZTIME) each (make test: $(TEST_FUZZTIME))"
+	@echo "  soak         500 sequential and 200 8-way runs through bridge serve, each engine"
 	@echo "  demo         setup, image, bridge doctor, bridge run examples/hello.py"
 	@echo "  clean        remove $(BIN)/ and the rootless stage"
 
@@ -179,6 +180,11 @@ fuzz:
 		echo "$(GO) test -run '^$$' -fuzz '^'$$name'$$' -fuzztime $(FUZZTIME) $$pkg"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
 	done
+
+# The full soak (make test runs a short one within the integration suite).
+soak: build need-env
+	$(call banner,soak: 500 sequential and 200 8-way runs with tool calls through bridge serve$(comma) rootful engines)
+	. $(ENV_FILE) && BRIDGE_SOAK=full $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) -run '^TestSoak$$' ./integration/
 
 clean:
 	$(call banner,clean)

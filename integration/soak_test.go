@@ -1,0 +1,218 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// soakProcess is what /debug/stats of `bridge serve --debug-addr` reports.
+type soakProcess struct {
+	Goroutines int   `json:"goroutines"`
+	HeapAlloc  int64 `json:"heap_alloc_bytes"`
+	RSS        int64 `json:"rss_bytes"`
+	OpenFDs    int   `json:"open_fds"`
+}
+
+func soakFreeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func soakReadStats(t *testing.T, addr string) soakProcess {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/stats")
+	if err != nil {
+		t.Fatalf("reading the bridge's stats: %v", err)
+	}
+	defer resp.Body.Close()
+	var s soakProcess
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// soakSize is the short soak CI runs, or with BRIDGE_SOAK=full (make soak)
+// the full one: sequential runs, then runs at 8-way concurrency.
+func soakSize() (sequential, concurrent int) {
+	switch {
+	case os.Getenv("BRIDGE_SOAK") == "full":
+		return 500, 200
+	case rootless():
+		return 20, 16 // a rootless container costs ~2 s (vfs storage)
+	}
+	return 40, 40
+}
+
+// TestSoak runs many calls of run_python through one `bridge serve`, each
+// making tool calls to an upstream, and checks that none fails and that
+// nothing is left behind or keeps growing: containers, run directories,
+// goroutines, open files, memory.
+func TestSoak(t *testing.T) {
+	seq, conc := soakSize()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cfg := filepath.Join(t.TempDir(), "servers.json")
+		writeServers(t, cfg, map[string]any{
+			"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
+		})
+		addr := soakFreeAddr(t)
+		cs, pid, _ := connectStdioArgs(t, e, nil, "--servers-config", cfg, "--debug-addr", addr,
+			"--max-concurrent", "8", "--queue", "16")
+		// Each run: a query, three tool calls (one concurrent pair), output.
+		code := func(i int) string {
+			return fmt.Sprintf(`import asyncio, mcp_tools
+assert "misbehave" in [s["name"] for s in mcp_tools.servers()]
+a = mcp_tools.call("misbehave", "echo", message="s%[1]d")
+b, c = await asyncio.gather(mcp_tools.acall("misbehave", "echo", message="x"), mcp_tools.acall("misbehave", "count"))
+print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
+		}
+		ctx := context.Background()
+		call := func(i int) (time.Duration, error) {
+			start := time.Now()
+			res, out := callRunPython(t, ctx, cs, code(i), nil)
+			if res.IsError || out.Status != "ok" || !strings.Contains(out.Stdout, fmt.Sprintf("s%d", i)) {
+				return 0, fmt.Errorf("run %d: status %s, stdout %q, stderr %q, text %q", i, out.Status, out.Stdout, out.Stderr, contentText(res))
+			}
+			return time.Since(start), nil
+		}
+		// Warm up (the upstream starts, the catalog is fetched), then take
+		// the baseline.
+		for i := range 3 {
+			if _, err := call(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		base := soakReadStats(t, addr)
+		peak := base
+		var peakMu sync.Mutex
+		stop := make(chan struct{})
+		var watch sync.WaitGroup
+		watch.Go(func() {
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				resp, err := http.Get("http://" + addr + "/debug/stats")
+				if err != nil {
+					continue
+				}
+				var s soakProcess
+				_ = json.NewDecoder(resp.Body).Decode(&s)
+				resp.Body.Close()
+				peakMu.Lock()
+				peak.RSS, peak.Goroutines, peak.OpenFDs = max(peak.RSS, s.RSS), max(peak.Goroutines, s.Goroutines), max(peak.OpenFDs, s.OpenFDs)
+				peak.HeapAlloc = max(peak.HeapAlloc, s.HeapAlloc)
+				peakMu.Unlock()
+			}
+		})
+
+		var durs []time.Duration
+		start := time.Now()
+		for i := range seq {
+			d, err := call(100 + i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			durs = append(durs, d)
+		}
+		seqTook := time.Since(start)
+
+		start = time.Now()
+		var mu sync.Mutex
+		var errs []error
+		var cdurs []time.Duration
+		sem := make(chan struct{}, 8)
+		var wg sync.WaitGroup
+		for i := range conc {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				d, err := call(10000 + i)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				cdurs = append(cdurs, d)
+			})
+		}
+		wg.Wait()
+		concTook := time.Since(start)
+		close(stop)
+		watch.Wait()
+		if len(errs) > 0 {
+			t.Fatalf("%d of %d concurrent runs failed; first: %v", len(errs), conc, errs[0])
+		}
+
+		// Nothing left behind: containers of this bridge, its run directories.
+		cs2, err := e.rt.List(ctx, map[string]string{sandbox.LabelManaged: "true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs2) != 0 {
+			t.Fatalf("%d containers left after the soak: %v", len(cs2), cs2)
+		}
+		root := sandbox.DefaultRunRoot()
+		if ents, err := os.ReadDir(root); err == nil {
+			for _, d := range ents {
+				if strings.HasPrefix(d.Name(), fmt.Sprintf("run-%d.", pid)) {
+					t.Errorf("run directory left: %s", filepath.Join(root, d.Name()))
+				}
+			}
+		}
+		// Back to the baseline: goroutines and fds exactly (give the last
+		// removals a moment), RSS within a margin (Go returns memory to the
+		// OS lazily; growth per run would show as far more than this).
+		var end soakProcess
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			end = soakReadStats(t, addr)
+			if end.Goroutines <= base.Goroutines+2 && end.OpenFDs <= base.OpenFDs+2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the soak: %d goroutines (%d before), %d open fds (%d before)",
+					end.Goroutines, base.Goroutines, end.OpenFDs, base.OpenFDs)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		const rssMargin = 40 << 20
+		if end.RSS > base.RSS+rssMargin {
+			t.Errorf("RSS grew from %d MiB to %d MiB over the soak", base.RSS>>20, end.RSS>>20)
+		}
+		slices.Sort(durs)
+		slices.Sort(cdurs)
+		pct := func(d []time.Duration, p float64) time.Duration { return d[int(float64(len(d)-1)*p)].Round(time.Millisecond) }
+		t.Logf("soak %s: %d sequential runs in %s (p50 %s, p95 %s); %d at 8-way in %s (%.1f runs/s, p50 %s, p95 %s); 4 tool requests each; 0 errors, 0 containers or run dirs left",
+			e.name, seq, seqTook.Round(time.Millisecond), pct(durs, 0.5), pct(durs, 0.95),
+			conc, concTook.Round(time.Millisecond), float64(conc)/concTook.Seconds(), pct(cdurs, 0.5), pct(cdurs, 0.95))
+		t.Logf("soak %s: bridge RSS %d MiB before, %d MiB peak, %d MiB after; goroutines %d / %d / %d; open fds %d / %d / %d; heap %d / %d / %d MiB",
+			e.name, base.RSS>>20, peak.RSS>>20, end.RSS>>20, base.Goroutines, peak.Goroutines, end.Goroutines,
+			base.OpenFDs, peak.OpenFDs, end.OpenFDs, base.HeapAlloc>>20, peak.HeapAlloc>>20, end.HeapAlloc>>20)
+	})
+}
