@@ -63,8 +63,11 @@ func (c *runnerConn) send(r relay.ToolResult) error {
 
 // serve reads the runner's frames until the connection ends, answering tool
 // calls concurrently (at most maxToolCalls at once). It closes exitSeen when
-// the exit message arrives; anything after it is a protocol error.
-func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
+// the exit message arrives; anything after it is a protocol error. Each
+// call's ctx has the run's deadline: no call outlives the run, and the
+// ToolHandler knows how long the run may still call (a remote MCP proxy
+// keeps the run's call budget that long).
+func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
 	// Calls still in flight when the runner is gone are cancelled and
 	// awaited, so none outlives the run.
 	var calls sync.WaitGroup
@@ -117,7 +120,9 @@ func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *
 			calls.Add(1)
 			go func() {
 				defer calls.Done()
-				r := answer(ctx)
+				cctx, cancel := context.WithDeadline(ctx, deadline)
+				r := answer(cctx)
+				cancel()
 				r.ID = id
 				mu.Lock()
 				delete(inFlight, id)
