@@ -44,6 +44,7 @@ type Store struct {
 	now       func() time.Time // the clock: time.Now, but in tests
 
 	audit *Auditor
+	unrun tally // the decisions of calls with no run (Record)
 }
 
 // NewStore returns a Store with p in force. path, if not empty, is the file
@@ -73,8 +74,19 @@ func (s *Store) Validate(f func(*Policy) error) {
 	s.validate = f
 }
 
-// Close closes the audit file, if any.
+// Close writes the summaries of the decisions counted but not written yet
+// (see Record), of every run, and closes the audit file, if any.
 func (s *Store) Close() error {
+	s.runsMu.Lock()
+	runs := make([]*Run, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.runsMu.Unlock()
+	for _, r := range runs {
+		s.audit.summarize(r, true)
+	}
+	s.audit.summaries("", s.unrun.take(true))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.audit.Close()
@@ -272,6 +284,7 @@ type Run struct {
 	calls atomic.Int64
 	local bool  // begun by this process (Begin): ended by End, never swept
 	until int64 // remote runs: unix nanos after which the Store forgets the run; guarded by Store.runsMu
+	tally tally // its audit records (Store.Record)
 }
 
 // Calls is how many tool calls the run has made (or tried).
@@ -298,22 +311,31 @@ func (r *Run) TakeCall() bool {
 func (s *Store) Begin(runID string) *Run {
 	r := &Run{ID: runID, Snap: s.Current(), local: true}
 	s.runsMu.Lock()
-	defer s.runsMu.Unlock()
-	if old := s.runs[runID]; old != nil && !old.local {
+	old := s.runs[runID]
+	if old != nil && !old.local {
 		s.remote--
 	}
 	s.runs[runID] = r
+	s.runsMu.Unlock()
+	if old != nil {
+		s.audit.summarize(old, true)
+	}
 	return r
 }
 
-// End forgets the run.
+// End forgets the run, after writing the summaries of its decisions that
+// were counted but not written, if Auditor.RunEnd has not.
 func (s *Store) End(runID string) {
 	s.runsMu.Lock()
-	defer s.runsMu.Unlock()
-	if r := s.runs[runID]; r != nil && !r.local {
+	r := s.runs[runID]
+	if r != nil && !r.local {
 		s.remote--
 	}
 	delete(s.runs, runID)
+	s.runsMu.Unlock()
+	if r != nil {
+		s.audit.summarize(r, true)
+	}
 }
 
 // Run is the run this Store tracks as runID, or nil.
@@ -339,25 +361,47 @@ func (s *Store) Run(runID string) *Run {
 //
 // The error, a *RunRefused, says why; nothing is allocated then.
 func (s *Store) Remote(runID string, deadline time.Time) (*Run, error) {
+	r, gone, err := s.remote1(runID, deadline)
+	for _, g := range gone {
+		s.audit.summarize(g, true)
+	}
+	return r, err
+}
+
+// remote1 is Remote but for the summaries of the runs it forgot (gone),
+// which are written without runsMu held.
+func (s *Store) remote1(runID string, deadline time.Time) (r *Run, gone []*Run, err error) {
 	if !ValidRunID(runID) {
 		got := fmt.Sprintf("%d bytes", len(runID))
 		if len(runID) <= MaxRunIDLen {
 			got = fmt.Sprintf("%q", runID)
 		}
-		return nil, &RunRefused{Rule: RuleRunID, Invalid: true, msg: fmt.Sprintf(
+		return nil, nil, &RunRefused{Rule: RuleRunID, Invalid: true, msg: fmt.Sprintf(
 			"invalid run id (%s): a run id is 1 to %d lower-case letters and digits; the bridge sends the id of the run it made", got, MaxRunIDLen)}
 	}
 	now := s.now()
 	s.runsMu.Lock()
 	defer s.runsMu.Unlock()
-	r := s.runs[runID]
+	r = s.runs[runID]
 	if r != nil && r.local {
-		return r, nil
+		return r, nil, nil
+	}
+	// Every call may sweep (at most every sweepEvery), not only a new run's:
+	// the summaries of the runs forgotten are written soon after their end.
+	gone = s.sweep(now, false)
+	if r != nil && now.UnixNano() > r.until {
+		// A call after the run's end: forget the run (if the sweep has not).
+		if s.runs[runID] == r {
+			delete(s.runs, runID)
+			s.remote--
+			gone = append(gone, r)
+		}
+		r = nil
 	}
 	until := now.Add(MaxRunLife).UnixNano()
 	if !deadline.IsZero() {
 		if left := deadline.Sub(now); left > MaxRunLife {
-			return nil, &RunRefused{Rule: RuleRunLife, msg: fmt.Sprintf(
+			return nil, gone, &RunRefused{Rule: RuleRunLife, msg: fmt.Sprintf(
 				"this run may last another %s, longer than the %s this MCP proxy keeps a run's call budget: "+
 					"give the bridge a --max-timeout (sandbox.max_timeout) of at most %s",
 				left.Round(time.Second), FormatDuration(MaxRunLife), FormatDuration(MaxRunLife))}
@@ -366,21 +410,20 @@ func (s *Store) Remote(runID string, deadline time.Time) (*Run, error) {
 	}
 	if r == nil {
 		if s.remote >= MaxRemoteRuns {
-			s.sweep(now, true)
+			gone = append(gone, s.sweep(now, true)...)
 		}
 		if s.remote >= MaxRemoteRuns {
-			return nil, &RunRefused{Rule: RuleRuns, msg: fmt.Sprintf(
+			return nil, gone, &RunRefused{Rule: RuleRuns, msg: fmt.Sprintf(
 				"too many runs in flight on this MCP proxy: it keeps the call budgets of at most %d runs that may still be live, "+
 					"and forgets none before its end; try again when some have ended, or give some bridges a proxy of their own", MaxRemoteRuns)}
 		}
-		s.sweep(now, false)
 		r = &Run{ID: runID, Snap: s.Current()}
 		s.runs[runID] = r
 		s.remote++
 	}
 	// Never earlier than it was: a later call cannot shorten the run's life.
 	r.until = max(r.until, until)
-	return r, nil
+	return r, gone, nil
 }
 
 // ValidRunID says whether id is a run id as the bridge makes them: 1 to
@@ -397,23 +440,26 @@ func ValidRunID(id string) bool {
 	return true
 }
 
-// sweep forgets the remote runs past their time. Called with runsMu held;
-// does the work at most every sweepEvery, or sweepIfFull when full is set
-// (a full Store looks harder, but a refused caller in a loop must not make
-// it walk every run on every call).
-func (s *Store) sweep(now time.Time, full bool) {
+// sweep forgets the remote runs past their time, and returns them (their
+// audit summaries are still to write). Called with runsMu held; does the
+// work at most every sweepEvery, or sweepIfFull when full is set (a full
+// Store looks harder, but a refused caller in a loop must not make it walk
+// every run on every call).
+func (s *Store) sweep(now time.Time, full bool) (gone []*Run) {
 	every := sweepEvery
 	if full {
 		every = sweepIfFull
 	}
 	if now.Sub(s.lastSweep) < every {
-		return
+		return nil
 	}
 	s.lastSweep = now
 	for id, r := range s.runs {
 		if !r.local && now.UnixNano() > r.until {
 			delete(s.runs, id)
 			s.remote--
+			gone = append(gone, r)
 		}
 	}
+	return gone
 }

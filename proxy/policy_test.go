@@ -319,3 +319,59 @@ func TestRunTimeLeftMeta(t *testing.T) {
 		}
 	}
 }
+
+// Code looping on a refused call writes a bounded number of audit records,
+// and the summary counts the rest exactly: for a run of this process
+// (summarized at its end) and for a remote bridge's (when the proxy lets
+// it go).
+func TestPolicyAuditOfARefusalLoop(t *testing.T) {
+	c, store, _, audit := policyProxy(t, `
+version: 1
+tools:
+  rules:
+    - tool: crash
+      action: deny
+budgets:
+  max_calls_per_run: 3
+audit:
+  file: AUDIT
+`)
+	const n = 300
+	run := store.Begin("local1")
+	for range n {
+		_, _ = callRun(t, c, "local1", "echo", `{"message":"x"}`)
+		_, _ = callRun(t, c, "remote1", "crash", `{}`)
+	}
+	store.Audit().RunEnd(run, "ok", 0, time.Second)
+	store.End("local1")
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	type count struct{ lines, calls int }
+	got := map[string]count{}
+	for _, l := range auditLines(t, audit) {
+		id, _ := l["run_id"].(string)
+		c := got[id]
+		switch l["event"] {
+		case "tool_call":
+			c.lines++
+			c.calls++
+		case "tool_call_summary":
+			c.lines++
+			r, _ := l["repeated"].(float64)
+			c.calls += int(r)
+			if l["rule"] != "budgets.max_calls_per_run" {
+				t.Errorf("summary %v", l)
+			}
+		case "run_end":
+			if l["tool_calls_summarized"] != float64(n-3-policy.AuditRepeats) {
+				t.Errorf("run_end %v", l)
+			}
+		}
+		got[id] = c
+	}
+	want := count{lines: 3 + policy.AuditRepeats + 1, calls: n}
+	if got["local1"] != want || got["remote1"] != want {
+		t.Fatalf("records and calls per run: %v, want %v each", got, want)
+	}
+}

@@ -398,7 +398,9 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // callTool applies the policy to one call and, if it passes, forwards it
 // to the upstream: the decision (the tool's rule), the argument size, the
 // run's call budget, the rate limits, then the call with the policy's
-// timeout, then the result size. Each call gets one audit record.
+// timeout, then the result size. Each decision is audited (Store.Record:
+// one record each, or, for refusals repeated past its bounds, counted in a
+// summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
 	runID, _ := req.Params.Meta[MetaRunID].(string)
 	start := time.Now()
@@ -407,18 +409,18 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 	var (
 		timeout   time.Duration
 		maxResult int64
-		audit     *policy.Auditor
+		record    = func() {}
 	)
 	if store := p.opts.Policy; store != nil {
-		audit = store.Audit()
+		var run *policy.Run
+		record = func() { store.Record(run, rec) }
 		refuse := func(kind, rule, msg string) *mcp.CallToolResult {
 			rec.Rule, rec.Duration = rule, time.Since(start)
-			audit.Call(rec)
+			record()
 			p.log.Debug().Str("run_id", rec.RunID).Str("server", server).Str("tool", tool).Str("rule", rule).Msg("proxy: call refused")
 			return ErrorResult(&Error{Kind: kind, Message: msg})
 		}
 		snap := store.Current()
-		var run *policy.Run
 		if runID != "" {
 			var err error
 			if run, err = store.Remote(runID, runDeadline(req.Params.Meta, start)); err != nil {
@@ -496,15 +498,11 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 		if errors.As(err, &pe) {
 			rec.Error = pe.Kind
 		}
-		if audit != nil {
-			audit.Call(rec)
-		}
+		record()
 		ev.Err(err).Msg("proxy: call failed")
 		return ErrorResult(err)
 	}
-	if audit != nil {
-		audit.Call(rec)
-	}
+	record()
 	ev.Bool("is_error", res.IsError).Msg("proxy: call")
 	return res
 }
