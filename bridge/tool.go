@@ -178,7 +178,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 			if status == "" {
 				status = statusUnavailable
 			}
-			audit.RunEnd(runID, status, res.ExitCode, time.Since(start), s.opts.Policy.Run(runID).Calls())
+			audit.RunEnd(s.opts.Policy.Run(runID), status, res.ExitCode, time.Since(start))
 		}()
 	}
 	res, err = runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, OnOutput: prog.output})

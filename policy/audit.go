@@ -11,8 +11,10 @@ import (
 )
 
 // Auditor writes one JSON line per tool-call decision and per run start and
-// end, to a file or to the bridge's log. It never writes argument values,
-// results or secrets: names, sizes, durations and the rule that decided.
+// end, to a file or to the bridge's log; past the bounds of Store.Record,
+// decisions are counted and summarized instead. It never writes argument
+// values, results or secrets: names, sizes, durations and the rule that
+// decided.
 //
 // Where it writes can change under it (Open, on a reload or SIGHUP): a
 // record being written finishes in the old place, the next one goes to the
@@ -131,10 +133,40 @@ func (a *Auditor) RunStart(runID string, gen int, s Sandbox, timeout time.Durati
 		Int64("tmpfs_size", s.TmpfsSize).Int64("output_limit", s.OutputLimit).Send()
 }
 
-// RunEnd records how a run ended.
-func (a *Auditor) RunEnd(runID, status string, exitCode int, d time.Duration, calls int64) {
+// RunEnd records how run r ended: first the summaries of its decisions that
+// were counted rather than written (see Store.Record), then the run_end
+// record, which says how many there were (tool_calls_summarized).
+func (a *Auditor) RunEnd(r *Run, status string, exitCode int, d time.Duration) {
+	a.summarize(r, true)
+	r.tally.mu.Lock()
+	summarized := r.tally.summarized
+	r.tally.mu.Unlock()
 	ev, done := a.event()
 	defer done()
-	ev.Str("event", "run_end").Str("run_id", runID).Str("status", status).Int("exit_code", exitCode).
-		Float64("duration_ms", float64(d.Microseconds())/1000).Int64("tool_calls", calls).Send()
+	ev.Str("event", "run_end").Str("run_id", r.ID).Str("status", status).Int("exit_code", exitCode).
+		Float64("duration_ms", float64(d.Microseconds())/1000).Int64("tool_calls", r.Calls()).
+		Int64("tool_calls_summarized", summarized).Send()
+}
+
+// summaries writes one tool_call_summary record per kind: how many of its
+// decisions were counted, not written one by one.
+func (a *Auditor) summaries(runID string, kinds []tallyKind) {
+	for _, k := range kinds {
+		decision := "deny"
+		if k.allowed {
+			decision = "allow"
+		}
+		server, tool, rule := k.server, k.tool, k.rule
+		if k.other {
+			server, tool, decision, rule = "*", "*", "*", "*"
+		}
+		ev, done := a.event()
+		ev = ev.Str("event", "tool_call_summary").Str("run_id", runID).Str("server", server).Str("tool", tool).
+			Str("decision", decision).Str("rule", rule)
+		if k.error != "" && !k.other {
+			ev = ev.Str("error", k.error)
+		}
+		ev.Int64("repeated", k.repeated).Send()
+		done()
+	}
 }

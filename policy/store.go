@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -37,16 +38,19 @@ type Store struct {
 	validate func(*Policy) error
 
 	runsMu    sync.Mutex
-	runs      map[string]*Run
+	runs      map[string]*Run // local (Begin) and remote (Remote) runs
+	remote    int             // how many of runs are remote
 	lastSweep time.Time
+	now       func() time.Time // the clock: time.Now, but in tests
 
 	audit *Auditor
+	unrun tally // the decisions of calls with no run (Record)
 }
 
 // NewStore returns a Store with p in force. path, if not empty, is the file
 // p was read from (by Load), which Reload and Watch read again.
 func NewStore(p *Policy, path string, log zerolog.Logger) (*Store, error) {
-	s := &Store{path: path, log: log, runs: map[string]*Run{}, sum: p.sum}
+	s := &Store{path: path, log: log, runs: map[string]*Run{}, sum: p.sum, now: time.Now}
 	a, err := OpenAuditor(p.Audit, log)
 	if err != nil {
 		return nil, err
@@ -70,8 +74,19 @@ func (s *Store) Validate(f func(*Policy) error) {
 	s.validate = f
 }
 
-// Close closes the audit file, if any.
+// Close writes the summaries of the decisions counted but not written yet
+// (see Record), of every run, and closes the audit file, if any.
 func (s *Store) Close() error {
+	s.runsMu.Lock()
+	runs := make([]*Run, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.runsMu.Unlock()
+	for _, r := range runs {
+		s.audit.summarize(r, true)
+	}
+	s.audit.summaries("", s.unrun.take(true))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.audit.Close()
@@ -214,14 +229,62 @@ func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// Bounds of the runs a Store tracks for other processes (Remote): the
+// bridges that use this process as their MCP proxy over HTTP.
+const (
+	// MaxRemoteRuns is how many runs of other processes a Store tracks at
+	// once. A new run past it is refused (RunRefused) rather than a live one
+	// forgotten: forgetting a run would hand it a fresh call budget.
+	MaxRemoteRuns = 10_000
+	// MaxRunLife is the longest a Store keeps a remote run: a run that says
+	// it has more time left than this is refused, and a run that does not
+	// say is kept this long after its last call.
+	MaxRunLife = 24 * time.Hour
+	// RunGrace is how long a remote run is kept past the deadline its bridge
+	// gave: time for the bridge to kill the container, and for the time
+	// left it sent to reach this process.
+	RunGrace = time.Minute
+	// MaxRunIDLen is the longest run id a Store accepts from another
+	// process; ids are lower-case letters and digits (the bridge makes 12
+	// hex digits).
+	MaxRunIDLen = 32
+)
+
+// Rule names of the refusals of Remote, as audit records name them.
+const (
+	RuleRunID   = "proxy.run_id"       // the run id is not one the bridge makes
+	RuleRuns    = "proxy.max_runs"     // MaxRemoteRuns runs are in flight
+	RuleRunLife = "proxy.max_run_life" // the run says it lasts longer than MaxRunLife
+)
+
+// How often a Store looks for remote runs to forget: when a new one comes,
+// at most every sweepEvery, or every sweepIfFull when it is full.
+const (
+	sweepEvery  = 10 * time.Second
+	sweepIfFull = time.Second
+)
+
+// RunRefused is why a Store will not track a run (Remote). Nothing was
+// allocated for the run.
+type RunRefused struct {
+	// Rule names the bound: RuleRunID, RuleRuns or RuleRunLife.
+	Rule string
+	// Invalid is set when the run id itself is wrong, not a limit reached.
+	Invalid bool
+	msg     string
+}
+
+func (e *RunRefused) Error() string { return e.msg }
+
 // Run is one run's view of the policy: the snapshot it started with and
 // its tool-call budget.
 type Run struct {
 	ID    string
 	Snap  *Snapshot
 	calls atomic.Int64
-	seen  atomic.Int64 // unix nanos of the last use
-	local bool         // begun by this process (Begin): ended by End, never swept
+	local bool  // begun by this process (Begin): ended by End, never swept
+	until int64 // remote runs: unix nanos after which the Store forgets the run; guarded by Store.runsMu
+	tally tally // its audit records (Store.Record)
 }
 
 // Calls is how many tool calls the run has made (or tried).
@@ -243,56 +306,160 @@ func (r *Run) TakeCall() bool {
 }
 
 // Begin pins the run to the policy in force now. Runs the bridge starts
-// call it; End releases the run.
+// call it; End releases the run. Local runs are not counted against
+// MaxRemoteRuns: the bridge's run slots (sandbox.max_concurrent) bound them.
 func (s *Store) Begin(runID string) *Run {
 	r := &Run{ID: runID, Snap: s.Current(), local: true}
-	r.seen.Store(time.Now().UnixNano())
 	s.runsMu.Lock()
-	defer s.runsMu.Unlock()
-	s.sweep()
+	old := s.runs[runID]
+	if old != nil && !old.local {
+		s.remote--
+	}
 	s.runs[runID] = r
+	s.runsMu.Unlock()
+	if old != nil {
+		s.audit.summarize(old, true)
+	}
 	return r
 }
 
-// End forgets the run.
+// End forgets the run, after writing the summaries of its decisions that
+// were counted but not written, if Auditor.RunEnd has not.
 func (s *Store) End(runID string) {
 	s.runsMu.Lock()
-	defer s.runsMu.Unlock()
+	r := s.runs[runID]
+	if r != nil && !r.local {
+		s.remote--
+	}
 	delete(s.runs, runID)
+	s.runsMu.Unlock()
+	if r != nil {
+		s.audit.summarize(r, true)
+	}
 }
 
-// Run returns the run's pinned view. A run this Store has not seen (the
-// calls of a bridge that uses this proxy remotely) is pinned now, and
-// forgotten once it has been idle for longer than the longest timeout a
-// run may have.
+// Run is the run this Store tracks as runID, or nil.
 func (s *Store) Run(runID string) *Run {
 	s.runsMu.Lock()
 	defer s.runsMu.Unlock()
-	r := s.runs[runID]
-	if r == nil {
-		s.sweep()
-		r = &Run{ID: runID, Snap: s.Current()}
-		s.runs[runID] = r
-	}
-	r.seen.Store(time.Now().UnixNano())
-	return r
+	return s.runs[runID]
 }
 
-// sweep forgets runs idle for longer than a run may last. Called with
-// runsMu held; does the work at most every 10 s.
-func (s *Store) sweep() {
-	now := time.Now()
-	if now.Sub(s.lastSweep) < 10*time.Second {
-		return
+// Remote returns the run runID of another process (a bridge that uses this
+// one as its MCP proxy: the run began and ends there), pinning it to the
+// policy in force now if this Store does not track it yet. A run begun here
+// (Begin) is returned as it is.
+//
+// deadline is when the run ends, by this process's clock (zero: its bridge
+// did not say). The Store keeps a remote run, and so its spent call budget,
+// until RunGrace after the latest deadline it was given, or MaxRunLife after
+// its last call when it was given none: never while the run may still
+// make calls, whatever this process's own sandbox.max_timeout. So that this
+// holds with bounded memory, a new run is refused when MaxRemoteRuns runs
+// that may still be live are tracked, and a run whose deadline is further
+// than MaxRunLife away is refused.
+//
+// The error, a *RunRefused, says why; nothing is allocated then.
+func (s *Store) Remote(runID string, deadline time.Time) (*Run, error) {
+	r, gone, err := s.remote1(runID, deadline)
+	for _, g := range gone {
+		s.audit.summarize(g, true)
+	}
+	return r, err
+}
+
+// remote1 is Remote but for the summaries of the runs it forgot (gone),
+// which are written without runsMu held.
+func (s *Store) remote1(runID string, deadline time.Time) (r *Run, gone []*Run, err error) {
+	if !ValidRunID(runID) {
+		got := fmt.Sprintf("%d bytes", len(runID))
+		if len(runID) <= MaxRunIDLen {
+			got = fmt.Sprintf("%q", runID)
+		}
+		return nil, nil, &RunRefused{Rule: RuleRunID, Invalid: true, msg: fmt.Sprintf(
+			"invalid run id (%s): a run id is 1 to %d lower-case letters and digits; the bridge sends the id of the run it made", got, MaxRunIDLen)}
+	}
+	now := s.now()
+	s.runsMu.Lock()
+	defer s.runsMu.Unlock()
+	r = s.runs[runID]
+	if r != nil && r.local {
+		return r, nil, nil
+	}
+	// Every call may sweep (at most every sweepEvery), not only a new run's:
+	// the summaries of the runs forgotten are written soon after their end.
+	gone = s.sweep(now, false)
+	if r != nil && now.UnixNano() > r.until {
+		// A call after the run's end: forget the run (if the sweep has not).
+		if s.runs[runID] == r {
+			delete(s.runs, runID)
+			s.remote--
+			gone = append(gone, r)
+		}
+		r = nil
+	}
+	until := now.Add(MaxRunLife).UnixNano()
+	if !deadline.IsZero() {
+		if left := deadline.Sub(now); left > MaxRunLife {
+			return nil, gone, &RunRefused{Rule: RuleRunLife, msg: fmt.Sprintf(
+				"this run may last another %s, longer than the %s this MCP proxy keeps a run's call budget: "+
+					"give the bridge a --max-timeout (sandbox.max_timeout) of at most %s",
+				left.Round(time.Second), FormatDuration(MaxRunLife), FormatDuration(MaxRunLife))}
+		}
+		until = deadline.Add(RunGrace).UnixNano()
+	}
+	if r == nil {
+		if s.remote >= MaxRemoteRuns {
+			gone = append(gone, s.sweep(now, true)...)
+		}
+		if s.remote >= MaxRemoteRuns {
+			return nil, gone, &RunRefused{Rule: RuleRuns, msg: fmt.Sprintf(
+				"too many runs in flight on this MCP proxy: it keeps the call budgets of at most %d runs that may still be live, "+
+					"and forgets none before its end; try again when some have ended, or give some bridges a proxy of their own", MaxRemoteRuns)}
+		}
+		r = &Run{ID: runID, Snap: s.Current()}
+		s.runs[runID] = r
+		s.remote++
+	}
+	// Never earlier than it was: a later call cannot shorten the run's life.
+	r.until = max(r.until, until)
+	return r, gone, nil
+}
+
+// ValidRunID says whether id is a run id as the bridge makes them: 1 to
+// MaxRunIDLen lower-case letters and digits.
+func ValidRunID(id string) bool {
+	if len(id) == 0 || len(id) > MaxRunIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// sweep forgets the remote runs past their time, and returns them (their
+// audit summaries are still to write). Called with runsMu held; does the
+// work at most every sweepEvery, or sweepIfFull when full is set (a full
+// Store looks harder, but a refused caller in a loop must not make it walk
+// every run on every call).
+func (s *Store) sweep(now time.Time, full bool) (gone []*Run) {
+	every := sweepEvery
+	if full {
+		every = sweepIfFull
+	}
+	if now.Sub(s.lastSweep) < every {
+		return nil
 	}
 	s.lastSweep = now
 	for id, r := range s.runs {
-		if r.local {
-			continue
-		}
-		idle := now.Sub(time.Unix(0, r.seen.Load()))
-		if idle > r.Snap.Policy.Sandbox.MaxTimeout+time.Minute {
+		if !r.local && now.UnixNano() > r.until {
 			delete(s.runs, id)
+			s.remote--
+			gone = append(gone, r)
 		}
 	}
+	return gone
 }

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,11 +71,15 @@ func TestStoreReloadPinsAndBudgets(t *testing.T) {
 		t.Errorf("no restart warning: %s", logs.String())
 	}
 	// A run the store has not seen (a remote bridge's) is pinned on first use.
-	if r := s.Run("remote"); r.Snap.Gen != 2 {
-		t.Fatalf("remote run pinned to gen %d", r.Snap.Gen)
+	if r, err := s.Remote("remote", time.Time{}); err != nil || r.Snap.Gen != 2 {
+		t.Fatalf("remote run: %v, %v", r, err)
+	}
+	// A run begun here is what Remote finds (a bridge and its proxy in one process).
+	if r, err := s.Remote("r1", time.Time{}); r != r1 || err != nil {
+		t.Fatalf("Remote of a local run: %v, %v", r, err)
 	}
 	s.End("r1")
-	if s.Run("r1") == r1 {
+	if s.Run("r1") != nil {
 		t.Fatal("an ended run was kept")
 	}
 }
@@ -153,5 +159,143 @@ func TestStoreReloadNow(t *testing.T) {
 	b, err := os.ReadFile(audit)
 	if err != nil || !strings.Contains(string(b), `"run_id":"r1"`) {
 		t.Fatalf("after rotation the audit file has %q (%v)", b, err)
+	}
+}
+
+// clockStore is a Store for policy yaml whose clock is the returned func's.
+func clockStore(t *testing.T, yaml string) (*Store, func(time.Duration) time.Time) {
+	t.Helper()
+	p, err := Parse([]byte(yaml), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStore(p, "", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	now := time.Date(2025, 11, 22, 5, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	return s, func(d time.Duration) time.Time { now = now.Add(d); return now }
+}
+
+// remote is Remote that must succeed.
+func remote(t *testing.T, s *Store, id string, deadline time.Time) *Run {
+	t.Helper()
+	r, err := s.Remote(id, deadline)
+	if err != nil {
+		t.Fatalf("run %s: %v", id, err)
+	}
+	return r
+}
+
+// A remote bridge may give its runs a longer timeout than this process's
+// max_timeout. Code that spends its budget and then sleeps past what this
+// process would allow a run must not find a fresh budget when it wakes.
+func TestStoreRemoteRunKeepsItsBudgetUntilItsDeadline(t *testing.T) {
+	s, advance := clockStore(t, "version: 1\nsandbox:\n  max_timeout: 1m\nbudgets:\n  max_calls_per_run: 2\n")
+	t0 := advance(0)
+	deadline := t0.Add(30 * time.Minute) // the bridge's --max-timeout is 30m
+	r := remote(t, s, "abc123", deadline)
+	if took := []bool{r.TakeCall(), r.TakeCall(), r.TakeCall()}; !took[0] || !took[1] || took[2] {
+		t.Fatalf("a budget of 2 calls: took %v", took)
+	}
+	undated := remote(t, s, "undated", time.Time{}) // a caller that does not say its deadline
+	undated.TakeCall()
+	// The code sleeps 20 minutes, well past max_timeout + 1m; new runs
+	// come meanwhile, and each may make the Store sweep.
+	for i := range 20 {
+		advance(time.Minute)
+		remote(t, s, fmt.Sprintf("other%d", i), advance(0).Add(time.Minute))
+	}
+	if again := remote(t, s, "abc123", deadline); again != r || again.TakeCall() {
+		t.Fatalf("after sleeping past the proxy's max_timeout the run has %d calls: its budget was refreshed", again.Calls())
+	}
+	if again := remote(t, s, "undated", time.Time{}); again != undated || again.Calls() != 1 {
+		t.Fatal("a run that gave no deadline was forgotten within a day")
+	}
+	// Past its deadline and the grace, the run is forgotten: its memory is freed.
+	advance(deadline.Sub(advance(0)) + RunGrace + time.Second)
+	remote(t, s, "late", advance(0).Add(time.Minute))
+	if s.Run("abc123") != nil {
+		t.Fatal("a run past its deadline and the grace is still tracked")
+	}
+	if s.Run("undated") == nil {
+		t.Fatal("a run that gave no deadline was forgotten within a day of its last call")
+	}
+	advance(MaxRunLife)
+	remote(t, s, "later", advance(0).Add(time.Minute))
+	if s.Run("undated") != nil {
+		t.Fatal("a run that gave no deadline is still tracked a day after its last call")
+	}
+}
+
+func TestStoreRemoteRefusesBadRunIDsAndLongRuns(t *testing.T) {
+	s, advance := clockStore(t, "version: 1\n")
+	for _, id := range []string{"", "R1", "run-1", "a b", "a\x00", "é", strings.Repeat("a", MaxRunIDLen+1), strings.Repeat("x", 1<<20)} {
+		r, err := s.Remote(id, time.Time{})
+		var rr *RunRefused
+		if r != nil || !errors.As(err, &rr) || !rr.Invalid || rr.Rule != RuleRunID || !strings.Contains(err.Error(), "lower-case letters and digits") {
+			t.Errorf("run id %.40q: tracked %v, %.200v", id, r != nil, err)
+			continue
+		}
+		if len(id) > MaxRunIDLen && strings.Contains(err.Error(), id) {
+			t.Errorf("the error repeats a %d-byte id", len(id))
+		}
+	}
+	if len(s.runs) != 0 || s.remote != 0 {
+		t.Fatalf("refused ids left %d runs behind", len(s.runs))
+	}
+	remote(t, s, strings.Repeat("a", MaxRunIDLen), time.Time{})
+	remote(t, s, "0123456789ab", time.Time{})
+	// A run that says it lasts longer than the Store keeps runs is refused:
+	// kept for less, it could sleep past that and get a fresh budget.
+	r, err := s.Remote("long", advance(0).Add(MaxRunLife+time.Minute))
+	var rr *RunRefused
+	if r != nil || !errors.As(err, &rr) || rr.Invalid || rr.Rule != RuleRunLife || !strings.Contains(err.Error(), "--max-timeout") {
+		t.Fatalf("a run of more than %s: tracked %v, %v", MaxRunLife, r != nil, err)
+	}
+	if s.Run("long") != nil {
+		t.Fatal("a refused run is tracked")
+	}
+	remote(t, s, "long", advance(0).Add(MaxRunLife))
+}
+
+// The Store tracks at most MaxRemoteRuns remote runs, and never makes room
+// by forgetting one that may still be live.
+func TestStoreBoundsRemoteRuns(t *testing.T) {
+	s, advance := clockStore(t, "version: 1\nbudgets:\n  max_calls_per_run: 1\n")
+	deadline := advance(0).Add(time.Minute)
+	for i := range MaxRemoteRuns {
+		remote(t, s, fmt.Sprintf("r%d", i), deadline).TakeCall()
+	}
+	refused := func(when string) {
+		t.Helper()
+		r, err := s.Remote("onemore", deadline)
+		var rr *RunRefused
+		if r != nil || !errors.As(err, &rr) || rr.Rule != RuleRuns || !strings.Contains(err.Error(), "too many runs in flight on this MCP proxy") {
+			t.Fatalf("%s: run %d: tracked %v, %v", when, MaxRemoteRuns+1, r != nil, err)
+		}
+	}
+	refused("full")
+	// Every run is live until its deadline and the grace: none is forgotten.
+	advance(RunGrace + time.Minute)
+	refused("at the end of the grace")
+	for i := range MaxRemoteRuns {
+		if r := remote(t, s, fmt.Sprintf("r%d", i), deadline); r.TakeCall() {
+			t.Fatalf("run r%d got a fresh budget while the Store was full", i)
+		}
+	}
+	// Local runs are bounded by the bridge's slots, not by this.
+	if r := s.Begin("local"); r == nil {
+		t.Fatal("Begin")
+	}
+	// Past the grace, a full Store makes room at once.
+	advance(time.Second)
+	if r := remote(t, s, "onemore", advance(0).Add(time.Minute)); r.Calls() != 0 {
+		t.Fatal("a new run has spent calls")
+	}
+	if s.remote != 1 || len(s.runs) != 2 {
+		t.Fatalf("%d remote runs tracked (%d in all), want 1 (2)", s.remote, len(s.runs))
 	}
 }

@@ -296,7 +296,7 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
 		Name:      name,
 		Arguments: args,
-		Meta:      mcp.Meta{MetaRunID: runID, MetaServer: server, MetaTool: tool},
+		Meta:      callMeta(ctx, runID, server, tool),
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/policy"
@@ -257,5 +258,120 @@ func TestProxyNamesDoNotAlias(t *testing.T) {
 	r, err := c.Call(ctx, "r", "a__b", "calls", json.RawMessage(`{}`))
 	if err != nil || textOf(t, r) != "1" {
 		t.Fatalf("a__b received %v calls (%v): the aliased call reached it", r, err)
+	}
+}
+
+// Run ids from clients are checked before the proxy keeps anything for
+// them, and the run's time left travels with each call: a run that says it
+// lasts longer than the proxy keeps runs is refused.
+func TestPolicyRunIDsAndTimeLeft(t *testing.T) {
+	c, store, _, audit := policyProxy(t, "version: 1\naudit:\n  file: AUDIT\n")
+	for _, id := range []string{"Run1", "run-1", strings.Repeat("a", 33), strings.Repeat("\x00", 4096)} {
+		_, err := callRun(t, c, id, "echo", `{"message":"x"}`)
+		if kindOf(err) != KindInvalid || !strings.Contains(err.Error(), "lower-case letters and digits") {
+			t.Errorf("run id %.40q: %v", id, err)
+		}
+		if store.Run(id) != nil {
+			t.Errorf("run id %.40q is tracked", id)
+		}
+	}
+	for _, l := range auditLines(t, audit) {
+		if l["rule"] != policy.RuleRunID || l["run_id"] != "" || l["decision"] != "deny" {
+			t.Errorf("audit of an invalid run id: %v", l)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), policy.MaxRunLife+time.Hour)
+	defer cancel()
+	_, err := c.Call(ctx, "long", "alpha", "echo", json.RawMessage(`{"message":"x"}`))
+	if kindOf(err) != KindLimit || !strings.Contains(err.Error(), "--max-timeout") || store.Run("long") != nil {
+		t.Fatalf("a run with %s left: %v", policy.MaxRunLife+time.Hour, err)
+	}
+	if _, err := callRun(t, c, "0123456789ab", "echo", `{"message":"x"}`); err != nil || store.Run("0123456789ab") == nil {
+		t.Fatalf("a bridge's run id: %v", err)
+	}
+}
+
+func TestRunTimeLeftMeta(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	m := callMeta(ctx, "r1", "s", "t")
+	left, ok := m[MetaRunTimeLeft].(int64)
+	if !ok || left <= 0 || left > int64(time.Hour/time.Millisecond) || m[MetaRunID] != "r1" {
+		t.Fatalf("meta %v", m)
+	}
+	if m := callMeta(context.Background(), "r1", "s", "t"); m[MetaRunTimeLeft] != nil {
+		t.Fatalf("no deadline, yet meta %v", m)
+	}
+	now := time.Now()
+	for _, tt := range []struct {
+		v    any
+		want time.Duration // -1: no deadline
+	}{
+		{float64(1500), 1500 * time.Millisecond},
+		{float64(-5), 0},
+		{float64(1e300), policy.MaxRunLife + time.Second},
+		{"1500", -1},
+		{nil, -1},
+	} {
+		got := runDeadline(mcp.Meta{MetaRunTimeLeft: tt.v}, now)
+		if tt.want < 0 && !got.IsZero() || tt.want >= 0 && got.Sub(now) != tt.want {
+			t.Errorf("time left %v: deadline in %s, want %s", tt.v, got.Sub(now), tt.want)
+		}
+	}
+}
+
+// Code looping on a refused call writes a bounded number of audit records,
+// and the summary counts the rest exactly: for a run of this process
+// (summarized at its end) and for a remote bridge's (when the proxy lets
+// it go).
+func TestPolicyAuditOfARefusalLoop(t *testing.T) {
+	c, store, _, audit := policyProxy(t, `
+version: 1
+tools:
+  rules:
+    - tool: crash
+      action: deny
+budgets:
+  max_calls_per_run: 3
+audit:
+  file: AUDIT
+`)
+	const n = 300
+	run := store.Begin("local1")
+	for range n {
+		_, _ = callRun(t, c, "local1", "echo", `{"message":"x"}`)
+		_, _ = callRun(t, c, "remote1", "crash", `{}`)
+	}
+	store.Audit().RunEnd(run, "ok", 0, time.Second)
+	store.End("local1")
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	type count struct{ lines, calls int }
+	got := map[string]count{}
+	for _, l := range auditLines(t, audit) {
+		id, _ := l["run_id"].(string)
+		c := got[id]
+		switch l["event"] {
+		case "tool_call":
+			c.lines++
+			c.calls++
+		case "tool_call_summary":
+			c.lines++
+			r, _ := l["repeated"].(float64)
+			c.calls += int(r)
+			if l["rule"] != "budgets.max_calls_per_run" {
+				t.Errorf("summary %v", l)
+			}
+		case "run_end":
+			if l["tool_calls_summarized"] != float64(n-3-policy.AuditRepeats) {
+				t.Errorf("run_end %v", l)
+			}
+		}
+		got[id] = c
+	}
+	want := count{lines: 3 + policy.AuditRepeats + 1, calls: n}
+	if got["local1"] != want || got["remote1"] != want {
+		t.Fatalf("records and calls per run: %v, want %v each", got, want)
 	}
 }

@@ -24,6 +24,9 @@ const (
 	MetaTool   = "io.github.bridge-mcp/tool"
 	// MetaRunID, on a tools/call, is the id of the run that makes the call.
 	MetaRunID = "io.github.bridge-mcp/run-id"
+	// MetaRunTimeLeft, on a tools/call, is how many milliseconds the run
+	// may still last: a remote proxy keeps the run's call budget that long.
+	MetaRunTimeLeft = "io.github.bridge-mcp/run-time-left-ms"
 	// MetaError, on an isError result, says the proxy made it, and why:
 	// one of the Kind constants. A tool's own error results lack it.
 	MetaError = "io.github.bridge-mcp/error"
@@ -395,7 +398,9 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // callTool applies the policy to one call and, if it passes, forwards it
 // to the upstream: the decision (the tool's rule), the argument size, the
 // run's call budget, the rate limits, then the call with the policy's
-// timeout, then the result size. Each call gets one audit record.
+// timeout, then the result size. Each decision is audited (Store.Record:
+// one record each, or, for refusals repeated past its bounds, counted in a
+// summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
 	runID, _ := req.Params.Meta[MetaRunID].(string)
 	start := time.Now()
@@ -404,25 +409,34 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 	var (
 		timeout   time.Duration
 		maxResult int64
-		audit     *policy.Auditor
+		record    = func() {}
 	)
 	if store := p.opts.Policy; store != nil {
-		var snap *policy.Snapshot
 		var run *policy.Run
-		if runID != "" {
-			run = store.Run(runID)
-			snap = run.Snap
-		} else {
-			snap = store.Current()
-		}
-		pol := snap.Policy
-		audit = store.Audit()
+		record = func() { store.Record(run, rec) }
 		refuse := func(kind, rule, msg string) *mcp.CallToolResult {
 			rec.Rule, rec.Duration = rule, time.Since(start)
-			audit.Call(rec)
-			p.log.Debug().Str("run_id", runID).Str("server", server).Str("tool", tool).Str("rule", rule).Msg("proxy: call refused")
+			record()
+			p.log.Debug().Str("run_id", rec.RunID).Str("server", server).Str("tool", tool).Str("rule", rule).Msg("proxy: call refused")
 			return ErrorResult(&Error{Kind: kind, Message: msg})
 		}
+		snap := store.Current()
+		if runID != "" {
+			var err error
+			if run, err = store.Remote(runID, runDeadline(req.Params.Meta, start)); err != nil {
+				kind, rule := KindLimit, ""
+				var rr *policy.RunRefused
+				if errors.As(err, &rr) {
+					rule = rr.Rule
+					if rr.Invalid {
+						kind, rec.RunID = KindInvalid, "" // never write what a client made up
+					}
+				}
+				return refuse(kind, rule, err.Error())
+			}
+			snap = run.Snap
+		}
+		pol := snap.Policy
 		// Every call counts against the run's budget, refused ones too:
 		// code looping on a denied tool must run out.
 		if run != nil && !run.TakeCall() {
@@ -484,15 +498,11 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 		if errors.As(err, &pe) {
 			rec.Error = pe.Kind
 		}
-		if audit != nil {
-			audit.Call(rec)
-		}
+		record()
 		ev.Err(err).Msg("proxy: call failed")
 		return ErrorResult(err)
 	}
-	if audit != nil {
-		audit.Call(rec)
-	}
+	record()
 	ev.Bool("is_error", res.IsError).Msg("proxy: call")
 	return res
 }

@@ -81,8 +81,11 @@ func (rc *runConn) cutOff(err error) {
 
 // serve reads the runner's frames until the connection ends, answering
 // requests concurrently within the run's budget. It closes exitSeen when
-// the exit message arrives; anything after it is a protocol error.
-func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
+// the exit message arrives; anything after it is a protocol error. Each
+// request's ctx has the run's deadline: no call outlives the run, and the
+// ToolHandler knows how long the run may still call (a remote MCP proxy
+// keeps the run's call budget that long).
+func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
 	rc := &runConn{e: e, runID: runID, c: c, slots: make(chan struct{}, maxRequests),
 		pending: byteBudget{limit: maxPendingBytes}, cut: make(chan struct{}), inFlight: map[int64]bool{}}
 	// Requests still in flight when the runner is gone are cancelled and
@@ -142,7 +145,9 @@ func (e *Executor) serve(ctx context.Context, runID string, c *runnerConn, out *
 			go func() {
 				defer calls.Done()
 				defer func() { <-rc.slots }() // held until the answer is written
-				r := answer(ctx)
+				cctx, cancel := context.WithDeadline(ctx, deadline)
+				r := answer(cctx)
+				cancel()
 				r.ID = id
 				rc.mu.Lock()
 				delete(rc.inFlight, id)

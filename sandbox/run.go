@@ -66,7 +66,8 @@ type Request struct {
 
 // ToolHandler answers the code's tool calls and its questions about the
 // tools there are. It is the seam to the MCP proxy. Both methods are called
-// concurrently, with the run's id; the ID of the answer is set by the caller.
+// concurrently, with the run's id and a ctx that ends, at the latest, at
+// the run's deadline; the ID of the answer is set by the caller.
 type ToolHandler interface {
 	CallTool(ctx context.Context, runID string, call relay.ToolCall) relay.ToolResult
 	Query(ctx context.Context, runID string, q relay.Query) relay.ToolResult
@@ -338,6 +339,7 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		return res, fmt.Errorf("sending code to the runner: %w", err)
 	}
 	res.Startup = time.Since(start)
+	deadline := time.Now().Add(req.Limits.Timeout)
 	timeout := time.NewTimer(req.Limits.Timeout)
 	defer timeout.Stop()
 
@@ -348,7 +350,7 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	// cancels the calls in flight: done when the container is gone.
 	serveCtx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
-	go func() { done <- e.serve(serveCtx, res.RunID, conn, out, exitSeen) }()
+	go func() { done <- e.serve(serveCtx, res.RunID, deadline, conn, out, exitSeen) }()
 
 	kill := func() {
 		kctx, cancel := context.WithTimeout(engineCtx, 10*time.Second)

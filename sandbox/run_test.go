@@ -800,3 +800,51 @@ func TestFailedRemovalIsRetried(t *testing.T) {
 	rt2.removeFails.Store(0)
 	_ = rt2.Remove(context.Background(), ex2.PendingRemovals()[0]) // for the cleanup check
 }
+
+// deadlineTools answers every call at once and keeps the deadline of the
+// last call's ctx.
+type deadlineTools struct {
+	mu       sync.Mutex
+	deadline time.Time
+	ok       bool
+}
+
+func (d *deadlineTools) CallTool(ctx context.Context, _ string, call relay.ToolCall) relay.ToolResult {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deadline, d.ok = ctx.Deadline()
+	return relay.ToolResult{ID: call.ID, Result: json.RawMessage(`{}`)}
+}
+
+func (d *deadlineTools) Query(ctx context.Context, runID string, q relay.Query) relay.ToolResult {
+	return d.CallTool(ctx, runID, relay.ToolCall{ID: q.ID})
+}
+
+// A tool call's ctx ends when the run does: the ToolHandler can tell a
+// remote MCP proxy how long the run may still call.
+func TestToolCallsHaveTheRunsDeadline(t *testing.T) {
+	rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		_ = r.send(map[string]any{"type": "tool_call", "id": 1, "server": "s", "tool": "t"})
+		_, _ = r.recv()
+		_ = r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0})
+		return ExitState{ExitCode: 0}
+	})
+	tools := &deadlineTools{}
+	ex := newTestExecutor(t, rt, ExecutorOptions{Tools: tools})
+	l := testLimits()
+	l.Timeout = 10 * time.Minute
+	before := time.Now()
+	res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l})
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("got %+v, %v", res, err)
+	}
+	tools.mu.Lock()
+	defer tools.mu.Unlock()
+	if !tools.ok || tools.deadline.Before(before.Add(l.Timeout)) || tools.deadline.After(time.Now().Add(l.Timeout)) {
+		t.Fatalf("the call's deadline is %v (set %v), want the run's: %s after the code started", tools.deadline, tools.ok, l.Timeout)
+	}
+}

@@ -161,7 +161,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		status = "unavailable"
 	}
-	store.Audit().RunEnd(runID, status, res.ExitCode, time.Since(start), run.Calls())
+	store.Audit().RunEnd(run, status, res.ExitCode, time.Since(start))
 	if err != nil {
 		return exitBridge, err
 	}
