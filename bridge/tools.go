@@ -37,6 +37,8 @@ type Upstreams interface {
 	Catalog(ctx context.Context) (*proxy.Catalog, error)
 	Resolve(ctx context.Context, server, tool string) (proxy.ServerStatus, error)
 	Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error)
+	// CallJSON is Call with the result as JSON, encoded once.
+	CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error)
 }
 
 var (
@@ -87,17 +89,13 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: err.Error()}}
 	}
 	start := time.Now()
-	res, err := h.up.Call(ctx, runID, call.Server, call.Tool, call.Args)
+	js, err := h.up.CallJSON(ctx, runID, call.Server, call.Tool, call.Args)
 	if err != nil {
 		var pe *proxy.Error
 		if errors.As(err, &pe) && (pe.Kind == proxy.KindUnknownSrv || pe.Kind == proxy.KindUnknownTool) {
 			meter.Charge(time.Since(start))
 		}
 		return failed(err)
-	}
-	js, err := json.Marshal(res)
-	if err != nil {
-		return failed(fmt.Errorf("encoding the result of %s/%s: %w", call.Server, call.Tool, err))
 	}
 	if len(js) > h.maxResult {
 		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(

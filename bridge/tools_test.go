@@ -39,6 +39,13 @@ func (f *fakeUpstreams) Call(_ context.Context, runID, _, _ string, _ json.RawMe
 	f.gotRun = runID
 	return f.result, f.err
 }
+func (f *fakeUpstreams) CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error) {
+	res, err := f.Call(ctx, runID, server, tool, args)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(res)
+}
 
 func newFake() *fakeUpstreams {
 	return &fakeUpstreams{

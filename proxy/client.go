@@ -25,6 +25,9 @@ type Client struct {
 	sess *mcp.ClientSession
 	log  zerolog.Logger
 	done chan struct{} // closed when the session ends
+	// local is the proxy when it runs in this process: calls go to it
+	// directly (Connect sets it).
+	local *Proxy
 
 	mu      sync.Mutex
 	gen     uint64 // bumped by each tools/list_changed
@@ -293,6 +296,10 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 	if err != nil {
 		return nil, err
 	}
+	if c.local != nil {
+		res, _, err := c.callLocal(ctx, runID, server, tool, args, unknown)
+		return res, err
+	}
 	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
 		Name:      name,
 		Arguments: args,
@@ -317,4 +324,53 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 		return nil, &Error{Kind: kind, Message: strings.Join(msg, "\n")}
 	}
 	return res, nil
+}
+
+// CallJSON is Call with the result as JSON, as the sandbox gets it. With a
+// proxy in the same process the result is encoded once, by the proxy (which
+// measures it against the policy's result limit), and these are its bytes:
+// no MCP hop, no second encoding.
+func (c *Client) CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error) {
+	if c.local == nil {
+		res, err := c.Call(ctx, runID, server, tool, args)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(res)
+	}
+	s, err := c.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, _, err = s.resolve(server, tool)
+	var unknown *Error
+	if errors.As(err, &unknown) && unknown.Kind == KindUnknownTool {
+		err = nil // unknown, or denied: the proxy says which
+	} else {
+		unknown = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	_, js, err := c.callLocal(ctx, runID, server, tool, args, unknown)
+	return js, err
+}
+
+// callLocal calls the proxy in this process directly. unknown is the error
+// for a tool the proxy does not know either.
+func (c *Client) callLocal(ctx context.Context, runID, server, tool string, args json.RawMessage, unknown *Error) (*mcp.CallToolResult, []byte, error) {
+	params := &mcp.CallToolParamsRaw{Name: ToolName(server, tool), Arguments: args, Meta: callMeta(ctx, runID, server, tool)}
+	res, js, known, err := c.local.localCall(ctx, params, server, tool)
+	switch {
+	case !known && unknown != nil:
+		return nil, nil, unknown
+	case !known:
+		return nil, nil, errorf(KindUnknownTool, "server %q has no tool %q", server, tool)
+	case err != nil:
+		if pe, ok := err.(*Error); ok {
+			return nil, nil, pe
+		}
+		return nil, nil, &Error{Kind: KindUpstream, Message: err.Error()}
+	}
+	return res, js, nil
 }

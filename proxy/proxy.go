@@ -402,10 +402,21 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // one record each, or, for refusals repeated past its bounds, counted in a
 // summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
-	runID, _ := req.Params.Meta[MetaRunID].(string)
+	res, _, err := p.call(ctx, req.Params, server, tool)
+	if err != nil {
+		return ErrorResult(err)
+	}
+	return res
+}
+
+// call is callTool with the failure as an error (an *Error) and the
+// result's JSON too: it is encoded once, for its size, and a bridge in the
+// same process sends those bytes on as they are (see Client.CallJSON).
+func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string) (*mcp.CallToolResult, []byte, error) {
+	runID, _ := params.Meta[MetaRunID].(string)
 	start := time.Now()
 	u := p.byName[server]
-	rec := policy.Call{RunID: runID, Server: server, Tool: tool, ArgumentBytes: len(req.Params.Arguments)}
+	rec := policy.Call{RunID: runID, Server: server, Tool: tool, ArgumentBytes: len(params.Arguments)}
 	var (
 		timeout   time.Duration
 		maxResult int64
@@ -414,16 +425,16 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 	if store := p.opts.Policy; store != nil {
 		var run *policy.Run
 		record = func() { store.Record(run, rec) }
-		refuse := func(kind, rule, msg string) *mcp.CallToolResult {
+		refuse := func(kind, rule, msg string) (*mcp.CallToolResult, []byte, error) {
 			rec.Rule, rec.Duration = rule, time.Since(start)
 			record()
 			p.log.Debug().Str("run_id", rec.RunID).Str("server", server).Str("tool", tool).Str("rule", rule).Msg("proxy: call refused")
-			return ErrorResult(&Error{Kind: kind, Message: msg})
+			return nil, nil, &Error{Kind: kind, Message: msg}
 		}
 		snap := store.Current()
 		if runID != "" {
 			var err error
-			if run, err = store.Remote(runID, runDeadline(req.Params.Meta, start)); err != nil {
+			if run, err = store.Remote(runID, runDeadline(params.Meta, start)); err != nil {
 				kind, rule := KindLimit, ""
 				var rr *policy.RunRefused
 				if errors.As(err, &rr) {
@@ -466,11 +477,12 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 		timeout, maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
 		rec.Allowed = true
 	}
-	var args any = json.RawMessage(req.Params.Arguments)
-	if len(req.Params.Arguments) == 0 {
+	var args any = json.RawMessage(params.Arguments)
+	if len(params.Arguments) == 0 {
 		args = map[string]any{}
 	}
 	res, err := u.call(ctx, tool, args, timeout)
+	var js []byte
 	if err == nil {
 		if _, ok := res.Meta[MetaError]; ok {
 			// Only the proxy says a failure was its own.
@@ -482,11 +494,13 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 			}
 			res.Meta = meta
 		}
-		if js, jerr := json.Marshal(res); jerr == nil {
-			rec.ResultBytes = len(js)
+		var jerr error
+		if js, jerr = encodeResult(res); jerr != nil {
+			res, err = nil, errorf(KindUpstream, "the result of %s/%s cannot be encoded: %v", server, tool, jerr)
 		}
-		if maxResult > 0 && int64(rec.ResultBytes) > maxResult {
-			res, err = nil, errorf(KindLimit, "the result of %s/%s is %d bytes, over the policy's budgets.max_result_bytes (%d)",
+		rec.ResultBytes = len(js)
+		if err == nil && maxResult > 0 && int64(rec.ResultBytes) > maxResult {
+			res, js, err = nil, nil, errorf(KindLimit, "the result of %s/%s is %d bytes, over the policy's budgets.max_result_bytes (%d)",
 				server, tool, rec.ResultBytes, maxResult)
 		}
 	}
@@ -500,11 +514,25 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 		}
 		record()
 		ev.Err(err).Msg("proxy: call failed")
-		return ErrorResult(err)
+		return nil, nil, err
 	}
 	record()
 	ev.Bool("is_error", res.IsError).Msg("proxy: call")
-	return res
+	return res, js, nil
+}
+
+// localCall answers the call of a bridge in the same process without the
+// MCP hop between them: the same checks and policy as a tools/call, with
+// the result's JSON. known is false for a (server, tool) no upstream lists.
+func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string) (res *mcp.CallToolResult, js []byte, known bool, err error) {
+	p.regMu.Lock()
+	k, ok := p.known[ToolName(server, tool)]
+	p.regMu.Unlock()
+	if !ok || k != [2]string{server, tool} {
+		return nil, nil, false, nil
+	}
+	res, js, err = p.call(ctx, params, server, tool)
+	return res, js, true, err
 }
 
 // toolInfo is what the policy knows of a server's tool: its annotations,
@@ -623,5 +651,8 @@ func (p *Proxy) Connect(ctx context.Context, log zerolog.Logger) (*Client, error
 		_ = ss.Close()
 		return nil, err
 	}
+	// Tool calls skip the session: the catalog and its changes come
+	// through it, the results straight from the proxy (see Client.CallJSON).
+	c.local = p
 	return c, nil
 }

@@ -146,3 +146,12 @@ func (r *Redialing) Call(ctx context.Context, runID, server, tool string, args j
 	}
 	return c.Call(ctx, runID, server, tool, args)
 }
+
+// CallJSON is Client.CallJSON on the current session.
+func (r *Redialing) CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.CallJSON(ctx, runID, server, tool, args)
+}

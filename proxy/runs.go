@@ -31,8 +31,16 @@ func callMeta(ctx context.Context, runID, server, tool string) mcp.Meta {
 // when it says none. A time left beyond policy.MaxRunLife is kept beyond
 // it (the Store refuses such a run) but bounded, so it cannot overflow.
 func runDeadline(meta mcp.Meta, now time.Time) time.Time {
-	ms, ok := meta[MetaRunTimeLeft].(float64)
-	if !ok || math.IsNaN(ms) {
+	var ms float64
+	switch v := meta[MetaRunTimeLeft].(type) {
+	case float64: // decoded from JSON
+		ms = v
+	case int64: // from callMeta, in the same process
+		ms = float64(v)
+	default:
+		return time.Time{}
+	}
+	if math.IsNaN(ms) {
 		return time.Time{}
 	}
 	ms = min(max(ms, 0), float64(policy.MaxRunLife/time.Millisecond)+1000)

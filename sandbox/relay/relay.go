@@ -587,7 +587,24 @@ var ErrFrameTooLarge = errors.New("message exceeds the relay's frame limit")
 // MaxFrameSize. Framing ahead of the write lets the caller know what an
 // answer weighs before it waits for the connection.
 func ToolResultFrame(m ToolResult) ([]byte, error) {
-	return appendFrame(nil, toolResultFrame(m))
+	if m.Error != nil || len(m.Result) == 0 {
+		return appendFrame(nil, toolResultFrame(m))
+	}
+	// A result is copied in as it is: encoding/json would scan and compact
+	// it once more, which for a result of megabytes is most of the cost.
+	if !json.Valid(m.Result) {
+		return nil, errors.New("tool result is not valid JSON")
+	}
+	head := `{"type":"` + TypeToolResult + `","id":` + strconv.FormatInt(m.ID, 10) + `,"result":`
+	n := len(head) + len(m.Result) + 1
+	if n > MaxFrameSize {
+		return nil, fmt.Errorf("%w: %d bytes, allowed %d", ErrFrameTooLarge, n, MaxFrameSize)
+	}
+	b := make([]byte, 4, 4+n)
+	binary.BigEndian.PutUint32(b, uint32(n))
+	b = append(b, head...)
+	b = append(b, m.Result...)
+	return append(b, '}'), nil
 }
 
 func toolResultFrame(m ToolResult) any {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -656,5 +657,41 @@ func BenchmarkDecodeOutput(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// ToolResultFrame copies a result in as it is; the frame decodes to the
+// same message the encoder would have written.
+func TestToolResultFrame(t *testing.T) {
+	for _, m := range []ToolResult{
+		{ID: 7, Result: json.RawMessage(`{"content":[{"type":"text","text":"a\u2028<b>"}]}`)},
+		{ID: -1, Result: json.RawMessage(`[1, 2]`)},
+		{ID: 9, Error: &ToolError{Type: ErrLimit, Message: "too big"}},
+	} {
+		fast, err := ToolResultFrame(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := NewEncoder(&buf).ToolResult(m); err != nil {
+			t.Fatal(err)
+		}
+		var a, b map[string]any
+		if err := json.Unmarshal(fast[4:], &a); err != nil {
+			t.Fatalf("%s: %v", fast[4:], err)
+		}
+		if err := json.Unmarshal(buf.Bytes()[4:], &b); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) || int(binary.BigEndian.Uint32(fast)) != len(fast)-4 {
+			t.Fatalf("frame %s, want %s", fast, buf.Bytes())
+		}
+	}
+	if _, err := ToolResultFrame(ToolResult{ID: 1, Result: json.RawMessage(`{"a":`)}); err == nil {
+		t.Fatal("an invalid result was framed")
+	}
+	big := json.RawMessage(`"` + strings.Repeat("x", MaxFrameSize) + `"`)
+	if _, err := ToolResultFrame(ToolResult{ID: 1, Result: big}); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("a result over the frame limit: %v", err)
 	}
 }
