@@ -83,60 +83,6 @@ join() {
 
 # ping SOCKET: true when the Docker-compatible API on SOCKET answers /_ping
 # (dockerd and both Podman services serve it).
-ping() {
-	curl -fsS --max-time 3 --unix-socket "$1" http://d/_ping >/dev/null 2>&1
-}
-
-
-# alive "PID:STARTTIME" NAME: true while that very process, or a process
-# called NAME in its process group (each daemon here leads its own; rootless
-# Podman serves from a child, see teardown.sh), still runs.
-alive() {
-	local pid=${1%%:*} st=${1#*:}
-	[ -n "$pid" ] || return 1
-	[ "$(start_time "$pid" 2>/dev/null)" = "$st" ] || pgrep -g "$pid" -x "$2" >/dev/null 2>&1
-}
-
-# wait_ready NAME SOCKET WATCHPID LOG: waits until SOCKET answers; fails fast,
-# with the log's tail, when WATCHPID exits or after WAIT_SECONDS.
-wait_ready() {
-	local name=$1 sock=$2 watch=$3 logf=$4
-	local deadline=$((SECONDS + WAIT_SECONDS))
-	until ping "$sock"; do
-		if ! kill -0 "$watch" 2>/dev/null; then
-			log "$name exited during start-up; last lines of $logf:"
-			tail -n 30 "$logf" >&2 || true
-			die "$name did not start"
-		fi
-		if ((SECONDS >= deadline)); then
-			log "$name does not answer on $sock after ${WAIT_SECONDS}s; last lines of $logf:"
-			tail -n 30 "$logf" >&2 || true
-			die "$name did not start"
-		fi
-		sleep 0.2
-	done
-}
-
-# read_pidfile FILE: "PID:STARTTIME" of the process whose PID is in FILE.
-read_pidfile() {
-	local pid
-	for _ in $(seq 50); do
-		pid=$(cat "$1" 2>/dev/null || true)
-		[ -n "$pid" ] && break
-		sleep 0.1
-	done
-	[ -n "$pid" ] || die "no PID in $1"
-	echo "$pid:$(start_time "$pid")"
-}
-
-# A daemon that setsid runs inside `sh -c` writes its own PID (the shell
-# execs into the daemon) so the recorded PID is the daemon's, even when a
-# wrapper such as runuser forks in between. setsid -w: should setsid have to
-# fork, it waits, so the PID that wait_ready watches lives as long as the
-# daemon.
-# shellcheck disable=SC2016
-PIDFILE_WRAPPER='echo $$ >"$0"; exec "$@"'
-
 missing_packages() {
 	local p
 	for p in "${PACKAGES[@]}"; do
@@ -246,29 +192,16 @@ else
 		wait_ready dockerd "$DOCKER_SOCK" "$pid" /dev/null
 		msg+=("dockerd (PID $pid, not started here) answers")
 	else
-		logf=$LOG_DIR/dockerd.log
-		setsid -w sh -c "$PIDFILE_WRAPPER" "$LOG_DIR/dockerd.pid" dockerd >"$logf" 2>&1 </dev/null &
-		wait_ready dockerd "$DOCKER_SOCK" $! "$logf"
-		STARTED_DOCKERD=$(read_pidfile "$LOG_DIR/dockerd.pid")
-		msg+=("started dockerd (PID ${STARTED_DOCKERD%%:*}, log $logf)")
+		start_dockerd
+		msg+=("started dockerd (PID ${STARTED_DOCKERD%%:*}, log $LOG_DIR/dockerd.log)")
 	fi
 fi
 if ping "$PODMAN_SOCK"; then
 	alive "$OLD_PODMAN" podman && STARTED_PODMAN=$OLD_PODMAN
 	msg+=("podman service answers")
 else
-	mkdir -p "$(dirname "$PODMAN_SOCK")"
-	rm -f "$PODMAN_SOCK"
-	logf=$LOG_DIR/podman.log
-	# Podman 4.x's conmon drops an empty "oom" file into the service's
-	# working directory after an OOM kill: keep it out of the caller's tree.
-	pushd "$LOG_DIR" >/dev/null
-	setsid -w sh -c "$PIDFILE_WRAPPER" "$LOG_DIR/podman.pid" \
-		podman system service --time=0 "unix://$PODMAN_SOCK" >"$logf" 2>&1 </dev/null &
-	popd >/dev/null
-	wait_ready "podman service" "$PODMAN_SOCK" $! "$logf"
-	STARTED_PODMAN=$(read_pidfile "$LOG_DIR/podman.pid")
-	msg+=("started podman service (PID ${STARTED_PODMAN%%:*}, log $logf)")
+	start_podman_service
+	msg+=("started podman service (PID ${STARTED_PODMAN%%:*}, log $LOG_DIR/podman.log)")
 fi
 step_done "$(join "${msg[@]}")"
 
