@@ -1,0 +1,270 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// Faults the bridge must survive: the engine going away and coming back,
+// containers killed or removed behind its back, an upstream flooding its
+// stderr, and an MCP client that never reads the bridge's stderr.
+
+// engineScript runs integration/env/engine.sh ACTION ENGINE.
+func engineScript(t *testing.T, action, engine string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "env", "engine.sh")
+	out, err := exec.Command("bash", script, action, engine).CombinedOutput()
+	if err != nil {
+		t.Fatalf("engine.sh %s %s: %v\n%s", action, engine, err, out)
+	}
+	t.Logf("engine.sh %s %s: %s", action, engine, strings.TrimSpace(string(out)))
+}
+
+// startLongRun calls run_python with code that prints "up" and sleeps, and
+// returns once the run's container is running, with a channel for its result.
+func startLongRun(t *testing.T, e *engine, cs *mcp.ClientSession) (<-chan *mcp.CallToolResult, sandbox.Container) {
+	t.Helper()
+	before := map[string]bool{}
+	list := func() []sandbox.Container {
+		cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	for _, c := range list() {
+		before[c.ID] = true
+	}
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
+			Arguments: map[string]any{"code": "import time\nprint('up', flush=True)\ntime.sleep(300)", "timeout_seconds": 280}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "tools/call: " + err.Error()}}}
+		}
+		done <- res
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, c := range list() {
+			if !before[c.ID] {
+				time.Sleep(time.Second) // let the runner connect and start the code
+				return done, c
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("the run's container did not appear within 60 s")
+	return nil, sandbox.Container{}
+}
+
+// awaitResult waits a bounded time for a call's result.
+func awaitResult(t *testing.T, done <-chan *mcp.CallToolResult, within time.Duration) (*mcp.CallToolResult, callOutput) {
+	t.Helper()
+	select {
+	case res := <-done:
+		var out callOutput
+		b, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(b, &out)
+		return res, out
+	case <-time.After(within):
+		t.Fatalf("no result within %s: the bridge hangs", within)
+		return nil, callOutput{}
+	}
+}
+
+// waitNoContainers waits until no container of the bridge is left.
+func waitNoContainers(t *testing.T, e *engine, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
+		if err == nil && len(cs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("containers left after %s: %v (%v)", within, cs, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// The engine stops under a run and starts again: the run fails with a clear
+// error, the next run works without restarting the bridge, and the run's
+// container is removed once the engine is back.
+func TestFaultEngineRestart(t *testing.T) {
+	if rootless() {
+		t.Skip("restarting an engine needs root: the rootful run tests it on docker and podman")
+	}
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, _, stderr := connectStdioArgs(t, e, nil)
+		if out := mustRun(t, cs, "print(6*7)"); out != "42\n" {
+			t.Fatalf("before: %q", out)
+		}
+		done, c := startLongRun(t, e, cs)
+		stopped := true
+		t.Cleanup(func() {
+			if stopped {
+				engineScript(t, "start", e.name)
+			}
+		})
+		engineScript(t, "stop", e.name)
+		res, out := awaitResult(t, done, 90*time.Second)
+		msg := contentText(res)
+		if !res.IsError || out.Status == "ok" || msg == "" {
+			t.Fatalf("a run whose engine went away: isError %v, status %q, %q", res.IsError, out.Status, msg)
+		}
+		t.Logf("the run, engine stopped: status %q: %s", out.Status, firstLineOf(msg))
+		engineScript(t, "start", e.name)
+		stopped = false
+		// The test's own engine client reconnects on its next request.
+		if got := mustRun(t, cs, "print(6*7)"); got != "42\n" {
+			t.Fatalf("after the engine came back: %q\nbridge stderr:\n%s", got, stderr.String())
+		}
+		waitNoContainers(t, e, 90*time.Second)
+		t.Logf("container %s of the interrupted run is gone", c.ID[:12])
+	})
+}
+
+// A container killed, or removed, from outside: the run ends at once with a
+// clear message, and the next run works.
+func TestFaultContainerGoneFromOutside(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, _, _ := connectStdioArgs(t, e, nil)
+		for _, how := range []string{"kill", "remove"} {
+			t.Run(how, func(t *testing.T) {
+				done, c := startLongRun(t, e, cs)
+				start := time.Now()
+				var err error
+				if how == "kill" {
+					err = e.rt.Kill(context.Background(), c.ID)
+				} else {
+					err = e.rt.Remove(context.Background(), c.ID)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, out := awaitResult(t, done, 60*time.Second)
+				if !res.IsError || out.Status == "ok" || !strings.Contains(out.Stdout, "up") && out.Status != "unavailable" {
+					t.Fatalf("status %q, stdout %q: %s", out.Status, out.Stdout, contentText(res))
+				}
+				t.Logf("%s from outside: status %q after %s: %s", how, out.Status, time.Since(start).Round(time.Millisecond), firstLineOf(contentText(res)))
+				if got := mustRun(t, cs, "print(6*7)"); got != "42\n" {
+					t.Fatalf("the next run: %q", got)
+				}
+				waitNoContainers(t, e, 30*time.Second)
+			})
+		}
+	})
+}
+
+// An upstream that floods its stderr, and a client that never reads the
+// bridge's: the bridge keeps serving, and the audit file keeps every record.
+func TestFaultStderrFloods(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		dir := t.TempDir()
+		cfg := filepath.Join(dir, "servers.json")
+		// The upstream writes ~50 MB/s to its stderr while it serves.
+		writeServers(t, cfg, map[string]any{
+			"misbehave": map[string]any{"command": "sh",
+				"args": []string{"-c", `(while :; do echo "stderr flood line, stderr flood line, stderr flood line"; done) >&2 & exec "$0"`, self},
+				"env":  map[string]string{upstreamEnv: "1"}},
+		})
+		audit := filepath.Join(dir, "audit.jsonl")
+		pol := filepath.Join(dir, "policy.yaml")
+		if err := os.WriteFile(pol, []byte("version: 1\n"+sandboxSection(e)+"audit:\n  file: "+audit+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args, env := serveArgs(e)
+		args = removeFlag(args, "--runtime", true)
+		args = removeFlag(args, "--allow-unenforced-limits", false)
+		args = append(args, "--servers-config", cfg, "--policy", pol)
+		cmd := exec.Command(testSuite.bridgeBin, args...)
+		cmd.Env = append(os.Environ(), append(env, "BRIDGE_LOG_LEVEL=debug")...)
+		// A pipe for stderr that nobody reads: once its 64 KiB buffer is
+		// full, every write to it blocks.
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		cmd.Stderr = w
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "faults", Version: "1"}, nil).
+			Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		const runs = 12
+		for i := range runs {
+			code := fmt.Sprintf(`import mcp_tools
+for j in range(5):
+    r = mcp_tools.call("misbehave", "echo", message="m%d")
+print(r["message"])`, i)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			res, out := callRunPython(t, ctx, cs, code, nil)
+			cancel()
+			if res.IsError || !strings.Contains(out.Stdout, fmt.Sprintf("m%d", i)) {
+				t.Fatalf("run %d with stderr unread: %s %q", i, out.Status, contentText(res))
+			}
+		}
+		cs.Close()
+		decisions, runRecords := auditCounts(t, audit)
+		if runRecords != 2*runs || decisions["allow"] != runs*5 {
+			t.Fatalf("audit with stderr unread: %d run records (want %d), decisions %v (want %d allowed)", runRecords, 2*runs, decisions, runs*5)
+		}
+		t.Logf("%d runs, %d tool calls with an upstream flooding stderr and stderr never read; audit: %d run records, decisions %v", runs, runs*5, runRecords, decisions)
+	})
+}
+
+// mustRun runs code through cs and returns its stdout, failing unless ok.
+func mustRun(t *testing.T, cs *mcp.ClientSession, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	res, out := callRunPython(t, ctx, cs, code, nil)
+	if res.IsError || out.Status != "ok" {
+		t.Fatalf("run %q: status %q: %s", code, out.Status, contentText(res))
+	}
+	return out.Stdout
+}
+
+func firstLineOf(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	sc := bufio.NewScanner(strings.NewReader(line))
+	sc.Scan()
+	return sc.Text()
+}
+
+// removeFlag removes flag (and its value when withValue) from args.
+func removeFlag(args []string, flag string, withValue bool) []string {
+	for i, a := range args {
+		if a == flag {
+			n := 1
+			if withValue {
+				n = 2
+			}
+			return append(args[:i:i], args[i+n:]...)
+		}
+	}
+	return args
+}
