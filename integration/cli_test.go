@@ -241,15 +241,59 @@ func TestCrashedBridgeIsReaped(t *testing.T) {
 		if n := len(mine()); n != 1 {
 			t.Fatalf("the killed bridge left %d containers, want 1 (else this test proves nothing)", n)
 		}
-		n, err := sandbox.Reap(context.Background(), e.rt, runRoot, zerolog.New(zerolog.NewTestWriter(t)))
-		if err != nil || n != 1 {
-			t.Fatalf("Reap = %d, %v; want 1", n, err)
+		// The next bridge to start in the same run root removes what the
+		// killed one left, and only that; its own run goes on.
+		live := exec.Command(testSuite.bridgeBin, args...)
+		live.Env = cmd.Env
+		live.Stdin = strings.NewReader("print('up', flush=True)\nwhile True: pass")
+		liveOut, err := live.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := live.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			live.Process.Signal(syscall.SIGTERM) // it cleans up after itself
+			live.Wait()
+		}()
+		if _, err := io.ReadFull(liveOut, buf); err != nil || string(buf) != "up\n" {
+			t.Fatalf("the next bridge's run did not start: %q %v", buf, err)
+		}
+		liveOwned := func() int {
+			cs, err := e.rt.List(context.Background(), owned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, c := range cs {
+				if strings.Contains(c.Labels[sandbox.LabelOwner], fmt.Sprintf("/%d/", live.Process.Pid)) {
+					n++
+				}
+			}
+			return n
 		}
 		if left := mine(); len(left) != 0 {
-			t.Fatalf("containers left after Reap: %v", left)
+			t.Fatalf("the next bridge's start left the killed one's containers: %v", left)
+		}
+		if dirs, _ := os.ReadDir(runRoot); len(dirs) != 1 {
+			t.Fatalf("%d run directories, want only the running bridge's", len(dirs))
+		}
+		// Reaping again, with a bridge running, takes nothing of it.
+		n, err := sandbox.Reap(context.Background(), e.rt, runRoot, zerolog.New(zerolog.NewTestWriter(t)))
+		if err != nil || n != 0 {
+			t.Fatalf("Reap with only a live bridge's run = %d, %v; want 0", n, err)
+		}
+		if liveOwned() != 1 {
+			t.Fatal("Reap removed the container of a bridge that is still running")
+		}
+		live.Process.Signal(syscall.SIGTERM)
+		live.Wait()
+		if liveOwned() != 0 {
+			t.Fatal("the interrupted bridge left its container")
 		}
 		if dirs, _ := os.ReadDir(runRoot); len(dirs) != 0 {
-			t.Fatalf("run directories left after Reap: %d", len(dirs))
+			t.Fatalf("run directories left: %d", len(dirs))
 		}
 	})
 }
