@@ -25,6 +25,9 @@ type Client struct {
 	sess *mcp.ClientSession
 	log  zerolog.Logger
 	done chan struct{} // closed when the session ends
+	// scrub takes the proxy URL's and token's secrets (DialHTTP), and any
+	// URL's, out of the errors of the session.
+	scrub *Scrubber
 
 	mu      sync.Mutex
 	gen     uint64 // bumped by each tools/list_changed
@@ -44,7 +47,11 @@ type snapshot struct {
 
 // Dial connects to a proxy over t.
 func Dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger) (*Client, error) {
-	c := &Client{log: log}
+	return dial(ctx, t, version, log, nil)
+}
+
+func dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger, scrub *Scrubber) (*Client, error) {
+	c := &Client{log: log, scrub: scrub}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bridge", Version: version}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -55,7 +62,7 @@ func Dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logg
 	})
 	s, err := client.Connect(ctx, t, nil)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the MCP proxy: %w", err)
+		return nil, scrub.Error(fmt.Errorf("connecting to the MCP proxy: %w", err))
 	}
 	c.sess = s
 	c.done = make(chan struct{})
@@ -74,13 +81,14 @@ func (c *Client) Closed() bool {
 }
 
 // DialHTTP connects to a proxy served by `bridge proxy --http`. token, if
-// set, is sent as a bearer token.
+// set, is sent as a bearer token. url's and token's secrets never appear
+// in the errors of the dial or of the session (see Scrubber).
 func DialHTTP(ctx context.Context, url, token, version string, log zerolog.Logger) (*Client, error) {
 	hc := &http.Client{}
 	if token != "" {
 		hc.Transport = headerTransport{headers: map[string]string{"Authorization": "Bearer " + token}, next: http.DefaultTransport}
 	}
-	return Dial(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, version, log)
+	return dial(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, version, log, NewScrubber([]string{url}, []string{token}))
 }
 
 // Close ends the session.
@@ -139,7 +147,7 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 	names := map[[2]string]string{}
 	for t, err := range c.sess.Tools(ctx, nil) {
 		if err != nil {
-			return nil, fmt.Errorf("listing the proxy's tools: %w", err)
+			return nil, c.scrub.Error(fmt.Errorf("listing the proxy's tools: %w", err))
 		}
 		server, _ := t.Meta[MetaServer].(string)
 		tool, _ := t.Meta[MetaTool].(string)
@@ -159,7 +167,7 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 	// The servers resource comes second: listing tools connected them.
 	res, err := c.sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: ServersURI})
 	if err != nil {
-		return nil, fmt.Errorf("reading %s from the proxy: %w", ServersURI, err)
+		return nil, c.scrub.Error(fmt.Errorf("reading %s from the proxy: %w", ServersURI, err))
 	}
 	var servers []ServerStatus
 	if len(res.Contents) != 1 || json.Unmarshal([]byte(res.Contents[0].Text), &servers) != nil {
@@ -305,7 +313,7 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 		if unknown != nil {
 			return nil, unknown
 		}
-		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, err)
+		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, c.scrub.Error(err))
 	}
 	if kind, ok := res.Meta[MetaError].(string); ok && res.IsError {
 		var msg []string

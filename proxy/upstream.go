@@ -40,6 +40,8 @@ type upstream struct {
 	// may have changed: a notifications/tools/list_changed, or a reconnect.
 	changed func(name string)
 	base    context.Context // cancelled by close: aborts connects
+	// scrubber takes the URL's and the headers' secrets out of errors.
+	scrubber *Scrubber
 
 	mu         sync.Mutex
 	sess       *mcp.ClientSession
@@ -63,12 +65,21 @@ type upstream struct {
 
 func newUpstream(base context.Context, cfg ServerConfig, opts *Options, log zerolog.Logger, changed func(string)) *upstream {
 	return &upstream{
-		cfg:     cfg,
-		opts:    opts,
-		log:     log.With().Str("server", cfg.Name).Logger(),
-		changed: changed,
-		base:    base,
+		cfg:      cfg,
+		opts:     opts,
+		log:      log.With().Str("server", cfg.Name).Logger(),
+		changed:  changed,
+		base:     base,
+		scrubber: NewScrubber([]string{cfg.URL}, mapValues(cfg.Headers)),
 	}
+}
+
+func mapValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k])
+	}
+	return out
 }
 
 // Error kinds of an UpstreamError; they match the relay protocol's error
@@ -180,14 +191,10 @@ func (u *upstream) connectAsync(ch chan struct{}) {
 	}
 }
 
-// scrub takes the server's URL, which may hold a token in its query, out
-// of an error's text (net/http quotes it whole).
-func (u *upstream) scrub(err error) error {
-	if err == nil || u.cfg.URL == "" || !strings.Contains(err.Error(), u.cfg.URL) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), u.cfg.URL, redactURL(u.cfg.URL)))
-}
+// scrub takes the secrets of the server's URL and headers out of an
+// error's text (net/http quotes the URL whole, re-encoded; see Scrubber),
+// and those of any other URL in it.
+func (u *upstream) scrub(err error) error { return u.scrubber.Error(err) }
 
 func backoff(failures int) time.Duration {
 	d := minBackoff
