@@ -268,7 +268,7 @@ func (s *Scrubber) scrub(text string, urls bool) string {
 		}
 		if end > i {
 			b.WriteString(text[last:i])
-			b.WriteString(s.scrub(RedactURL(unquoteURL(text[i:end])), false))
+			b.WriteString(s.scrub(redactFound(text[i:end]), false))
 			i, last = end, end
 			continue
 		}
@@ -294,10 +294,21 @@ func (s *Scrubber) formAt(text string, i int) (scrubForm, bool) {
 	return scrubForm{}, false
 }
 
+// redactFound is RedactURL of a URL found in a text, which may be
+// Go-quoted, and may have been redacted before: RedactURL's own marks
+// ("<redacted>", which does not parse in user information) stand in as a
+// plain word while it runs, so that scrubbing twice changes nothing more.
+func redactFound(s string) string {
+	const stand = "__redacted__"
+	s = strings.ReplaceAll(unquoteURL(s), redacted, stand)
+	return strings.ReplaceAll(RedactURL(s), stand, redacted)
+}
+
 // urlAt returns the end of the absolute URL that starts at text[i], or i
 // if none does: a scheme (a letter, then letters, digits, + - .) that does
 // not continue a word, "://", then anything but spaces, control
-// characters, '"', '<' and '>'; a backslash escapes the byte after it, as
+// characters, '"', '<' and '>' (but "<redacted>" is taken whole), less
+// the punctuation that ends it; a backslash escapes the byte after it, as
 // in a Go-quoted string.
 func urlAt(text string, i int) int {
 	if !isLetter(text[i]) || i > 0 && isSchemeChar(text[i-1]) {
@@ -312,6 +323,10 @@ func urlAt(text string, i int) int {
 	}
 	j += len("://")
 	for j < len(text) {
+		if strings.HasPrefix(text[j:], redacted) {
+			j += len(redacted)
+			continue
+		}
 		c := text[j]
 		if c <= ' ' || c == 0x7f || c == '"' || c == '<' || c == '>' {
 			break
@@ -320,6 +335,10 @@ func urlAt(text string, i int) int {
 			j++
 		}
 		j++
+	}
+	// Punctuation that ends a sentence or a bracket ends the URL too.
+	for j > i && strings.IndexByte(".,;:!?)]}'", text[j-1]) >= 0 {
+		j--
 	}
 	return j
 }

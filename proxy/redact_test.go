@@ -135,6 +135,9 @@ func TestScrubber(t *testing.T) {
 		// Scrubbing twice changes nothing more.
 		{`Post "http://<redacted>@h.example.com/api/key/<redacted>/mcp?api_key=<redacted>": refused`,
 			`Post "http://<redacted>@h.example.com/api/key/<redacted>/mcp?api_key=<redacted>": refused`},
+		{`Get "https://<redacted>@other.example/key/<redacted>/x?<redacted>=<redacted>&a=<redacted>#<redacted>": x`,
+			`Get "https://<redacted>@other.example/key/<redacted>/x?<redacted>=<redacted>&a=<redacted>#<redacted>": x`},
+		{"see https://h/x?k=v, or (https://h/y?k=v).", "see https://h/x?k=<redacted>, or (https://h/y?k=<redacted>)."},
 		{"no url here", "no url here"},
 		// A path segment the rule keeps, but that is secret in the configured URL.
 		{"see https://h.example.com/messages/SecretValueOnly/x", "see https://h.example.com/messages/<redacted>/x"},
