@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -81,14 +80,16 @@ func (c *Client) Closed() bool {
 }
 
 // DialHTTP connects to a proxy served by `bridge proxy --http`. token, if
-// set, is sent as a bearer token. url's and token's secrets never appear
-// in the errors of the dial or of the session (see Scrubber).
+// set, is sent as a bearer token, to url's origin only, and redirects are
+// refused (see newHTTPClient). url's and token's secrets never appear in
+// the errors of the dial or of the session (see Scrubber).
 func DialHTTP(ctx context.Context, url, token, version string, log zerolog.Logger) (*Client, error) {
-	hc := &http.Client{}
+	var headers map[string]string
 	if token != "" {
-		hc.Transport = headerTransport{headers: map[string]string{"Authorization": "Bearer " + token}, next: http.DefaultTransport}
+		headers = map[string]string{"Authorization": "Bearer " + token}
 	}
-	return dial(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, version, log, NewScrubber([]string{url}, []string{token}))
+	t := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: newHTTPClient(url, headers)}
+	return dial(ctx, t, version, log, NewScrubber([]string{url}, []string{token}))
 }
 
 // Close ends the session.

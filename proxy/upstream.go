@@ -451,25 +451,9 @@ func (u *upstream) logStderr(r *io.PipeReader) {
 	}
 }
 
-// httpClient adds the configured headers to every request.
-func (u *upstream) httpClient() *http.Client {
-	return &http.Client{Transport: headerTransport{headers: u.cfg.Headers, next: http.DefaultTransport}}
-}
-
-type headerTransport struct {
-	headers map[string]string
-	next    http.RoundTripper
-}
-
-func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(h.headers) > 0 {
-		req = req.Clone(req.Context())
-		for k, v := range h.headers {
-			req.Header.Set(k, v)
-		}
-	}
-	return h.next.RoundTrip(req)
-}
+// httpClient sends the configured headers to the server's URL, and to no
+// other; see newHTTPClient.
+func (u *upstream) httpClient() *http.Client { return newHTTPClient(u.cfg.URL, u.cfg.Headers) }
 
 // listTools returns the server's tools, from the cache unless the server
 // said they changed (or a new session started).
