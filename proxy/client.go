@@ -80,15 +80,17 @@ func (c *Client) Closed() bool {
 }
 
 // DialHTTP connects to a proxy served by `bridge proxy --http`. token, if
-// set, is sent as a bearer token, to url's origin only, and redirects are
-// refused (see newHTTPClient). url's and token's secrets never appear in
-// the errors of the dial or of the session (see Scrubber).
+// set, is sent as a bearer token, to url's origin only; redirects are
+// refused, and each answer may have maxProxyMessage bytes, as over the
+// in-memory session (see newHTTPClient). url's and token's secrets never
+// appear in the errors of the dial or of the session (see Scrubber).
 func DialHTTP(ctx context.Context, url, token, version string, log zerolog.Logger) (*Client, error) {
 	var headers map[string]string
 	if token != "" {
 		headers = map[string]string{"Authorization": "Bearer " + token}
 	}
-	t := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: newHTTPClient(url, headers)}
+	t := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: newHTTPClient(url, headers, maxProxyMessage),
+		MaxEventSize: maxProxyMessage}
 	return dial(ctx, t, version, log, NewScrubber([]string{url}, []string{token}))
 }
 

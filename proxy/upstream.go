@@ -328,6 +328,8 @@ func (u *upstream) transport() (mcp.Transport, error) {
 		cmd.Stderr = pw
 		u.procs.Add(1)
 		go u.logStderr(pr)
+		// The SDK reads at most maxUpstreamMessage (16 MiB) per line from
+		// the server: CommandTransport always uses mcp.DefaultMaxLineLength.
 		return &closingTransport{
 			// The SDK's own escalation signals only the group leader;
 			// closingConn signals the whole group, sooner.
@@ -336,9 +338,10 @@ func (u *upstream) transport() (mcp.Transport, error) {
 			done:             func() { killGroup(cmd); _ = pw.Close() },
 		}, nil
 	case TypeHTTP:
-		return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxRetries: -1}, nil
+		return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxRetries: -1,
+			MaxEventSize: maxUpstreamMessage}, nil
 	case TypeSSE:
-		return &mcp.SSEClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient()}, nil
+		return &mcp.SSEClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxEventSize: maxUpstreamMessage}, nil
 	}
 	return nil, fmt.Errorf("unknown transport type %q", u.cfg.Type)
 }
@@ -452,8 +455,10 @@ func (u *upstream) logStderr(r *io.PipeReader) {
 }
 
 // httpClient sends the configured headers to the server's URL, and to no
-// other; see newHTTPClient.
-func (u *upstream) httpClient() *http.Client { return newHTTPClient(u.cfg.URL, u.cfg.Headers) }
+// other, and bounds each answer; see newHTTPClient.
+func (u *upstream) httpClient() *http.Client {
+	return newHTTPClient(u.cfg.URL, u.cfg.Headers, maxUpstreamMessage)
+}
 
 // listTools returns the server's tools, from the cache unless the server
 // said they changed (or a new session started).
@@ -529,11 +534,12 @@ func (u *upstream) call(ctx context.Context, tool string, args any, timeout time
 	case ctx.Err() != nil:
 		return nil, errorf(KindUpstream, "server %q: tool %q: call cancelled", u.cfg.Name, tool)
 	}
-	// Did the session end under the call? Then say so: that is what the
-	// user needs to know, not the transport's wording.
+	// Did the session end under the call? Then say so first: that is what
+	// the user needs to know. The transport's wording follows, as it may
+	// say why (an answer over maxUpstreamMessage).
 	select {
 	case <-done:
-		return nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use", u.cfg.Name, tool)
+		return nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use (%v)", u.cfg.Name, tool, u.scrub(err))
 	case <-time.After(50 * time.Millisecond):
 	}
 	return nil, errorf(KindUpstream, "server %q: tool %q: %v", u.cfg.Name, tool, u.scrub(err))
