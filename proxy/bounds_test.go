@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 )
 
@@ -197,5 +198,93 @@ func TestStdioUpstreamLineIsBounded(t *testing.T) {
 	st := p.Statuses(ctx)[0]
 	if st.State != "unavailable" || !strings.Contains(st.Error, "exceeded the configured maximum line length") {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// pagingServer is an MCP server over streamable HTTP whose tools/list
+// gives page n (from 1) as page(n) and always a nextCursor; it counts the
+// pages it served.
+func pagingServer(t *testing.T, page func(n int) []*mcp.Tool) (*httptest.Server, *atomic.Int64) {
+	var pages atomic.Int64
+	s := mcp.NewServer(&mcp.Implementation{Name: "paging"}, nil)
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "tools/list" {
+				return next(ctx, method, req)
+			}
+			n := int(pages.Add(1))
+			return &mcp.ListToolsResult{Tools: page(n), NextCursor: fmt.Sprintf("page-%d", n+1)}, nil
+		}
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(hs.Close)
+	return hs, &pages
+}
+
+func numberedTools(page, n int, desc string) []*mcp.Tool {
+	tools := make([]*mcp.Tool, n)
+	for i := range tools {
+		tools[i] = &mcp.Tool{Name: fmt.Sprintf("t%d_%d", page, i), Description: desc, InputSchema: map[string]any{"type": "object"}}
+	}
+	return tools
+}
+
+// A server whose tool list goes on and on is refused at a bound: which
+// bound is said, no tool of it is listed, its calls fail at once, and the
+// listing stopped there.
+func TestToolListIsBounded(t *testing.T) {
+	big := strings.Repeat("d", 7<<20)
+	for _, tc := range []struct {
+		name     string
+		page     func(n int) []*mcp.Tool
+		why      string
+		maxPages int64
+	}{
+		{"endless cursor", func(n int) []*mcp.Tool { return numberedTools(n, 1, "") }, "a nextCursor on page 100", 100},
+		{"too many tools", func(n int) []*mcp.Tool { return numberedTools(n, 1000, "") }, "tool 10001", 11},
+		{"too many bytes", func(n int) []*mcp.Tool { return numberedTools(n, 1, big) }, "32 MiB of definitions", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hs, pages := pagingServer(t, tc.page)
+			p, _, logs := startProxy(t, Options{ConnectTimeout: 10 * time.Second}, ServerConfig{Name: "hostile", Type: TypeHTTP, URL: hs.URL})
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			st := p.Statuses(ctx)[0]
+			want := fmt.Sprintf(`server "hostile" lists more tools than the bridge accepts (%s stopped the listing); `+
+				"the bridge takes at most 100 pages of tools/list, 10000 tools and 32 MiB of tool definitions from one server", tc.why)
+			if st.State != "unavailable" || !strings.Contains(st.Error, want) || st.Tools != 0 {
+				t.Fatalf("status %+v\nwant unavailable, no tools, and %q", st, want)
+			}
+			if n := pages.Load(); n > tc.maxPages {
+				t.Errorf("the server served %d pages, want at most %d", n, tc.maxPages)
+			}
+			if p.listed("hostile") != 0 || p.byName["hostile"].cachedTools() == nil {
+				t.Errorf("%d tools listed, cache %v", p.listed("hostile"), p.byName["hostile"].cachedTools())
+			}
+			_, err := p.byName["hostile"].call(ctx, "t1_0", map[string]any{}, time.Second)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("a call after the refusal: %v", err)
+			}
+			if !strings.Contains(logs.String(), "upstream: refused") {
+				t.Errorf("the refusal was not logged:\n%s", logs)
+			}
+		})
+	}
+}
+
+// Within the bounds, every page is read.
+func TestToolListPages(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "paged"}, &mcp.ServerOptions{PageSize: 5})
+	for i := range 12 {
+		s.AddTool(&mcp.Tool{Name: fmt.Sprintf("t%02d", i), InputSchema: map[string]any{"type": "object"}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{}, nil
+			})
+	}
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(hs.Close) // after the proxy's cleanup: its event stream is open until then
+	p, _, _ := startProxy(t, Options{}, ServerConfig{Name: "paged", Type: TypeHTTP, URL: hs.URL})
+	if st := p.Statuses(context.Background())[0]; st.State != "ready" || st.Tools != 12 {
+		t.Fatalf("status %+v, want 12 tools", st)
 	}
 }

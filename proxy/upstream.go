@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -460,8 +461,23 @@ func (u *upstream) httpClient() *http.Client {
 	return newHTTPClient(u.cfg.URL, u.cfg.Headers, maxUpstreamMessage)
 }
 
+// Bounds of one server's tool list: tools/list pages (each at most
+// maxUpstreamMessage), tools, and the size of their definitions as JSON.
+// The largest real servers list a few hundred tools in one page; a server
+// past any bound is broken or hostile (one listed 99,500 tools, 275 MiB,
+// in 5 s, following nextCursor forever), and the bridge refuses it rather
+// than keep the tools so far: a cut list would be an arbitrary part that
+// looks whole to the code. See listTools.
+const (
+	maxToolPages     = 100
+	maxTools         = 10_000
+	maxToolListBytes = 32 << 20
+)
+
 // listTools returns the server's tools, from the cache unless the server
-// said they changed (or a new session started).
+// said they changed (or a new session started). A server whose list goes
+// past maxToolPages, maxTools or maxToolListBytes is refused (see refuse):
+// the error says which bound, and no tool of it is listed.
 func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 	u.toolsMu.Lock()
 	if u.tools != nil && !u.stale {
@@ -477,26 +493,87 @@ func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 	u.toolsMu.Lock()
 	u.stale = false // a change from now on marks it stale again
 	u.toolsMu.Unlock()
-	var tools []*mcp.Tool
-	for t, err := range s.Tools(ctx, nil) {
-		if err != nil {
-			u.toolsMu.Lock()
-			u.stale = true
-			u.toolsMu.Unlock()
-			if ctx.Err() != nil {
-				return u.cachedTools(), u.ctxError(ctx, "listing tools")
-			}
-			return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, u.scrub(err))
+	tools, err := u.fetchTools(ctx, s)
+	var long *toolListTooLong
+	switch {
+	case errors.As(err, &long):
+		refusal := errorf(KindUpstream, "server %q lists more tools than the bridge accepts (%s stopped the listing); "+
+			"the bridge takes at most %d pages of tools/list, %d tools and %d MiB of tool definitions from one server, "+
+			"and leaves this one out until it lists fewer: fix the server, or take it out of the servers config",
+			u.cfg.Name, long.why, maxToolPages, maxTools, maxToolListBytes>>20)
+		return u.refuse(s, refusal), refusal
+	case err != nil:
+		u.toolsMu.Lock()
+		u.stale = true
+		u.toolsMu.Unlock()
+		if ctx.Err() != nil {
+			return u.cachedTools(), u.ctxError(ctx, "listing tools")
 		}
-		tools = append(tools, t)
-	}
-	if tools == nil {
-		tools = []*mcp.Tool{}
+		return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, u.scrub(err))
 	}
 	u.toolsMu.Lock()
 	u.tools = tools
 	u.toolsMu.Unlock()
 	return tools, nil
+}
+
+// toolListTooLong is fetchTools' error for a list past a bound; why names
+// the bound.
+type toolListTooLong struct{ why string }
+
+func (e *toolListTooLong) Error() string { return e.why }
+
+// fetchTools follows the pages of tools/list within the bounds.
+func (u *upstream) fetchTools(ctx context.Context, s *mcp.ClientSession) ([]*mcp.Tool, error) {
+	tools := []*mcp.Tool{}
+	size := 0
+	params := &mcp.ListToolsParams{}
+	for page := 1; ; page++ {
+		res, err := s.ListTools(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		js, err := json.Marshal(res.Tools)
+		if err != nil {
+			return nil, err
+		}
+		size += len(js)
+		tools = append(tools, res.Tools...)
+		switch {
+		case len(tools) > maxTools:
+			return nil, &toolListTooLong{fmt.Sprintf("tool %d", maxTools+1)}
+		case size > maxToolListBytes:
+			return nil, &toolListTooLong{fmt.Sprintf("%d MiB of definitions", maxToolListBytes>>20)}
+		case res.NextCursor == "":
+			return tools, nil
+		case page == maxToolPages:
+			return nil, &toolListTooLong{fmt.Sprintf("a nextCursor on page %d", maxToolPages)}
+		}
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+	}
+}
+
+// refuse ends session s of a server that broke a bound, and returns the
+// tools it lists now: none. The server is unavailable with err and
+// tried again after the backoff, like one that cannot start; calls fail at
+// once with err meanwhile.
+func (u *upstream) refuse(s *mcp.ClientSession, err *Error) []*mcp.Tool {
+	u.mu.Lock()
+	if u.sess == s {
+		u.sess = nil // watch leaves lastErr alone: s is not the session
+		u.lastErr = err
+		u.failures++
+		u.retryAt = time.Now().Add(backoff(u.failures))
+	}
+	u.mu.Unlock()
+	// Empty, not nil: the proxy then drops the tools it listed before.
+	none := []*mcp.Tool{}
+	u.toolsMu.Lock()
+	u.tools, u.stale = none, true
+	u.toolsMu.Unlock()
+	u.log.Warn().Str("error", err.Message).Msg("upstream: refused")
+	go func() { _ = s.Close() }()
+	return none
 }
 
 func (u *upstream) cachedTools() []*mcp.Tool {
