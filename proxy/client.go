@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +27,9 @@ type Client struct {
 	// local is the proxy when it runs in this process: calls go to it
 	// directly (Connect sets it).
 	local *Proxy
+	// scrub takes the proxy URL's and token's secrets (DialHTTP), and any
+	// URL's, out of the errors of the session.
+	scrub *Scrubber
 
 	mu      sync.Mutex
 	gen     uint64 // bumped by each tools/list_changed
@@ -47,7 +49,11 @@ type snapshot struct {
 
 // Dial connects to a proxy over t.
 func Dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger) (*Client, error) {
-	c := &Client{log: log}
+	return dial(ctx, t, version, log, nil)
+}
+
+func dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger, scrub *Scrubber) (*Client, error) {
+	c := &Client{log: log, scrub: scrub}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bridge", Version: version}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -58,7 +64,7 @@ func Dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logg
 	})
 	s, err := client.Connect(ctx, t, nil)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to the MCP proxy: %w", err)
+		return nil, scrub.Error(fmt.Errorf("connecting to the MCP proxy: %w", err))
 	}
 	c.sess = s
 	c.done = make(chan struct{})
@@ -77,13 +83,18 @@ func (c *Client) Closed() bool {
 }
 
 // DialHTTP connects to a proxy served by `bridge proxy --http`. token, if
-// set, is sent as a bearer token.
+// set, is sent as a bearer token, to url's origin only; redirects are
+// refused, and each answer may have maxProxyMessage bytes, as over the
+// in-memory session (see newHTTPClient). url's and token's secrets never
+// appear in the errors of the dial or of the session (see Scrubber).
 func DialHTTP(ctx context.Context, url, token, version string, log zerolog.Logger) (*Client, error) {
-	hc := &http.Client{}
+	var headers map[string]string
 	if token != "" {
-		hc.Transport = headerTransport{headers: map[string]string{"Authorization": "Bearer " + token}, next: http.DefaultTransport}
+		headers = map[string]string{"Authorization": "Bearer " + token}
 	}
-	return Dial(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, version, log)
+	t := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: newHTTPClient(url, headers, maxProxyMessage),
+		MaxEventSize: maxProxyMessage}
+	return dial(ctx, t, version, log, NewScrubber([]string{url}, []string{token}))
 }
 
 // Close ends the session.
@@ -142,7 +153,7 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 	names := map[[2]string]string{}
 	for t, err := range c.sess.Tools(ctx, nil) {
 		if err != nil {
-			return nil, fmt.Errorf("listing the proxy's tools: %w", err)
+			return nil, c.scrub.Error(fmt.Errorf("listing the proxy's tools: %w", err))
 		}
 		server, _ := t.Meta[MetaServer].(string)
 		tool, _ := t.Meta[MetaTool].(string)
@@ -162,7 +173,7 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 	// The servers resource comes second: listing tools connected them.
 	res, err := c.sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: ServersURI})
 	if err != nil {
-		return nil, fmt.Errorf("reading %s from the proxy: %w", ServersURI, err)
+		return nil, c.scrub.Error(fmt.Errorf("reading %s from the proxy: %w", ServersURI, err))
 	}
 	var servers []ServerStatus
 	if len(res.Contents) != 1 || json.Unmarshal([]byte(res.Contents[0].Text), &servers) != nil {
@@ -312,7 +323,7 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 		if unknown != nil {
 			return nil, unknown
 		}
-		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, err)
+		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, c.scrub.Error(err))
 	}
 	if kind, ok := res.Meta[MetaError].(string); ok && res.IsError {
 		var msg []string

@@ -67,8 +67,8 @@ type ServerConfig struct {
 	Source string
 }
 
-// String describes the server with the values of Env and Headers, the
-// user information and the query values of URL replaced by "<redacted>".
+// String describes the server with the values of Env and Headers, and the
+// secrets of URL (see RedactURL), replaced by "<redacted>".
 func (s ServerConfig) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s", strconv.Quote(s.Name), s.Type)
@@ -85,7 +85,7 @@ func (s ServerConfig) String() string {
 		fmt.Fprintf(&b, " env=[%s]", redactedKeys(s.Env))
 	}
 	if s.URL != "" {
-		fmt.Fprintf(&b, " url=%q", redactURL(s.URL))
+		fmt.Fprintf(&b, " url=%q", RedactURL(s.URL))
 	}
 	if len(s.Headers) > 0 {
 		fmt.Fprintf(&b, " headers=[%s]", redactedKeys(s.Headers))
@@ -120,7 +120,7 @@ func (s ServerConfig) MarshalJSON() ([]byte, error) {
 	v := view{Name: s.Name, Type: s.Type, Command: s.Command, Args: s.Args, Cwd: s.Cwd,
 		Env: redactMap(s.Env), Headers: redactMap(s.Headers), Disabled: s.Disabled, Source: s.Source}
 	if s.URL != "" {
-		v.URL = redactURL(s.URL)
+		v.URL = RedactURL(s.URL)
 	}
 	return json.Marshal(v)
 }
@@ -142,28 +142,6 @@ func redactedKeys(m map[string]string) string {
 		keys[i] = strconv.Quote(k) + "=" + redacted
 	}
 	return strings.Join(keys, " ")
-}
-
-// redactURL keeps the scheme, host and path of a URL and hides its user
-// information and query values, where tokens are commonly put.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" {
-		return "<invalid url>"
-	}
-	out := u.Scheme + "://"
-	if u.User != nil {
-		out += redacted + "@"
-	}
-	out += u.Host + u.EscapedPath()
-	if u.RawQuery != "" {
-		keys := sortedKeys(u.Query())
-		for i, k := range keys {
-			keys[i] = url.QueryEscape(k) + "=" + redacted
-		}
-		out += "?" + strings.Join(keys, "&")
-	}
-	return out
 }
 
 // Config is the set of upstream servers the bridge may use.

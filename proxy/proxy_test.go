@@ -458,7 +458,10 @@ func TestProxySecretsStayOut(t *testing.T) {
 	t.Setenv("SOME_CLOUD_KEY", "cloud-key-value")
 	_, c, logs := startProxy(t, Options{ConnectTimeout: 5 * time.Second},
 		stdioServer(t, "alpha"),
-		ServerConfig{Name: "web", Type: TypeHTTP, URL: "http://127.0.0.1:1/mcp?api_key=url-secret-value"})
+		ServerConfig{Name: "web", Type: TypeHTTP, URL: "http://127.0.0.1:1/mcp?api_key=url-secret-value"},
+		// net/http shows this one as http://url-user-value:***@127.0.0.1:1/..., and
+		// keeps the token in the path.
+		ServerConfig{Name: "web2", Type: TypeSSE, URL: "HTTP://url-user-value:url-password@127.0.0.1:1/v1/sk-abcdef0123456789abcdef/sse"})
 	for name, want := range map[string]string{"BRIDGE_HTTP_TOKEN": "", "SOME_CLOUD_KEY": "", "PATH": os.Getenv("PATH"), "TEST_SECRET": "s3cr3t-value"} {
 		if r, err := call(t, c, "alpha", "env", fmt.Sprintf(`{"name":%q}`, name)); err != nil || textOf(t, r) != want {
 			t.Errorf("the upstream's %s: %v %v, want %q", name, r, err, want)
@@ -470,12 +473,18 @@ func TestProxySecretsStayOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, callErr := call(t, c, "web", "echo", `{}`)
-	all := fmt.Sprint(servers) + fmt.Sprint(callErr) + logs.String()
-	if strings.Contains(all, "url-secret-value") {
-		t.Fatalf("the URL's secret leaked:\n%s", all)
+	_, callErr2 := call(t, c, "web2", "echo", `{}`)
+	all := fmt.Sprint(servers) + fmt.Sprint(callErr) + fmt.Sprint(callErr2) + logs.String()
+	for _, secret := range []string{"url-secret-value", "url-user-value", "url-password", "sk-abcdef0123456789abcdef"} {
+		if strings.Contains(all, secret) {
+			t.Errorf("the URL's secret %s leaked:\n%s", secret, all)
+		}
 	}
 	if servers[1].State != "unavailable" || !strings.Contains(servers[1].Error, "api_key=<redacted>") {
 		t.Errorf("web: %+v", servers[1])
+	}
+	if servers[2].State != "unavailable" || !strings.Contains(servers[2].Error, "http://<redacted>@127.0.0.1:1/v1/<redacted>/sse") {
+		t.Errorf("web2: %+v", servers[2])
 	}
 }
 

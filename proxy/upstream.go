@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,8 @@ type upstream struct {
 	// may have changed: a notifications/tools/list_changed, or a reconnect.
 	changed func(name string)
 	base    context.Context // cancelled by close: aborts connects
+	// scrubber takes the URL's and the headers' secrets out of errors.
+	scrubber *Scrubber
 
 	mu         sync.Mutex
 	sess       *mcp.ClientSession
@@ -63,12 +66,21 @@ type upstream struct {
 
 func newUpstream(base context.Context, cfg ServerConfig, opts *Options, log zerolog.Logger, changed func(string)) *upstream {
 	return &upstream{
-		cfg:     cfg,
-		opts:    opts,
-		log:     log.With().Str("server", cfg.Name).Logger(),
-		changed: changed,
-		base:    base,
+		cfg:      cfg,
+		opts:     opts,
+		log:      log.With().Str("server", cfg.Name).Logger(),
+		changed:  changed,
+		base:     base,
+		scrubber: NewScrubber([]string{cfg.URL}, mapValues(cfg.Headers)),
 	}
+}
+
+func mapValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k])
+	}
+	return out
 }
 
 // Error kinds of an UpstreamError; they match the relay protocol's error
@@ -180,14 +192,10 @@ func (u *upstream) connectAsync(ch chan struct{}) {
 	}
 }
 
-// scrub takes the server's URL, which may hold a token in its query, out
-// of an error's text (net/http quotes it whole).
-func (u *upstream) scrub(err error) error {
-	if err == nil || u.cfg.URL == "" || !strings.Contains(err.Error(), u.cfg.URL) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), u.cfg.URL, redactURL(u.cfg.URL)))
-}
+// scrub takes the secrets of the server's URL and headers out of an
+// error's text (net/http quotes the URL whole, re-encoded; see Scrubber),
+// and those of any other URL in it.
+func (u *upstream) scrub(err error) error { return u.scrubber.Error(err) }
 
 func backoff(failures int) time.Duration {
 	d := minBackoff
@@ -321,6 +329,8 @@ func (u *upstream) transport() (mcp.Transport, error) {
 		cmd.Stderr = pw
 		u.procs.Add(1)
 		go u.logStderr(pr)
+		// The SDK reads at most maxUpstreamMessage (16 MiB) per line from
+		// the server: CommandTransport always uses mcp.DefaultMaxLineLength.
 		return &closingTransport{
 			// The SDK's own escalation signals only the group leader;
 			// closingConn signals the whole group, sooner.
@@ -329,9 +339,10 @@ func (u *upstream) transport() (mcp.Transport, error) {
 			done:             func() { killGroup(cmd); _ = pw.Close() },
 		}, nil
 	case TypeHTTP:
-		return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxRetries: -1}, nil
+		return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxRetries: -1,
+			MaxEventSize: maxUpstreamMessage}, nil
 	case TypeSSE:
-		return &mcp.SSEClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient()}, nil
+		return &mcp.SSEClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxEventSize: maxUpstreamMessage}, nil
 	}
 	return nil, fmt.Errorf("unknown transport type %q", u.cfg.Type)
 }
@@ -444,28 +455,29 @@ func (u *upstream) logStderr(r *io.PipeReader) {
 	}
 }
 
-// httpClient adds the configured headers to every request.
+// httpClient sends the configured headers to the server's URL, and to no
+// other, and bounds each answer; see newHTTPClient.
 func (u *upstream) httpClient() *http.Client {
-	return &http.Client{Transport: headerTransport{headers: u.cfg.Headers, next: http.DefaultTransport}}
+	return newHTTPClient(u.cfg.URL, u.cfg.Headers, maxUpstreamMessage)
 }
 
-type headerTransport struct {
-	headers map[string]string
-	next    http.RoundTripper
-}
-
-func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if len(h.headers) > 0 {
-		req = req.Clone(req.Context())
-		for k, v := range h.headers {
-			req.Header.Set(k, v)
-		}
-	}
-	return h.next.RoundTrip(req)
-}
+// Bounds of one server's tool list: tools/list pages (each at most
+// maxUpstreamMessage), tools, and the size of their definitions as JSON.
+// The largest real servers list a few hundred tools in one page; a server
+// past any bound is broken or hostile (one listed 99,500 tools, 275 MiB,
+// in 5 s, following nextCursor forever), and the bridge refuses it rather
+// than keep the tools so far: a cut list would be an arbitrary part that
+// looks whole to the code. See listTools.
+const (
+	maxToolPages     = 100
+	maxTools         = 10_000
+	maxToolListBytes = 32 << 20
+)
 
 // listTools returns the server's tools, from the cache unless the server
-// said they changed (or a new session started).
+// said they changed (or a new session started). A server whose list goes
+// past maxToolPages, maxTools or maxToolListBytes is refused (see refuse):
+// the error says which bound, and no tool of it is listed.
 func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 	u.toolsMu.Lock()
 	if u.tools != nil && !u.stale {
@@ -481,26 +493,87 @@ func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 	u.toolsMu.Lock()
 	u.stale = false // a change from now on marks it stale again
 	u.toolsMu.Unlock()
-	var tools []*mcp.Tool
-	for t, err := range s.Tools(ctx, nil) {
-		if err != nil {
-			u.toolsMu.Lock()
-			u.stale = true
-			u.toolsMu.Unlock()
-			if ctx.Err() != nil {
-				return u.cachedTools(), u.ctxError(ctx, "listing tools")
-			}
-			return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, u.scrub(err))
+	tools, err := u.fetchTools(ctx, s)
+	var long *toolListTooLong
+	switch {
+	case errors.As(err, &long):
+		refusal := errorf(KindUpstream, "server %q lists more tools than the bridge accepts (%s stopped the listing); "+
+			"the bridge takes at most %d pages of tools/list, %d tools and %d MiB of tool definitions from one server, "+
+			"and leaves this one out until it lists fewer: fix the server, or take it out of the servers config",
+			u.cfg.Name, long.why, maxToolPages, maxTools, maxToolListBytes>>20)
+		return u.refuse(s, refusal), refusal
+	case err != nil:
+		u.toolsMu.Lock()
+		u.stale = true
+		u.toolsMu.Unlock()
+		if ctx.Err() != nil {
+			return u.cachedTools(), u.ctxError(ctx, "listing tools")
 		}
-		tools = append(tools, t)
-	}
-	if tools == nil {
-		tools = []*mcp.Tool{}
+		return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, u.scrub(err))
 	}
 	u.toolsMu.Lock()
 	u.tools = tools
 	u.toolsMu.Unlock()
 	return tools, nil
+}
+
+// toolListTooLong is fetchTools' error for a list past a bound; why names
+// the bound.
+type toolListTooLong struct{ why string }
+
+func (e *toolListTooLong) Error() string { return e.why }
+
+// fetchTools follows the pages of tools/list within the bounds.
+func (u *upstream) fetchTools(ctx context.Context, s *mcp.ClientSession) ([]*mcp.Tool, error) {
+	tools := []*mcp.Tool{}
+	size := 0
+	params := &mcp.ListToolsParams{}
+	for page := 1; ; page++ {
+		res, err := s.ListTools(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		js, err := json.Marshal(res.Tools)
+		if err != nil {
+			return nil, err
+		}
+		size += len(js)
+		tools = append(tools, res.Tools...)
+		switch {
+		case len(tools) > maxTools:
+			return nil, &toolListTooLong{fmt.Sprintf("tool %d", maxTools+1)}
+		case size > maxToolListBytes:
+			return nil, &toolListTooLong{fmt.Sprintf("%d MiB of definitions", maxToolListBytes>>20)}
+		case res.NextCursor == "":
+			return tools, nil
+		case page == maxToolPages:
+			return nil, &toolListTooLong{fmt.Sprintf("a nextCursor on page %d", maxToolPages)}
+		}
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+	}
+}
+
+// refuse ends session s of a server that broke a bound, and returns the
+// tools it lists now: none. The server is unavailable with err and
+// tried again after the backoff, like one that cannot start; calls fail at
+// once with err meanwhile.
+func (u *upstream) refuse(s *mcp.ClientSession, err *Error) []*mcp.Tool {
+	u.mu.Lock()
+	if u.sess == s {
+		u.sess = nil // watch leaves lastErr alone: s is not the session
+		u.lastErr = err
+		u.failures++
+		u.retryAt = time.Now().Add(backoff(u.failures))
+	}
+	u.mu.Unlock()
+	// Empty, not nil: the proxy then drops the tools it listed before.
+	none := []*mcp.Tool{}
+	u.toolsMu.Lock()
+	u.tools, u.stale = none, true
+	u.toolsMu.Unlock()
+	u.log.Warn().Str("error", err.Message).Msg("upstream: refused")
+	go func() { _ = s.Close() }()
+	return none
 }
 
 func (u *upstream) cachedTools() []*mcp.Tool {
@@ -538,11 +611,12 @@ func (u *upstream) call(ctx context.Context, tool string, args any, timeout time
 	case ctx.Err() != nil:
 		return nil, errorf(KindUpstream, "server %q: tool %q: call cancelled", u.cfg.Name, tool)
 	}
-	// Did the session end under the call? Then say so: that is what the
-	// user needs to know, not the transport's wording.
+	// Did the session end under the call? Then say so first: that is what
+	// the user needs to know. The transport's wording follows, as it may
+	// say why (an answer over maxUpstreamMessage).
 	select {
 	case <-done:
-		return nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use", u.cfg.Name, tool)
+		return nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use (%v)", u.cfg.Name, tool, u.scrub(err))
 	case <-time.After(50 * time.Millisecond):
 	}
 	return nil, errorf(KindUpstream, "server %q: tool %q: %v", u.cfg.Name, tool, u.scrub(err))
