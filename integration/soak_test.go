@@ -56,7 +56,7 @@ func soakSize() (sequential, concurrent int) {
 	case os.Getenv("BRIDGE_SOAK") == "full":
 		return 500, 200
 	case rootless():
-		return 20, 16 // a rootless container costs ~2 s (vfs storage)
+		return 20, 16 // the rootless run is a separate pass: keep CI short
 	}
 	return 40, 40
 }
