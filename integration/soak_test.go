@@ -207,7 +207,9 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 		}
 		slices.Sort(durs)
 		slices.Sort(cdurs)
-		pct := func(d []time.Duration, p float64) time.Duration { return d[int(float64(len(d)-1)*p)].Round(time.Millisecond) }
+		pct := func(d []time.Duration, p float64) time.Duration {
+			return d[int(float64(len(d)-1)*p)].Round(time.Millisecond)
+		}
 		t.Logf("soak %s: %d sequential runs in %s (p50 %s, p95 %s); %d at 8-way in %s (%.1f runs/s, p50 %s, p95 %s); 4 tool requests each; 0 errors, 0 containers or run dirs left",
 			e.name, seq, seqTook.Round(time.Millisecond), pct(durs, 0.5), pct(durs, 0.95),
 			conc, concTook.Round(time.Millisecond), float64(conc)/concTook.Seconds(), pct(cdurs, 0.5), pct(cdurs, 0.95))
