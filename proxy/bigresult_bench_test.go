@@ -13,10 +13,10 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// BenchmarkProxyBigResult: a 4 MiB text result from a stdio upstream
-// through the proxy to the bridge's side, as JSON ready for the relay.
-// MB/s is bytes of result per second.
-func BenchmarkProxyBigResult(b *testing.B) {
+// benchProxy is a proxy in this process with the test binary as its stdio
+// upstream "alpha", and the bridge's client of it; both end with b.
+func benchProxy(b *testing.B) *Client {
+	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
@@ -24,12 +24,20 @@ func BenchmarkProxyBigResult(b *testing.B) {
 	cfg := ServerConfig{Name: "alpha", Type: TypeStdio, Command: exe, Args: []string{"-test.run=^$"},
 		Env: map[string]string{"PROXY_TEST_UPSTREAM": "1"}}
 	p := New(Config{Servers: []ServerConfig{cfg}}, Options{Logger: zerolog.Nop()})
-	defer p.Close()
+	b.Cleanup(p.Close)
 	c, err := p.Connect(context.Background(), zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// BenchmarkProxyBigResult: a 4 MiB text result from a stdio upstream
+// through the proxy to the bridge's side, as JSON ready for the relay.
+// MB/s is bytes of result per second.
+func BenchmarkProxyBigResult(b *testing.B) {
+	c := benchProxy(b)
 	ctx := context.Background()
 	const n = 4 << 20
 	args := json.RawMessage(`{"n":4194304}`)
@@ -49,19 +57,7 @@ func BenchmarkProxyBigResult(b *testing.B) {
 // with the peak heap sampled while they run. peak-heap/in-flight is the
 // peak heap (less the heap before) over the 64 MiB of results in flight.
 func BenchmarkProxyBigResultsParallel(b *testing.B) {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := ServerConfig{Name: "alpha", Type: TypeStdio, Command: exe, Args: []string{"-test.run=^$"},
-		Env: map[string]string{"PROXY_TEST_UPSTREAM": "1"}}
-	p := New(Config{Servers: []ServerConfig{cfg}}, Options{Logger: zerolog.Nop()})
-	defer p.Close()
-	c, err := p.Connect(context.Background(), zerolog.Nop())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchProxy(b)
 	ctx := context.Background()
 	const n, parallel = 4 << 20, 16
 	args := json.RawMessage(`{"n":4194304}`)

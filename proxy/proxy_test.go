@@ -381,19 +381,7 @@ func TestProxyHTTPUpstreamAndRemoteProxy(t *testing.T) {
 // bridge makes it: the in-memory MCP session to the proxy, then the stdio
 // session to a warm upstream process, and back.
 func BenchmarkProxyCall(b *testing.B) {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg := ServerConfig{Name: "alpha", Type: TypeStdio, Command: exe, Args: []string{"-test.run=^$"},
-		Env: map[string]string{"PROXY_TEST_UPSTREAM": "1"}}
-	p := New(Config{Servers: []ServerConfig{cfg}}, Options{Logger: zerolog.Nop()})
-	defer p.Close()
-	c, err := p.Connect(context.Background(), zerolog.Nop())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchProxy(b)
 	ctx := context.Background()
 	args := json.RawMessage(`{"message":"hi"}`)
 	if _, err := c.Call(ctx, "bench", "alpha", "echo", args); err != nil {
