@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,8 +176,9 @@ type hostileCase struct {
 
 // hostileEnv is what the cases' code needs to know of the host.
 type hostileEnv struct {
-	debugPort string
-	record    string // the misbehave upstream's record of the calls it received
+	debugPort    string
+	abstractName string // an abstract unix socket the test listens on, without the leading NUL
+	record       string // the misbehave upstream's record of the calls it received
 }
 
 // relayPrelude gives a case's code the runner's own relay connection.
@@ -210,15 +212,39 @@ def ename(e):
     return errno.errorcode.get(e.errno, type(e).__name__) if isinstance(e, OSError) and e.errno else type(e).__name__
 `
 
+// syscallPrelude calls system calls by number through libc.
+const syscallPrelude = `
+import ctypes, errno, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {
+    "x86_64": dict(mount=165, umount2=166, setuid=105, chroot=161, bpf=321, perf_event_open=298,
+                   init_module=175, reboot=169, sethostname=170, pivot_root=155, swapon=167,
+                   kexec_load=246, open_by_handle_at=304, ptrace=101, unshare=272, keyctl=250, add_key=248),
+    "aarch64": dict(mount=40, umount2=39, setuid=146, chroot=51, bpf=280, perf_event_open=241,
+                    init_module=105, reboot=142, sethostname=161, pivot_root=41, swapon=224,
+                    kexec_load=104, open_by_handle_at=265, ptrace=117, unshare=97, keyctl=219, add_key=217),
+}[platform.machine()]
+
+def sc(name, *args):
+    argv = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    r = libc.syscall(ctypes.c_long(NR[name]), *argv)
+    e = ctypes.get_errno()
+    return "OK" if r != -1 else errno.errorcode.get(e, str(e))
+`
+
 // hostileNextCode runs after every case: the bridge still runs code, and
 // the new container's /tmp and /dev/shm are empty.
 const hostileNextCode = `import os
 print(6*7)
 print(len(os.listdir("/tmp")), len(os.listdir("/dev/shm")))`
 
+// okFailures are the errnos a refused operation may fail with.
+var okFailures = []string{"EPERM", "EACCES", "EROFS", "ENOSYS"}
+
 func hostileCases(env hostileEnv) []hostileCase {
 	fill := func(code string) string {
-		return strings.NewReplacer("{{DEBUG_PORT}}", env.debugPort).Replace(code)
+		return strings.NewReplacer("{{DEBUG_PORT}}", env.debugPort, "{{ABSTRACT}}", env.abstractName).Replace(code)
 	}
 	relayCode := func(code string) string { return relayPrelude + fill(code) }
 	// stalled: the bridge cut the runner off for not reading, long before
@@ -234,6 +260,17 @@ func hostileCases(env hostileEnv) []hostileCase {
 			v.status(r, "error")
 			v.message(r, append([]string{"relay protocol error"}, parts...)...)
 			v.within(r)
+		}
+	}
+	// allRefused: every verdict line's value is one of okFailures.
+	allRefused := func(v *verdict, r hostileRun, min int) {
+		if len(r.lines) < min {
+			v.errorf("%d verdict lines, want at least %d", len(r.lines), min)
+		}
+		for k, got := range r.lines {
+			if !slices.Contains(okFailures, got) {
+				v.errorf("%s: %q, want one of %q", k, got, okFailures)
+			}
 		}
 	}
 	const stdout16M = 16<<20 - 64 // data of the largest stdout frame case 7b sends
@@ -545,6 +582,481 @@ print("pending", sum(not t.done() for t in tasks))
 			},
 		},
 
+		// --- the classics -------------------------------------------------
+		{
+			name: "fork bomb", timeout: 30, limits: true,
+			code: `
+import os, time
+children = 0
+try:
+    while True:
+        if os.fork() == 0:
+            while True:
+                try:
+                    os.fork()
+                except OSError:
+                    time.sleep(0.01)
+        children += 1
+except OSError as e:
+    print("fork_failed", e.strerror, flush=True)
+    raise
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "error")
+				v.message(r, "BlockingIOError")
+				v.want(r, "fork_failed", "Resource temporarily unavailable")
+			},
+		},
+		{
+			name: "memory bomb", timeout: 30, limits: true,
+			code: `
+print("allocating", flush=True)
+data = "x" * (2 << 30)
+print("allocated", len(data))
+`,
+			check: func(v *verdict, r hostileRun) {
+				if _, ok := r.lines["allocated"]; ok {
+					v.errorf("2 GiB allocated under a 512 MiB limit")
+				}
+				switch {
+				case r.Status == "memory" && strings.Contains(r.Message, "memory limit"):
+				case r.Status == "error" && strings.Contains(r.Message, "MemoryError"):
+				default:
+					v.errorf("status %q, message %q: want memory, or an error with MemoryError", r.Status, r.Message)
+				}
+			},
+		},
+		{
+			name: "fill /tmp", timeout: 30,
+			code: `
+import errno
+chunk = b"x" * (1 << 20)
+n = 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        while True:
+            f.write(chunk)
+            f.flush()
+            n += 1
+except OSError as e:
+    print("tmp", errno.errorcode[e.errno])
+print("mib_le_64", n <= 64)
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "tmp", "ENOSPC")
+				v.want(r, "mib_le_64", "True")
+			},
+		},
+		{
+			name: "fill /dev/shm", timeout: 30,
+			code: `
+import errno
+chunk = b"x" * (1 << 20)
+n = 0
+try:
+    with open("/dev/shm/fill", "wb") as f:
+        while True:
+            f.write(chunk)
+            f.flush()
+            n += 1
+except OSError as e:
+    print("shm", errno.errorcode[e.errno])
+print("mib_le_64", n <= 64)
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "shm", "ENOSPC")
+				v.want(r, "mib_le_64", "True")
+			},
+		},
+		{
+			name: "CPU spin past the timeout", timeout: 3,
+			code: "print('spinning', flush=True)\nwhile True: pass",
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "timeout")
+				v.message(r, "timed out after 3s")
+				v.want(r, "spinning", "")
+			},
+		},
+		{
+			name: "SIGTERM ignored", timeout: 3,
+			code: `
+import signal
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(s, signal.SIG_IGN)
+print("ignoring", flush=True)
+while True:
+    pass
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "timeout")
+				v.want(r, "ignoring", "")
+			},
+		},
+		{
+			// A daemon that outlives the code; the container goes anyway
+			// (TestHostile checks after every case that none is left).
+			name: "orphaned daemon", timeout: 20,
+			code: `
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(3600)
+        os._exit(0)
+    os._exit(0)
+os.wait()
+print("daemon", "left")
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "daemon", "left")
+				v.within(r)
+			},
+		},
+		{
+			name: "zombie flood", timeout: 30, limits: true,
+			code: `
+import errno, os
+n = 0
+try:
+    for _ in range(5000):
+        if os.fork() == 0:
+            os._exit(0)
+        n += 1
+    print("zombies", "all")
+except OSError as e:
+    print("zombies", errno.errorcode[e.errno])
+print("under_pids_limit", n < 128)
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "zombies", "EAGAIN")
+				v.want(r, "under_pids_limit", "True")
+			},
+		},
+		{
+			// 127.0.0.1:DEBUG_PORT is the bridge's own debug endpoint on
+			// the host's loopback: the container's loopback is another.
+			name: "TCP out", timeout: 30,
+			code: fill(`
+import errno, os, socket
+print("interfaces", " ".join(sorted(os.listdir("/sys/class/net"))))
+def tcp(label, addr, family=socket.AF_INET):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(addr)
+        print(label, "connected")
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, type(e).__name__))
+    s.close()
+tcp("public", ("1.1.1.1", 53))
+tcp("host_loopback_debug", ("127.0.0.1", {{DEBUG_PORT}}))
+tcp("docker_gateway", ("172.17.0.1", 2375))
+tcp("podman_gateway", ("10.88.0.1", 22))
+tcp("ipv6_public", ("2606:4700:4700::1111", 53), socket.AF_INET6)
+`),
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "interfaces", "lo")
+				v.want(r, "public", "ENETUNREACH")
+				v.want(r, "host_loopback_debug", "ECONNREFUSED")
+				v.want(r, "docker_gateway", "ENETUNREACH")
+				v.want(r, "podman_gateway", "ENETUNREACH")
+				v.want(r, "ipv6_public", "ENETUNREACH", "EADDRNOTAVAIL", "EAFNOSUPPORT")
+			},
+		},
+		{
+			name: "UDP out", timeout: 20,
+			code: `
+import errno, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for label, addr in (("udp_dns", ("1.1.1.1", 53)), ("udp_gateway", ("172.17.0.1", 53))):
+    try:
+        s.sendto(b"\x00" * 32, addr)
+        print(label, "sent")
+    except OSError as e:
+        print(label, errno.errorcode[e.errno])
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "udp_dns", "ENETUNREACH")
+				v.want(r, "udp_gateway", "ENETUNREACH")
+			},
+		},
+		{
+			name: "DNS", timeout: 30,
+			code: `
+import socket
+for label, name in (("dns_public", "example.com"), ("dns_docker_host", "host.docker.internal")):
+    try:
+        socket.getaddrinfo(name, 443, type=socket.SOCK_STREAM)
+        print(label, "resolved")
+    except OSError as e:
+        print(label, type(e).__name__)
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "dns_public", "gaierror")
+				v.want(r, "dns_docker_host", "gaierror")
+			},
+		},
+		{
+			name: "raw sockets", timeout: 20,
+			code: `
+import errno, socket
+for label, args in (("af_packet", (socket.AF_PACKET, socket.SOCK_RAW, 0x0300)),
+                    ("raw_icmp", (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)),
+                    ("raw_tcp", (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP))):
+    try:
+        socket.socket(*args).close()
+        print(label, "OK")
+    except OSError as e:
+        print(label, errno.errorcode[e.errno])
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				for _, k := range []string{"af_packet", "raw_icmp", "raw_tcp"} {
+					v.want(r, k, "EPERM")
+				}
+			},
+		},
+		{
+			// The test listens on this abstract socket in the host's
+			// network namespace; the container has its own.
+			name: "abstract unix socket of the host", timeout: 20,
+			code: fill(`
+import errno, socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect("\0{{ABSTRACT}}")
+    print("abstract", "connected")
+except OSError as e:
+    print("abstract", errno.errorcode[e.errno])
+`),
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "abstract", "ECONNREFUSED")
+			},
+		},
+		{
+			name: "writes outside /tmp", timeout: 20,
+			code: `
+import errno, os
+import socket
+paths = ["/x", "/etc/passwd", "/usr/bin/python3", "/opt/bridge/runner.py", "/proc/sys/kernel/hostname",
+         "/proc/sys/vm/drop_caches", "/proc/1/oom_score_adj"]
+# Present or not depending on the kernel's configuration and cgroup version.
+maybe = ["/proc/sysrq-trigger", "/sys/kernel/uevent_helper", "/sys/kernel/mm/transparent_hugepage/enabled",
+         "/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max",
+         "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"]
+tried = 0
+for p in paths + [p for p in maybe if os.path.exists(p)]:
+    tried += p.startswith("/sys/")
+    try:
+        with open(p, "w") as f:
+            f.write("-1000\n" if "oom" in p else "pwned\n")
+        print(p, "written")
+    except OSError as e:
+        print(p, errno.errorcode[e.errno])
+print("sys_paths_tried", tried >= 2)
+try:
+    socket.sethostname("pwned")
+    print("sethostname", "OK")
+except OSError as e:
+    print("sethostname", errno.errorcode[e.errno])
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "sys_paths_tried", "True")
+				v.want(r, "/x", "EROFS")
+				delete(r.lines, "sys_paths_tried")
+				allRefused(v, r, 10)
+			},
+		},
+		{
+			// What needs a capability, or that the seccomp profile refuses.
+			name: "privileged system calls", timeout: 20,
+			code: syscallPrelude + `
+print("mount", sc("mount", b"none", b"/tmp", b"tmpfs", 0, None))
+print("umount2", sc("umount2", b"/proc", 2))
+print("setuid0", sc("setuid", 0))
+print("chroot", sc("chroot", b"/tmp"))
+print("bpf", sc("bpf", 0, None, 0))
+print("perf_event_open", sc("perf_event_open", None, 0, -1, -1, 0))
+print("init_module", sc("init_module", None, 0, b""))
+print("reboot", sc("reboot", 0xfee1dead, 672274793, 0, None))
+print("sethostname", sc("sethostname", b"pwned", 5))
+print("pivot_root", sc("pivot_root", b"/tmp", b"/tmp"))
+print("swapon", sc("swapon", b"/tmp/swap", 0))
+print("kexec_load", sc("kexec_load", 0, 0, None, 0))
+print("open_by_handle_at", sc("open_by_handle_at", -100, None, 0))
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				allRefused(v, r, 13)
+			},
+		},
+		{
+			// Attaching to PID 1 is refused or, where the kernel allows
+			// tracing a process of the same uid (no Yama), reaches only
+			// the container's own init: the PID namespace is private.
+			name: "ptrace PID 1", timeout: 20,
+			code: syscallPrelude + `
+r = sc("ptrace", 16, 1, None, None)  # PTRACE_ATTACH
+if r == "OK":
+    cmdline = open("/proc/1/cmdline", "rb").read()
+    uid = open("/proc/1/status").read().split("Uid:")[1].split()[0]
+    own = b"/opt/bridge/runner.py" in cmdline and uid == "65534"
+    os.waitpid(1, 0x40000000)  # __WALL: the attach stops it
+    sc("ptrace", 17, 1, None, None)  # PTRACE_DETACH
+    r = "own-init" if own else "OK-foreign-process"
+print("ptrace_pid1", r)
+print("processes_all_65534", all(open("/proc/%s/status" % p).read().split("Uid:")[1].split()[0] == "65534"
+                                 for p in os.listdir("/proc") if p.isdigit()))
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "ptrace_pid1", "EPERM", "own-init")
+				v.want(r, "processes_all_65534", "True")
+			},
+		},
+		{
+			// A user namespace would give the code a full set of
+			// capabilities over namespaces of its own (mounts, network):
+			// kernel attack surface the sandbox means to close. keyctl
+			// reaches the kernel keyrings, which are not namespaced. Tried
+			// in a forked child: unshare(CLONE_NEWUSER) needs a process
+			// with one thread, and the runner has several.
+			name: "user namespace, keyrings", timeout: 20,
+			code: syscallPrelude + `
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    out = ["userns " + sc("unshare", 0x10000000),  # CLONE_NEWUSER
+           "keyctl " + sc("keyctl", 0, -3, 1),       # KEYCTL_GET_KEYRING_ID, the session keyring, create
+           "add_key " + sc("add_key", b"user", b"bridge", b"x", 1, -3)]
+    os.write(w, "\n".join(out).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+print(os.read(r, 4096).decode())
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				allRefused(v, r, 3)
+			},
+			bug: map[string]string{
+				"podman": "the Podman backend runs the container under Podman's default seccomp profile, which lets the code " +
+					"unshare(CLONE_NEWUSER) (then CLONE_NEWNS, CLONE_NEWNET, mount tmpfs, open AF_PACKET sockets in its own namespaces, " +
+					"with CapEff 000001ffffffffff there) and use keyctl/add_key on the kernel keyrings; the Docker backend refuses all of these with EPERM",
+			},
+		},
+		{
+			// Neither the bridge's environment nor an upstream's reaches
+			// the sandbox: the code dumps every environment and command
+			// line it can read, and the test looks for the secrets.
+			name: "environment secrets", timeout: 30,
+			code: `
+import errno, os, mcp_tools
+blobs = ["os.environ " + repr(dict(os.environ))]
+for p in sorted(os.listdir("/proc")):
+    if p.isdigit():
+        for f in ("environ", "cmdline"):
+            try:
+                blobs.append("/proc/%s/%s " % (p, f) + repr(open("/proc/%s/%s" % (p, f), "rb").read()))
+            except OSError as e:
+                blobs.append("/proc/%s/%s %s" % (p, f, errno.errorcode[e.errno]))
+blobs.append("servers " + repr(mcp_tools.servers()))
+blobs.append("tools " + repr([t["name"] for t in mcp_tools.tools("misbehave")]))
+print("\n".join(blobs))
+print("dumped", "yes")
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "dumped", "yes")
+				if r.StdoutCut != 0 {
+					v.errorf("the dump was cut (%d bytes): the secrets could hide in the cut part", r.StdoutCut)
+				}
+				// The dump must have read the runner's environment, else
+				// it proves nothing.
+				if !strings.Contains(r.Stdout, "BRIDGE_RELAY_TOKEN=") || !strings.Contains(r.Stdout, "/proc/1/cmdline") {
+					v.errorf("the dump lacks the runner's environment or PID 1's command line")
+				}
+				for _, s := range []string{hostileBridgeSecret, hostileUpstreamSecret} {
+					if strings.Contains(r.text+r.Stdout+r.Stderr+r.Message, s) {
+						v.errorf("the secret %q reached the sandbox", s)
+					}
+				}
+			},
+		},
+		{
+			name: "1 GiB of stdout", timeout: 60,
+			code: `
+import sys
+chunk = b"z" * (1 << 20)
+for _ in range(1024):
+    sys.stdout.buffer.write(chunk)
+sys.stdout.flush()
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				if len(r.Stdout) != 64<<10 || int64(len(r.Stdout))+r.StdoutCut != 1<<30 {
+					v.errorf("stdout %d bytes + %d cut, want 65536 + %d", len(r.Stdout), r.StdoutCut, 1<<30-64<<10)
+				}
+			},
+		},
+		{
+			name: "one 100 MB line", timeout: 60,
+			code: `
+import sys
+sys.stdout.write("y" * 100_000_000 + "\n")
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				if len(r.Stdout) != 64<<10 || int64(len(r.Stdout))+r.StdoutCut != 100_000_001 {
+					v.errorf("stdout %d bytes + %d cut, want 65536 + %d", len(r.Stdout), r.StdoutCut, 100_000_001-64<<10)
+				}
+			},
+		},
+		{
+			// The relay directory is the host's run directory, mounted
+			// read-only; no engine socket is in reach.
+			name: "host paths", timeout: 20,
+			code: `
+import errno, os, socket
+mounts = [l.split() for l in open("/proc/self/mountinfo")]
+rb = [m for m in mounts if m[4] == "/run/bridge"]
+print("run_bridge_mount", rb[0][5].split(",")[0] if rb else "missing")
+def attempt(label, fn):
+    try:
+        fn()
+        print(label, "OK")
+    except OSError as e:
+        print(label, errno.errorcode[e.errno])
+attempt("mkdir", lambda: os.mkdir("/run/bridge/x"))
+attempt("create", lambda: open("/run/bridge/x", "w").close())
+attempt("symlink", lambda: os.symlink("/etc/passwd", "/run/bridge/y"))
+attempt("bind", lambda: socket.socket(socket.AF_UNIX).bind("/run/bridge/evil.sock"))
+print("listing", sorted(os.listdir("/run/bridge")))
+for label, p in (("docker_sock", "/var/run/docker.sock"), ("podman_sock", "/run/podman/podman.sock"),
+                 ("containerd_sock", "/run/containerd/containerd.sock")):
+    print(label, os.path.exists(p))
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				v.want(r, "run_bridge_mount", "ro")
+				for _, k := range []string{"mkdir", "create", "symlink", "bind"} {
+					v.want(r, k, "EROFS", "EACCES")
+				}
+				v.want(r, "listing", "[]")
+				for _, k := range []string{"docker_sock", "podman_sock", "containerd_sock"} {
+					v.want(r, k, "False")
+				}
+			},
+		},
 		// Last, these two: the bridge does not give back to the OS at once
 		// the memory they make it take, and the garbage they leave raises its
 		// next GC target, which would count against later cases.
@@ -642,6 +1154,37 @@ func TestHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An abstract unix socket in the host's network namespace: the
+	// sandbox must not reach it.
+	abstract := fmt.Sprintf("bridge-hostile-%d", os.Getpid())
+	aln, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aln.Close()
+	var abstractAccepted atomic.Int64
+	go func() {
+		for {
+			c, err := aln.Accept()
+			if err != nil {
+				return
+			}
+			abstractAccepted.Add(1)
+			c.Close()
+		}
+	}()
+	if c, err := net.Dial("unix", "@"+abstract); err != nil {
+		t.Fatalf("the host cannot reach its own abstract socket: %v", err)
+	} else {
+		c.Close()
+	}
+	for deadline := time.Now().Add(5 * time.Second); abstractAccepted.Load() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the abstract socket never accepted the test's own connection")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		engineStart := time.Now()
 		dir := t.TempDir()
@@ -679,7 +1222,7 @@ func TestHostile(t *testing.T) {
 			t.Fatalf("the bridge has %.1f MB resident before any attack", mb(base.RSS))
 		}
 
-		env := hostileEnv{debugPort: port, record: record}
+		env := hostileEnv{debugPort: port, abstractName: abstract, record: record}
 		var rows []hostileRow
 		for _, c := range hostileCases(env) {
 			row := hostileRow{name: c.name}
@@ -749,6 +1292,9 @@ func TestHostile(t *testing.T) {
 			})
 		}
 
+		if n := abstractAccepted.Load(); n != 1 {
+			t.Errorf("the host's abstract socket accepted %d connection(s) from the sandbox", n-1)
+		}
 		logs := stderr.String()
 		for _, s := range []string{hostileBridgeSecret, hostileUpstreamSecret} {
 			if strings.Contains(logs, s) {
