@@ -948,11 +948,6 @@ print(os.read(r, 4096).decode())
 				v.status(r, "ok")
 				allRefused(v, r, 3)
 			},
-			bug: map[string]string{
-				"podman": "the Podman backend runs the container under Podman's default seccomp profile, which lets the code " +
-					"unshare(CLONE_NEWUSER) (then CLONE_NEWNS, CLONE_NEWNET, mount tmpfs, open AF_PACKET sockets in its own namespaces, " +
-					"with CapEff 000001ffffffffff there) and use keyctl/add_key on the kernel keyrings; the Docker backend refuses all of these with EPERM",
-			},
 		},
 		{
 			// Neither the bridge's environment nor an upstream's reaches

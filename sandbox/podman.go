@@ -57,6 +57,12 @@ type Podman struct {
 	// killed holds the ids Kill was called for, so that Wait does not
 	// mistake our own SIGKILL for the OOM killer's.
 	killed sync.Map
+	// seccomp is the path of the tightened seccomp profile (seccomp.go),
+	// written on the first Create, and again should it go missing.
+	seccomp struct {
+		sync.Mutex
+		path string
+	}
 }
 
 // NewPodman connects to the Podman API service at socketURI, e.g.
@@ -324,6 +330,17 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 		}
 	}
 	s := podmanSpec(cs)
+	// The engine's default seccomp profile, tightened (seccomp.go).
+	p.seccomp.Lock()
+	if _, err := os.Stat(p.seccomp.path); p.seccomp.path == "" || err != nil {
+		p.seccomp.path, err = podmanSeccompProfile(DefaultRunRoot())
+		if err != nil {
+			p.seccomp.Unlock()
+			return "", fmt.Errorf("podman: %w", err)
+		}
+	}
+	s.SeccompProfilePath = p.seccomp.path
+	p.seccomp.Unlock()
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("podman: invalid container spec: %w", err)
 	}
