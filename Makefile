@@ -171,7 +171,7 @@ bench:
 # Every fuzz target, as PACKAGE:TARGET. Their seed corpora live in each
 # package's testdata/fuzz/TARGET (and in f.Add calls); `make test` fuzzes
 # each for TEST_FUZZTIME, `make fuzz` for FUZZTIME.
-FUZZ_TARGETS := ./sandbox/relay:FuzzDecode ./policy:FuzzParse ./policy:FuzzGlob ./proxy:FuzzServersConfig
+FUZZ_TARGETS := ./sandbox/relay:FuzzDecode ./sandbox/relay:FuzzReadObject ./policy:FuzzParse ./policy:FuzzGlob ./proxy:FuzzServersConfig
 
 fuzz:
 	$(call banner,fuzz: $(words $(FUZZ_TARGETS)) targets$(comma) $(FUZZTIME) each)

@@ -18,7 +18,7 @@ import (
 
 // DefaultMaxResultBytes bounds one tool result sent into the sandbox, as
 // JSON. A relay frame holds at most relay.MaxFrameSize.
-const DefaultMaxResultBytes = 8 << 20
+const DefaultMaxResultBytes = relay.MaxResultBytes
 
 // Bounds on what the sandbox may ask.
 const (

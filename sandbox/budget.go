@@ -25,6 +25,15 @@ const (
 	// error: the memory it would have held is never held.
 	maxPendingBytes       = 32 << 20
 	maxBridgePendingBytes = 128 << 20
+	// A tool call reserves the largest result it may bring
+	// (ExecutorOptions.ResultBytes, relay.MaxResultBytes by default) before it goes to
+	// the upstream, and gives it back once its answer is written: a result
+	// is read, decoded and encoded before its size is known, so the only
+	// bound on that memory is how many can be in the making at once. 64 MiB
+	// a run (8 calls at once at 8 MiB) and 128 MiB for all runs (16);
+	// further calls wait their turn. A lower result limit lets more run.
+	maxRunResultBytes    = 64 << 20
+	maxBridgeResultBytes = 128 << 20
 	// writeTimeoutDefault bounds each write to the runner. A runner that
 	// does not take an answer within it is cut off: its run ends with an
 	// error saying so, and its container is killed.
@@ -129,4 +138,51 @@ func (m *HostMeter) Charge(d time.Duration) {
 	m.mu.Lock()
 	m.used += d
 	m.mu.Unlock()
+}
+
+// reserve is a budget of bytes that callers wait for: a weighted semaphore.
+// A request larger than the whole budget is let through alone.
+type reserve struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+	freed chan struct{} // closed, and replaced, when bytes are given back
+}
+
+func newReserve(limit int64) *reserve {
+	return &reserve{limit: limit, freed: make(chan struct{})}
+}
+
+// acquire waits until n bytes are free and takes them, or returns ctx's error.
+func (r *reserve) acquire(ctx context.Context, n int64) error {
+	for {
+		r.mu.Lock()
+		if r.used+n <= r.limit || r.used == 0 {
+			r.used += n
+			r.mu.Unlock()
+			return nil
+		}
+		freed := r.freed
+		r.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (r *reserve) release(n int64) {
+	r.mu.Lock()
+	r.used -= n
+	close(r.freed)
+	r.freed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// inUse is the bytes taken.
+func (r *reserve) inUse() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.used
 }

@@ -227,3 +227,50 @@ func TestHostMeter(t *testing.T) {
 		t.Fatal("the meter does not travel in the context")
 	}
 }
+
+// Tool calls in flight are bounded by the result capacity they reserve:
+// 64 MiB a run, so 8 calls at once at 8 MiB a result and 16 at 4 MiB; and
+// 128 MiB for all runs of an Executor.
+func TestToolCallsReserveResultCapacity(t *testing.T) {
+	flood := func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		for i := range 60 {
+			if r.send(map[string]any{"type": "tool_call", "id": i + 1, "server": "s", "tool": "t"}) != nil {
+				break
+			}
+		}
+		<-ctx.Done()
+		return ExitState{ExitCode: 137}
+	}
+	for _, c := range []struct {
+		resultBytes int64
+		runs, want  int
+	}{
+		{0, 1, 8},        // the default, 8 MiB
+		{4 << 20, 1, 16}, // a lower result limit lets more run
+		{2 << 20, 3, 64}, // 32 a run, but 64 for the Executor
+	} {
+		tools := &blockingTools{}
+		ex := newTestExecutor(t, newFake(flood), ExecutorOptions{Tools: tools, ResultBytes: c.resultBytes})
+		l := testLimits()
+		l.Timeout = 1500 * time.Millisecond
+		var wg sync.WaitGroup
+		for range c.runs {
+			wg.Go(func() {
+				if res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l}); err != nil || res.Status != StatusTimeout {
+					t.Errorf("got %+v, %v", res, err)
+				}
+			})
+		}
+		wg.Wait()
+		if tools.most != c.want {
+			t.Errorf("result bytes %d, %d run(s): %d tool calls in flight at most, want %d", c.resultBytes, c.runs, tools.most, c.want)
+		}
+		if n := ex.results.inUse(); n != 0 {
+			t.Errorf("%d bytes of result capacity still taken after the runs", n)
+		}
+	}
+}

@@ -62,6 +62,7 @@ type runConn struct {
 	c       *runnerConn
 	slots   chan struct{} // one per request in flight, until its answer is written
 	pending byteBudget    // framed answers waiting to be written
+	results *reserve      // result capacity of the tool calls in flight
 	cut     chan struct{} // closed when the runner is cut off
 	cutOnce sync.Once
 	cutErr  error
@@ -87,7 +88,8 @@ func (rc *runConn) cutOff(err error) {
 // keeps the run's call budget that long).
 func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
 	rc := &runConn{e: e, runID: runID, c: c, slots: make(chan struct{}, maxRequests),
-		pending: byteBudget{limit: maxPendingBytes}, cut: make(chan struct{}), inFlight: map[int64]bool{}}
+		pending: byteBudget{limit: maxPendingBytes}, results: newReserve(maxRunResultBytes),
+		cut: make(chan struct{}), inFlight: map[int64]bool{}}
 	// Requests still in flight when the runner is gone are cancelled and
 	// awaited, so none outlives the run.
 	var calls sync.WaitGroup
@@ -118,7 +120,8 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 		case relay.TypeToolCall, relay.TypeQuery:
 			var id int64
 			var answer func(context.Context) relay.ToolResult
-			if m.ToolCall != nil {
+			isCall := m.ToolCall != nil
+			if isCall {
 				call := *m.ToolCall
 				id = call.ID
 				answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.CallTool(ctx, runID, call) }
@@ -146,7 +149,18 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 				defer calls.Done()
 				defer func() { <-rc.slots }() // held until the answer is written
 				cctx, cancel := context.WithDeadline(ctx, deadline)
-				r := answer(cctx)
+				var r relay.ToolResult
+				if isCall {
+					// Its result capacity too is held until the answer is written.
+					if release, ok := rc.reserveResult(cctx); ok {
+						defer release()
+						r = answer(cctx)
+					} else {
+						r = relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrTimeout, Message: "the run ended before the call could start"}}
+					}
+				} else {
+					r = answer(cctx)
+				}
 				cancel()
 				r.ID = id
 				rc.mu.Lock()
@@ -161,6 +175,21 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 			return readResult{err: fmt.Errorf("%w: second hello", relay.ErrProtocol)}
 		}
 	}
+}
+
+// reserveResult takes the result capacity of one tool call, the run's
+// first, then the Executor's, waiting for it, and returns the func that
+// gives it back, or ok false when the run ended first.
+func (rc *runConn) reserveResult(ctx context.Context) (release func(), ok bool) {
+	n := rc.e.opts.ResultBytes
+	if rc.results.acquire(ctx, n) != nil {
+		return nil, false
+	}
+	if rc.e.results.acquire(ctx, n) != nil {
+		rc.results.release(n)
+		return nil, false
+	}
+	return func() { rc.e.results.release(n); rc.results.release(n) }, true
 }
 
 // answer frames r and writes it, within the run's and the bridge's budget

@@ -105,6 +105,10 @@ type ExecutorOptions struct {
 	// AllowUnenforcedLimits lets code run on an engine that cannot enforce
 	// memory, pids or CPU limits. Off by default: the bridge fails closed.
 	AllowUnenforcedLimits bool
+	// ResultBytes is the largest result Tools.CallTool returns, as JSON
+	// (relay.MaxResultBytes when zero): each tool call in flight reserves this much of the
+	// run's and the Executor's result capacity (see budget.go).
+	ResultBytes int64
 	// StartTimeout bounds container start plus the runner's connect; 30 s
 	// when zero.
 	StartTimeout time.Duration
@@ -126,8 +130,10 @@ type Executor struct {
 	// exitGrace, killWait and writeTimeout are exitGraceDefault,
 	// killWaitDefault and writeTimeoutDefault; tests shorten them.
 	exitGrace, killWait, writeTimeout time.Duration
-	// pending counts the answers of all runs that wait to be written.
+	// pending counts the answers of all runs that wait to be written;
+	// results the result capacity reserved by their tool calls in flight.
 	pending *byteBudget
+	results *reserve
 	// removals retries the removals that failed.
 	removals *removals
 }
@@ -139,6 +145,9 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	}
 	if opts.Tools == nil {
 		opts.Tools = NoTools{}
+	}
+	if opts.ResultBytes <= 0 {
+		opts.ResultBytes = relay.MaxResultBytes
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 30 * time.Second
@@ -156,7 +165,8 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	}
 	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger, dirPrefix: "run-",
 		exitGrace: exitGraceDefault, killWait: killWaitDefault, writeTimeout: writeTimeoutDefault,
-		pending: &byteBudget{limit: maxBridgePendingBytes}, removals: newRemovals(rt, opts.Logger)}
+		pending: &byteBudget{limit: maxBridgePendingBytes}, results: newReserve(maxBridgeResultBytes),
+		removals: newRemovals(rt, opts.Logger)}
 	pid := os.Getpid()
 	if e.owner = processOwner(pid); e.owner != "" {
 		e.dirPrefix = fmt.Sprintf("run-%d.%s-", pid, processStart(pid))

@@ -23,6 +23,10 @@ const Version = 2
 // MaxFrameSize is the largest payload a frame may carry, in bytes.
 const MaxFrameSize = 16 << 20
 
+// MaxResultBytes is the default bound on one tool result sent to the
+// runner, as JSON: half a frame, leaving room for the frame's own fields.
+const MaxResultBytes = 8 << 20
+
 // Message types.
 const (
 	TypeHello      = "hello"
@@ -169,6 +173,11 @@ func (d *Decoder) Decode() (Message, error) {
 		d.buf = make([]byte, n)
 	}
 	payload := d.buf[:n]
+	if n > maxKeptBuffer {
+		// A frame this large is rare (the runner sends output in 64 KiB
+		// pieces): its buffer is not kept for the next one.
+		d.buf = nil
+	}
 	if _, err := io.ReadFull(d.r, payload); err != nil {
 		return Message{}, fmt.Errorf("%w: connection closed inside a frame: %v", ErrProtocol, err)
 	}
@@ -177,10 +186,13 @@ func (d *Decoder) Decode() (Message, error) {
 
 // Bounds on what the runner's messages carry, in bytes.
 const (
-	maxToken     = 256 // hello.token; longer is a protocol error
-	maxPython    = 64  // hello.python; longer is a protocol error
-	maxName      = 256 // tool_call.server and tool_call.tool; longer is a protocol error
-	maxErrorType = 256 // exit's error.type is cut to this
+	// maxKeptBuffer is the largest frame buffer a Decoder keeps for the
+	// next frame.
+	maxKeptBuffer = 1 << 20
+	maxToken      = 256 // hello.token; longer is a protocol error
+	maxPython     = 64  // hello.python; longer is a protocol error
+	maxName       = 256 // tool_call.server and tool_call.tool; longer is a protocol error
+	maxErrorType  = 256 // exit's error.type is cut to this
 	// maxErrorText bounds exit's error.message and error.traceback: a longer
 	// text keeps its first and last maxErrorText/2 bytes around a marker
 	// saying how many bytes were cut (see clip).
@@ -382,6 +394,98 @@ type object struct {
 const maxKeys = 32
 
 func readObject(p []byte, kinds map[string]string) (*object, error) {
+	if json.Valid(p) {
+		return scanObject(p, kinds)
+	}
+	// Words the error as encoding/json does.
+	return decodeObject(p, kinds)
+}
+
+// scanObject is readObject for valid JSON: it finds the object's keys and
+// values in place, so that a frame of megabytes is not copied once more
+// per value (the values alias p, and live only while the frame is parsed).
+func scanObject(p []byte, kinds map[string]string) (*object, error) {
+	i := skipSpace(p, 0)
+	if p[i] != '{' {
+		return decodeObject(p, kinds) // not an object: words the refusal
+	}
+	o := &object{values: map[string]json.RawMessage{}, kinds: kinds}
+	i = skipSpace(p, i+1)
+	for n := 0; p[i] != '}'; n++ {
+		if n == maxKeys {
+			return nil, fmt.Errorf("more than %d fields", maxKeys)
+		}
+		end := skipString(p, i)
+		var key string
+		if err := json.Unmarshal(p[i:end], &key); err != nil {
+			return nil, err
+		}
+		i = skipSpace(p, skipSpace(p, end)+1) // past the colon
+		end = skipValue(p, i)
+		v := json.RawMessage(p[i:end:end])
+		_, seen := o.values[key]
+		switch _, known := kinds[key]; {
+		case !known && o.unknown == nil:
+			o.unknown = &key
+		case known && !seen:
+			o.keys = append(o.keys, key)
+			o.values[key] = v
+		case seen && o.dup == nil:
+			o.dup = &key
+		}
+		if i = skipSpace(p, end); p[i] == ',' {
+			i = skipSpace(p, i+1)
+		}
+	}
+	return o, nil
+}
+
+// The skip functions walk valid JSON: each returns the index just past
+// what starts at p[i].
+func skipSpace(p []byte, i int) int {
+	for i < len(p) && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+func skipString(p []byte, i int) int {
+	for i++; p[i] != '"'; i++ {
+		if p[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+func skipValue(p []byte, i int) int {
+	switch p[i] {
+	case '"':
+		return skipString(p, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch p[i] {
+			case '"':
+				i = skipString(p, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(p) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(p[i])) {
+		i++
+	}
+	return i
+}
+
+// decodeObject is readObject with encoding/json's Decoder, which says what
+// is wrong with invalid JSON.
+func decodeObject(p []byte, kinds map[string]string) (*object, error) {
 	dec := json.NewDecoder(bytes.NewReader(p))
 	if tok, err := dec.Token(); err != nil {
 		return nil, syntaxError(err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -693,5 +694,64 @@ func TestToolResultFrame(t *testing.T) {
 	big := json.RawMessage(`"` + strings.Repeat("x", MaxFrameSize) + `"`)
 	if _, err := ToolResultFrame(ToolResult{ID: 1, Result: big}); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("a result over the frame limit: %v", err)
+	}
+}
+
+// FuzzReadObject: on valid JSON, the in-place scanner finds what
+// encoding/json's Decoder finds: the same keys, values, unknown and
+// duplicate keys, and the same refusals.
+func FuzzReadObject(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"stdout","data":"x"}`, ` { "a" : [1, {"b": "}]\"\\"}], "c": -1.5e3 , "d": true, "e": null } `,
+		`{"a":1,"a":2,"zz":3}`, `[]`, `"s"`, `{}`, `{"":{}}`, `{"k":"\u00e9\ud83d\ude00"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	kinds := map[string]string{"type": "string", "data": "string", "a": "number", "b": "string", "c": "number", "d": "boolean", "e": "null", "k": "string", "": "object"}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if !json.Valid(p) {
+			return
+		}
+		a, errA := scanObject(p, kinds)
+		b, errB := decodeObject(p, kinds)
+		if (errA == nil) != (errB == nil) || (errA != nil && errA.Error() != errB.Error()) {
+			t.Fatalf("%q: scan %v, decode %v", p, errA, errB)
+		}
+		if errA != nil {
+			return
+		}
+		if !reflect.DeepEqual(a.keys, b.keys) || !reflect.DeepEqual(a.unknown, b.unknown) || !reflect.DeepEqual(a.dup, b.dup) || len(a.values) != len(b.values) {
+			t.Fatalf("%q: scan %+v, decode %+v", p, a, b)
+		}
+		for k, v := range a.values {
+			if !bytes.Equal(v, b.values[k]) {
+				t.Fatalf("%q: value of %q: scan %q, decode %q", p, k, v, b.values[k])
+			}
+		}
+	})
+}
+
+// Decoding one 16 MiB output frame allocates about twice its size (the
+// frame's buffer and the string it holds), not once per copy the parsing
+// makes; and the buffer is not kept for the next frame.
+func TestDecodeBigFrameCost(t *testing.T) {
+	data := strings.Repeat("x", MaxFrameSize-64)
+	payload, _ := json.Marshal(map[string]string{"type": "stdout", "data": data})
+	frame := binary.BigEndian.AppendUint32(nil, uint32(len(payload)))
+	frame = append(frame, payload...)
+	d := NewDecoder(bytes.NewReader(frame), 0)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	m, err := d.Decode()
+	runtime.ReadMemStats(&after)
+	if err != nil || len(m.Output.Data) != len(data) {
+		t.Fatal(err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > uint64(2.5*float64(len(payload))) {
+		t.Fatalf("decoding a %d-byte frame allocated %d bytes (%.1fx)", len(payload), got, float64(got)/float64(len(payload)))
+	}
+	if d.buf != nil {
+		t.Fatalf("the decoder kept a %d-byte buffer", cap(d.buf))
 	}
 }
