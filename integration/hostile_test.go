@@ -53,17 +53,6 @@ const (
 	hostileDenyReason = "hostile test: crashing the upstream is not allowed"
 )
 
-// bigResultsBug is the bug "big tool results, unread" shows on every engine.
-const bigResultsBug = "the bridge's memory is not bounded by the answers it holds: each tool result in flight costs it " +
-	"many times its size (one 4 MB result read normally takes the bridge from ~30 MB to ~110 MB RSS), and nothing bounds " +
-	"the results in flight of a run (up to 64, each up to 8 MiB) nor of all runs; the 32 MiB/128 MiB budgets count only " +
-	"framed answers waiting to be written, after they were built"
-
-// bigFrameBug is the bug "stdout frame of 16 MiB" shows on every engine.
-const bigFrameBug = "one frame from the runner costs the bridge about five times its size while it is decoded (a 16 MiB " +
-	"stdout frame, which the protocol allows, takes it from ~30 MB to ~110 MB RSS, heap ~83 MB; 8 MiB: ~70 MB RSS), " +
-	"and a run's decoder keeps its largest frame buffer until the run ends"
-
 // hostileRun is what one run_python call returned.
 type hostileRun struct {
 	Status     string `json:"status"`
@@ -1062,7 +1051,6 @@ for label, p in (("docker_sock", "/var/run/docker.sock"), ("podman_sock", "/run/
 			code: relayCode(fmt.Sprintf(`
 relay.send_frame(frame(b'{"type":"stdout","data":"' + b"y" * %d + b'"}'))
 `, stdout16M)),
-			bug: map[string]string{"docker": bigFrameBug, "podman": bigFrameBug, "podman-rootless": bigFrameBug},
 			check: func(v *verdict, r hostileRun) {
 				v.status(r, "ok")
 				if len(r.Stdout) != 64<<10 || int64(len(r.Stdout))+r.StdoutCut != stdout16M {
@@ -1080,7 +1068,6 @@ while True:
     i += 1
 `),
 			check: stalled,
-			bug:   map[string]string{"docker": bigResultsBug, "podman": bigResultsBug, "podman-rootless": bigResultsBug},
 		},
 	}
 }

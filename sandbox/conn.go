@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,12 +46,13 @@ func (c *runnerConn) exec(m relay.Exec, timeout time.Duration) error {
 	return c.enc.Exec(m)
 }
 
-// writeFrame writes one framed message, bounded by timeout.
-func (c *runnerConn) writeFrame(b []byte, timeout time.Duration) error {
+// writeFrame writes one frame, bounded by timeout.
+func (c *runnerConn) writeFrame(f relay.Frame, timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
-	_, err := c.Write(b)
+	bufs := net.Buffers(slices.Clone(f)) // WriteTo consumes its slice
+	_, err := bufs.WriteTo(c.Conn)
 	return err
 }
 
@@ -203,7 +205,7 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	if err != nil {
 		frame = rc.refusal(r.ID, fmt.Sprintf("the answer could not be sent: %v", err))
 	}
-	n := int64(len(frame))
+	n := int64(frame.Len())
 	bridge := rc.e.pending
 	switch {
 	case !rc.pending.take(n):
@@ -230,7 +232,7 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	if err := rc.c.writeFrame(frame, rc.e.writeTimeout); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			rc.cutOff(fmt.Errorf("%w: an answer of %s waited %s to be written, with %s of answers unread; the run was ended (await each call, or read results before sending more)",
-				ErrRunnerStalled, formatBytes(int64(len(frame))), rc.e.writeTimeout, formatBytes(rc.pending.used.Load())))
+				ErrRunnerStalled, formatBytes(int64(frame.Len())), rc.e.writeTimeout, formatBytes(rc.pending.used.Load())))
 			return
 		}
 		rc.e.log.Debug().Err(err).Str("run_id", rc.runID).Msg("sending an answer")
@@ -239,12 +241,12 @@ func (rc *runConn) answer(r relay.ToolResult) {
 
 // refusal frames a limit error for request id; such a frame is small and
 // always fits.
-func (rc *runConn) refusal(id int64, msg string) []byte {
-	b, err := relay.ToolResultFrame(relay.ToolResult{ID: id, Error: &relay.ToolError{Type: relay.ErrLimit, Message: msg}})
+func (rc *runConn) refusal(id int64, msg string) relay.Frame {
+	f, err := relay.ToolResultFrame(relay.ToolResult{ID: id, Error: &relay.ToolError{Type: relay.ErrLimit, Message: msg}})
 	if err != nil {
 		panic(err) // a short message always frames
 	}
-	return b
+	return f
 }
 
 // acceptRunner accepts connections until one presents the run's token with

@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -43,7 +44,18 @@ const (
 	exitCanceled = 130 // interrupted
 )
 
+// softMemoryLimit is the Go heap size past which the garbage collector
+// works harder (runtime/debug.SetMemoryLimit), unless GOMEMLIMIT says
+// otherwise. The bridge's own heap is a few MiB; what a run can make it
+// hold is bounded (docs/security.md), and this keeps the garbage of big
+// results from doubling that before it is collected. It is a soft limit:
+// past it the bridge spends more CPU on collection, never fails.
+const softMemoryLimit = 64 << 20
+
 func main() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(softMemoryLimit)
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -686,16 +686,31 @@ func (e *Encoder) write(v any) error {
 // ErrFrameTooLarge is returned for a message that would not fit in one frame.
 var ErrFrameTooLarge = errors.New("message exceeds the relay's frame limit")
 
-// ToolResultFrame returns m as one complete frame, header included, ready to
-// be written. It fails with ErrFrameTooLarge when the payload would exceed
-// MaxFrameSize. Framing ahead of the write lets the caller know what an
-// answer weighs before it waits for the connection.
-func ToolResultFrame(m ToolResult) ([]byte, error) {
-	if m.Error != nil || len(m.Result) == 0 {
-		return appendFrame(nil, toolResultFrame(m))
+// Frame is one complete frame, header included, in pieces to be written
+// in order (as net.Buffers, which writes them with one system call).
+type Frame [][]byte
+
+// Len is the frame's size in bytes.
+func (f Frame) Len() int {
+	n := 0
+	for _, b := range f {
+		n += len(b)
 	}
-	// A result is copied in as it is: encoding/json would scan and compact
-	// it once more, which for a result of megabytes is most of the cost.
+	return n
+}
+
+// ToolResultFrame returns m as one frame, ready to be written. It fails
+// with ErrFrameTooLarge when the payload would exceed MaxFrameSize. Framing
+// ahead of the write lets the caller know what an answer weighs before it
+// waits for the connection. A result is not copied: the frame refers to
+// m.Result, between a head and a tail of its own.
+func ToolResultFrame(m ToolResult) (Frame, error) {
+	if m.Error != nil || len(m.Result) == 0 {
+		b, err := appendFrame(nil, toolResultFrame(m))
+		return Frame{b}, err
+	}
+	// encoding/json would scan and compact the result once more, which for
+	// a result of megabytes is most of the cost; json.Valid only scans.
 	if !json.Valid(m.Result) {
 		return nil, errors.New("tool result is not valid JSON")
 	}
@@ -704,11 +719,9 @@ func ToolResultFrame(m ToolResult) ([]byte, error) {
 	if n > MaxFrameSize {
 		return nil, fmt.Errorf("%w: %d bytes, allowed %d", ErrFrameTooLarge, n, MaxFrameSize)
 	}
-	b := make([]byte, 4, 4+n)
+	b := make([]byte, 4, 4+len(head))
 	binary.BigEndian.PutUint32(b, uint32(n))
-	b = append(b, head...)
-	b = append(b, m.Result...)
-	return append(b, '}'), nil
+	return Frame{append(b, head...), m.Result, []byte("}")}, nil
 }
 
 func toolResultFrame(m ToolResult) any {

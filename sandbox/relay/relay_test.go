@@ -669,9 +669,13 @@ func TestToolResultFrame(t *testing.T) {
 		{ID: -1, Result: json.RawMessage(`[1, 2]`)},
 		{ID: 9, Error: &ToolError{Type: ErrLimit, Message: "too big"}},
 	} {
-		fast, err := ToolResultFrame(m)
+		f, err := ToolResultFrame(m)
 		if err != nil {
 			t.Fatal(err)
+		}
+		fast := bytes.Join(f, nil)
+		if len(fast) != f.Len() {
+			t.Fatalf("Len %d of a %d-byte frame", f.Len(), len(fast))
 		}
 		var buf bytes.Buffer
 		if err := NewEncoder(&buf).ToolResult(m); err != nil {
