@@ -58,7 +58,7 @@ type gvisorEngine struct {
 // runtime called runsc, and the Podman service setup.sh starts for it
 // (BRIDGE_PODMAN_RUNSC_SOCKET). Podman's API cannot choose a runtime per
 // container, so the rootful runc service is not one of them.
-func gvisorEngines(t *testing.T) []gvisorEngine {
+func gvisorEngines(t testing.TB) []gvisorEngine {
 	t.Helper()
 	setUp := strings.Split(os.Getenv("BRIDGE_GVISOR"), ",")
 	must := func(name string) bool { return ci() || slices.Contains(setUp, name) }
@@ -256,6 +256,42 @@ stop.set()
 				t.Fatalf("bridge run --oci-runtime runsc on %s: exit %d\n%s", e.cand.URI, code, errOut)
 			}
 		})
+	}
+}
+
+// BenchmarkRunGVisor measures what gVisor costs a run: BenchmarkRun's
+// "pass" under runc and under runsc, side by side on each engine that runs
+// both (on Podman, runc is the rootful service and runsc its own service).
+// docs/performance.md and docs/security.md report it.
+func BenchmarkRunGVisor(b *testing.B) {
+	runcOf := map[string]sandbox.Runtime{}
+	for _, e := range testSuite.engines {
+		runcOf[e.name] = e.rt
+	}
+	for _, g := range gvisorEngines(b) {
+		engine := strings.TrimSuffix(g.name, "-runsc")
+		for _, c := range []struct {
+			runtime string
+			rt      sandbox.Runtime
+		}{{sandbox.OCIRuntimeRunc, runcOf[engine]}, {sandbox.OCIRuntimeRunsc, g.rt}} {
+			b.Run(engine+"/"+c.runtime, func(b *testing.B) {
+				ex, err := sandbox.NewExecutor(context.Background(), c.rt, sandbox.ExecutorOptions{
+					Image: imageName(), OCIRuntime: c.runtime, Logger: quiet(),
+				})
+				if err != nil {
+					b.Skip(err)
+				}
+				var startup int64
+				for b.Loop() {
+					res, err := ex.Run(context.Background(), sandbox.Request{Code: "pass", Limits: limits()})
+					if err != nil || res.Status != sandbox.StatusOK {
+						b.Fatalf("status %s %v: %s", res.Status, err, strings.TrimSpace(res.Stderr))
+					}
+					startup += res.Startup.Microseconds()
+				}
+				b.ReportMetric(float64(startup)/float64(b.N)/1000, "startup-ms/op")
+			})
+		}
 	}
 }
 
