@@ -95,10 +95,10 @@ func orUnknown(s string) string {
 	return s
 }
 
-// DockerRunscConfig is what /etc/docker/daemon.json needs for runsc: no
-// network stack of gVisor's own (the container has none anyway, and runsc
-// refuses "--network none" without it), and leave to open the host's unix
-// socket that is bind-mounted for the relay.
+// DockerRunscConfig is what /etc/docker/daemon.json needs for runsc:
+// --network=none (the container has no network anyway, and runsc refuses
+// the engines' "no network" without it) and --host-uds=open (gVisor lets the
+// code open no host unix socket otherwise, and the relay's is one).
 const DockerRunscConfig = `"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--host-uds=open"]}}`
 
 // PodmanRunscService is a Podman API service whose containers all run with
