@@ -185,8 +185,9 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	if err != nil {
 		s.log.Error().Err(err).Msg("run failed")
 		msg := "the sandbox could not run the code: " + err.Error()
-		if errors.Is(err, sandbox.ErrEngineUnreachable) {
-			// The next call opens an engine again, maybe another one.
+		if errors.Is(err, sandbox.ErrEngineUnreachable) || errors.Is(err, sandbox.ErrOCIRuntime) {
+			// The next call opens an engine again, maybe another one (or
+			// one whose OCI runtime changed back).
 			s.forgetRunner(runner)
 			msg += " (the operator can run `bridge doctor`)"
 		}

@@ -129,7 +129,7 @@ func (a *Auditor) RunStart(runID string, gen int, s Sandbox, timeout time.Durati
 	ev, done := a.event()
 	defer done()
 	ev.Str("event", "run_start").Str("run_id", runID).Int("policy_generation", gen).
-		Dur("timeout", timeout).Int64("memory", s.Memory).Float64("cpus", s.CPUs).Int64("pids", s.Pids).
+		Str("oci_runtime", s.OCIRuntime).Dur("timeout", timeout).Int64("memory", s.Memory).Float64("cpus", s.CPUs).Int64("pids", s.Pids).
 		Int64("tmpfs_size", s.TmpfsSize).Int64("output_limit", s.OutputLimit).Send()
 }
 

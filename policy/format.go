@@ -32,6 +32,7 @@ func Format(p *Policy) string {
 	s := &p.Sandbox
 	w(0, "sandbox:")
 	w(1, "engine: %s", word(s.Engine))
+	w(1, "oci_runtime: %s", word(s.OCIRuntime))
 	w(1, "image: %s", strconv.Quote(s.Image))
 	w(1, "timeout: %s", FormatDuration(s.Timeout))
 	w(1, "max_timeout: %s", FormatDuration(s.MaxTimeout))

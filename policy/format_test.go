@@ -17,6 +17,7 @@ func TestFormatDefault(t *testing.T) {
 version: 1
 sandbox:
   engine: auto
+  oci_runtime: default
   image: ""
   timeout: 60s
   max_timeout: 5m
@@ -72,6 +73,7 @@ func TestFormatWithRulesAndRates(t *testing.T) {
 version: 1
 sandbox:
   engine: auto
+  oci_runtime: default
   image: ""
   timeout: 60s
   max_timeout: 5m
@@ -312,6 +314,7 @@ func randomPolicy(rng *rand.Rand) *Policy {
 	p := Default()
 	s := &p.Sandbox
 	s.Engine = pick("auto", "podman", "docker")
+	s.OCIRuntime = pick("default", "runc", "runsc")
 	s.Image = pick("", "localhost/bridge-runner:dev", "ghcr.io/x/y@sha256:"+strings.Repeat("ab", 32)) + str("abc:/._-é", 3)
 	s.Timeout = dur()
 	s.MaxTimeout = s.Timeout + time.Duration(between(0, math.MaxInt64-int64(s.Timeout)))

@@ -20,6 +20,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`version: 1
 sandbox:
   engine: docker
+  oci_runtime: runsc
   image: "localhost/r:1"
   timeout: 1m30s
   max_timeout: 2h

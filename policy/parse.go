@@ -92,6 +92,7 @@ func Default() *Policy {
 	return &Policy{
 		Sandbox: Sandbox{
 			Engine:                "auto",
+			OCIRuntime:            "default",
 			Image:                 "",
 			Timeout:               60 * time.Second,
 			MaxTimeout:            5 * time.Minute,
@@ -190,7 +191,7 @@ var (
 // The keys of each mapping, in the order Format writes them.
 var (
 	topKeys        = []string{"version", "sandbox", "tools", "budgets", "audit"}
-	sandboxKeys    = []string{"engine", "image", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
+	sandboxKeys    = []string{"engine", "oci_runtime", "image", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
 	toolsKeys      = []string{"servers", "default", "rules"}
 	ruleKeys       = []string{"server", "tool", "annotations", "action", "reason"}
 	annotationKeys = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
@@ -600,6 +601,10 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 		case "engine":
 			if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker"}); ok {
 				s.Engine = e
+			}
+		case "oci_runtime":
+			if r, ok := p.enum(k, v, name, []string{"default", "runc", "runsc"}); ok {
+				s.OCIRuntime = r
 			}
 		case "image":
 			if str, ok := p.str(k, v, name); ok {

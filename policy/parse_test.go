@@ -40,7 +40,7 @@ func mustParse(t *testing.T, src string) *Policy {
 
 func TestDefault(t *testing.T) {
 	d := Default()
-	if d.Source != "" || d.Sandbox.Engine != "auto" || d.Sandbox.Timeout != time.Minute || d.Sandbox.MaxTimeout != 5*time.Minute ||
+	if d.Source != "" || d.Sandbox.Engine != "auto" || d.Sandbox.OCIRuntime != "default" || d.Sandbox.Timeout != time.Minute || d.Sandbox.MaxTimeout != 5*time.Minute ||
 		d.Sandbox.Memory != 512<<20 || d.Sandbox.CPUs != 1 || d.Sandbox.Pids != 128 || d.Sandbox.TmpfsSize != 64<<20 ||
 		d.Sandbox.OutputLimit != 64<<10 || d.Sandbox.MaxConcurrent != 4 || d.Sandbox.Queue != 16 || !d.Sandbox.RequireEnforcedLimits ||
 		!reflect.DeepEqual(d.Tools.Servers, []string{"*"}) || d.Tools.Default != Allow || d.Tools.Rules != nil ||
@@ -127,6 +127,7 @@ func TestParseEverything(t *testing.T) {
 	src := `version: 1
 sandbox:
   engine: podman
+  oci_runtime: runsc
   image: "localhost/runner:dev"
   timeout: 1m30s
   max_timeout: 1h
@@ -173,18 +174,18 @@ audit:
 	tr, fa := true, false
 	want := &Policy{
 		Source: "t.yaml",
-		Sandbox: Sandbox{Engine: "podman", Image: "localhost/runner:dev", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
+		Sandbox: Sandbox{Engine: "podman", OCIRuntime: "runsc", Image: "localhost/runner:dev", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
 			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0},
 		Tools: Tools{Servers: []string{"github", "fs-*"}, Default: Deny, Rules: []Rule{
-			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 19, Column: 7},
+			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 20, Column: 7},
 			{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, DestructiveHint: &fa, IdempotentHint: &tr, OpenWorldHint: &fa},
-				Action: Allow, Line: 23, Column: 9},
+				Action: Allow, Line: 24, Column: 9},
 		}},
 		Budgets: Budgets{MaxCallsPerRun: 0, MaxArgumentBytes: 4 << 20, MaxResultBytes: 1, CallTimeout: 500 * time.Millisecond, Rates: []Rate{
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 35, Column: 7},
-			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 36, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 41, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 42, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 36, Column: 7},
+			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 37, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 42, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 43, Column: 7},
 		}},
 		Audit: Audit{File: "/var/log/bridge/audit.jsonl"},
 	}
@@ -263,8 +264,8 @@ func TestParseErrors(t *testing.T) {
 
 		// Keys.
 		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, tools, budgets, audit; "timeout" is a key of sandbox`}},
-		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
-		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
+		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
+		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
 		{"unknown in rule", "version: 1\ntools:\n  rules:\n    - action: deny\n      tools: x\n", []string{`5:7: unknown key "tools" in tools.rules[0]; known keys: server, tool, annotations, action, reason; did you mean "tool"?`}},
 		{"unknown annotation", "version: 1\ntools:\n  rules:\n    - action: deny\n      annotations: {read_only_hint: true}\n", []string{`5:21: unknown key "read_only_hint" in tools.rules[0].annotations; known keys: readOnlyHint, destructiveHint, idempotentHint, openWorldHint; did you mean "readOnlyHint"?`}},
@@ -315,6 +316,11 @@ func TestParseErrors(t *testing.T) {
 		// Enums.
 		{"engine", "version: 1\nsandbox:\n  engine: Podman\n", []string{`3:11: sandbox.engine: "Podman" is not one of auto, podman, docker; did you mean "podman"?`}},
 		{"engine far", "version: 1\nsandbox:\n  engine: lxc\n", []string{`3:11: sandbox.engine: "lxc" is not one of auto, podman, docker`}},
+		{"oci runtime", "version: 1\nsandbox:\n  oci_runtime: gvisor\n", []string{`3:16: sandbox.oci_runtime: "gvisor" is not one of default, runc, runsc`}},
+		{"oci runtime typo", "version: 1\nsandbox:\n  oci_runtime: rnsc\n", []string{`3:16: sandbox.oci_runtime: "rnsc" is not one of default, runc, runsc; did you mean "runsc"?`}},
+		{"oci runtime path", "version: 1\nsandbox:\n  oci_runtime: /usr/bin/runsc\n", []string{`3:16: sandbox.oci_runtime: "/usr/bin/runsc" is not one of default, runc, runsc`}},
+		{"oci runtime empty", "version: 1\nsandbox:\n  oci_runtime: \"\"\n", []string{`3:16: sandbox.oci_runtime: "" is not one of default, runc, runsc`}},
+		{"oci runtime bool", "version: 1\nsandbox:\n  oci_runtime: true\n", []string{`3:16: sandbox.oci_runtime: want one of default, runc, runsc, got a boolean true`}},
 		{"default", "version: 1\ntools:\n  default: block\n", []string{`3:12: tools.default: "block" is not one of allow, deny`}},
 		{"action", "version: 1\ntools:\n  rules:\n    - action: alow\n", []string{`4:15: tools.rules[0].action: "alow" is not one of allow, deny; did you mean "allow"?`}},
 		{"per", "version: 1\nbudgets:\n  rates:\n    - rate: 1/s\n      per: run\n", []string{`5:12: budgets.rates[0].per: "run" is not one of tool, server`}},

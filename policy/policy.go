@@ -33,7 +33,10 @@ type Policy struct {
 // Sandbox are the limits of each run and of the bridge's runs together.
 type Sandbox struct {
 	Engine string // "auto", "podman" or "docker"; default "auto"
-	Image  string // "" means the image this binary builds (images.Name())
+	// OCIRuntime is the runtime every container runs with: "default" (the
+	// engine's), "runc", or "runsc" (gVisor). Default "default".
+	OCIRuntime string
+	Image      string // "" means the image this binary builds (images.Name())
 
 	Timeout     time.Duration // a run's timeout when the call gives none; 60s
 	MaxTimeout  time.Duration // the largest timeout a call may ask for; 5m

@@ -196,6 +196,9 @@ func restartOnly(a, b *Policy) []string {
 	if a.Sandbox.Engine != b.Sandbox.Engine {
 		out = append(out, "sandbox.engine")
 	}
+	if a.Sandbox.OCIRuntime != b.Sandbox.OCIRuntime {
+		out = append(out, "sandbox.oci_runtime")
+	}
 	if a.Sandbox.Image != b.Sandbox.Image {
 		out = append(out, "sandbox.image")
 	}

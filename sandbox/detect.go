@@ -89,13 +89,36 @@ func Connect(ctx context.Context, c Candidate) (Runtime, error) {
 // Open connects to the first reachable engine among Candidates(engine) and
 // logs which one it picked and why.
 func Open(ctx context.Context, engine string, log zerolog.Logger) (Runtime, error) {
+	return OpenFor(ctx, engine, "", log)
+}
+
+// OpenFor is Open for containers that must run with ociRuntime (see
+// ExecutorOptions.OCIRuntime): an engine that cannot run it is passed over
+// like one that does not answer. When none can, the error wraps
+// ErrOCIRuntime and says what each engine would need.
+func OpenFor(ctx context.Context, engine, ociRuntime string, log zerolog.Logger) (Runtime, error) {
+	if err := CheckOCIRuntime(ociRuntime); err != nil {
+		return nil, err
+	}
 	cands, err := Candidates(engine, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	var tried []string
+	var runtimeErr error
 	for _, c := range cands {
 		rt, err := Connect(ctx, c)
+		if err == nil && ociRuntime != "" && ociRuntime != OCIRuntimeDefault {
+			var info EngineInfo
+			if info, err = rt.Info(ctx); err == nil {
+				if _, _, err = ResolveOCIRuntime(info, ociRuntime); err != nil {
+					runtimeErr = err
+				}
+			}
+			if err != nil {
+				rt.Close()
+			}
+		}
 		if err != nil {
 			log.Debug().Err(err).Str("engine", c.Engine).Str("socket", c.URI).Msg("engine not usable")
 			tried = append(tried, fmt.Sprintf("%s at %s (%s): %v", c.Engine, c.URI, c.Why, err))
@@ -104,5 +127,9 @@ func Open(ctx context.Context, engine string, log zerolog.Logger) (Runtime, erro
 		log.Info().Str("engine", c.Engine).Str("socket", c.URI).Str("why", c.Why+" answered first").Msg("container engine selected")
 		return rt, nil
 	}
-	return nil, fmt.Errorf("%w: tried\n  %s\nrun `bridge doctor` for what to fix", ErrEngineUnreachable, strings.Join(tried, "\n  "))
+	sentinel := ErrEngineUnreachable
+	if runtimeErr != nil {
+		sentinel = ErrOCIRuntime
+	}
+	return nil, fmt.Errorf("%w: tried\n  %s\nrun `bridge doctor` for what to fix", sentinel, strings.Join(tried, "\n  "))
 }

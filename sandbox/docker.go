@@ -152,6 +152,16 @@ func (d *Docker) Info(ctx context.Context) (EngineInfo, error) {
 	if version == "" {
 		version = info.ServerVersion
 	}
+	// Podman's Docker-compatible API lists every runtime of its
+	// containers.conf, installed or not, and ignores the one a container
+	// asks for: there, only the default counts.
+	var runtimes map[string]OCIRuntimeInfo
+	if !d.podman {
+		runtimes = make(map[string]OCIRuntimeInfo, len(info.Runtimes))
+		for name, r := range info.Runtimes {
+			runtimes[name] = OCIRuntimeInfo{Path: r.Path, Args: r.Args}
+		}
+	}
 	return EngineInfo{
 		Name:          d.Name(),
 		Socket:        d.host,
@@ -160,6 +170,7 @@ func (d *Docker) Info(ctx context.Context) (EngineInfo, error) {
 		Rootless:      rootless,
 		CgroupVersion: cgroup,
 		OCIRuntime:    info.DefaultRuntime,
+		OCIRuntimes:   runtimes,
 		Enforce: dockerEnforcement(rootless, cgroup, info.MemoryLimit, info.SwapLimit,
 			info.PidsLimit, info.CPUCfsQuota && info.CPUCfsPeriod),
 	}, nil
@@ -407,6 +418,7 @@ func dockerConfig(spec ContainerSpec) (*container.Config, *container.HostConfig)
 	initOn := spec.Init
 	pids := spec.Pids
 	hc := &container.HostConfig{
+		Runtime:        spec.OCIRuntime,
 		ReadonlyRootfs: spec.ReadOnlyRoot,
 		Init:           &initOn,
 		Resources: container.Resources{
@@ -510,7 +522,43 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 	if err := refuseDroppedLimits(ctx, d.Remove, "create container "+spec.Name, resp.ID, resp.Warnings); err != nil {
 		return "", err
 	}
+	if spec.OCIRuntime != "" {
+		// Never run the code under another runtime than asked for.
+		got, err := d.runtimeOf(ctx, resp.ID)
+		if err != nil {
+			got = "unknown (" + err.Error() + ")"
+		}
+		if err := checkRuntimeOf(ctx, d.Remove, "create container "+spec.Name, resp.ID, spec.OCIRuntime, got); err != nil {
+			return "", err
+		}
+	}
 	return resp.ID, nil
+}
+
+// runtimeOf is the OCI runtime the engine made container id with.
+func (d *Docker) runtimeOf(ctx context.Context, id string) (string, error) {
+	if d.podman {
+		// Podman's compat API says "oci" for every container, and runs
+		// each with the service's default runtime, which its version names.
+		ver, err := d.cli.ServerVersion(ctx)
+		if err != nil {
+			return "", d.wrap(err, "read engine version")
+		}
+		for _, c := range ver.Components {
+			if name, ok := strings.CutPrefix(c.Name, "OCI Runtime ("); ok {
+				return strings.TrimSuffix(name, ")"), nil
+			}
+		}
+		return "", errors.New("the Podman service does not name its OCI runtime")
+	}
+	insp, err := d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return "", d.wrapContainer(err, "inspect", id)
+	}
+	if insp.HostConfig == nil {
+		return "", errors.New("the engine reported no host config")
+	}
+	return insp.HostConfig.Runtime, nil
 }
 
 // Start implements Runtime.

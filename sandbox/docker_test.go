@@ -58,6 +58,13 @@ func TestDockerConfigHardening(t *testing.T) {
 		{"no-new-privileges", func(*testing.T) bool { return slices.Contains(hc.SecurityOpt, "no-new-privileges") }},
 		{"not privileged", func(*testing.T) bool { return !hc.Privileged }},
 		{"init", func(*testing.T) bool { return hc.Init != nil && *hc.Init }},
+		{"engine's default runtime", func(*testing.T) bool { return hc.Runtime == "" }},
+		{"runtime asked for", func(*testing.T) bool {
+			s := spec
+			s.OCIRuntime = "runsc"
+			_, hc := dockerConfig(s)
+			return hc.Runtime == "runsc"
+		}},
 		{"memory", func(*testing.T) bool { return hc.Memory == l.Memory }},
 		{"no swap", func(*testing.T) bool { return hc.MemorySwap == hc.Memory }},
 		{"cpu quota", func(*testing.T) bool { return hc.CPUQuota == 150_000 && hc.CPUPeriod == CPUPeriod }},

@@ -204,7 +204,7 @@ func (p *Podman) Info(ctx context.Context) (EngineInfo, error) {
 		ei.Rootless = h.Security.Rootless
 		ei.CgroupVersion = strings.TrimPrefix(h.CgroupsVersion, "v")
 		if h.OCIRuntime != nil {
-			ei.OCIRuntime = h.OCIRuntime.Name
+			ei.OCIRuntime = runtimeName(h.OCIRuntime.Name)
 		}
 		controllers = h.CgroupControllers
 	}
@@ -357,6 +357,19 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 	if err := refuseDroppedLimits(ctx, p.Remove, "podman: creating container "+cs.Name, resp.ID, resp.Warnings); err != nil {
 		return "", err
 	}
+	if cs.OCIRuntime != "" {
+		// The service ignores a per-container runtime (Podman 4.3 to 5.x
+		// alike) and uses its own default: check what it really chose.
+		got := "unknown"
+		if data, err := containers.Inspect(p.call(ctx), resp.ID, nil); err != nil {
+			got += " (" + p.wrap(ctx, "inspecting container "+resp.ID, err).Error() + ")"
+		} else if data != nil {
+			got = data.OCIRuntime
+		}
+		if err := checkRuntimeOf(ctx, p.Remove, "podman: creating container "+cs.Name, resp.ID, cs.OCIRuntime, got); err != nil {
+			return "", err
+		}
+	}
 	return resp.ID, nil
 }
 
@@ -366,6 +379,8 @@ func podmanSpec(cs ContainerSpec) *specgen.SpecGenerator {
 	s := specgen.NewSpecGenerator(cs.Image, false)
 	s.RawImageName = cs.Image
 	s.Name = cs.Name
+	// Services up to 5.x ignore it (Create checks what they chose).
+	s.OCIRuntime = cs.OCIRuntime
 	if len(cs.Command) > 0 {
 		// The command is exactly cs.Command: no image ENTRYPOINT in front,
 		// no image CMD after.

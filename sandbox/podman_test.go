@@ -53,6 +53,14 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
+		{"runtime asked for", func(t *testing.T) error {
+			c := cs
+			c.OCIRuntime = "runsc"
+			if s.OCIRuntime != "" || podmanSpec(c).OCIRuntime != "runsc" {
+				return fmt.Errorf("OCIRuntime %q (default), %q (runsc)", s.OCIRuntime, podmanSpec(c).OCIRuntime)
+			}
+			return nil
+		}},
 		{"command is exact, no image entrypoint", func(t *testing.T) error {
 			got := append(slices.Clone(s.Entrypoint), s.Command...)
 			if !slices.Equal(got, cs.Command) || len(s.Entrypoint) == 0 {

@@ -106,9 +106,14 @@ type ExecutorOptions struct {
 	// memory, pids or CPU limits. Off by default: the bridge fails closed.
 	AllowUnenforcedLimits bool
 	// ResultBytes is the largest result Tools.CallTool returns, as JSON
-	// (relay.MaxResultBytes when zero): each tool call in flight reserves this much of the
-	// run's and the Executor's result capacity (see budget.go).
+	// (relay.MaxResultBytes when zero): each tool call in flight reserves
+	// this much of the run's and the Executor's result capacity (budget.go).
 	ResultBytes int64
+	// OCIRuntime is the runtime every container must run with: runc,
+	// runsc (gVisor), or OCIRuntimeDefault ("" too) for the engine's
+	// default. NewExecutor fails, wrapping ErrOCIRuntime, on an engine that
+	// cannot run it; nothing falls back to another runtime.
+	OCIRuntime string
 	// StartTimeout bounds container start plus the runner's connect; 30 s
 	// when zero.
 	StartTimeout time.Duration
@@ -121,8 +126,11 @@ type Executor struct {
 	rt      Runtime
 	opts    ExecutorOptions
 	enforce Enforcement
-	runRoot string
-	log     zerolog.Logger
+	// runtime is what each spec asks for ("" for the engine's default);
+	// effective is the runtime that runs the containers.
+	runtime, effective string
+	runRoot            string
+	log                zerolog.Logger
 	// owner labels every container (LabelOwner); dirPrefix names run
 	// directories. Both let Reap tell a dead bridge's leftovers apart.
 	owner     string
@@ -156,6 +164,10 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	if err != nil {
 		return nil, err
 	}
+	request, effective, err := ResolveOCIRuntime(info, opts.OCIRuntime)
+	if err != nil {
+		return nil, err
+	}
 	root := opts.RunRoot
 	if root == "" {
 		root = DefaultRunRoot()
@@ -163,7 +175,8 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	if err := ensurePrivateDir(root); err != nil {
 		return nil, err
 	}
-	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runRoot: root, log: opts.Logger, dirPrefix: "run-",
+	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runtime: request, effective: effective,
+		runRoot: root, log: opts.Logger, dirPrefix: "run-",
 		exitGrace: exitGraceDefault, killWait: killWaitDefault, writeTimeout: writeTimeoutDefault,
 		pending: &byteBudget{limit: maxBridgePendingBytes}, results: newReserve(maxBridgeResultBytes),
 		removals: newRemovals(rt, opts.Logger)}
@@ -180,6 +193,10 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 
 // Runtime returns the engine the Executor runs on.
 func (e *Executor) Runtime() Runtime { return e.rt }
+
+// OCIRuntime is the runtime that runs the Executor's containers (runc,
+// runsc, crun), as the engine names it.
+func (e *Executor) OCIRuntime() string { return e.effective }
 
 // DefaultRunRoot is $XDG_RUNTIME_DIR/bridge, or bridge-UID in the temp dir.
 func DefaultRunRoot() string {
@@ -261,6 +278,10 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	}
 
 	spec := NewSpec(res.RunID, e.opts.Image, dir, token, req.Limits)
+	spec.OCIRuntime = e.runtime
+	if e.effective == OCIRuntimeRunsc {
+		spec.ForGVisor()
+	}
 	if e.owner != "" {
 		spec.Labels[LabelOwner] = e.owner
 	}
@@ -284,7 +305,7 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		if errors.Is(err, ErrImageNotFound) {
 			return res, fmt.Errorf("%w: build it with `bridge image build --runtime %s`", err, e.rt.Name())
 		}
-		return res, fmt.Errorf("creating container: %w", err)
+		return res, e.withHint(fmt.Errorf("creating container: %w", err))
 	}
 	defer func() {
 		if rerr := e.remove(engineCtx, id, log); rerr != nil && err == nil {
@@ -307,7 +328,7 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	err = e.rt.Start(sctx, id)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("starting container: %w", err)
+		return res, e.withHint(fmt.Errorf("starting container: %w", err))
 	}
 	// Wait on the container in the background for the whole run. Engines
 	// answer a wait on a created container at once, so it starts after Start.
@@ -551,7 +572,22 @@ func (e *Executor) earlyExit(ctx context.Context, id string, w waitResult, res R
 	if logs := e.logs(ctx, id); logs != "" {
 		msg += ": " + logs
 	}
+	if err := e.withHint(errors.New(msg)); err.Error() != msg {
+		return res, err
+	}
 	return res, errors.New(msg + " (is the runner image current? rebuild it with `bridge image build`, then run `bridge doctor`)")
+}
+
+// withHint adds what to do to an error of a run under gVisor whose cause
+// is a runsc flag the bridge needs.
+func (e *Executor) withHint(err error) error {
+	if e.effective != OCIRuntimeRunsc {
+		return err
+	}
+	if hint := gvisorHint(e.rt.Name(), err.Error()); hint != "" {
+		return fmt.Errorf("%w; %s", err, hint)
+	}
+	return err
 }
 
 func (e *Executor) logs(ctx context.Context, id string) string {

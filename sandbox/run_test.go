@@ -27,8 +27,11 @@ import (
 // "container" is a goroutine running behave with the host path of the relay
 // socket; Kill cancels its context.
 type fakeRuntime struct {
-	enforce   Enforcement
-	createErr error
+	enforce Enforcement
+	// ociRuntime and ociRuntimes are what Info reports of OCI runtimes.
+	ociRuntime  string
+	ociRuntimes map[string]OCIRuntimeInfo
+	createErr   error
 	// createSlow makes Create wait for its ctx to end, make the container
 	// anyway and fail, as a real engine cut off mid-request does.
 	createSlow bool
@@ -64,7 +67,7 @@ func newFake(behave func(ctx context.Context, sock, token string, spec Container
 
 func (f *fakeRuntime) Name() string { return "fake" }
 func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) {
-	return EngineInfo{Name: "fake", Enforce: f.enforce}, nil
+	return EngineInfo{Name: "fake", Enforce: f.enforce, OCIRuntime: f.ociRuntime, OCIRuntimes: f.ociRuntimes}, nil
 }
 func (f *fakeRuntime) ImageInfo(context.Context, string) (ImageInfo, error) { return ImageInfo{}, nil }
 func (f *fakeRuntime) BuildImage(context.Context, string, string, string, io.Writer) error {

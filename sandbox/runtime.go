@@ -52,7 +52,13 @@ type EngineInfo struct {
 	APIVersion    string `json:"api_version"`
 	Rootless      bool   `json:"rootless"`
 	CgroupVersion string `json:"cgroup_version"` // "1" or "2"
-	OCIRuntime    string `json:"oci_runtime"`
+	// OCIRuntime is the runtime a container gets when it asks for none
+	// (runc, crun, runsc).
+	OCIRuntime string `json:"oci_runtime"`
+	// OCIRuntimes are the runtimes a container may ask for by name (Docker's
+	// registered runtimes). Nil where every container runs with OCIRuntime:
+	// Podman's API cannot choose a runtime per container.
+	OCIRuntimes map[string]OCIRuntimeInfo `json:"oci_runtimes,omitempty"`
 	// Enforce says which resource limits the engine really applies.
 	Enforce Enforcement `json:"enforce"`
 }

@@ -119,8 +119,13 @@ type Rlimit struct {
 // with NewSpec, which sets every hardening option; backends translate each
 // field and must not drop any.
 type ContainerSpec struct {
-	Name    string
-	Image   string
+	Name  string
+	Image string
+	// OCIRuntime is the runtime to run the container with (runc, runsc);
+	// "" is the engine's default. A backend that cannot honour it must
+	// fail, never run the container with another.
+	OCIRuntime string
+
 	Command []string
 	Env     map[string]string
 	User    string
@@ -184,4 +189,27 @@ func NewSpec(runID, image, runDir, token string, l Limits) ContainerSpec {
 		},
 		Mounts: []Mount{{Source: runDir, Target: RelayDir, ReadOnly: true}},
 	}
+}
+
+// GVisorHostThreads is what a gVisor sandbox gets on top of the pids limit
+// in the host's pids cgroup. Under gVisor the code's processes and threads
+// are tasks of gVisor's own kernel, which the host does not see: that cgroup
+// counts only the threads of gVisor itself (about 40 idle and 75 under load
+// on two cores), and a run killed for lack of them dies with exit code 2.
+const GVisorHostThreads = 512
+
+// ForGVisor adapts s to run under gVisor (runsc). gVisor's kernel counts
+// RLIMIT_NPROC per sandbox, so it becomes the per-run cap on processes and
+// threads (set to Pids); the host's pids cgroup, which sees only gVisor's
+// own threads, gets GVisorHostThreads more.
+func (s *ContainerSpec) ForGVisor() {
+	if s.Pids <= 0 {
+		return
+	}
+	for i := range s.Rlimits {
+		if s.Rlimits[i].Name == "nproc" {
+			s.Rlimits[i].Soft, s.Rlimits[i].Hard = uint64(s.Pids), uint64(s.Pids)
+		}
+	}
+	s.Pids += GVisorHostThreads
 }

@@ -18,20 +18,25 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 		"rootful, cgroup version, which limits hold, the runner image; then runs a smoke\n"+
 		"test that proves the sandbox from inside. Exits 1 when no engine can run code safely.")
 	engine := fs.String("runtime", sandbox.EngineAuto, "engine to check: auto (all), podman or docker")
+	ociRuntime := fs.String("oci-runtime", sandbox.OCIRuntimeDefault, "OCI runtime the smoke test must run under: default, runc or runsc\n"+
+		"(with runsc, an engine that cannot run gVisor is not usable)")
 	image := fs.String("image", images.Name(), "runner image")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	allow := fs.Bool("allow-unenforced-limits", false, "count an engine that cannot enforce limits as usable")
-	policyPath := fs.String("policy", "", "check against this policy `FILE`: its engine, image and require_enforced_limits\n(a policy that requires limits the engine cannot enforce is reported here, before serve refuses to run)")
+	policyPath := fs.String("policy", "", "check against this policy `FILE`: its engine, oci_runtime, image and require_enforced_limits\n(a policy that requires limits the engine cannot enforce is reported here, before serve refuses to run)")
 	if err := parseFlags(fs, args); err != nil {
 		return exitUsage, err
 	}
 	if fs.NArg() != 0 {
 		return exitUsage, usagef("takes no arguments")
 	}
+	if err := checkOCIRuntime(*ociRuntime); err != nil {
+		return exitUsage, err
+	}
 	if *policyPath != "" {
 		var set []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "runtime" || f.Name == "image" || f.Name == "allow-unenforced-limits" {
+			if f.Name == "runtime" || f.Name == "oci-runtime" || f.Name == "image" || f.Name == "allow-unenforced-limits" {
 				set = append(set, "--"+f.Name)
 			}
 		})
@@ -42,7 +47,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 		if err != nil {
 			return exitUsage, err
 		}
-		*engine, *allow = p.Sandbox.Engine, !p.Sandbox.RequireEnforcedLimits
+		*engine, *ociRuntime, *allow = p.Sandbox.Engine, p.Sandbox.OCIRuntime, !p.Sandbox.RequireEnforcedLimits
 		if p.Sandbox.Image != "" {
 			*image = p.Sandbox.Image
 		}
@@ -51,11 +56,11 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 			req = "accepts engines that cannot enforce limits (require_enforced_limits: false)"
 		}
 		if !*asJSON {
-			fmt.Fprintf(e.stdout, "policy %s: engine %s; %s\n\n", *policyPath, *engine, req)
+			fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n\n", *policyPath, *engine, *ociRuntime, req)
 		}
 	}
 	rep, err := doctor.Run(ctx, doctor.Options{
-		Engine: *engine, Image: *image, AllowUnenforcedLimits: *allow, Logger: e.log,
+		Engine: *engine, Image: *image, AllowUnenforcedLimits: *allow, OCIRuntime: *ociRuntime, Logger: e.log,
 	})
 	if err != nil {
 		return exitUsage, usagef("%v", err)

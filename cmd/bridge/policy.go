@@ -45,7 +45,7 @@ func defaultPolicyPath() string {
 // sandboxFlags are the flags a policy file sets instead: with --policy (or
 // a policy at the default location) they are refused, so that one place
 // says what the sandbox gets.
-var sandboxFlags = []string{"runtime", "image", "timeout", "max-timeout", "memory", "cpus", "pids", "tmpfs-size",
+var sandboxFlags = []string{"runtime", "oci-runtime", "image", "timeout", "max-timeout", "memory", "cpus", "pids", "tmpfs-size",
 	"output-limit", "max-concurrent", "queue", "allow-unenforced-limits", "call-timeout"}
 
 // loadPolicy returns the policy to run with and its file ("" for none):

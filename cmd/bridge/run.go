@@ -67,6 +67,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		"output. Exits with the code's exit status; 124 on timeout, 137 when killed by\n"+
 		"the memory limit, 125 when the bridge could not run it.")
 	engine := fs.String("runtime", sandbox.EngineAuto, "container engine: auto, podman or docker")
+	ociRuntime := ociRuntimeFlag(fs)
 	image := fs.String("image", images.Name(), "runner image")
 	var lf limitFlags
 	lf.register(fs)
@@ -85,6 +86,9 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if err := checkRuntime(*engine); err != nil {
 		return exitUsage, err
 	}
+	if err := checkOCIRuntime(*ociRuntime); err != nil {
+		return exitUsage, err
+	}
 	if err := lf.limits.Validate(); err != nil {
 		return exitUsage, usagef("%v", err)
 	}
@@ -95,7 +99,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 
 	pol, polPath, limits, runnerImage, err := runPolicy(fs, *policyPath, uf.proxyURL, func(p *policy.Policy) {
 		lf.applyTo(p)
-		p.Sandbox.Engine, p.Sandbox.Image = *engine, *image
+		p.Sandbox.Engine, p.Sandbox.OCIRuntime, p.Sandbox.Image = *engine, *ociRuntime, *image
 		p.Budgets.CallTimeout = uf.callTimeout
 	})
 	if err != nil {
@@ -118,13 +122,14 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		tools = bridge.ToolHandler(up, 0, e.log)
 	}
 
-	rt, err := sandbox.Open(ctx, pol.Sandbox.Engine, e.log)
+	rt, err := sandbox.OpenFor(ctx, pol.Sandbox.Engine, pol.Sandbox.OCIRuntime, e.log)
 	if err != nil {
 		return exitBridge, err
 	}
 	defer rt.Close()
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: runnerImage, AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, Tools: tools, Logger: e.log,
+		Image: runnerImage, AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, OCIRuntime: pol.Sandbox.OCIRuntime,
+		Tools: tools, Logger: e.log,
 	})
 	if err != nil {
 		return exitBridge, err
@@ -197,6 +202,20 @@ func reportRun(e *env, res sandbox.Result) int {
 	}
 	fmt.Fprintf(e.stderr, "bridge: run ended with status %s: %s\n", res.Status, res.Message)
 	return 1
+}
+
+// ociRuntimeFlag registers --oci-runtime.
+func ociRuntimeFlag(fs *flag.FlagSet) *string {
+	return fs.String("oci-runtime", sandbox.OCIRuntimeDefault, "OCI runtime of every container: default (the engine's), runc, or runsc\n"+
+		"(gVisor: a second wall against kernel exploits; the engine must be set up for it, see docs/policy.md)")
+}
+
+// checkOCIRuntime rejects an unknown --oci-runtime before any engine is tried.
+func checkOCIRuntime(name string) error {
+	if err := sandbox.CheckOCIRuntime(name); err != nil {
+		return usagef("--oci-runtime: %v", err)
+	}
+	return nil
 }
 
 // checkRuntime rejects an unknown --runtime before any engine is tried.

@@ -27,6 +27,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		"only the protocol; logs go to stderr.")
 	httpAddr := fs.String("http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8808) instead of stdio;\nbeyond loopback a bearer token is required: $BRIDGE_HTTP_TOKEN, or one is generated and logged once")
 	engine := fs.String("runtime", sandbox.EngineAuto, "container engine: auto, podman or docker")
+	ociRuntime := ociRuntimeFlag(fs)
 	image := fs.String("image", images.Name(), "runner image")
 	maxTimeout := fs.Duration("max-timeout", 5*time.Minute, "largest timeout_seconds a call may ask for")
 	maxConcurrent := fs.Int("max-concurrent", 4, "runs at once")
@@ -48,6 +49,9 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("takes no arguments")
 	}
 	if err := checkRuntime(*engine); err != nil {
+		return exitUsage, err
+	}
+	if err := checkOCIRuntime(*ociRuntime); err != nil {
 		return exitUsage, err
 	}
 	if err := lf.limits.Validate(); err != nil {
@@ -72,7 +76,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	// The policy: the file's, or the defaults with the flags above.
 	pol, polPath, limits, runnerImage, err := runPolicy(fs, *policyPath, uf.proxyURL, func(p *policy.Policy) {
 		lf.applyTo(p)
-		p.Sandbox.Engine, p.Sandbox.Image = *engine, *image
+		p.Sandbox.Engine, p.Sandbox.OCIRuntime, p.Sandbox.Image = *engine, *ociRuntime, *image
 		p.Sandbox.MaxTimeout, p.Sandbox.MaxConcurrent, p.Sandbox.Queue = *maxTimeout, *maxConcurrent, *queue
 		p.Budgets.CallTimeout = uf.callTimeout
 	})
@@ -105,7 +109,8 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
 	// what is wrong.
-	eng := &lazyEngine{name: pol.Sandbox.Engine, image: runnerImage, allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, log: log}
+	eng := &lazyEngine{name: pol.Sandbox.Engine, ociRuntime: pol.Sandbox.OCIRuntime, image: runnerImage,
+		allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, log: log}
 	defer eng.close(2 * time.Second)
 	srv, err := bridge.New(bridge.Options{
 		NewRunner:     eng.runner,
@@ -185,10 +190,10 @@ func (r *eofReader) Read(p []byte) (int, error) {
 
 // lazyEngine opens the container engine and its Executor on first use.
 type lazyEngine struct {
-	name, image string
-	allow       bool
-	tools       sandbox.ToolHandler // nil: no upstreams
-	log         zerolog.Logger
+	name, ociRuntime, image string
+	allow                   bool
+	tools                   sandbox.ToolHandler // nil: no upstreams
+	log                     zerolog.Logger
 
 	mu sync.Mutex
 	rt sandbox.Runtime
@@ -196,12 +201,12 @@ type lazyEngine struct {
 }
 
 func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
-	rt, err := sandbox.Open(ctx, l.name, l.log)
+	rt, err := sandbox.OpenFor(ctx, l.name, l.ociRuntime, l.log)
 	if err != nil {
 		return nil, err
 	}
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: l.image, AllowUnenforcedLimits: l.allow, Tools: l.tools, Logger: l.log,
+		Image: l.image, AllowUnenforcedLimits: l.allow, OCIRuntime: l.ociRuntime, Tools: l.tools, Logger: l.log,
 	})
 	if err != nil {
 		rt.Close()

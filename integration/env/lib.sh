@@ -109,6 +109,74 @@ start_podman_service() {
 	STARTED_PODMAN=$(read_pidfile "$LOG_DIR/podman.pid")
 }
 
+# start_podman_runsc_service: a second rootful Podman API service, on
+# PODMAN_RUNSC_SOCK, whose containers all run under gVisor (STARTED_PODMAN_RUNSC).
+# Podman's API cannot choose a runtime per container, so gVisor needs a
+# service of its own; it shares the image store with the first one. runsc
+# gets the flags the bridge needs: --network=none (it refuses "no network"
+# without it) and --host-uds=open (for the relay's socket).
+start_podman_runsc_service() {
+	local logf=$LOG_DIR/podman-runsc.log
+	mkdir -p "$(dirname "$PODMAN_RUNSC_SOCK")" "$LOG_DIR"
+	rm -f "$PODMAN_RUNSC_SOCK"
+	# conmon's "oom" files (see start_podman_service) go to the log dir.
+	pushd "$LOG_DIR" >/dev/null
+	setsid -w sh -c "$PIDFILE_WRAPPER" "$LOG_DIR/podman-runsc.pid" \
+		podman --runtime runsc --runtime-flag network=none --runtime-flag host-uds=open \
+		system service --time=0 "unix://$PODMAN_RUNSC_SOCK" >>"$logf" 2>&1 </dev/null &
+	popd >/dev/null
+	wait_ready "podman runsc service" "$PODMAN_RUNSC_SOCK" $! "$logf"
+	STARTED_PODMAN_RUNSC=$(read_pidfile "$LOG_DIR/podman-runsc.pid")
+}
+
+# api_json SOCKET PATH EXPR: evaluates the Python expression EXPR on the JSON
+# that GET PATH answers on SOCKET (as d), and prints it.
+api_json() {
+	curl -fsS --max-time 10 --unix-socket "$1" "http://d$2" |
+		python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$3"
+}
+
+# docker_runsc_args SOCKET: the arguments dockerd runs runsc with, one line
+# ("" when it has none); fails when dockerd has no runtime called runsc.
+docker_runsc_args() {
+	local out
+	out=$(api_json "$1" /info '"missing" if "runsc" not in (d.get("Runtimes") or {}) else " ".join(d["Runtimes"]["runsc"].get("runtimeArgs") or [])') || return 1
+	[ "$out" != missing ] || return 1
+	echo "$out"
+}
+
+# register_runsc_with_docker CONFIG RUNSC: adds a runtime called runsc (the
+# binary RUNSC, with the flags the bridge needs) to the "runtimes" of
+# dockerd's config file CONFIG, created if missing. An entry called runsc
+# already there is left as it is. Prints "added" or "kept".
+register_runsc_with_docker() {
+	python3 - "$1" "$2" <<'PY'
+import json, os, sys
+
+path, runsc = sys.argv[1], sys.argv[2]
+try:
+    with open(path) as f:
+        text = f.read()
+except FileNotFoundError:
+    text = ""
+conf = json.loads(text) if text.strip() else {}
+if not isinstance(conf, dict) or not isinstance(conf.get("runtimes", {}), dict):
+    sys.exit(f"{path}: not a JSON object with a \"runtimes\" object; register runsc by hand")
+runtimes = conf.setdefault("runtimes", {})
+if "runsc" in runtimes:
+    print("kept")
+    sys.exit(0)
+runtimes["runsc"] = {"path": runsc, "runtimeArgs": ["--network=none", "--host-uds=open"]}
+tmp = path + ".bridge-tmp"
+with open(tmp, "w") as f:
+    json.dump(conf, f, indent=2)
+    f.write("\n")
+os.chmod(tmp, 0o644)
+os.replace(tmp, path)
+print("added")
+PY
+}
+
 # stop_daemon NAME VAR COMM: stops the daemon recorded in the env file as VAR, with
 # its whole process group. setup.sh starts each daemon under setsid, so the
 # group is the daemon's own (PGID = its PID) and holds what it forked that did

@@ -22,5 +22,6 @@ log() { printf 'teardown: %s\n' "$*" >&2; }
 
 # Reverse order of start-up.
 stop_daemon "rootless podman service" BRIDGE_SETUP_ROOTLESS_PODMAN_PID podman
+stop_daemon "podman runsc service" BRIDGE_SETUP_PODMAN_RUNSC_PID podman
 stop_daemon "podman service" BRIDGE_SETUP_PODMAN_PID podman
 stop_daemon dockerd BRIDGE_SETUP_DOCKERD_PID dockerd

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -33,8 +35,14 @@ type Options struct {
 	// AllowUnenforcedLimits counts an engine that cannot enforce limits as
 	// usable, as `bridge run --allow-unenforced-limits` would.
 	AllowUnenforcedLimits bool
-	Getenv                func(string) string
-	Logger                zerolog.Logger
+	// OCIRuntime is the runtime the smoke test must run under (default,
+	// runc or runsc). With runsc an engine that cannot run gVisor is not
+	// usable; otherwise whether it could is only reported.
+	OCIRuntime string
+	Getenv     func(string) string
+	// LookPath finds a program on this machine (exec.LookPath when nil).
+	LookPath func(string) (string, error)
+	Logger   zerolog.Logger
 }
 
 // Check is one verdict, with a hint that fixes it when it failed.
@@ -43,6 +51,9 @@ type Check struct {
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
 	Hint   string `json:"hint,omitempty"`
+	// Optional marks a check of something the bridge was not asked to use
+	// (gVisor without --oci-runtime runsc): its failure is only a note.
+	Optional bool `json:"optional,omitempty"`
 }
 
 // EngineReport is what doctor found for one engine socket.
@@ -82,6 +93,12 @@ func smokeLimits() sandbox.Limits {
 func Run(ctx context.Context, opts Options) (Report, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
+	}
+	if opts.LookPath == nil {
+		opts.LookPath = lookPath
+	}
+	if err := sandbox.CheckOCIRuntime(opts.OCIRuntime); err != nil {
+		return Report{}, err
 	}
 	cands, err := sandbox.Candidates(opts.Engine, opts.Getenv)
 	if err != nil {
@@ -126,6 +143,15 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		info.Name, info.Version, info.APIVersion, mode, info.CgroupVersion, info.OCIRuntime), "")
 	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
 		enforceHint(info.Enforce.Reason)+"; or accept that with --allow-unenforced-limits")
+	gv := gvisorCheck(info, opts.LookPath)
+	if opts.OCIRuntime == sandbox.OCIRuntimeRunsc {
+		if !add(gv.Name, gv.OK, gv.Detail, gv.Hint) {
+			return er
+		}
+	} else {
+		gv.Optional = !gv.OK
+		er.Checks = append(er.Checks, gv)
+	}
 
 	img, err := rt.ImageInfo(ctx, opts.Image)
 	if err != nil {
@@ -141,10 +167,14 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	// The smoke run: allowed on an engine that cannot enforce limits, so
 	// that doctor can still report what does hold there.
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: opts.Image, AllowUnenforcedLimits: true, Logger: opts.Logger,
+		Image: opts.Image, AllowUnenforcedLimits: true, OCIRuntime: opts.OCIRuntime, Logger: opts.Logger,
 	})
 	if err != nil {
-		add("smoke_run", false, err.Error(), "see the error above")
+		hint := "see the error above"
+		if errors.Is(err, sandbox.ErrOCIRuntime) {
+			hint = "the error says what to set up"
+		}
+		add("smoke_run", false, err.Error(), hint)
 		return er
 	}
 	limits := smokeLimits()
@@ -166,12 +196,21 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 			Detail string `json:"detail"`
 		} `json:"checks"`
 		Limits cgroupLimits `json:"limits"`
+		Kernel struct {
+			GVisor bool   `json:"gvisor"`
+			Detail string `json:"detail"`
+		} `json:"kernel"`
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &smoke); err != nil {
 		add("smoke_run", false, "unreadable smoke output: "+err.Error(), "rebuild the image with `bridge image build`")
 		return er
 	}
-	safe := true
+	// The runtime the engine names is the one the code met.
+	wantGVisor := ex.OCIRuntime() == sandbox.OCIRuntimeRunsc
+	safe := add("kernel", smoke.Kernel.GVisor == wantGVisor,
+		fmt.Sprintf("OCI runtime %s; the code sees %s", ex.OCIRuntime(), smoke.Kernel.Detail),
+		fmt.Sprintf("the engine says it runs containers with %s, but the code did not meet that kernel: "+
+			"check the engine's runtime configuration, and report `bridge doctor --json`", ex.OCIRuntime()))
 	for _, name := range []string{"network", "read_only_root", "uid", "capabilities", "no_new_privs", "tmpfs"} {
 		s, ok := smoke.Checks[name]
 		safe = add(name, ok && s.OK, s.Detail, hardeningHint(name, c.Engine)) && safe
@@ -184,9 +223,14 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	return er
 }
 
-// cgroupLimits is what the smoke run read from its own cgroup: the raw
-// contents of the limit files, nil where there was no such file.
+// cgroupLimits is what the smoke run read of its limits: under runc
+// (Source "cgroup") the raw contents of its cgroup's limit files, nil where
+// there was no such file. gVisor shows no cgroup files (Source "gvisor"):
+// there Memory is its MemTotal in bytes (gVisor sizes its memory to the
+// cgroup's limit), Pids its RLIMIT_NPROC (which it counts per sandbox), and
+// CPU the share of time a busy loop got.
 type cgroupLimits struct {
+	Source string  `json:"source"`
 	Memory *string `json:"memory"`
 	Pids   *string `json:"pids"`
 	CPU    *string `json:"cpu"`
@@ -197,6 +241,9 @@ type cgroupLimits struct {
 // cannot enforce that limit, else what to do about an engine whose word the
 // cgroup contradicts.
 func limitChecks(enforce sandbox.Enforcement, got cgroupLimits, want sandbox.Limits) []Check {
+	if got.Source == "gvisor" {
+		return gvisorLimitChecks(enforce, got, want)
+	}
 	checks := []Check{
 		{Name: "memory_limit", OK: limitHolds(got.Memory, want.Memory),
 			Detail: fmt.Sprintf("asked %d, cgroup says %s", want.Memory, deref(got.Memory)),
@@ -214,6 +261,99 @@ func limitChecks(enforce sandbox.Enforcement, got cgroupLimits, want sandbox.Lim
 		}
 	}
 	return checks
+}
+
+// gvisorLimitChecks is limitChecks for a smoke run under gVisor.
+func gvisorLimitChecks(enforce sandbox.Enforcement, got cgroupLimits, want sandbox.Limits) []Check {
+	checks := []Check{
+		{Name: "memory_limit", OK: limitHolds(got.Memory, want.Memory),
+			Detail: fmt.Sprintf("asked %d, gVisor's MemTotal (sized to its cgroup's limit) says %s", want.Memory, deref(got.Memory)),
+			Hint:   limitHint(enforce.Memory, enforce.Reason) + "; a runsc with --ignore-cgroups applies no limit"},
+		{Name: "pids_limit", OK: limitHolds(got.Pids, want.Pids),
+			Detail: fmt.Sprintf("asked %d, gVisor's RLIMIT_NPROC (counted per sandbox) says %s", want.Pids, deref(got.Pids)),
+			Hint:   "the bridge sets RLIMIT_NPROC to the pids limit under gVisor: report `bridge doctor --json`"},
+		{Name: "cpu_limit", OK: cpuShareHolds(got.CPU, want.CPUs),
+			Detail: fmt.Sprintf("asked %g CPUs, a busy loop got %s of the time", want.CPUs, deref(got.CPU)),
+			Hint:   limitHint(enforce.CPU, enforce.Reason) + "; a runsc with --ignore-cgroups applies no limit"},
+	}
+	for i := range checks {
+		if checks[i].OK {
+			checks[i].Hint = ""
+		}
+	}
+	return checks
+}
+
+// cpuShareHolds reports whether a busy loop's share of the time (got, "0.50")
+// shows a quota of cpus below one core: nearer to cpus than to a whole core.
+func cpuShareHolds(got *string, cpus float64) bool {
+	if got == nil || cpus >= 1 {
+		return false
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(*got), 64)
+	return err == nil && f > 0 && f < (cpus+1)/2
+}
+
+// lookPath is exec.LookPath, then the places runsc is installed in, which
+// may not be on the PATH of an ordinary user.
+func lookPath(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin", "/usr/local/sbin"} {
+		if fi, serr := os.Stat(filepath.Join(dir, name)); serr == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return filepath.Join(dir, name), nil
+		}
+	}
+	return "", err
+}
+
+// gvisorCheck says whether the engine of info can run containers under
+// gVisor for the bridge, and what to do when it cannot. lookPath finds runsc
+// on this machine, for the hint.
+func gvisorCheck(info sandbox.EngineInfo, lookPath func(string) (string, error)) Check {
+	c := Check{Name: "gvisor"}
+	installed, _ := lookPath("runsc")
+	install := "install gVisor (Debian and Ubuntu: `apt-get install runsc`; else https://gvisor.dev/docs/user_guide/install/), then "
+	if installed != "" {
+		install = ""
+	}
+	if info.OCIRuntimes != nil { // Docker: a runtime per container
+		r, ok := info.OCIRuntimes[sandbox.OCIRuntimeRunsc]
+		register := "in /etc/docker/daemon.json: " + sandbox.DockerRunscConfig + ", then reload dockerd (`sudo kill -HUP $(pidof dockerd)`)"
+		switch {
+		case ok && r.Path == "":
+			c.OK, c.Detail = true, "available: registered with docker as runsc (a shim whose flags cannot be checked here; a run under it proves them)"
+		case ok:
+			cmd := strings.TrimSpace(r.Path + " " + strings.Join(r.Args, " "))
+			if missing := sandbox.GVisorFlagsMissing(r.Args); len(missing) > 0 {
+				c.Detail = fmt.Sprintf("registered with docker as runsc (%s) but without %s", cmd, strings.Join(missing, " "))
+				c.Hint = "add " + strings.Join(missing, " ") + " to its \"runtimeArgs\" " + register
+			} else {
+				c.OK, c.Detail = true, "available: registered with docker as runsc ("+cmd+")"
+			}
+		case installed != "":
+			c.Detail = "installed at " + installed + " but not registered with docker"
+			c.Hint = "register it " + register
+		default:
+			c.Detail = "not installed on this machine, not registered with docker"
+			c.Hint = install + "register it " + register
+		}
+		return c
+	}
+	// Podman: every container runs with the service's runtime.
+	switch {
+	case info.OCIRuntime == sandbox.OCIRuntimeRunsc:
+		c.OK, c.Detail = true, "available: this service runs every container with runsc (its flags are not visible through the API; a run under it proves them)"
+	case installed != "":
+		c.Detail = fmt.Sprintf("installed at %s, but this service runs every container with %s, and Podman's API cannot choose a runtime per container", installed, info.OCIRuntime)
+		c.Hint = "start a second service for it: `sudo " + sandbox.PodmanRunscService + "`, and point the bridge at it (CONTAINER_HOST=unix:///run/podman/podman-runsc.sock)"
+	default:
+		c.Detail = fmt.Sprintf("not installed on this machine; this service runs every container with %s", info.OCIRuntime)
+		c.Hint = install + "start a service for it: `sudo " + sandbox.PodmanRunscService + "`, and point the bridge at it (CONTAINER_HOST=unix:///run/podman/podman-runsc.sock)"
+	}
+	return c
 }
 
 // readBackHint is the hint of a limit the engine says it enforces but that
@@ -306,13 +446,16 @@ func WriteText(w io.Writer, rep Report) {
 		}
 		fmt.Fprintf(w, "%s at %s (%s): %s\n", er.Engine, er.Socket, er.Source, verdict)
 		for _, c := range er.Checks {
-			mark := "ok  "
-			if !c.OK {
+			mark, fix := "ok  ", "fix"
+			switch {
+			case !c.OK && c.Optional:
+				mark, fix = "note", "to use it"
+			case !c.OK:
 				mark = "FAIL"
 			}
 			fmt.Fprintf(w, "  %s %-19s %s\n", mark, c.Name, c.Detail)
 			if c.Hint != "" {
-				fmt.Fprintf(w, "       fix: %s\n", c.Hint)
+				fmt.Fprintf(w, "       %s: %s\n", fix, c.Hint)
 			}
 		}
 		fmt.Fprintln(w)

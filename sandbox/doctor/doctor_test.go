@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -124,5 +125,106 @@ func TestWriteText(t *testing.T) {
 	WriteText(&b, rep)
 	if !strings.Contains(b.String(), "No engine can run code safely") {
 		t.Errorf("a failed report does not say so:\n%s", b.String())
+	}
+}
+
+// Under gVisor the limits are read back from gVisor's own view.
+func TestGVisorLimitChecks(t *testing.T) {
+	want := smokeLimits()
+	held := cgroupLimits{Source: "gvisor", Memory: ptr("134217728"), Pids: ptr("64"), CPU: ptr("0.52")}
+	for _, c := range limitChecks(sandbox.Enforcement{Memory: true, Pids: true, CPU: true}, held, want) {
+		if !c.OK || c.Hint != "" || !strings.Contains(c.Detail, "gVisor") && c.Name != "cpu_limit" {
+			t.Errorf("held: %+v", c)
+		}
+	}
+	// --ignore-cgroups: gVisor sees the host's memory, the loop is not
+	// paused; a missing rlimit shows as unlimited.
+	dropped := cgroupLimits{Source: "gvisor", Memory: ptr("25769803776"), Pids: ptr("4096"), CPU: ptr("0.99")}
+	for _, c := range limitChecks(sandbox.Enforcement{Memory: true, Pids: true, CPU: true}, dropped, want) {
+		if c.OK || c.Hint == "" {
+			t.Errorf("dropped: %+v", c)
+		}
+	}
+	for _, tt := range []struct {
+		got  *string
+		cpus float64
+		ok   bool
+	}{
+		{ptr("0.50"), 0.5, true},
+		{ptr("0.62"), 0.5, true},
+		{ptr("0.74"), 0.5, true},
+		{ptr("0.76"), 0.5, false},
+		{ptr("1.00"), 0.5, false},
+		{ptr("0.30"), 0.25, true},
+		{ptr("0.50"), 1, false}, // a whole core cannot be seen from one loop
+		{ptr("0"), 0.5, false},
+		{ptr("x"), 0.5, false},
+		{nil, 0.5, false},
+	} {
+		if got := cpuShareHolds(tt.got, tt.cpus); got != tt.ok {
+			t.Errorf("cpuShareHolds(%s, %g) = %v, want %v", deref(tt.got), tt.cpus, got, tt.ok)
+		}
+	}
+}
+
+func TestGVisorCheck(t *testing.T) {
+	found := func(string) (string, error) { return "/usr/bin/runsc", nil }
+	missing := func(string) (string, error) { return "", errors.New("not found") }
+	docker := func(runtimes map[string]sandbox.OCIRuntimeInfo) sandbox.EngineInfo {
+		return sandbox.EngineInfo{Name: "docker", OCIRuntime: "runc", OCIRuntimes: runtimes}
+	}
+	tests := []struct {
+		name     string
+		info     sandbox.EngineInfo
+		lookPath func(string) (string, error)
+		ok       bool
+		detail   []string
+		hint     []string
+	}{
+		{"docker registered", docker(map[string]sandbox.OCIRuntimeInfo{"runc": {}, "runsc": {Path: "/usr/bin/runsc", Args: []string{"--network=none", "--host-uds=open"}}}),
+			found, true, []string{"available", "/usr/bin/runsc --network=none --host-uds=open"}, nil},
+		{"docker shim", docker(map[string]sandbox.OCIRuntimeInfo{"runsc": {}}), found, true, []string{"available", "shim"}, nil},
+		{"docker registered without flags", docker(map[string]sandbox.OCIRuntimeInfo{"runsc": {Path: "/usr/bin/runsc"}}),
+			found, false, []string{"without --network=none --host-uds=open"}, []string{"runtimeArgs", "daemon.json", "kill -HUP"}},
+		{"docker not registered", docker(map[string]sandbox.OCIRuntimeInfo{"runc": {}}), found, false,
+			[]string{"installed at /usr/bin/runsc but not registered with docker"}, []string{"daemon.json", `"--network=none", "--host-uds=open"`}},
+		{"docker not installed", docker(map[string]sandbox.OCIRuntimeInfo{"runc": {}}), missing, false,
+			[]string{"not installed"}, []string{"apt-get install runsc", "daemon.json"}},
+		{"podman runsc service", sandbox.EngineInfo{Name: "podman", OCIRuntime: "runsc"}, found, true, []string{"runs every container with runsc"}, nil},
+		{"podman runc service", sandbox.EngineInfo{Name: "podman", OCIRuntime: "runc"}, found, false,
+			[]string{"installed at /usr/bin/runsc", "runs every container with runc", "cannot choose a runtime per container"},
+			[]string{"--runtime runsc --runtime-flag network=none --runtime-flag host-uds=open", "CONTAINER_HOST"}},
+		{"podman not installed", sandbox.EngineInfo{Name: "podman", OCIRuntime: "crun"}, missing, false,
+			[]string{"not installed", "crun"}, []string{"apt-get install runsc", "system service"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := gvisorCheck(tt.info, tt.lookPath)
+			if c.Name != "gvisor" || c.OK != tt.ok || (c.OK && c.Hint != "") || (!c.OK && c.Hint == "") {
+				t.Fatalf("%+v, want ok=%v with a hint only when not ok", c, tt.ok)
+			}
+			for _, s := range tt.detail {
+				if !strings.Contains(c.Detail, s) {
+					t.Errorf("detail lacks %q: %s", s, c.Detail)
+				}
+			}
+			for _, s := range tt.hint {
+				if !strings.Contains(c.Hint, s) {
+					t.Errorf("hint lacks %q: %s", s, c.Hint)
+				}
+			}
+		})
+	}
+}
+
+// An optional check that fails is a note, not a failure.
+func TestWriteTextOptional(t *testing.T) {
+	rep := Report{Engines: []EngineReport{{Engine: "podman", Socket: "s", Source: "x", Usable: true, Checks: []Check{
+		{Name: "gvisor", Detail: "not installed", Hint: "apt-get install runsc", Optional: true},
+	}}}, OK: true}
+	var b bytes.Buffer
+	WriteText(&b, rep)
+	if out := b.String(); !strings.Contains(out, "note gvisor") || !strings.Contains(out, "to use it: apt-get install runsc") || strings.Contains(out, "FAIL") {
+		t.Errorf("output:\n%s", out)
 	}
 }
