@@ -423,21 +423,27 @@ func scanObject(p []byte, kinds map[string]string) (*object, error) {
 		i = skipSpace(p, skipSpace(p, end)+1) // past the colon
 		end = skipValue(p, i)
 		v := json.RawMessage(p[i:end:end])
-		_, seen := o.values[key]
-		switch _, known := kinds[key]; {
-		case !known && o.unknown == nil:
-			o.unknown = &key
-		case known && !seen:
-			o.keys = append(o.keys, key)
-			o.values[key] = v
-		case seen && o.dup == nil:
-			o.dup = &key
-		}
+		o.add(key, v)
 		if i = skipSpace(p, end); p[i] == ',' {
 			i = skipSpace(p, i+1)
 		}
 	}
 	return o, nil
+}
+
+// add records one key of the object: the first unknown key, the first
+// key given twice, and the value of each known key.
+func (o *object) add(key string, v json.RawMessage) {
+	_, seen := o.values[key]
+	switch _, known := o.kinds[key]; {
+	case !known && o.unknown == nil:
+		o.unknown = &key
+	case known && !seen:
+		o.keys = append(o.keys, key)
+		o.values[key] = v
+	case seen && o.dup == nil:
+		o.dup = &key
+	}
 }
 
 // The skip functions walk valid JSON: each returns the index just past
@@ -508,16 +514,7 @@ func decodeObject(p []byte, kinds map[string]string) (*object, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, syntaxError(err)
 		}
-		_, seen := o.values[key]
-		switch _, known := kinds[key]; {
-		case !known && o.unknown == nil:
-			o.unknown = &key
-		case known && !seen:
-			o.keys = append(o.keys, key)
-			o.values[key] = v
-		case seen && o.dup == nil:
-			o.dup = &key
-		}
+		o.add(key, v)
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, syntaxError(err)
