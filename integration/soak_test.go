@@ -2,10 +2,7 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,38 +13,6 @@ import (
 
 	"github.com/bridge-mcp/bridge/sandbox"
 )
-
-// soakProcess is what /debug/stats of `bridge serve --debug-addr` reports.
-type soakProcess struct {
-	Goroutines int   `json:"goroutines"`
-	HeapAlloc  int64 `json:"heap_alloc_bytes"`
-	RSS        int64 `json:"rss_bytes"`
-	OpenFDs    int   `json:"open_fds"`
-}
-
-func soakFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func soakReadStats(t *testing.T, addr string) soakProcess {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/debug/stats")
-	if err != nil {
-		t.Fatalf("reading the bridge's stats: %v", err)
-	}
-	defer resp.Body.Close()
-	var s soakProcess
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // soakSize is the short soak CI runs, or with BRIDGE_SOAK=full (make soak)
 // the full one: sequential runs, then runs at 8-way concurrency.
@@ -76,7 +41,7 @@ func TestSoak(t *testing.T) {
 		writeServers(t, cfg, map[string]any{
 			"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
 		})
-		addr := soakFreeAddr(t)
+		addr := freeLoopbackAddr(t)
 		cs, pid, _ := connectStdioArgs(t, e, nil, "--servers-config", cfg, "--debug-addr", addr,
 			"--max-concurrent", "8", "--queue", "16")
 		// Each run: a query, three tool calls (one concurrent pair), output.
@@ -103,33 +68,12 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 				t.Fatal(err)
 			}
 		}
-		base := soakReadStats(t, addr)
-		peak := base
-		var peakMu sync.Mutex
-		stop := make(chan struct{})
-		var watch sync.WaitGroup
-		watch.Go(func() {
-			tick := time.NewTicker(200 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-				resp, err := http.Get("http://" + addr + "/debug/stats")
-				if err != nil {
-					continue
-				}
-				var s soakProcess
-				_ = json.NewDecoder(resp.Body).Decode(&s)
-				resp.Body.Close()
-				peakMu.Lock()
-				peak.RSS, peak.Goroutines, peak.OpenFDs = max(peak.RSS, s.RSS), max(peak.Goroutines, s.Goroutines), max(peak.OpenFDs, s.OpenFDs)
-				peak.HeapAlloc = max(peak.HeapAlloc, s.HeapAlloc)
-				peakMu.Unlock()
-			}
-		})
+		stats := watchStats(t, addr)
+		stats.reset()
+		base, err := stats.window()
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		var durs []time.Duration
 		start := time.Now()
@@ -163,8 +107,10 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 		}
 		wg.Wait()
 		concTook := time.Since(start)
-		close(stop)
-		watch.Wait()
+		peak, err := stats.window()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(errs) > 0 {
 			t.Fatalf("%d of %d concurrent runs failed; first: %v", len(errs), conc, errs[0])
 		}
@@ -188,10 +134,12 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 		// Back to the baseline: goroutines and fds exactly (give the last
 		// removals a moment), RSS within a margin (Go returns memory to the
 		// OS lazily; growth per run would show as far more than this).
-		var end soakProcess
+		var end bridgeStats
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			end = soakReadStats(t, addr)
+			if end, err = stats.read(); err != nil {
+				t.Fatal(err)
+			}
 			if end.Goroutines <= base.Goroutines+2 && end.OpenFDs <= base.OpenFDs+2 {
 				break
 			}
