@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -112,23 +111,6 @@ func HostMeterFrom(ctx context.Context) *HostMeter {
 	return m
 }
 
-// byteBudget counts bytes held against a limit, shared by goroutines.
-type byteBudget struct {
-	limit int64
-	used  atomic.Int64
-}
-
-// take reserves n bytes, or reports false and reserves nothing.
-func (b *byteBudget) take(n int64) bool {
-	if b.used.Add(n) > b.limit {
-		b.used.Add(-n)
-		return false
-	}
-	return true
-}
-
-func (b *byteBudget) give(n int64) { b.used.Add(-n) }
-
 // Charge adds d of host work done outside Do, such as a lookup that turned
 // out to be answered by the bridge itself.
 func (m *HostMeter) Charge(d time.Duration) {
@@ -140,8 +122,9 @@ func (m *HostMeter) Charge(d time.Duration) {
 	m.mu.Unlock()
 }
 
-// reserve is a budget of bytes that callers wait for: a weighted semaphore.
-// A request larger than the whole budget is let through alone.
+// reserve is a budget of bytes, taken at once (tryAcquire) or waited for
+// (acquire): a weighted semaphore. A request larger than the whole budget
+// is let through alone when it waits, never when it tries.
 type reserve struct {
 	mu    sync.Mutex
 	limit int64
@@ -170,6 +153,17 @@ func (r *reserve) acquire(ctx context.Context, n int64) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// tryAcquire takes n bytes if they are free now, and reports whether it did.
+func (r *reserve) tryAcquire(n int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.used+n > r.limit {
+		return false
+	}
+	r.used += n
+	return true
 }
 
 func (r *reserve) release(n int64) {

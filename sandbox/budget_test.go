@@ -89,7 +89,7 @@ func TestRunnerThatStopsReadingIsCutOff(t *testing.T) {
 	if n >= 1_000_000 {
 		t.Fatal("the bridge read every request: no backpressure")
 	}
-	if got := ex.pending.used.Load(); got != 0 {
+	if got := ex.pending.inUse(); got != 0 {
 		t.Fatalf("%d bytes of answers still counted as pending after the run", got)
 	}
 	waitGoroutines(t, before)

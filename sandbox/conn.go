@@ -63,7 +63,7 @@ type runConn struct {
 	runID   string
 	c       *runnerConn
 	slots   chan struct{} // one per request in flight, until its answer is written
-	pending byteBudget    // framed answers waiting to be written
+	pending *reserve      // framed answers waiting to be written
 	results *reserve      // result capacity of the tool calls in flight
 	cut     chan struct{} // closed when the runner is cut off
 	cutOnce sync.Once
@@ -90,7 +90,7 @@ func (rc *runConn) cutOff(err error) {
 // keeps the run's call budget that long).
 func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
 	rc := &runConn{e: e, runID: runID, c: c, slots: make(chan struct{}, maxRequests),
-		pending: byteBudget{limit: maxPendingBytes}, results: newReserve(maxRunResultBytes),
+		pending: newReserve(maxPendingBytes), results: newReserve(maxRunResultBytes),
 		cut: make(chan struct{}), inFlight: map[int64]bool{}}
 	// Requests still in flight when the runner is gone are cancelled and
 	// awaited, so none outlives the run.
@@ -199,7 +199,8 @@ func (rc *runConn) reserveResult(ctx context.Context) (release func(), ok bool) 
 // error; a write the runner does not take in time cuts the runner off.
 func (rc *runConn) answer(r relay.ToolResult) {
 	if r.Error != nil && len(r.Error.Message) > maxErrorMessage {
-		r.Error.Message = validPrefix(r.Error.Message, maxErrorMessage) + fmt.Sprintf(" [... %d bytes cut]", len(r.Error.Message)-len(validPrefix(r.Error.Message, maxErrorMessage)))
+		kept := validPrefix(r.Error.Message, maxErrorMessage)
+		r.Error.Message = kept + fmt.Sprintf(" [... %d bytes cut]", len(r.Error.Message)-len(kept))
 	}
 	frame, err := relay.ToolResultFrame(r)
 	if err != nil {
@@ -208,20 +209,20 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	n := int64(frame.Len())
 	bridge := rc.e.pending
 	switch {
-	case !rc.pending.take(n):
+	case !rc.pending.tryAcquire(n):
 		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit with the %s of answers the code has not read yet (at most %s per run): read results before sending more requests",
-			formatBytes(n), formatBytes(rc.pending.used.Load()), formatBytes(rc.pending.limit)))
+			formatBytes(n), formatBytes(rc.pending.inUse()), formatBytes(rc.pending.limit)))
 		n = 0
-	case !bridge.take(n):
-		rc.pending.give(n)
+	case !bridge.tryAcquire(n):
+		rc.pending.release(n)
 		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit in the bridge's buffer for unread answers of all runs (%s): try again, or ask for less",
 			formatBytes(n), formatBytes(bridge.limit)))
 		n = 0
 	}
 	defer func() {
 		if n > 0 {
-			rc.pending.give(n)
-			bridge.give(n)
+			rc.pending.release(n)
+			bridge.release(n)
 		}
 	}()
 	select {
@@ -232,7 +233,7 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	if err := rc.c.writeFrame(frame, rc.e.writeTimeout); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			rc.cutOff(fmt.Errorf("%w: an answer of %s waited %s to be written, with %s of answers unread; the run was ended (await each call, or read results before sending more)",
-				ErrRunnerStalled, formatBytes(int64(frame.Len())), rc.e.writeTimeout, formatBytes(rc.pending.used.Load())))
+				ErrRunnerStalled, formatBytes(int64(frame.Len())), rc.e.writeTimeout, formatBytes(rc.pending.inUse())))
 			return
 		}
 		rc.e.log.Debug().Err(err).Str("run_id", rc.runID).Msg("sending an answer")

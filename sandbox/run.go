@@ -140,7 +140,7 @@ type Executor struct {
 	exitGrace, killWait, writeTimeout time.Duration
 	// pending counts the answers of all runs that wait to be written;
 	// results the result capacity reserved by their tool calls in flight.
-	pending *byteBudget
+	pending *reserve
 	results *reserve
 	// removals retries the removals that failed.
 	removals *removals
@@ -178,7 +178,7 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runtime: request, effective: effective,
 		runRoot: root, log: opts.Logger, dirPrefix: "run-",
 		exitGrace: exitGraceDefault, killWait: killWaitDefault, writeTimeout: writeTimeoutDefault,
-		pending: &byteBudget{limit: maxBridgePendingBytes}, results: newReserve(maxBridgeResultBytes),
+		pending: newReserve(maxBridgePendingBytes), results: newReserve(maxBridgeResultBytes),
 		removals: newRemovals(rt, opts.Logger)}
 	pid := os.Getpid()
 	if e.owner = processOwner(pid); e.owner != "" {
