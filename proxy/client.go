@@ -291,19 +291,7 @@ func suggest(name string, candidates []string) string {
 // runID. It returns the tool's result as the proxy sent it, isError
 // included, or an *Error when the call failed outside the tool.
 func (c *Client) Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
-	s, err := c.snapshot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	_, name, err := s.resolve(server, tool)
-	var unknown *Error
-	if errors.As(err, &unknown) && unknown.Kind == KindUnknownTool {
-		// Not listed: unknown, or denied by policy. Only the proxy knows
-		// which, and a denied call must say so.
-		name, err = ToolName(server, tool), nil
-	} else {
-		unknown = nil
-	}
+	name, unknown, err := c.target(ctx, server, tool)
 	if err != nil {
 		return nil, err
 	}
@@ -349,22 +337,28 @@ func (c *Client) CallJSON(ctx context.Context, runID, server, tool string, args 
 		}
 		return json.Marshal(res)
 	}
-	s, err := c.snapshot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	_, _, err = s.resolve(server, tool)
-	var unknown *Error
-	if errors.As(err, &unknown) && unknown.Kind == KindUnknownTool {
-		err = nil // unknown, or denied: the proxy says which
-	} else {
-		unknown = nil
-	}
+	_, unknown, err := c.target(ctx, server, tool)
 	if err != nil {
 		return nil, err
 	}
 	_, js, err := c.callLocal(ctx, runID, server, tool, args, unknown)
 	return js, err
+}
+
+// target is the proxy's name of server's tool. A tool the catalog does not
+// list may be unknown, or denied by policy: only the proxy knows which, and
+// a denied call must say so, so it is still called, with unknown set to the
+// error to give should the proxy not know it either.
+func (c *Client) target(ctx context.Context, server, tool string) (name string, unknown *Error, err error) {
+	s, err := c.snapshot(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	_, name, err = s.resolve(server, tool)
+	if errors.As(err, &unknown) && unknown.Kind == KindUnknownTool {
+		return ToolName(server, tool), unknown, nil
+	}
+	return name, nil, err
 }
 
 // callLocal calls the proxy in this process directly. unknown is the error
