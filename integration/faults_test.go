@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -194,9 +193,7 @@ func TestFaultStderrFloods(t *testing.T) {
 			t.Fatal(err)
 		}
 		args, env := serveArgs(e)
-		args = removeFlag(args, "--runtime", true)
-		args = removeFlag(args, "--allow-unenforced-limits", false)
-		args = append(args, "--servers-config", cfg, "--policy", pol)
+		args = append(withoutSandboxFlags(args), "--servers-config", cfg, "--policy", pol)
 		cmd := exec.Command(testSuite.bridgeBin, args...)
 		cmd.Env = append(os.Environ(), append(env, "BRIDGE_LOG_LEVEL=debug")...)
 		// A pipe for stderr that nobody reads: once its 64 KiB buffer is
@@ -250,21 +247,5 @@ func mustRun(t *testing.T, cs *mcp.ClientSession, code string) string {
 
 func firstLineOf(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
-	sc := bufio.NewScanner(strings.NewReader(line))
-	sc.Scan()
-	return sc.Text()
-}
-
-// removeFlag removes flag (and its value when withValue) from args.
-func removeFlag(args []string, flag string, withValue bool) []string {
-	for i, a := range args {
-		if a == flag {
-			n := 1
-			if withValue {
-				n = 2
-			}
-			return append(args[:i:i], args[i+n:]...)
-		}
-	}
-	return args
+	return line
 }

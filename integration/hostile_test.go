@@ -53,6 +53,33 @@ const (
 	hostileDenyReason = "hostile test: crashing the upstream is not allowed"
 )
 
+// fillCase writes 1 MiB pieces into dir until the write fails: both
+// writable places are tmpfs of 64 MiB, so the code must meet ENOSPC there.
+func fillCase(dir, key string) hostileCase {
+	return hostileCase{
+		name: "fill " + dir, timeout: 30,
+		code: fmt.Sprintf(`
+import errno
+chunk = b"x" * (1 << 20)
+n = 0
+try:
+    with open(%q, "wb") as f:
+        while True:
+            f.write(chunk)
+            f.flush()
+            n += 1
+except OSError as e:
+    print(%q, errno.errorcode[e.errno])
+print("mib_le_64", n <= 64)
+`, dir+"/fill", key),
+		check: func(v *verdict, r hostileRun) {
+			v.status(r, "ok")
+			v.want(r, key, "ENOSPC")
+			v.want(r, "mib_le_64", "True")
+		},
+	}
+}
+
 // hostileRun is what one run_python call returned.
 type hostileRun struct {
 	Status     string `json:"status"`
@@ -618,50 +645,8 @@ print("allocated", len(data))
 				}
 			},
 		},
-		{
-			name: "fill /tmp", timeout: 30,
-			code: `
-import errno
-chunk = b"x" * (1 << 20)
-n = 0
-try:
-    with open("/tmp/fill", "wb") as f:
-        while True:
-            f.write(chunk)
-            f.flush()
-            n += 1
-except OSError as e:
-    print("tmp", errno.errorcode[e.errno])
-print("mib_le_64", n <= 64)
-`,
-			check: func(v *verdict, r hostileRun) {
-				v.status(r, "ok")
-				v.want(r, "tmp", "ENOSPC")
-				v.want(r, "mib_le_64", "True")
-			},
-		},
-		{
-			name: "fill /dev/shm", timeout: 30,
-			code: `
-import errno
-chunk = b"x" * (1 << 20)
-n = 0
-try:
-    with open("/dev/shm/fill", "wb") as f:
-        while True:
-            f.write(chunk)
-            f.flush()
-            n += 1
-except OSError as e:
-    print("shm", errno.errorcode[e.errno])
-print("mib_le_64", n <= 64)
-`,
-			check: func(v *verdict, r hostileRun) {
-				v.status(r, "ok")
-				v.want(r, "shm", "ENOSPC")
-				v.want(r, "mib_le_64", "True")
-			},
-		},
+		fillCase("/tmp", "tmp"),
+		fillCase("/dev/shm", "shm"),
 		{
 			name: "CPU spin past the timeout", timeout: 3,
 			code: "print('spinning', flush=True)\nwhile True: pass",

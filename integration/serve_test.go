@@ -51,10 +51,7 @@ func connectStdioArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ..
 		args = slices.Delete(args, i, i+2)
 	}
 	if slices.Contains(extra, "--policy") {
-		// The policy says the engine and whether limits must hold.
-		i := slices.Index(args, "--runtime")
-		args = slices.Delete(args, i, i+2)
-		args = slices.DeleteFunc(args, func(a string) bool { return a == "--allow-unenforced-limits" })
+		args = withoutSandboxFlags(args)
 	}
 	args = append(args, extra...)
 	cmd := exec.Command(testSuite.bridgeBin, args...)
@@ -73,6 +70,15 @@ func connectStdioArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ..
 		}
 	})
 	return cs, cmd.Process.Pid, stderr
+}
+
+// withoutSandboxFlags drops serveArgs' --runtime and
+// --allow-unenforced-limits, for a bridge started with --policy: the policy
+// says the engine and whether limits must hold, and serve refuses both.
+func withoutSandboxFlags(args []string) []string {
+	i := slices.Index(args, "--runtime")
+	args = slices.Delete(slices.Clone(args), i, i+2)
+	return slices.DeleteFunc(args, func(a string) bool { return a == "--allow-unenforced-limits" })
 }
 
 // connectHTTP starts `bridge serve --http 127.0.0.1:0`-like on a free port,
