@@ -14,6 +14,13 @@ SHELL := /bin/bash
 
 GO ?= go
 BIN := bin
+# Where `make install` puts bin/bridge: $(PREFIX)/bin/bridge (DESTDIR for
+# packagers). `make uninstall` removes it; README.md says what else to remove.
+PREFIX ?= /usr/local
+# The version `bridge version` prints: the nearest tag and the commits since,
+# or the commit; "dev" outside a git checkout.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
 ENVDIR := integration/env
 # Written by setup.sh: engine sockets, the rootless user, daemons it started.
 ENV_FILE := /run/bridge-test/env
@@ -48,13 +55,14 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build image unit integration integration-rootful integration-rootless test demo lint bench fuzz soak clean need-env
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless test demo lint bench fuzz soak clean need-env
 
 help:
 	@echo "Targets:"
 	@echo "  test         setup, image, lint, unit, integration (CI runs this)"
 	@echo "  setup        install and start the engines, base image, rootless user (root)"
-	@echo "  build        $(BIN)/bridge"
+	@echo "  build        $(BIN)/bridge, version $(VERSION)"
+	@echo "  install      $(BIN)/bridge to $(PREFIX)/bin (PREFIX=..., DESTDIR=...); uninstall removes it"
 	@echo "  image        runner image for docker, podman and the rootless user"
 	@echo "  lint         gofmt, go vet, staticcheck $(STATICCHECK_VERSION)"
 	@echo "  unit         go test $(RACE) (not ./integration/...), Python runner tests"
@@ -74,8 +82,16 @@ setup:
 	bash $(ENVDIR)/setup.sh
 
 build:
-	$(call banner,build: $(BIN)/bridge)
-	$(GO) build -o $(BIN)/bridge ./cmd/bridge
+	$(call banner,build: $(BIN)/bridge $(VERSION))
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/bridge ./cmd/bridge
+
+install: build
+	$(call banner,install: $(DESTDIR)$(PREFIX)/bin/bridge)
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/bridge $(DESTDIR)$(PREFIX)/bin/bridge
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/bridge
 
 image: build need-env
 	$(call banner,image: runner image for docker$(comma) podman and $(ENVDIR)/load-image.sh)

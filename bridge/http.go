@@ -39,6 +39,9 @@ type HTTPOptions struct {
 	// <token>) on /mcp and /sse. When empty, a loopback address needs none
 	// and any other address gets a random token, logged once at warn level.
 	Token string
+	// TokenEnv names the environment variable the token comes from, for
+	// the log; default BRIDGE_HTTP_TOKEN.
+	TokenEnv string
 	// Version is reported by /healthz.
 	Version string
 	// SessionTimeout closes a session that has had no request for this long
@@ -108,6 +111,10 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 	loopback := isLoopbackAddr(addr)
 
 	token := opts.Token
+	tokenEnv := opts.TokenEnv
+	if tokenEnv == "" {
+		tokenEnv = "BRIDGE_HTTP_TOKEN"
+	}
 	switch {
 	case token == "" && !loopback:
 		token, err = newToken()
@@ -118,7 +125,7 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 		// The only place the token is ever logged, and at no level, so that
 		// no BRIDGE_LOG_LEVEL can hide it: without it no client gets in.
 		log.Log().Str("level", "warn").Str("token", token).Str("addr", addr.String()).
-			Msg("listening beyond loopback without BRIDGE_HTTP_TOKEN: generated a bearer token for this run; " +
+			Msg("listening beyond loopback without " + tokenEnv + ": generated a bearer token for this run; " +
 				"clients must send the header 'Authorization: Bearer <token>'")
 	case token == "":
 		log.Info().Msg("loopback address and no token: /mcp and /sse need no auth")

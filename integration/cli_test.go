@@ -100,10 +100,10 @@ func TestCLIErrorsSayWhatToDo(t *testing.T) {
 		{"engine unreachable", []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"}, []string{"run", "--runtime", "docker", "-"}, 125,
 			[]string{"/nonexistent/docker.sock", "bridge doctor"}},
 		{"bad size", nil, []string{"run", "--memory", "lots", "-"}, 2, []string{`invalid size "lots"`, "512Mi"}},
-		{"bad runtime", nil, []string{"run", "--runtime", "lxc", "-"}, 2, []string{`unknown runtime "lxc"`, "auto, podman or docker"}},
+		{"bad runtime", nil, []string{"run", "--runtime", "lxc", "-"}, 2, []string{`invalid value "lxc" for --runtime: "lxc" is not one of auto, podman, docker`}},
 		{"missing file", nil, []string{"run", "/nonexistent/code.py"}, 2, []string{"/nonexistent/code.py", "no such file"}},
-		{"two files", nil, []string{"run", "a.py", "b.py"}, 2, []string{"exactly one FILE"}},
-		{"limit out of range", nil, []string{"run", "--pids", "1", "-"}, 2, []string{"pids limit must be at least 8"}},
+		{"two files", nil, []string{"run", "a.py", "b.py"}, 2, []string{`want one FILE (or - for stdin), got 2: "a.py", "b.py"`}},
+		{"limit out of range", nil, []string{"run", "--pids", "1", "-"}, 2, []string{`invalid value "1" for --pids: 1 is out of range: it must be 8 .. 4194304`}},
 		{"unknown command", nil, []string{"frobnicate"}, 2, []string{`unknown command "frobnicate"`, "Commands:"}},
 	}
 	for _, tt := range tests {
@@ -343,13 +343,18 @@ func TestCLIPolicy(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, ":3:3:") {
 		t.Errorf("serve with an invalid policy: exit %d\n%s", code, stderr)
 	}
+	// A flag may tighten the policy, never loosen it (docs/policy.md#flags-and-the-policy).
 	_, stderr, code = bridgeCLI(t, env, "", "serve", "--policy", good, "--memory", "1Gi")
-	if code != 2 || !strings.Contains(stderr, "--memory is given with --policy") {
-		t.Errorf("serve with a policy and --memory: exit %d\n%s", code, stderr)
+	if code != 2 || !strings.Contains(stderr, "--memory 1Gi would loosen the policy: "+good+" sets sandbox.memory: 512Mi") {
+		t.Errorf("serve with a policy and a larger --memory: exit %d\n%s", code, stderr)
 	}
-	_, stderr, code = bridgeCLI(t, env, "", "doctor", "--policy", good, "--runtime", "docker")
-	if code != 2 || !strings.Contains(stderr, "--runtime is given with --policy") {
-		t.Errorf("doctor with a policy and --runtime: exit %d\n%s", code, stderr)
+	podmanOnly := filepath.Join(dir, "podman-only.yaml")
+	if err := os.WriteFile(podmanOnly, []byte("version: 1\nsandbox: {engine: podman}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = bridgeCLI(t, env, "", "doctor", "--policy", podmanOnly, "--runtime", "docker")
+	if code != 2 || !strings.Contains(stderr, "--runtime docker would loosen the policy: "+podmanOnly+" sets sandbox.engine: podman") {
+		t.Errorf("doctor with a podman policy and --runtime docker: exit %d\n%s", code, stderr)
 	}
 	// doctor checks an engine as the policy says.
 	forEachEngine(t, func(t *testing.T, e *engine) {

@@ -1,10 +1,14 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -48,7 +52,10 @@ func (a *Auditor) Open(cfg Audit) error {
 		var err error
 		f, err = os.OpenFile(cfg.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			return fmt.Errorf("audit file: %w", err)
+			if cerr := cfg.Check(); cerr != nil {
+				return cerr
+			}
+			return fmt.Errorf("audit.file: %w", err)
 		}
 		l = zerolog.New(io.Writer(f)).With().Timestamp().Str("audit", "bridge").Logger()
 	}
@@ -169,4 +176,40 @@ func (a *Auditor) summaries(runID string, kinds []tallyKind) {
 		ev.Int64("repeated", k.repeated).Send()
 		done()
 	}
+}
+
+// Check says whether the bridge, as this user, could open the audit file,
+// without creating it: the folder must exist and be writable, and a file
+// already there must be a writable regular file. The error says what to do.
+func (a Audit) Check() error {
+	if a.File == "" || a.File == "stderr" {
+		return nil
+	}
+	fi, err := os.Stat(a.File)
+	switch {
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("audit.file: %s is a folder; name a file in it, e.g. %s", a.File, filepath.Join(a.File, "audit.jsonl"))
+	case err == nil:
+		f, err := os.OpenFile(a.File, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return fmt.Errorf("audit.file: %s cannot be opened for appending as uid %d (%v): make it writable for the user that runs the bridge, or set audit.file to a file that is", a.File, os.Getuid(), errors.Unwrap(err))
+		}
+		return f.Close()
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("audit.file: %w", err)
+	}
+	dir := filepath.Dir(a.File)
+	di, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("audit.file: the folder %s does not exist: create it (mkdir -p %s) writable for the user that runs the bridge, or set audit.file to a path in a folder that exists", dir, dir)
+	case err != nil:
+		return fmt.Errorf("audit.file: %w", err)
+	case !di.IsDir():
+		return fmt.Errorf("audit.file: %s is not a folder", dir)
+	}
+	if err := syscall.Access(dir, 2|1); err != nil { // W_OK|X_OK
+		return fmt.Errorf("audit.file: the folder %s is not writable as uid %d: create the file there writable for that user (or give it the folder), or set audit.file to a path that is", dir, os.Getuid())
+	}
+	return nil
 }

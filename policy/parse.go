@@ -19,6 +19,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bridge-mcp/bridge/internal/suggest"
 )
 
 // MaxFileSize is the largest policy file Parse reads.
@@ -165,11 +167,18 @@ func Parse(data []byte, source string) (*Policy, error) {
 
 // ParseSize parses a byte size: a plain number of bytes ("1048576"), or a
 // whole number with a binary (Ki, Mi, Gi, Ti: powers of 1024) or decimal
-// (K, M, G, T: powers of 1000) unit: "512Mi", "64Ki", "1G".
+// (K, M, G, T: powers of 1000) unit: "512Mi", "64Ki", "1G". It is the one
+// size grammar of the policy file and of the command-line flags.
 func ParseSize(s string) (int64, error) {
 	m := sizeRE.FindStringSubmatch(s)
 	if m == nil {
-		return 0, fmt.Errorf("invalid size %q: write a whole number of bytes, or one with a unit: Ki, Mi, Gi, Ti (1024s) or K, M, G, T (1000s), e.g. 512Mi", s)
+		const want = "write a whole number of bytes, or one with a unit: Ki, Mi, Gi, Ti (1024s) or K, M, G, T (1000s), e.g. 512Mi"
+		if h := sizeHintRE.FindStringSubmatch(s); h != nil {
+			// 256MB, 256mb, 512m, 1gib: say what it may have meant.
+			u := strings.ToUpper(h[2][:1])
+			return 0, fmt.Errorf("invalid size %q: write %s%si for 1024s or %s%s for 1000s (units are case-sensitive and take no B)", s, h[1], u, h[1], u)
+		}
+		return 0, fmt.Errorf("invalid size %q: %s", s, want)
 	}
 	n, err := strconv.ParseInt(m[1], 10, 64)
 	mult := sizeUnits[m[2]]
@@ -179,9 +188,29 @@ func ParseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// ParseDuration parses a duration of more than zero in Go's syntax: "30s",
+// "5m", "1h30m", "250ms". It is the one duration grammar of the policy file
+// and of the command-line flags.
+func ParseDuration(s string) (time.Duration, error) {
+	const want = "a duration such as 30s, 5m or 1h30m"
+	if floatRE.MatchString(s) {
+		return 0, fmt.Errorf("want %s, got a number %s: add a unit, e.g. %ss", want, s, s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || strings.HasPrefix(s, "+") {
+		return 0, fmt.Errorf("invalid duration %q: want %s (units ns, us, ms, s, m, h)", s, want)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%s is out of range: it must be more than 0", s)
+	}
+	return d, nil
+}
+
 var (
-	sizeRE    = regexp.MustCompile(`^([0-9]+)(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
-	sizeUnits = map[string]int64{"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+	sizeRE = regexp.MustCompile(`^([0-9]+)(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
+	// sizeHintRE is a size written in another tool's grammar: 256MB, 512m, 1GiB.
+	sizeHintRE = regexp.MustCompile(`^([0-9]+) ?([kKmMgGtT])(?:[iI]?[bB]|i)?$`)
+	sizeUnits  = map[string]int64{"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
 		"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 	rateRE  = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)/([smh])$`)
 	intRE   = regexp.MustCompile(`^[-+]?[0-9]+$`)
@@ -272,7 +301,43 @@ func (p *parser) syntax(err error, data []byte) {
 			return
 		}
 	}
+	// A glob left unquoted (servers: [*], tool: *_file) reads as an alias.
+	if strings.HasPrefix(msg, "did not find expected alphabetic or numeric character") || strings.HasPrefix(msg, "unknown anchor") {
+		for i, l := range lines {
+			if m := bareStarRE.FindStringSubmatchIndex(stripQuoted(l)); m != nil && !strings.HasPrefix(strings.TrimSpace(l), "#") {
+				glob := strings.TrimRight(strings.Fields(l[m[2]:])[0], ",]}")
+				p.probs = append(p.probs, Problem{File: p.file, Line: i + 1, Column: m[2] + 1,
+					Message: fmt.Sprintf("invalid YAML: an unquoted %s (a bare * starts a YAML alias): quote globs, e.g. %q", glob, glob)})
+				return
+			}
+		}
+	}
 	p.probs = append(p.probs, Problem{File: p.file, Line: line, Message: "invalid YAML: " + msg})
+}
+
+// bareStarRE finds a plain scalar that starts with '*': after a key's
+// colon, a list dash, or in a flow list or mapping.
+var bareStarRE = regexp.MustCompile(`(?:^|[:\[,{-])\s*(\*)`)
+
+// stripQuoted blanks out quoted strings and comments in a line, keeping
+// its length, so that a '*' inside them is not taken for a bare one.
+func stripQuoted(l string) string {
+	b := []byte(l)
+	var q byte
+	for i := 0; i < len(b); i++ {
+		switch {
+		case q != 0:
+			if b[i] == q {
+				q = 0
+			}
+			b[i] = ' '
+		case b[i] == '"' || b[i] == '\'':
+			q = b[i]
+		case b[i] == '#' && (i == 0 || b[i-1] == ' '):
+			return string(b[:i])
+		}
+	}
+	return string(b)
 }
 
 // encoding reports the first byte that is not valid UTF-8 or a character
@@ -454,60 +519,7 @@ func unknownKey(key, what string, known []string) string {
 }
 
 // closest is the known name key most likely is a typo of, or "".
-func closest(key string, known []string) string {
-	norm := func(s string) string {
-		return strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s))
-	}
-	best, bestD := "", math.MaxInt
-	for _, k := range known {
-		if norm(k) == norm(key) {
-			return k
-		}
-		d := editDistance(strings.ToLower(key), strings.ToLower(k))
-		if d < bestD {
-			best, bestD = k, d
-		}
-	}
-	limit := 1 + len([]rune(best))/4
-	if limit > 3 {
-		limit = 3
-	}
-	if bestD <= limit && bestD < len([]rune(key)) {
-		return best
-	}
-	return ""
-}
-
-// editDistance is the Damerau-Levenshtein (optimal string alignment)
-// distance between a and b, in runes. Keys are short; longer strings are
-// compared by a cheap bound only.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	if len(ra) > 64 || len(rb) > 64 {
-		return max(len(ra), len(rb))
-	}
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
-}
+func closest(key string, known []string) string { return suggest.Key(key, known) }
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
@@ -596,46 +608,13 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 	var timeoutNode, maxTimeoutNode *yaml.Node
 	timeoutOK, maxTimeoutOK := true, true
 	p.mapping(v, "sandbox", sandboxKeys, func(key string, k, v *yaml.Node) {
-		name := "sandbox." + key
+		before := len(p.probs)
+		p.sandboxKey(key, "sandbox."+key, k, v, s)
 		switch key {
-		case "engine":
-			if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker"}); ok {
-				s.Engine = e
-			}
-		case "oci_runtime":
-			if r, ok := p.enum(k, v, name, []string{"default", "runc", "runsc"}); ok {
-				s.OCIRuntime = r
-			}
-		case "image":
-			if str, ok := p.str(k, v, name); ok {
-				if strings.IndexFunc(str, unicode.IsSpace) >= 0 {
-					p.errorf(v, "%s: an image reference has no spaces: %q", name, str)
-				} else {
-					s.Image = str
-				}
-			}
 		case "timeout":
-			timeoutNode = v
-			s.Timeout, timeoutOK = p.duration(k, v, name, s.Timeout)
+			timeoutNode, timeoutOK = v, len(p.probs) == before
 		case "max_timeout":
-			maxTimeoutNode = v
-			s.MaxTimeout, maxTimeoutOK = p.duration(k, v, name, s.MaxTimeout)
-		case "memory":
-			s.Memory = p.size(k, v, name, s.Memory, minMemory, math.MaxInt64)
-		case "cpus":
-			s.CPUs = p.float(k, v, name, s.CPUs, minCPUs, maxCPUs)
-		case "pids":
-			s.Pids = p.integer(k, v, name, s.Pids, minPids, maxPids)
-		case "tmpfs_size":
-			s.TmpfsSize = p.size(k, v, name, s.TmpfsSize, minTmpfsSize, math.MaxInt64)
-		case "output_limit":
-			s.OutputLimit = p.size(k, v, name, s.OutputLimit, minOutputLimit, maxOutputLimit)
-		case "max_concurrent":
-			s.MaxConcurrent = int(p.integer(k, v, name, int64(s.MaxConcurrent), 1, maxConcurrent))
-		case "queue":
-			s.Queue = int(p.integer(k, v, name, int64(s.Queue), 0, maxQueue))
-		case "require_enforced_limits":
-			s.RequireEnforcedLimits = p.boolean(k, v, name, s.RequireEnforcedLimits)
+			maxTimeoutNode, maxTimeoutOK = v, len(p.probs) == before
 		}
 	})
 	if timeoutOK && maxTimeoutOK && s.MaxTimeout < s.Timeout {
@@ -645,6 +624,49 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 		case timeoutNode != nil:
 			p.errorf(timeoutNode, "sandbox.timeout (%s) is longer than sandbox.max_timeout (%s, the default); raise max_timeout too", FormatDuration(s.Timeout), FormatDuration(s.MaxTimeout))
 		}
+	}
+}
+
+// sandboxKey reads the value v of sandbox.key into s; name is what errors
+// call it (the key, or the flag that gives it: see Setting).
+func (p *parser) sandboxKey(key, name string, k, v *yaml.Node, s *Sandbox) {
+	switch key {
+	case "engine":
+		if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker"}); ok {
+			s.Engine = e
+		}
+	case "oci_runtime":
+		if r, ok := p.enum(k, v, name, []string{"default", "runc", "runsc"}); ok {
+			s.OCIRuntime = r
+		}
+	case "image":
+		if str, ok := p.str(k, v, name); ok {
+			if strings.IndexFunc(str, unicode.IsSpace) >= 0 {
+				p.errorf(v, "%s: an image reference has no spaces: %q", name, str)
+			} else {
+				s.Image = str
+			}
+		}
+	case "timeout":
+		s.Timeout, _ = p.duration(k, v, name, s.Timeout)
+	case "max_timeout":
+		s.MaxTimeout, _ = p.duration(k, v, name, s.MaxTimeout)
+	case "memory":
+		s.Memory = p.size(k, v, name, s.Memory, minMemory, math.MaxInt64)
+	case "cpus":
+		s.CPUs = p.float(k, v, name, s.CPUs, minCPUs, maxCPUs)
+	case "pids":
+		s.Pids = p.integer(k, v, name, s.Pids, minPids, maxPids)
+	case "tmpfs_size":
+		s.TmpfsSize = p.size(k, v, name, s.TmpfsSize, minTmpfsSize, math.MaxInt64)
+	case "output_limit":
+		s.OutputLimit = p.size(k, v, name, s.OutputLimit, minOutputLimit, maxOutputLimit)
+	case "max_concurrent":
+		s.MaxConcurrent = int(p.integer(k, v, name, int64(s.MaxConcurrent), 1, maxConcurrent))
+	case "queue":
+		s.Queue = int(p.integer(k, v, name, int64(s.Queue), 0, maxQueue))
+	case "require_enforced_limits":
+		s.RequireEnforcedLimits = p.boolean(k, v, name, s.RequireEnforcedLimits)
 	}
 }
 
@@ -760,24 +782,29 @@ func (p *parser) budgets(k, v *yaml.Node, b *Budgets) {
 		return
 	}
 	p.mapping(v, "budgets", budgetsKeys, func(key string, k, v *yaml.Node) {
-		name := "budgets." + key
-		switch key {
-		case "max_calls_per_run":
-			b.MaxCallsPerRun = int(p.integer(k, v, name, int64(b.MaxCallsPerRun), 0, maxCallsPerRun))
-		case "max_argument_bytes":
-			b.MaxArgumentBytes = p.size(k, v, name, b.MaxArgumentBytes, 1, maxArgumentBytes)
-		case "max_result_bytes":
-			b.MaxResultBytes = p.size(k, v, name, b.MaxResultBytes, 1, maxResultBytes)
-		case "call_timeout":
-			b.CallTimeout, _ = p.duration(k, v, name, b.CallTimeout)
-		case "rates":
-			p.items(k, v, name, "a list of rates", func(item *yaml.Node, name string) {
-				if r, ok := p.rate(item, name); ok {
-					b.Rates = append(b.Rates, r)
-				}
-			})
-		}
+		p.budgetsKey(key, "budgets."+key, k, v, b)
 	})
+}
+
+// budgetsKey reads the value v of budgets.key into b; name is what errors
+// call it.
+func (p *parser) budgetsKey(key, name string, k, v *yaml.Node, b *Budgets) {
+	switch key {
+	case "max_calls_per_run":
+		b.MaxCallsPerRun = int(p.integer(k, v, name, int64(b.MaxCallsPerRun), 0, maxCallsPerRun))
+	case "max_argument_bytes":
+		b.MaxArgumentBytes = p.size(k, v, name, b.MaxArgumentBytes, 1, maxArgumentBytes)
+	case "max_result_bytes":
+		b.MaxResultBytes = p.size(k, v, name, b.MaxResultBytes, 1, maxResultBytes)
+	case "call_timeout":
+		b.CallTimeout, _ = p.duration(k, v, name, b.CallTimeout)
+	case "rates":
+		p.items(k, v, name, "a list of rates", func(item *yaml.Node, name string) {
+			if r, ok := p.rate(item, name); ok {
+				b.Rates = append(b.Rates, r)
+			}
+		})
+	}
 }
 
 func (p *parser) rate(n *yaml.Node, name string) (Rate, bool) {
@@ -962,13 +989,9 @@ func (p *parser) duration(k, v *yaml.Node, name string, def time.Duration) (time
 		}
 		return def, false
 	}
-	d, err := time.ParseDuration(v.Value)
-	if err != nil || strings.HasPrefix(v.Value, "+") {
-		p.errorf(v, "%s: invalid duration %q: want %s (units ns, us, ms, s, m, h)", name, v.Value, want)
-		return def, false
-	}
-	if d <= 0 {
-		p.errorf(v, "%s: %s is out of range: it must be more than 0", name, v.Value)
+	d, err := ParseDuration(v.Value)
+	if err != nil {
+		p.errorf(v, "%s: %v", name, err)
 		return def, false
 	}
 	return d, true

@@ -248,6 +248,8 @@ func TestParseErrors(t *testing.T) {
 		{"too large", big, []string{fmt.Sprintf("1:1: the file is %d bytes; a policy file may have at most 1048576 (1 MiB)", len(big))}},
 		{"unclosed list", "version: 1\nsandbox:\n  cpus: [1\n", []string{"3: invalid YAML: did not find expected ',' or ']'"}},
 		{"unclosed list on line 1", "version: [1\n", []string{"1: invalid YAML: did not find expected ',' or ']'"}},
+		{"bare star glob", "version: 1\ntools:\n  rules:\n    - tool: *_file # not \"*\"\n      action: deny\n", []string{`4:13: invalid YAML: an unquoted *_file (a bare * starts a YAML alias): quote globs, e.g. "*_file"`}},
+		{"bare star after a quoted one", "version: 1\ntools:\n  rules:\n    - {server: \"*\", tool: *}\n", []string{`4:27: invalid YAML: an unquoted * (a bare * starts a YAML alias): quote globs, e.g. "*"`}},
 		{"unclosed list on line 1 at EOF", "version: [1", []string{"1: invalid YAML: did not find expected ',' or ']'"}},
 		{"bad indent", "version: 1\nsandbox:\n  cpus: 1\n   pids: 8\n", []string{"4: invalid YAML: mapping values are not allowed in this context"}},
 		{"missing key", "version: 1\n? x\n- y\n", []string{"3: invalid YAML: did not find expected key"}},
@@ -330,7 +332,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad glob", "version: 1\ntools:\n  rules:\n    - tool: \"get_[\"\n      action: deny\n", []string{`4:13: tools.rules[0].tool: invalid glob "get_[": unclosed [ or a \ at the end (globs use * ? [abc] [a-z] [^a], \ escapes)`}},
 		{"bad server glob", "version: 1\ntools:\n  servers: [\"ok\", \"a\\\\\"]\n", []string{`3:19: tools.servers[1]: invalid glob "a\\": unclosed [ or a \ at the end (globs use * ? [abc] [a-z] [^a], \ escapes)`}},
 		{"empty glob", "version: 1\nbudgets:\n  rates:\n    - rate: 1/s\n      server: \"\"\n", []string{`5:15: budgets.rates[0].server: an empty glob matches nothing; use "*" for any name`}},
-		{"unquoted star", "version: 1\ntools:\n  servers: [*]\n", []string{"3: invalid YAML: did not find expected alphabetic or numeric character"}},
+		{"unquoted star", "version: 1\ntools:\n  servers: [*]\n", []string{`3:13: invalid YAML: an unquoted * (a bare * starts a YAML alias): quote globs, e.g. "*"`}},
 
 		// Durations.
 		{"bad duration", "version: 1\nsandbox:\n  timeout: 5 minutes\n", []string{`3:12: sandbox.timeout: invalid duration "5 minutes": want a duration such as 30s, 5m or 1h30m (units ns, us, ms, s, m, h)`}},

@@ -35,7 +35,7 @@ type Store struct {
 	sum      [32]byte   // of the file's bytes in force
 	rejected [32]byte   // of the file's bytes last rejected: not parsed again until they change, or ReloadNow
 	subs     []func(*Snapshot)
-	validate func(*Policy) error
+	adjust   func(*Policy) (*Policy, error) // see Adjust
 
 	runsMu    sync.Mutex
 	runs      map[string]*Run // local (Begin) and remote (Remote) runs
@@ -66,12 +66,14 @@ func (s *Store) Current() *Snapshot { return s.cur.Load() }
 // Audit is where decisions and runs are recorded.
 func (s *Store) Audit() *Auditor { return s.audit }
 
-// Validate makes every reload also pass f before the new policy goes in
-// force: a policy f refuses is rejected like an invalid file.
-func (s *Store) Validate(f func(*Policy) error) {
+// Adjust makes every reloaded policy pass through f before it goes in
+// force: f returns the policy to use (the command line's settings applied
+// to it, say), or an error, and the file is then rejected like an invalid
+// one.
+func (s *Store) Adjust(f func(*Policy) (*Policy, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.validate = f
+	s.adjust = f
 }
 
 // Close writes the summaries of the decisions counted but not written yet
@@ -142,8 +144,8 @@ func (s *Store) reload(force bool) (bool, error) {
 		return reject(err, "the new file is invalid and was rejected")
 	}
 	p.sum = sum
-	if s.validate != nil {
-		if err := s.validate(p); err != nil {
+	if s.adjust != nil {
+		if p, err = s.adjust(p); err != nil {
 			return reject(err, "the new file was rejected")
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/bridge-mcp/bridge/internal/suggest"
 )
 
 // CatalogTool is one tool of one upstream server.
@@ -624,7 +626,7 @@ func Closest(name string, candidates []string, n int) []string {
 		// matched by their terms and substrings only.
 		dist := max(len(nrunes), len(crunes))
 		if len(nrunes) <= maxDistanceRunes && len(crunes) <= maxDistanceRunes {
-			dist = osaDistance(nrunes, crunes)
+			dist = suggest.Distance(nrunes, crunes)
 		}
 		bonus := 0.0
 		if min(len(nrunes), len(crunes)) >= 3 {
@@ -669,7 +671,7 @@ func Closest(name string, candidates []string, n int) []string {
 }
 
 // maxDistanceRunes bounds the names Closest computes an edit distance for.
-const maxDistanceRunes = 64
+const maxDistanceRunes = suggest.MaxRunes
 
 // uniqueTerms returns the distinct search terms of s.
 func uniqueTerms(s string) []string {
@@ -699,39 +701,6 @@ func termOverlap(a, b []string) (share float64, subset bool) {
 	}
 	union := len(a) + len(b) - common
 	return float64(common) / float64(union), common == min(len(a), len(b))
-}
-
-// osaDistance is the optimal string alignment distance of a and b: the
-// Levenshtein distance where swapping two adjacent runes also costs 1.
-func osaDistance(a, b []rune) int {
-	if len(a) == 0 {
-		return len(b)
-	}
-	if len(b) == 0 {
-		return len(a)
-	}
-	prev2 := make([]int, len(b)+1) // row i-2
-	prev := make([]int, len(b)+1)  // row i-1
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d := min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d = min(d, prev2[j-2]+1)
-			}
-			cur[j] = d
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }
 
 // summaryMaxRunes is the longest Summary, in runes.

@@ -429,28 +429,6 @@ func TestClosest(t *testing.T) {
 	}
 }
 
-func TestOSADistance(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want int
-	}{
-		{"", "", 0},
-		{"abc", "", 3},
-		{"", "abc", 3},
-		{"abc", "abc", 0},
-		{"abc", "acb", 1},
-		{"filesytem", "filesystem", 1},
-		{"kitten", "sitting", 3},
-		{"ca", "abc", 3}, // 2 in unrestricted Damerau-Levenshtein
-		{"héllo", "hlélo", 1},
-	}
-	for _, tt := range tests {
-		if got := osaDistance([]rune(tt.a), []rune(tt.b)); got != tt.want {
-			t.Errorf("osaDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
-		}
-	}
-}
-
 func TestModuleAlias(t *testing.T) {
 	reserved := map[string]bool{"call": true, "search": true, "search_": true}
 	tests := []struct{ in, want string }{

@@ -254,7 +254,7 @@ func (s *snapshot) resolve(server, tool string) (ServerStatus, string, error) {
 	for _, t := range s.catalog.Tools(server) {
 		names = append(names, t.Name)
 	}
-	return st, "", &Error{Kind: KindUnknownTool, Message: fmt.Sprintf("server %q has no tool %q%s", server, tool, suggest(tool, names))}
+	return st, "", &Error{Kind: KindUnknownTool, Message: fmt.Sprintf("server %q has no tool %q%s", server, tool, didYouMean(tool, names))}
 }
 
 func (s *snapshot) server(name string) (ServerStatus, bool) {
@@ -271,15 +271,15 @@ func unknownServer(name string, servers []ServerStatus) *Error {
 	for _, s := range servers {
 		names = append(names, s.Name)
 	}
-	msg := fmt.Sprintf("no MCP server %q%s", name, suggest(name, names))
+	msg := fmt.Sprintf("no MCP server %q%s", name, didYouMean(name, names))
 	if len(names) > 0 && len(Closest(name, names, 3)) == 0 {
 		msg += fmt.Sprintf(" (servers: %s)", strings.Join(names, ", "))
 	}
 	return &Error{Kind: KindUnknownSrv, Message: msg}
 }
 
-// suggest is "; did you mean: a, b?" or "".
-func suggest(name string, candidates []string) string {
+// didYouMean is "; did you mean: a, b?" or "".
+func didYouMean(name string, candidates []string) string {
 	near := Closest(name, candidates, 3)
 	if len(near) == 0 {
 		return ""

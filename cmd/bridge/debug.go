@@ -88,7 +88,7 @@ func readStats(started time.Time) Stats {
 	runtime.ReadMemStats(&m)
 	s := Stats{
 		Goroutines: runtime.NumGoroutine(), HeapAlloc: m.HeapAlloc, HeapSys: m.HeapSys, HeapInuse: m.HeapInuse,
-		NumGC: m.NumGC, Uptime: time.Since(started).Round(time.Millisecond).String(), Version: version,
+		NumGC: m.NumGC, Uptime: time.Since(started).Round(time.Millisecond).String(), Version: versionString(),
 		PID: os.Getpid(), GoMaxProcs: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), TimeUnixMS: time.Now().UnixMilli(),
 		RSS: -1, OpenFiles: -1,
 	}

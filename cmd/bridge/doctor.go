@@ -3,13 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"strings"
 
 	"github.com/bridge-mcp/bridge/images"
-	"github.com/bridge-mcp/bridge/policy"
-	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
@@ -17,50 +13,40 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 	fs := newFlagSet(e, "doctor", "[flags]", "Checks each container engine the bridge could use: reachable, rootless or\n"+
 		"rootful, cgroup version, which limits hold, the runner image; then runs a smoke\n"+
 		"test that proves the sandbox from inside. Exits 1 when no engine can run code safely.")
-	engine := fs.String("runtime", sandbox.EngineAuto, "engine to check: auto (all), podman or docker")
-	ociRuntime := fs.String("oci-runtime", sandbox.OCIRuntimeDefault, "OCI runtime the smoke test must run under: default, runc or runsc\n"+
-		"(with runsc, an engine that cannot run gVisor is not usable)")
-	image := fs.String("image", images.Name(), "runner image")
+	var sf settingFlags
+	sf.engine(fs)
+	fs.Lookup("runtime").Usage = "engine to check: auto (every one), podman or docker"
+	sf.add(fs, "image", "sandbox.image", "runner `image`")
+	sf.addBool(fs, "allow-unenforced-limits", "sandbox.require_enforced_limits", "count an engine that cannot enforce limits as usable")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	allow := fs.Bool("allow-unenforced-limits", false, "count an engine that cannot enforce limits as usable")
-	policyPath := fs.String("policy", "", "check against this policy `FILE`: its engine, oci_runtime, image and require_enforced_limits\n(a policy that requires limits the engine cannot enforce is reported here, before serve refuses to run)")
-	if err := parseFlags(fs, args); err != nil {
+	policyPath := fs.String("policy", "", "check against this policy `FILE` (default "+defaultPolicyPath()+" if it exists): its engine,\n"+
+		"oci_runtime, image and require_enforced_limits (a policy that requires limits the engine cannot\n"+
+		"enforce is reported here, before serve refuses to run); the flags above may only tighten it")
+	args, err := parseFlags(fs, args)
+	if err != nil {
 		return exitUsage, err
 	}
-	if fs.NArg() != 0 {
-		return exitUsage, usagef("takes no arguments")
+	if len(args) != 0 {
+		return exitUsage, usagef("takes no arguments, got %s", quoteArgs(args))
 	}
-	if err := checkOCIRuntime(*ociRuntime); err != nil {
+	p, file, err := loadPolicy(*policyPath, sf.set, nil)
+	if err != nil {
 		return exitUsage, err
 	}
-	if *policyPath != "" {
-		var set []string
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "runtime" || f.Name == "oci-runtime" || f.Name == "image" || f.Name == "allow-unenforced-limits" {
-				set = append(set, "--"+f.Name)
-			}
-		})
-		if len(set) > 0 {
-			return exitUsage, usagef("%s is given with --policy: the policy says it", strings.Join(set, ", "))
-		}
-		p, err := policy.Load(*policyPath)
-		if err != nil {
-			return exitUsage, err
-		}
-		*engine, *ociRuntime, *allow = p.Sandbox.Engine, p.Sandbox.OCIRuntime, !p.Sandbox.RequireEnforcedLimits
-		if p.Sandbox.Image != "" {
-			*image = p.Sandbox.Image
-		}
+	image := p.Sandbox.Image
+	if image == "" {
+		image = images.Name()
+	}
+	if file != "" && !*asJSON {
 		req := "requires enforced memory, pids and CPU limits (an engine that cannot enforce them fails)"
-		if *allow {
+		if !p.Sandbox.RequireEnforcedLimits {
 			req = "accepts engines that cannot enforce limits (require_enforced_limits: false)"
 		}
-		if !*asJSON {
-			fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n\n", *policyPath, *engine, *ociRuntime, req)
-		}
+		fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n\n", file, p.Sandbox.Engine, p.Sandbox.OCIRuntime, req)
 	}
 	rep, err := doctor.Run(ctx, doctor.Options{
-		Engine: *engine, Image: *image, AllowUnenforcedLimits: *allow, OCIRuntime: *ociRuntime, Logger: e.log,
+		Engine: p.Sandbox.Engine, Image: image, AllowUnenforcedLimits: !p.Sandbox.RequireEnforcedLimits,
+		OCIRuntime: p.Sandbox.OCIRuntime, Logger: e.log,
 	})
 	if err != nil {
 		return exitUsage, usagef("%v", err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -14,6 +15,10 @@ func cmdImage(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("want a subcommand: build or name")
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(e.stdout, "Usage:\n  bridge image build [--runtime ENGINE]   build the runner image through an engine\n"+
+			"  bridge image name                       print the runner image this binary runs ("+images.Name()+")\n")
+		return 0, nil
 	case "name":
 		if len(args) != 1 {
 			return exitUsage, usagef("image name takes no arguments")
@@ -24,17 +29,22 @@ func cmdImage(ctx context.Context, e *env, args []string) (int, error) {
 		fs := newFlagSet(e, "image build", "[flags]", "Builds the runner image ("+images.Name()+")\n"+
 			"through the engine's API from the build context built into this binary.\n"+
 			"The base image (debian:bookworm-slim) must be present or pullable.")
-		engine := fs.String("runtime", sandbox.EngineAuto, "container engine: auto, podman or docker")
-		if err := parseFlags(fs, args[1:]); err != nil {
+		var sf settingFlags
+		sf.add(fs, "runtime", "sandbox.engine", "container engine: auto, podman or docker")
+		rest, err := parseFlags(fs, args[1:])
+		if err != nil {
 			return exitUsage, err
 		}
-		if fs.NArg() != 0 {
-			return exitUsage, usagef("image build takes no arguments")
+		if len(rest) != 0 {
+			return exitUsage, usagef("image build takes no arguments, got %s", quoteArgs(rest))
 		}
-		if err := checkRuntime(*engine); err != nil {
-			return exitUsage, err
+		// The image is built for whichever engine runs code: a policy
+		// does not restrict that, so the flag alone says which.
+		p, err := policy.Default().With(sf.set, policy.Replace)
+		if err != nil {
+			return exitUsage, usagef("%v", err)
 		}
-		rt, err := sandbox.Open(ctx, *engine, e.log)
+		rt, err := sandbox.Open(ctx, p.Sandbox.Engine, e.log)
 		if err != nil {
 			return exitBridge, err
 		}

@@ -31,10 +31,45 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/internal/logwriter"
+	"github.com/bridge-mcp/bridge/internal/suggest"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at build time: make build passes -ldflags
+// "-X main.version=$(git describe --tags --always --dirty)". Read it
+// through versionString.
+var version string
+
+// versionString is the bridge's version: the one stamped at build time;
+// else the module version `go install ...@vX` records; else the commit a
+// plain `go build` in a checkout records (with "-dirty" for local
+// changes); else "dev".
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	return rev[:min(12, len(rev))] + dirty
+}
 
 // Exit codes of the bridge itself; a run's own exit code passes through.
 const (
@@ -89,7 +124,7 @@ func commands() []command {
 		{"policy", "check a policy file (policy check) or explain a decision (policy explain SERVER TOOL)", cmdPolicy},
 		{"image", "build the runner image (image build) or print its name (image name)", cmdImage},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) (int, error) {
-			fmt.Fprintln(e.stdout, "bridge", version)
+			fmt.Fprintln(e.stdout, "bridge", versionString())
 			return 0, nil
 		}},
 	}
@@ -109,6 +144,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	logs := logwriter.New(stderr, maxQueuedLogBytes)
 	defer logs.Close(time.Second)
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, logs, os.Getenv("BRIDGE_LOG_LEVEL"))}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, "bridge", versionString())
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printUsage(stdout)
 		if len(args) == 0 {
@@ -140,7 +179,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
-	fmt.Fprintf(stderr, "bridge: unknown command %q\n", args[0])
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	msg := fmt.Sprintf("bridge: unknown command %q", args[0])
+	if strings.HasPrefix(args[0], "-") {
+		msg = fmt.Sprintf("bridge: %s is not a command; flags come after the command (bridge COMMAND --flag)", args[0])
+	} else if s := suggest.Key(args[0], names); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	fmt.Fprintln(stderr, msg)
 	printUsage(stderr)
 	return exitUsage
 }
@@ -152,7 +201,9 @@ func printUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nLogs go to stderr; set BRIDGE_LOG_LEVEL=debug|info|warn|error (default warn).")
+	fmt.Fprintln(w, "\nRun `bridge COMMAND -h` for a command's flags; `bridge --version` prints the version.")
+	fmt.Fprintln(w, "Logs go to stderr; set BRIDGE_LOG_LEVEL=debug|info|warn|error (default: info for serve and")
+	fmt.Fprintln(w, "proxy, warn for the other commands). Docs: README.md and docs/ in the repository.")
 }
 
 // maxQueuedLogBytes bounds the log records waiting for stderr.
@@ -183,19 +234,52 @@ func newFlagSet(e *env, name, args, about string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args, turning flag errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseFlags parses args, turning flag errors into usage errors, and
+// returns the positional arguments. Flags may come after them too
+// (`bridge run script.py --timeout 5s`); "--" ends the flags.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	// Parse would print errors and usage itself: say them once, here.
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.SetOutput(out)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.Usage()
-		return err
+	defer fs.SetOutput(out)
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(out)
+			fs.Usage()
+			return nil, err
+		}
+		if err != nil {
+			return nil, usageError{flagError(fs, err)}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if i := len(args) - len(rest) - 1; i >= 0 && args[i] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	if err != nil {
-		return usageError{err.Error()}
+}
+
+// flagError rewrites the flag package's errors in the form the docs use
+// (--name), with a did-you-mean for an unknown flag.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		var known []string
+		fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
+		msg = "unknown flag --" + name
+		if s := suggest.Key(name, known); s != "" {
+			msg += "; did you mean --" + s + "?"
+		}
+		return msg
 	}
-	return nil
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return "--" + strings.TrimLeft(name, "-") + " needs a value"
+	}
+	return strings.Replace(msg, " for flag -", " for --", 1)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -42,62 +41,65 @@ func defaultPolicyPath() string {
 	return filepath.Join(dir, "bridge", "policy.yaml")
 }
 
-// sandboxFlags are the flags a policy file sets instead: with --policy (or
-// a policy at the default location) they are refused, so that one place
-// says what the sandbox gets.
-var sandboxFlags = []string{"runtime", "oci-runtime", "image", "timeout", "max-timeout", "memory", "cpus", "pids", "tmpfs-size",
-	"output-limit", "max-concurrent", "queue", "allow-unenforced-limits", "call-timeout"}
-
 // loadPolicy returns the policy to run with and its file ("" for none):
-// the file of --policy, else the default location if a file is there,
-// else the built-in defaults with the sandbox flags applied (apply).
-func loadPolicy(fset *flag.FlagSet, path string, apply func(*policy.Policy)) (*policy.Policy, string, error) {
-	explicit := path != ""
-	if !explicit {
+// the file of --policy, else the one at the default location if there is
+// one, else the built-in defaults. The settings (flags) replace the
+// defaults, or tighten a file's policy and are refused where they would
+// loosen it. check, if not nil, judges the file's policy before the
+// settings apply.
+func loadPolicy(path string, settings []policy.Setting, check func(*policy.Policy) error) (*policy.Policy, string, error) {
+	if path == "" {
 		path = defaultPolicyPath()
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || path == "" {
-			p := policy.Default()
-			apply(p)
+			p, err := policy.Default().With(settings, policy.Replace)
+			if err != nil {
+				return nil, "", usagef("%v", err)
+			}
 			return p, "", nil
 		}
 	}
-	var set []string
-	fset.Visit(func(f *flag.Flag) {
-		for _, n := range sandboxFlags {
-			if f.Name == n {
-				set = append(set, "--"+n)
-			}
-		}
-	})
-	if len(set) > 0 {
-		where := "--policy " + path
-		if !explicit {
-			where = "the policy at " + path
-		}
-		return nil, "", usagef("%s is given with %s: set those in the policy file (docs/policy.md)", strings.Join(set, ", "), where)
-	}
-	p, err := policy.Load(path)
+	file, err := policy.Load(path)
 	if err != nil {
 		return nil, "", err
 	}
+	if check != nil {
+		if err := check(file); err != nil {
+			return nil, "", err
+		}
+	}
+	p, err := file.With(settings, policy.Tighten)
+	if err != nil {
+		return nil, "", usagef("%v", err)
+	}
 	return p, path, nil
+}
+
+// adjuster is what a reloaded policy goes through (policy.Store.Adjust):
+// check, then the command line's settings, which yield where the new file
+// is stricter.
+func adjuster(settings []policy.Setting, check func(*policy.Policy) error) func(*policy.Policy) (*policy.Policy, error) {
+	return func(p *policy.Policy) (*policy.Policy, error) {
+		if check != nil {
+			if err := check(p); err != nil {
+				return nil, err
+			}
+		}
+		return p.With(settings, policy.Cap)
+	}
 }
 
 // runPolicy is loadPolicy for the commands that run code (serve, run):
 // it also checks the sandbox limits and that a remote proxy could apply the
 // policy, and names the runner image (images.Name() when the policy leaves
 // it empty).
-func runPolicy(fset *flag.FlagSet, path, proxyURL string, apply func(*policy.Policy)) (p *policy.Policy, file string, limits sandbox.Limits, image string, err error) {
-	p, file, err = loadPolicy(fset, path, apply)
+func runPolicy(path, proxyURL string, settings []policy.Setting) (p *policy.Policy, file string, limits sandbox.Limits, image string, err error) {
+	p, file, err = loadPolicy(path, settings, func(p *policy.Policy) error { return remoteProxyPolicy(proxyURL, p) })
 	if err != nil {
 		return nil, "", limits, "", err
 	}
 	limits = bridge.LimitsFrom(p.Sandbox)
 	if err := limits.Validate(); err != nil {
 		return nil, "", limits, "", usagef("%v", err)
-	}
-	if err := remoteProxyPolicy(proxyURL, p); err != nil {
-		return nil, "", limits, "", err
 	}
 	image = p.Sandbox.Image
 	if image == "" {
@@ -107,12 +109,13 @@ func runPolicy(fset *flag.FlagSet, path, proxyURL string, apply func(*policy.Pol
 }
 
 // openStore puts p in force, reloads it when its file changes or on
-// SIGHUP, until ctx ends.
-func openStore(ctx context.Context, p *policy.Policy, path string, log zerolog.Logger) (*policy.Store, error) {
+// SIGHUP, until ctx ends; each reloaded policy goes through adjust.
+func openStore(ctx context.Context, p *policy.Policy, path string, adjust func(*policy.Policy) (*policy.Policy, error), log zerolog.Logger) (*policy.Store, error) {
 	store, err := policy.NewStore(p, path, log)
 	if err != nil {
 		return nil, err
 	}
+	store.Adjust(adjust)
 	// SIGHUP reloads (and reopens the audit file); with no policy file it
 	// only says so: it must never end the bridge.
 	hup := make(chan os.Signal, 1)
@@ -143,35 +146,111 @@ func openStore(ctx context.Context, p *policy.Policy, path string, log zerolog.L
 }
 
 func cmdPolicy(ctx context.Context, e *env, args []string) (int, error) {
+	const usage = "Usage:\n  bridge policy check [FILE]                      validate a policy and print it, every default filled in\n" +
+		"  bridge policy explain [--policy FILE] SERVER TOOL   which rule decides whether the code may call SERVER's TOOL\n" +
+		"Run `bridge policy check -h` or `bridge policy explain -h` for their flags; docs/policy.md is the reference.\n"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(e.stdout, usage)
+		return 0, nil
+	}
 	if len(args) == 0 || (args[0] != "check" && args[0] != "explain") {
 		return exitUsage, usagef("want `bridge policy check [FILE]` or `bridge policy explain [--policy FILE] SERVER TOOL`")
 	}
 	if args[0] == "check" {
-		return policyCheck(e, args[1:])
+		return policyCheck(ctx, e, args[1:])
 	}
 	return policyExplain(ctx, e, args[1:])
 }
 
-func policyCheck(e *env, args []string) (int, error) {
-	fset := newFlagSet(e, "policy check", "[FILE]", "Validates a policy file (default: "+defaultPolicyPath()+") and prints the\n"+
-		"effective policy, every default filled in. Exits 1 when the file is invalid.")
-	if err := parseFlags(fset, args); err != nil {
+func policyCheck(ctx context.Context, e *env, args []string) (int, error) {
+	fset := newFlagSet(e, "policy check", "[flags] [FILE]", "Validates a policy file (default: "+defaultPolicyPath()+") and prints the\n"+
+		"effective policy, every default filled in. It also checks what serve and run would\n"+
+		"refuse at start-up: an audit file that cannot be written, and a runner image that an\n"+
+		"engine it can reach does not have. Exits 1 when there is a problem. With no file,\n"+
+		"it says that the built-in defaults apply and prints them.")
+	offline := fset.Bool("offline", false, "do not ask a container engine whether the runner image is there")
+	args, err := parseFlags(fset, args)
+	if err != nil {
 		return exitUsage, err
 	}
-	if fset.NArg() > 1 {
-		return exitUsage, usagef("takes at most one FILE")
+	if len(args) > 1 {
+		return exitUsage, usagef("takes at most one FILE, got %s", quoteArgs(args))
 	}
-	path := fset.Arg(0)
-	if path == "" {
-		path = defaultPolicyPath()
+	path := ""
+	if len(args) == 1 {
+		path = args[0]
+	} else if path = defaultPolicyPath(); path != "" {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(e.stderr, "no policy file at %s: the built-in defaults apply (docs/policy.md):\n", path)
+			path = ""
+		}
 	}
-	p, err := policy.Load(path)
-	if err != nil {
-		fmt.Fprintln(e.stderr, err)
-		return 1, nil
+	p := policy.Default()
+	if path != "" {
+		if p, err = policy.Load(path); err != nil {
+			fmt.Fprintln(e.stderr, err)
+			return 1, nil
+		}
 	}
 	fmt.Fprint(e.stdout, policy.Format(p))
+	problems := startProblems(ctx, e, p, *offline)
+	for _, pr := range problems {
+		fmt.Fprintf(e.stderr, "%s: %s\n", orDefaults(p.Source), pr)
+	}
+	if len(problems) > 0 {
+		return 1, nil
+	}
 	return 0, nil
+}
+
+func orDefaults(source string) string {
+	if source == "" {
+		return "the built-in defaults"
+	}
+	return source
+}
+
+// startProblems lists what serve and run would refuse at start-up under
+// p, beyond the file's own validity: the audit file, the limits, and the
+// runner image where an engine can say (unless offline).
+func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) []string {
+	var out []string
+	if err := p.Audit.Check(); err != nil {
+		out = append(out, err.Error())
+	}
+	if err := bridge.LimitsFrom(p.Sandbox).Validate(); err != nil {
+		out = append(out, "sandbox: "+err.Error())
+	}
+	if offline {
+		return out
+	}
+	image := p.Sandbox.Image
+	if image == "" {
+		image = images.Name()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rt, err := sandbox.Open(ctx, p.Sandbox.Engine, zerolog.Nop())
+	if err != nil {
+		fmt.Fprintf(e.stderr, "note: the runner image %s was not checked: no engine reached (`bridge doctor` says why)\n", image)
+		return out
+	}
+	defer rt.Close()
+	if _, err := rt.ImageInfo(ctx, image); err != nil {
+		out = append(out, fmt.Sprintf("sandbox.image: %v", imageError(err, image, rt.Name())))
+	}
+	return out
+}
+
+// imageError says what to do about a runner image that engine lacks.
+func imageError(err error, image, engine string) error {
+	if !errors.Is(err, sandbox.ErrImageNotFound) {
+		return err
+	}
+	if image == images.Name() {
+		return fmt.Errorf("%s has no runner image %s: build it with `bridge image build --runtime %s`", engine, image, engine)
+	}
+	return fmt.Errorf("%s has no image %s, and it is not the runner image `bridge image build` makes (%s): pull or build it with %s, or leave the image unset to use the built-in runner", engine, image, images.Name(), engine)
 }
 
 func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
@@ -182,21 +261,22 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	offline := fset.Bool("offline", false, "do not start the server: judge the tool as if it declared no annotations")
 	var uf upstreamFlags
 	uf.register(fset, false)
-	if err := parseFlags(fset, args); err != nil {
+	args, err := parseFlags(fset, args)
+	if err != nil {
 		return exitUsage, err
 	}
-	if fset.NArg() != 2 {
-		return exitUsage, usagef("want SERVER TOOL")
+	if len(args) != 2 {
+		return exitUsage, usagef("want SERVER TOOL, got %s", quoteArgs(args))
 	}
-	server, tool := fset.Arg(0), fset.Arg(1)
-	p, _, err := loadPolicy(fset, *path, func(*policy.Policy) {})
+	server, tool := args[0], args[1]
+	p, _, err := loadPolicy(*path, nil, nil)
 	if err != nil {
 		return exitUsage, err
 	}
 	t := policy.Tool{Server: server, Name: tool}
 	note := "the tool's annotations were not read (--offline): MCP defaults assumed"
 	if !*offline {
-		ann, err := readAnnotations(ctx, e, &uf, server, tool)
+		ann, err := readAnnotations(ctx, e, &uf, p.Budgets.CallTimeout, server, tool)
 		if err != nil {
 			note = fmt.Sprintf("the tool's annotations could not be read (%v): MCP defaults assumed", err)
 		} else {
@@ -218,7 +298,7 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 
 // readAnnotations starts server (from the servers config) and returns
 // tool's annotations.
-func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, server, tool string) (policy.ToolAnnotations, error) {
+func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, callTimeout time.Duration, server, tool string) (policy.ToolAnnotations, error) {
 	var none policy.ToolAnnotations
 	cfg, err := uf.loadServers(e, "", e.log)
 	if err != nil {
@@ -233,7 +313,7 @@ func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, server, too
 	if len(sc) == 0 {
 		return none, fmt.Errorf("no server %q in the servers config", server)
 	}
-	p := proxy.New(proxy.Config{Servers: sc}, uf.proxyOptions(nil, e.log))
+	p := proxy.New(proxy.Config{Servers: sc}, proxyOptions(nil, callTimeout, e.log))
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -276,9 +356,6 @@ func remoteProxyPolicy(proxyURL string, p *policy.Policy) error {
 		return nil
 	}
 	d := policy.Default()
-	if p.Source == "" {
-		d.Budgets.CallTimeout = p.Budgets.CallTimeout // from --call-timeout, which the proxy's own flag sets
-	}
 	if !reflect.DeepEqual(p.Tools, d.Tools) || !reflect.DeepEqual(p.Budgets, d.Budgets) {
 		return usagef("the policy %s sets tools or budgets, but with --proxy-url the remote proxy decides tool calls under its own policy: give those sections to `bridge proxy --policy` instead", p.Source)
 	}

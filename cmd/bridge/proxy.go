@@ -18,9 +18,8 @@ import (
 
 // upstreamFlags are the flags that say where the upstream MCP servers are.
 type upstreamFlags struct {
-	configs     stringList
-	proxyURL    string
-	callTimeout time.Duration
+	configs  stringList
+	proxyURL string
 }
 
 type stringList []string
@@ -31,7 +30,6 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 func (u *upstreamFlags) register(fs *flag.FlagSet, withProxyURL bool) {
 	fs.Var(&u.configs, "servers-config", "an MCP servers `FILE` (mcpServers or VS Code servers JSON); repeatable, later files win;\n"+
 		"default: the Claude Desktop, Cursor and Claude Code files and ./.mcp.json (see docs/upstreams.md)")
-	fs.DurationVar(&u.callTimeout, "call-timeout", 60*time.Second, "how long one upstream tool call may take")
 	if withProxyURL {
 		fs.StringVar(&u.proxyURL, "proxy-url", "", "use the MCP proxy at `URL` (served by 'bridge proxy --http') instead of\nstarting the upstream servers here (bearer token: $BRIDGE_PROXY_TOKEN)")
 	}
@@ -40,9 +38,6 @@ func (u *upstreamFlags) register(fs *flag.FlagSet, withProxyURL bool) {
 func (u *upstreamFlags) check() error {
 	if u.proxyURL != "" && len(u.configs) > 0 {
 		return usagef("--proxy-url and --servers-config exclude each other: the remote proxy has its own servers")
-	}
-	if u.callTimeout <= 0 {
-		return usagef("--call-timeout must be positive")
 	}
 	return nil
 }
@@ -83,8 +78,11 @@ func (u *upstreamFlags) loadServers(e *env, selfURL string, log zerolog.Logger) 
 	return cfg, nil
 }
 
-func (u *upstreamFlags) proxyOptions(store *policy.Store, log zerolog.Logger) proxy.Options {
-	return proxy.Options{CallTimeout: u.callTimeout, Version: version, Logger: log, Policy: store}
+// proxyOptions are the options of a proxy in this process: store, if not
+// nil, is the policy it applies (whose budgets.call_timeout then bounds
+// each call); callTimeout bounds each call otherwise.
+func proxyOptions(store *policy.Store, callTimeout time.Duration, log zerolog.Logger) proxy.Options {
+	return proxy.Options{CallTimeout: callTimeout, Version: versionString(), Logger: log, Policy: store}
 }
 
 // upstreams opens what answers the sandbox's tool calls: a proxy in this
@@ -95,7 +93,7 @@ func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, l
 	if u.proxyURL != "" {
 		token := strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN"))
 		r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
-			return proxy.DialHTTP(ctx, u.proxyURL, token, version, log)
+			return proxy.DialHTTP(ctx, u.proxyURL, token, versionString(), log)
 		})
 		return r, func() { _ = r.Close() }, nil
 	}
@@ -106,7 +104,7 @@ func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, l
 	if len(cfg.Servers) == 0 {
 		return nil, func() {}, nil
 	}
-	p := proxy.New(cfg, u.proxyOptions(store, log))
+	p := proxy.New(cfg, proxyOptions(store, store.Current().Policy.Budgets.CallTimeout, log))
 	r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
 		return p.Connect(ctx, log)
 	})
@@ -120,12 +118,15 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	httpAddr := fs.String("http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8809); beyond loopback a\nbearer token is required: $BRIDGE_PROXY_TOKEN, or one is generated and logged once")
 	var uf upstreamFlags
 	uf.register(fs, false)
-	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets and audit sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP")
-	if err := parseFlags(fs, args); err != nil {
+	var sf settingFlags
+	sf.callTimeout(fs)
+	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets and audit sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP;\n--call-timeout may only tighten it")
+	args, err := parseFlags(fs, args)
+	if err != nil {
 		return exitUsage, err
 	}
-	if fs.NArg() != 0 {
-		return exitUsage, usagef("takes no arguments")
+	if len(args) != 0 {
+		return exitUsage, usagef("takes no arguments, got %s", quoteArgs(args))
 	}
 	if *httpAddr == "" {
 		return exitUsage, usagef("--http ADDR is required")
@@ -137,11 +138,11 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
 		log = log.Level(zerolog.InfoLevel)
 	}
-	pol, polPath, err := loadPolicy(fs, *policyPath, func(p *policy.Policy) { p.Budgets.CallTimeout = uf.callTimeout })
+	pol, polPath, err := loadPolicy(*policyPath, sf.set, nil)
 	if err != nil {
 		return exitUsage, err
 	}
-	store, err := openStore(ctx, pol, polPath, log)
+	store, err := openStore(ctx, pol, polPath, adjuster(sf.set, nil), log)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -150,10 +151,10 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitUsage, err
 	}
-	p := proxy.New(cfg, uf.proxyOptions(store, log))
+	p := proxy.New(cfg, proxyOptions(store, pol.Budgets.CallTimeout, log))
 	defer p.Close()
 	err = bridge.ServeHTTP(ctx, p.Server(), bridge.HTTPOptions{
-		Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), Version: version,
+		Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), TokenEnv: "BRIDGE_PROXY_TOKEN", Version: versionString(),
 		ShutdownTimeout: shutdownBudget * 3 / 5,
 	}, log)
 	if err != nil && !errors.Is(err, context.Canceled) {

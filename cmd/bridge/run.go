@@ -2,106 +2,44 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/bridge-mcp/bridge/bridge"
-	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
-
-// limitFlags registers the flags that set a run's limits.
-type limitFlags struct {
-	limits         sandbox.Limits
-	memory, tmpfs  sizeFlag
-	allowUnenforce bool
-}
-
-func (lf *limitFlags) register(fs *flag.FlagSet) {
-	lf.limits = sandbox.DefaultLimits()
-	lf.memory = sizeFlag{&lf.limits.Memory}
-	lf.tmpfs = sizeFlag{&lf.limits.TmpfsSize}
-	fs.DurationVar(&lf.limits.Timeout, "timeout", lf.limits.Timeout, "kill the code after this long (e.g. 30s, 2m)")
-	fs.Var(lf.memory, "memory", "memory limit, no swap (e.g. 256Mi, 1Gi)")
-	fs.Float64Var(&lf.limits.CPUs, "cpus", lf.limits.CPUs, "CPU quota in cores")
-	fs.Int64Var(&lf.limits.Pids, "pids", lf.limits.Pids, "maximum processes and threads")
-	fs.Var(lf.tmpfs, "tmpfs-size", "size of the writable /tmp (e.g. 64Mi)")
-	fs.IntVar(&lf.limits.OutputBytes, "output-limit", lf.limits.OutputBytes, "bytes kept of each of stdout and stderr")
-	fs.BoolVar(&lf.allowUnenforce, "allow-unenforced-limits", false, "run even where the engine cannot enforce memory/pids/cpu limits (e.g. rootless Podman on cgroup v1)")
-}
-
-// applyTo writes the limits into a policy's sandbox section.
-func (lf *limitFlags) applyTo(p *policy.Policy) {
-	l := lf.limits
-	p.Sandbox.Timeout, p.Sandbox.Memory, p.Sandbox.CPUs, p.Sandbox.Pids = l.Timeout, l.Memory, l.CPUs, l.Pids
-	p.Sandbox.TmpfsSize, p.Sandbox.OutputLimit = l.TmpfsSize, int64(l.OutputBytes)
-	p.Sandbox.RequireEnforcedLimits = !lf.allowUnenforce
-}
-
-// sizeFlag is a byte size flag that accepts units (512Mi).
-type sizeFlag struct{ p *int64 }
-
-func (s sizeFlag) String() string {
-	if s.p == nil {
-		return ""
-	}
-	return fmt.Sprint(*s.p)
-}
-
-func (s sizeFlag) Set(v string) error {
-	n, err := sandbox.ParseSize(v)
-	if err != nil {
-		return err
-	}
-	*s.p = n
-	return nil
-}
 
 func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	fs := newFlagSet(e, "run", "[flags] FILE|-", "Runs a Python file (- reads stdin) in a fresh sandbox container and prints its\n"+
 		"output. Exits with the code's exit status; 124 on timeout, 137 when killed by\n"+
 		"the memory limit, 125 when the bridge could not run it.")
-	engine := fs.String("runtime", sandbox.EngineAuto, "container engine: auto, podman or docker")
-	ociRuntime := ociRuntimeFlag(fs)
-	image := fs.String("image", images.Name(), "runner image")
-	var lf limitFlags
-	lf.register(fs)
+	var sf settingFlags
+	sf.engine(fs)
+	sf.limits(fs)
 	var uf upstreamFlags
 	uf.register(fs, true)
-	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nwith a policy, the sandbox flags are refused")
-	if err := parseFlags(fs, args); err != nil {
+	sf.callTimeout(fs)
+	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nwith a policy file, the flags above may only tighten it")
+	args, err := parseFlags(fs, args)
+	if err != nil {
 		return exitUsage, err
 	}
 	if err := uf.check(); err != nil {
 		return exitUsage, err
 	}
-	if fs.NArg() != 1 {
-		return exitUsage, usagef("want exactly one FILE (or - for stdin), got %d arguments", fs.NArg())
+	if len(args) != 1 {
+		return exitUsage, usagef("want one FILE (or - for stdin), got %d: %s", len(args), quoteArgs(args))
 	}
-	if err := checkRuntime(*engine); err != nil {
-		return exitUsage, err
-	}
-	if err := checkOCIRuntime(*ociRuntime); err != nil {
-		return exitUsage, err
-	}
-	if err := lf.limits.Validate(); err != nil {
-		return exitUsage, usagef("%v", err)
-	}
-	code, err := readCode(fs.Arg(0), e.stdin)
+	code, err := readCode(args[0], e.stdin)
 	if err != nil {
 		return exitUsage, usagef("%v", err)
 	}
-
-	pol, polPath, limits, runnerImage, err := runPolicy(fs, *policyPath, uf.proxyURL, func(p *policy.Policy) {
-		lf.applyTo(p)
-		p.Sandbox.Engine, p.Sandbox.OCIRuntime, p.Sandbox.Image = *engine, *ociRuntime, *image
-		p.Budgets.CallTimeout = uf.callTimeout
-	})
+	pol, polPath, limits, runnerImage, err := runPolicy(*policyPath, uf.proxyURL, sf.set)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -204,26 +142,16 @@ func reportRun(e *env, res sandbox.Result) int {
 	return 1
 }
 
-// ociRuntimeFlag registers --oci-runtime.
-func ociRuntimeFlag(fs *flag.FlagSet) *string {
-	return fs.String("oci-runtime", sandbox.OCIRuntimeDefault, "OCI runtime of every container: default (the engine's), runc, or runsc\n"+
-		"(gVisor: a second wall against kernel exploits; the engine must be set up for it, see docs/policy.md)")
-}
-
-// checkOCIRuntime rejects an unknown --oci-runtime before any engine is tried.
-func checkOCIRuntime(name string) error {
-	if err := sandbox.CheckOCIRuntime(name); err != nil {
-		return usagef("--oci-runtime: %v", err)
+// quoteArgs lists args for a message: "a", "b".
+func quoteArgs(args []string) string {
+	if len(args) == 0 {
+		return "none"
 	}
-	return nil
-}
-
-// checkRuntime rejects an unknown --runtime before any engine is tried.
-func checkRuntime(engine string) error {
-	if _, err := sandbox.Candidates(engine, os.Getenv); err != nil {
-		return usagef("%v", err)
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = fmt.Sprintf("%q", a)
 	}
-	return nil
+	return strings.Join(q, ", ")
 }
 
 // maxCodeBytes bounds the code read from a file or stdin.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
-	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -26,42 +24,28 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		"HTTP (--http). Register it in your agent: see docs/clients.md. Stdout carries\n"+
 		"only the protocol; logs go to stderr.")
 	httpAddr := fs.String("http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8808) instead of stdio;\nbeyond loopback a bearer token is required: $BRIDGE_HTTP_TOKEN, or one is generated and logged once")
-	engine := fs.String("runtime", sandbox.EngineAuto, "container engine: auto, podman or docker")
-	ociRuntime := ociRuntimeFlag(fs)
-	image := fs.String("image", images.Name(), "runner image")
-	maxTimeout := fs.Duration("max-timeout", 5*time.Minute, "largest timeout_seconds a call may ask for")
-	maxConcurrent := fs.Int("max-concurrent", 4, "runs at once")
-	queue := fs.Int("queue", 16, "calls that may wait for a free slot; more get a busy error")
-	var lf limitFlags
-	lf.register(fs)
-	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds"
+	var sf settingFlags
+	sf.engine(fs)
+	sf.limits(fs)
+	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds (a `duration`)"
+	sf.add(fs, "max-timeout", "sandbox.max_timeout", "largest timeout_seconds a call may ask for (a `duration`)")
+	sf.add(fs, "max-concurrent", "sandbox.max_concurrent", "runs at once")
+	sf.add(fs, "queue", "sandbox.queue", "calls that may wait for a free slot; more get a busy error")
 	var uf upstreamFlags
 	uf.register(fs, true)
-	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nit is reloaded when it changes and on SIGHUP; with a policy, the sandbox flags are refused")
+	sf.callTimeout(fs)
+	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\n"+
+		"it is reloaded when it changes and on SIGHUP; with a policy file, the flags above may only tighten it")
 	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds) and /debug/pprof/NAME at `ADDR`, loopback only")
-	if err := parseFlags(fs, args); err != nil {
+	args, err := parseFlags(fs, args)
+	if err != nil {
 		return exitUsage, err
 	}
 	if err := uf.check(); err != nil {
 		return exitUsage, err
 	}
-	if fs.NArg() != 0 {
-		return exitUsage, usagef("takes no arguments")
-	}
-	if err := checkRuntime(*engine); err != nil {
-		return exitUsage, err
-	}
-	if err := checkOCIRuntime(*ociRuntime); err != nil {
-		return exitUsage, err
-	}
-	if err := lf.limits.Validate(); err != nil {
-		return exitUsage, usagef("%v", err)
-	}
-	if *maxConcurrent < 1 || *queue < 0 {
-		return exitUsage, usagef("--max-concurrent must be at least 1 and --queue at least 0")
-	}
-	if *maxTimeout < lf.limits.Timeout {
-		return exitUsage, usagef("--timeout %s is above --max-timeout %s", lf.limits.Timeout, *maxTimeout)
+	if len(args) != 0 {
+		return exitUsage, usagef("takes no arguments, got %s", quoteArgs(args))
 	}
 	log := e.log
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
@@ -73,23 +57,20 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		}
 	}
 
-	// The policy: the file's, or the defaults with the flags above.
-	pol, polPath, limits, runnerImage, err := runPolicy(fs, *policyPath, uf.proxyURL, func(p *policy.Policy) {
-		lf.applyTo(p)
-		p.Sandbox.Engine, p.Sandbox.OCIRuntime, p.Sandbox.Image = *engine, *ociRuntime, *image
-		p.Sandbox.MaxTimeout, p.Sandbox.MaxConcurrent, p.Sandbox.Queue = *maxTimeout, *maxConcurrent, *queue
-		p.Budgets.CallTimeout = uf.callTimeout
-	})
+	// The policy: the file's, tightened by the flags above, or the
+	// defaults they replace.
+	check := func(p *policy.Policy) error { return remoteProxyPolicy(uf.proxyURL, p) }
+	pol, polPath, limits, runnerImage, err := runPolicy(*policyPath, uf.proxyURL, sf.set)
 	if err != nil {
 		return exitUsage, err
 	}
-	store, err := openStore(ctx, pol, polPath, log)
+	// A reload must not bring in what this bridge could not apply, and the
+	// flags go on tightening it.
+	store, err := openStore(ctx, pol, polPath, adjuster(sf.set, check), log)
 	if err != nil {
 		return exitUsage, err
 	}
 	defer store.Close()
-	// A reload must not bring in what this bridge could not apply either.
-	store.Validate(func(p *policy.Policy) error { return remoteProxyPolicy(uf.proxyURL, p) })
 
 	// Upstream servers start on first use, not now.
 	selfURL := ""
@@ -119,7 +100,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		MaxConcurrent: pol.Sandbox.MaxConcurrent,
 		QueueLength:   pol.Sandbox.Queue,
 		Policy:        store,
-		Version:       version,
+		Version:       versionString(),
 		Logger:        log,
 	})
 	if err != nil {
@@ -135,7 +116,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	go func() {
 		if *httpAddr != "" {
 			served <- bridge.ServeHTTP(ctx, srv.MCP(), bridge.HTTPOptions{
-				Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: version,
+				Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
 				ShutdownTimeout: shutdownBudget * 3 / 5,
 			}, log)
 			return
@@ -214,7 +195,7 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 	}
 	if _, err := rt.ImageInfo(ctx, l.image); err != nil {
 		rt.Close()
-		return nil, fmt.Errorf("%w: build it with `bridge image build --runtime %s`", err, rt.Name())
+		return nil, imageError(err, l.image, rt.Name())
 	}
 	l.mu.Lock()
 	if l.rt != nil {
