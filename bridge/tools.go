@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/relay"
@@ -80,7 +81,7 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 	if len(call.Args) > MaxArgBytes {
 		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
 			"the arguments to %s/%s are %s, over the %s a call may send; pass less (a path, an id) and let the tool fetch the rest",
-			call.Server, call.Tool, humanBytes(len(call.Args)), humanBytes(MaxArgBytes))}}
+			call.Server, call.Tool, units.Bytes(int64(len(call.Args))), units.Bytes(int64(MaxArgBytes)))}}
 	}
 	// A call to a name the catalog lacks is answered here, with the closest
 	// names: host work the run pays for from its meter.
@@ -100,7 +101,7 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 	if len(js) > h.maxResult {
 		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
 			"the result of %s/%s is %s, over the %s a tool result may have in the sandbox; ask the tool for less (a page, a filter)",
-			call.Server, call.Tool, humanBytes(len(js)), humanBytes(h.maxResult))}}
+			call.Server, call.Tool, units.Bytes(int64(len(js))), units.Bytes(int64(h.maxResult)))}}
 	}
 	return relay.ToolResult{Result: js}
 }
@@ -165,7 +166,7 @@ func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.
 		}
 		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
 			"the answer to %s is %s, over the %s an answer may have in the sandbox: %s",
-			q.Op, humanBytes(len(r.Result)), humanBytes(h.maxResult), hint)}}
+			q.Op, units.Bytes(int64(len(r.Result))), units.Bytes(int64(h.maxResult)), hint)}}
 	}
 	return r
 }
@@ -266,14 +267,4 @@ func (h *toolHandler) query(ctx context.Context, q relay.Query) relay.ToolResult
 		return failed(err)
 	}
 	return relay.ToolResult{Result: js}
-}
-
-func humanBytes(n int) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -145,7 +145,7 @@ func TestToolHandlerCalls(t *testing.T) {
 
 	f.result = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", 2000)}}}
 	r = h.CallTool(context.Background(), "run", call)
-	if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "over the 1.0 KiB") {
+	if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "over the 1 KiB") {
 		t.Fatalf("a result over the limit: %+v", r)
 	}
 

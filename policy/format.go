@@ -6,7 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/bridge-mcp/bridge/internal/units"
 )
 
 // Format writes p as a policy file with every key written out, defaults
@@ -34,13 +35,13 @@ func Format(p *Policy) string {
 	w(1, "engine: %s", word(s.Engine))
 	w(1, "oci_runtime: %s", word(s.OCIRuntime))
 	w(1, "image: %s", strconv.Quote(s.Image))
-	w(1, "timeout: %s", FormatDuration(s.Timeout))
-	w(1, "max_timeout: %s", FormatDuration(s.MaxTimeout))
-	w(1, "memory: %s", FormatSize(s.Memory))
+	w(1, "timeout: %s", units.FormatDuration(s.Timeout))
+	w(1, "max_timeout: %s", units.FormatDuration(s.MaxTimeout))
+	w(1, "memory: %s", units.FormatSize(s.Memory))
 	w(1, "cpus: %s", formatFloat(s.CPUs))
 	w(1, "pids: %d", s.Pids)
-	w(1, "tmpfs_size: %s", FormatSize(s.TmpfsSize))
-	w(1, "output_limit: %s", FormatSize(s.OutputLimit))
+	w(1, "tmpfs_size: %s", units.FormatSize(s.TmpfsSize))
+	w(1, "output_limit: %s", units.FormatSize(s.OutputLimit))
 	w(1, "max_concurrent: %d", s.MaxConcurrent)
 	w(1, "queue: %d", s.Queue)
 	w(1, "require_enforced_limits: %t", s.RequireEnforcedLimits)
@@ -66,9 +67,9 @@ func Format(p *Policy) string {
 	bu := &p.Budgets
 	w(0, "budgets:")
 	w(1, "max_calls_per_run: %d", bu.MaxCallsPerRun)
-	w(1, "max_argument_bytes: %s", FormatSize(bu.MaxArgumentBytes))
-	w(1, "max_result_bytes: %s", FormatSize(bu.MaxResultBytes))
-	w(1, "call_timeout: %s", FormatDuration(bu.CallTimeout))
+	w(1, "max_argument_bytes: %s", units.FormatSize(bu.MaxArgumentBytes))
+	w(1, "max_result_bytes: %s", units.FormatSize(bu.MaxResultBytes))
+	w(1, "call_timeout: %s", units.FormatDuration(bu.CallTimeout))
 	if len(bu.Rates) == 0 {
 		w(1, "rates: []")
 	} else {
@@ -115,45 +116,6 @@ func formatAnnotations(a *Annotations) string {
 		}
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
-}
-
-// FormatSize writes n bytes in the largest binary unit that is exact:
-// 512Mi, 64Ki, 1000 (no unit fits).
-func FormatSize(n int64) string {
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
-		if n != 0 && n%u.mult == 0 {
-			return strconv.FormatInt(n/u.mult, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-// FormatDuration writes d as Go does, without the zero units Go adds
-// ("5m", "1h30m", not "5m0s", "1h30m0s"), and under two minutes in
-// seconds ("60s", "90s", "1.5s"; below a second as Go does: "500ms").
-// time.ParseDuration reads it back exactly.
-func FormatDuration(d time.Duration) string {
-	if d <= 0 || d < time.Second {
-		return d.String()
-	}
-	if d < 2*time.Minute {
-		sec, frac := d/time.Second, d%time.Second
-		if frac == 0 {
-			return strconv.FormatInt(int64(sec), 10) + "s"
-		}
-		return strconv.FormatInt(int64(sec), 10) + "." + strings.TrimRight(fmt.Sprintf("%09d", int64(frac)), "0") + "s"
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // FormatRate writes a rate of perSecond calls a second as N/s, N/m or N/h

@@ -126,53 +126,6 @@ audit:
 	}
 }
 
-func TestFormatDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		time.Nanosecond:                              "1ns",
-		1500 * time.Nanosecond:                       "1.5µs",
-		500 * time.Millisecond:                       "500ms",
-		time.Second:                                  "1s",
-		1500 * time.Millisecond:                      "1.5s",
-		30 * time.Second:                             "30s",
-		60 * time.Second:                             "60s",
-		90 * time.Second:                             "90s",
-		60*time.Second + time.Nanosecond:             "60.000000001s",
-		119*time.Second + 250*time.Millisecond:       "119.25s",
-		2 * time.Minute:                              "2m",
-		5 * time.Minute:                              "5m",
-		150 * time.Second:                            "2m30s",
-		time.Hour:                                    "1h",
-		90 * time.Minute:                             "1h30m",
-		time.Hour + 30*time.Second:                   "1h0m30s",
-		2*time.Minute + 500*time.Millisecond:         "2m0.5s",
-		time.Duration(math.MaxInt64):                 "2562047h47m16.854775807s",
-		25*time.Hour + time.Minute + time.Nanosecond: "25h1m0.000000001s",
-	} {
-		got := FormatDuration(d)
-		if got != want {
-			t.Errorf("FormatDuration(%d) = %q, want %q", d, got, want)
-		}
-		if back, err := time.ParseDuration(got); err != nil || back != d {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v", got, back, err, d)
-		}
-	}
-}
-
-func TestFormatSize(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0", 1: "1", 1000: "1000", 1024: "1Ki", 1536: "1536", 3072: "3Ki", 1 << 20: "1Mi", 512 << 20: "512Mi",
-		1<<20 + 1: "1048577", 3 << 30: "3Gi", 1 << 40: "1Ti", 1e9: "1000000000", 1<<63 - 1: "9223372036854775807",
-	} {
-		got := FormatSize(n)
-		if got != want {
-			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
-		}
-		if back, err := ParseSize(got); err != nil || back != n {
-			t.Errorf("ParseSize(%q) = %d, %v", got, back, err)
-		}
-	}
-}
-
 func TestFormatRate(t *testing.T) {
 	for in, want := range map[string]string{
 		"10/s": "10/s", "0.5/s": "30/m", "600/m": "10/s", "1/m": "1/m", "90/m": "90/m", "3600/h": "1/s",

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/bridge-mcp/bridge/internal/suggest"
+	"github.com/bridge-mcp/bridge/internal/units"
 )
 
 // MaxFileSize is the largest policy file Parse reads.
@@ -165,53 +166,7 @@ func Parse(data []byte, source string) (*Policy, error) {
 	return pol, nil
 }
 
-// ParseSize parses a byte size: a plain number of bytes ("1048576"), or a
-// whole number with a binary (Ki, Mi, Gi, Ti: powers of 1024) or decimal
-// (K, M, G, T: powers of 1000) unit: "512Mi", "64Ki", "1G". It is the one
-// size grammar of the policy file and of the command-line flags.
-func ParseSize(s string) (int64, error) {
-	m := sizeRE.FindStringSubmatch(s)
-	if m == nil {
-		const want = "write a whole number of bytes, or one with a unit: Ki, Mi, Gi, Ti (1024s) or K, M, G, T (1000s), e.g. 512Mi"
-		if h := sizeHintRE.FindStringSubmatch(s); h != nil {
-			// 256MB, 256mb, 512m, 1gib: say what it may have meant.
-			u := strings.ToUpper(h[2][:1])
-			return 0, fmt.Errorf("invalid size %q: write %s%si for 1024s or %s%s for 1000s (units are case-sensitive and take no B)", s, h[1], u, h[1], u)
-		}
-		return 0, fmt.Errorf("invalid size %q: %s", s, want)
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	mult := sizeUnits[m[2]]
-	if err != nil || (n > 0 && mult > math.MaxInt64/n) {
-		return 0, fmt.Errorf("invalid size %q: too large", s)
-	}
-	return n * mult, nil
-}
-
-// ParseDuration parses a duration of more than zero in Go's syntax: "30s",
-// "5m", "1h30m", "250ms". It is the one duration grammar of the policy file
-// and of the command-line flags.
-func ParseDuration(s string) (time.Duration, error) {
-	const want = "a duration such as 30s, 5m or 1h30m"
-	if floatRE.MatchString(s) {
-		return 0, fmt.Errorf("want %s, got a number %s: add a unit, e.g. %ss", want, s, s)
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || strings.HasPrefix(s, "+") {
-		return 0, fmt.Errorf("invalid duration %q: want %s (units ns, us, ms, s, m, h)", s, want)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%s is out of range: it must be more than 0", s)
-	}
-	return d, nil
-}
-
 var (
-	sizeRE = regexp.MustCompile(`^([0-9]+)(Ki|Mi|Gi|Ti|K|M|G|T)?$`)
-	// sizeHintRE is a size written in another tool's grammar: 256MB, 512m, 1GiB.
-	sizeHintRE = regexp.MustCompile(`^([0-9]+) ?([kKmMgGtT])(?:[iI]?[bB]|i)?$`)
-	sizeUnits  = map[string]int64{"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
-		"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 	rateRE  = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)/([smh])$`)
 	intRE   = regexp.MustCompile(`^[-+]?[0-9]+$`)
 	floatRE = regexp.MustCompile(`^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$`)
@@ -620,9 +575,9 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 	if timeoutOK && maxTimeoutOK && s.MaxTimeout < s.Timeout {
 		switch {
 		case maxTimeoutNode != nil:
-			p.errorf(maxTimeoutNode, "sandbox.max_timeout (%s) is less than sandbox.timeout (%s); it must be at least as long", FormatDuration(s.MaxTimeout), FormatDuration(s.Timeout))
+			p.errorf(maxTimeoutNode, "sandbox.max_timeout (%s) is less than sandbox.timeout (%s); it must be at least as long", units.FormatDuration(s.MaxTimeout), units.FormatDuration(s.Timeout))
 		case timeoutNode != nil:
-			p.errorf(timeoutNode, "sandbox.timeout (%s) is longer than sandbox.max_timeout (%s, the default); raise max_timeout too", FormatDuration(s.Timeout), FormatDuration(s.MaxTimeout))
+			p.errorf(timeoutNode, "sandbox.timeout (%s) is longer than sandbox.max_timeout (%s, the default); raise max_timeout too", units.FormatDuration(s.Timeout), units.FormatDuration(s.MaxTimeout))
 		}
 	}
 }
@@ -966,13 +921,13 @@ func (p *parser) size(k, v *yaml.Node, name string, def, lo, hi int64) int64 {
 		p.wrong(k, v, name, "a size such as 512Mi")
 		return def
 	}
-	n, err := ParseSize(v.Value)
+	n, err := units.ParseSize(v.Value)
 	if err != nil {
 		p.errorf(v, "%s: %v", name, err)
 		return def
 	}
 	if n < lo || n > hi {
-		p.errorf(v, "%s: %s is out of range: %s", name, v.Value, rangeText(FormatSize(lo), FormatSize(hi), hi == math.MaxInt64))
+		p.errorf(v, "%s: %s is out of range: %s", name, v.Value, rangeText(units.FormatSize(lo), units.FormatSize(hi), hi == math.MaxInt64))
 		return def
 	}
 	return n
@@ -989,7 +944,7 @@ func (p *parser) duration(k, v *yaml.Node, name string, def time.Duration) (time
 		}
 		return def, false
 	}
-	d, err := ParseDuration(v.Value)
+	d, err := units.ParseDuration(v.Value)
 	if err != nil {
 		p.errorf(v, "%s: %v", name, err)
 		return def, false

@@ -468,23 +468,6 @@ func TestRulePositions(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	good := map[string]int64{
-		"0": 0, "1": 1, "1048576": 1 << 20, "512Mi": 512 << 20, "64Ki": 64 << 10, "2Gi": 2 << 30, "1Ti": 1 << 40,
-		"1K": 1000, "16M": 16e6, "1G": 1e9, "3T": 3e12, "8388607Ti": 8388607 << 40, "9223372036854775807": 1<<63 - 1,
-	}
-	for s, want := range good {
-		if got, err := ParseSize(s); err != nil || got != want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", " 1Mi", "1Mi ", "1 Mi", "1.5Gi", "1MiB", "1mi", "1k", "1KB", "-1", "+1", "Mi", "1e6", "0x10", "8388608Ti", "9223372036854775808", "1Pi"} {
-		if got, err := ParseSize(s); err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", s, got)
-		}
-	}
-}
-
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policy.yaml")

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bridge-mcp/bridge/internal/units"
 )
 
 // Setting is a policy key given another way than in the file: a
@@ -72,16 +74,16 @@ var knobs = []knob{
 	{key: "sandbox.max_timeout", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Sandbox.MaxTimeout > h.Sandbox.MaxTimeout },
 		take:   func(d, s *Policy) { d.Sandbox.MaxTimeout = s.Sandbox.MaxTimeout },
-		show:   func(p *Policy) string { return FormatDuration(p.Sandbox.MaxTimeout) }},
+		show:   func(p *Policy) string { return units.FormatDuration(p.Sandbox.MaxTimeout) }},
 	{key: "sandbox.timeout", rule: "at most sandbox.max_timeout (timeout is the default, max_timeout the ceiling)",
 		// Against the policy being built: max_timeout may have been lowered.
 		looser: func(h, w *Policy) bool { return w.Sandbox.Timeout > h.Sandbox.MaxTimeout },
 		take:   func(d, s *Policy) { d.Sandbox.Timeout = s.Sandbox.Timeout },
-		show:   func(p *Policy) string { return FormatDuration(p.Sandbox.Timeout) }},
+		show:   func(p *Policy) string { return units.FormatDuration(p.Sandbox.Timeout) }},
 	{key: "sandbox.memory", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Sandbox.Memory > h.Sandbox.Memory },
 		take:   func(d, s *Policy) { d.Sandbox.Memory = s.Sandbox.Memory },
-		show:   func(p *Policy) string { return FormatSize(p.Sandbox.Memory) }},
+		show:   func(p *Policy) string { return units.FormatSize(p.Sandbox.Memory) }},
 	{key: "sandbox.cpus", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Sandbox.CPUs > h.Sandbox.CPUs },
 		take:   func(d, s *Policy) { d.Sandbox.CPUs = s.Sandbox.CPUs },
@@ -93,11 +95,11 @@ var knobs = []knob{
 	{key: "sandbox.tmpfs_size", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Sandbox.TmpfsSize > h.Sandbox.TmpfsSize },
 		take:   func(d, s *Policy) { d.Sandbox.TmpfsSize = s.Sandbox.TmpfsSize },
-		show:   func(p *Policy) string { return FormatSize(p.Sandbox.TmpfsSize) }},
+		show:   func(p *Policy) string { return units.FormatSize(p.Sandbox.TmpfsSize) }},
 	{key: "sandbox.output_limit", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Sandbox.OutputLimit > h.Sandbox.OutputLimit },
 		take:   func(d, s *Policy) { d.Sandbox.OutputLimit = s.Sandbox.OutputLimit },
-		show:   func(p *Policy) string { return FormatSize(p.Sandbox.OutputLimit) }},
+		show:   func(p *Policy) string { return units.FormatSize(p.Sandbox.OutputLimit) }},
 	{key: "sandbox.max_concurrent", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Sandbox.MaxConcurrent > h.Sandbox.MaxConcurrent },
 		take:   func(d, s *Policy) { d.Sandbox.MaxConcurrent = s.Sandbox.MaxConcurrent },
@@ -113,7 +115,7 @@ var knobs = []knob{
 	{key: "budgets.call_timeout", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Budgets.CallTimeout > h.Budgets.CallTimeout },
 		take:   func(d, s *Policy) { d.Budgets.CallTimeout = s.Budgets.CallTimeout },
-		show:   func(p *Policy) string { return FormatDuration(p.Budgets.CallTimeout) }},
+		show:   func(p *Policy) string { return units.FormatDuration(p.Budgets.CallTimeout) }},
 }
 
 func knobOf(key string) (knob, bool) {
@@ -205,8 +207,8 @@ func (p *Policy) With(settings []Setting, mode Mode) (*Policy, error) {
 		}
 		if out.Sandbox.Timeout > out.Sandbox.MaxTimeout {
 			return nil, fmt.Errorf("%s %s is longer than %s %s: a call's default timeout must be within the largest it may ask for",
-				flagOr(given, "sandbox.timeout"), FormatDuration(out.Sandbox.Timeout),
-				flagOr(given, "sandbox.max_timeout"), FormatDuration(out.Sandbox.MaxTimeout))
+				flagOr(given, "sandbox.timeout"), units.FormatDuration(out.Sandbox.Timeout),
+				flagOr(given, "sandbox.max_timeout"), units.FormatDuration(out.Sandbox.MaxTimeout))
 		}
 		return &out, nil
 	}
@@ -240,7 +242,7 @@ func loosens(p, out *Policy, k knob, s Setting) string {
 	}
 	key, have := k.key, k.show(p)
 	if k.key == "sandbox.timeout" {
-		key, have = "sandbox.max_timeout", FormatDuration(out.Sandbox.MaxTimeout)
+		key, have = "sandbox.max_timeout", units.FormatDuration(out.Sandbox.MaxTimeout)
 	}
 	return fmt.Sprintf("%s %s would loosen the policy: %s sets %s: %s, and a flag may only tighten a policy file (%s: %s); change %s in the file, or drop %s",
 		s.Flag, s.Value, file, key, have, k.key, k.rule, key, s.Flag)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/internal/units"
 )
 
 // Snapshot is one version of the policy in force, with the state that
@@ -409,7 +411,7 @@ func (s *Store) remote1(runID string, deadline time.Time) (r *Run, gone []*Run, 
 			return nil, gone, &RunRefused{Rule: RuleRunLife, msg: fmt.Sprintf(
 				"this run may last another %s, longer than the %s this MCP proxy keeps a run's call budget: "+
 					"give the bridge a --max-timeout (sandbox.max_timeout) of at most %s",
-				left.Round(time.Second), FormatDuration(MaxRunLife), FormatDuration(MaxRunLife))}
+				left.Round(time.Second), units.FormatDuration(MaxRunLife), units.FormatDuration(MaxRunLife))}
 		}
 		until = deadline.Add(RunGrace).UnixNano()
 	}

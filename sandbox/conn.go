@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
@@ -211,12 +212,12 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	switch {
 	case !rc.pending.tryAcquire(n):
 		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit with the %s of answers the code has not read yet (at most %s per run): read results before sending more requests",
-			formatBytes(n), formatBytes(rc.pending.inUse()), formatBytes(rc.pending.limit)))
+			units.Bytes(n), units.Bytes(rc.pending.inUse()), units.Bytes(rc.pending.limit)))
 		n = 0
 	case !bridge.tryAcquire(n):
 		rc.pending.release(n)
 		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit in the bridge's buffer for unread answers of all runs (%s): try again, or ask for less",
-			formatBytes(n), formatBytes(bridge.limit)))
+			units.Bytes(n), units.Bytes(bridge.limit)))
 		n = 0
 	}
 	defer func() {
@@ -233,7 +234,7 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	if err := rc.c.writeFrame(frame, rc.e.writeTimeout); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			rc.cutOff(fmt.Errorf("%w: an answer of %s waited %s to be written, with %s of answers unread; the run was ended (await each call, or read results before sending more)",
-				ErrRunnerStalled, formatBytes(int64(frame.Len())), rc.e.writeTimeout, formatBytes(rc.pending.inUse())))
+				ErrRunnerStalled, units.Bytes(int64(frame.Len())), rc.e.writeTimeout, units.Bytes(rc.pending.inUse())))
 			return
 		}
 		rc.e.log.Debug().Err(err).Str("run_id", rc.runID).Msg("sending an answer")

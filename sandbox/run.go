@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
@@ -540,16 +541,16 @@ func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w wait
 	}
 	if w.state.OOMKilled {
 		res.Status, res.ExitCode = StatusMemory, w.state.ExitCode
-		res.Message = fmt.Sprintf("killed: the code exceeded the memory limit of %s", formatBytes(l.Memory))
+		res.Message = fmt.Sprintf("killed: the code exceeded the memory limit of %s", units.Bytes(l.Memory))
 		if w.state.OOMGuessed {
-			res.Message = fmt.Sprintf("killed by SIGKILL, most likely for exceeding the memory limit of %s (this engine does not report OOM kills)", formatBytes(l.Memory))
+			res.Message = fmt.Sprintf("killed by SIGKILL, most likely for exceeding the memory limit of %s (this engine does not report OOM kills)", units.Bytes(l.Memory))
 		}
 		return res, nil
 	}
 	res.Status, res.ExitCode = StatusError, w.state.ExitCode
 	switch {
 	case res.ExitCode == 137:
-		res.Message = "killed by SIGKILL (exit 137) before it could report; if the code uses much memory, the memory limit is " + formatBytes(l.Memory)
+		res.Message = "killed by SIGKILL (exit 137) before it could report; if the code uses much memory, the memory limit is " + units.Bytes(l.Memory)
 	default:
 		res.Message = fmt.Sprintf("the runner exited with code %d without reporting a status", res.ExitCode)
 		if logs := e.logs(ctx, id); logs != "" {
@@ -566,7 +567,7 @@ func (e *Executor) earlyExit(ctx context.Context, id string, w waitResult, res R
 		return res, fmt.Errorf("waiting for container: %w", w.err)
 	}
 	if w.state.OOMKilled {
-		return res, fmt.Errorf("the runner was killed by the memory limit (%s) while starting: raise the limit", formatBytes(l.Memory))
+		return res, fmt.Errorf("the runner was killed by the memory limit (%s) while starting: raise the limit", units.Bytes(l.Memory))
 	}
 	msg := fmt.Sprintf("the runner exited with code %d before connecting to the relay", w.state.ExitCode)
 	if logs := e.logs(ctx, id); logs != "" {
@@ -718,17 +719,4 @@ func validRunID(id string) bool {
 		}
 	}
 	return true
-}
-
-// formatBytes renders a byte count in binary units (512 MiB).
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
 }
