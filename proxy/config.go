@@ -22,6 +22,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/internal/suggest"
 )
 
 // Transport types of an upstream server, as ServerConfig.Type holds them.
@@ -214,8 +216,11 @@ type LoadOptions struct {
 	// addresses count as one host, and an unspecified address (0.0.0.0,
 	// [::]) in SelfURL matches them too.
 	SelfURL string
-	// SkipMissing skips files that do not exist, as the default locations
-	// need. Otherwise a missing file is an error.
+	// SkipMissing is for the default locations, files of other tools that
+	// the user did not name: those that do not exist are skipped, and one
+	// without a servers key defines no servers. Otherwise a missing file is
+	// an error, and so is one with neither "mcpServers" nor "servers" at the
+	// top level (most likely a misspelt key, which the error names).
 	SkipMissing bool
 	// Logger gets debug notes (disabled entries, overridden ones). The zero
 	// Logger writes nothing.
@@ -275,6 +280,8 @@ func DefaultPaths(getenv func(string) string, home string) []string {
 // "type" is "stdio", "http" (also "streamable-http", "streamableHttp") or
 // "sse"; without it, an entry with a url is http and one with a command is
 // stdio. Other top-level keys are ignored: these files hold other settings.
+// Unless LoadOptions.SkipMissing is set, a file with neither key is an
+// error; one whose key holds no servers is not.
 //
 // ${VAR} and ${VAR:-default} (and VS Code's ${env:VAR}) are expanded in
 // command, args, env values, cwd, url and header values; a "$" not followed
@@ -404,9 +411,13 @@ func (l *loader) loadFile(path string) (entries []entry, ok bool) {
 		return nil, false
 	}
 
+	keys := 0                   // servers keys present
 	seen := map[string]string{} // server name -> key it was under
-	for _, key := range [...]string{"mcpServers", "servers"} {
+	for _, key := range serversKeys() {
 		raw, found := top[key]
+		if found {
+			keys++
+		}
 		if !found || kind(raw) == "null" {
 			continue
 		}
@@ -430,16 +441,58 @@ func (l *loader) loadFile(path string) (entries []entry, ok bool) {
 			entries = append(entries, l.loadEntry(path, name, p, servers[name]))
 		}
 	}
+	// A file the user named is there to define servers: one without a
+	// servers key is most likely a misspelling, not a file of zero servers
+	// (an empty "mcpServers" says that, and runs without the default
+	// files). The default files belong to other tools and may hold none.
+	if keys == 0 && !l.opts.SkipMissing {
+		l.fail(path, "", "", nil, "%s", noServersKey(top))
+		return nil, false
+	}
 	return entries, true
 }
 
-// isEntryKey reports whether k is a key a server entry may have.
-func isEntryKey(k string) bool {
-	switch k {
-	case "type", "command", "args", "env", "cwd", "url", "headers", "disabled":
-		return true
+// serversKeys are the top-level keys that map server names to entries:
+// "mcpServers" (Claude Desktop, Claude Code, Cursor) and "servers" (VS
+// Code).
+func serversKeys() []string { return []string{"mcpServers", "servers"} }
+
+// noServersKey says that a file has no servers key, which keys the bridge
+// reads, and what the file has instead: a key that misspells one, VS
+// Code's settings.json nesting, or its keys.
+func noServersKey(top map[string]json.RawMessage) string {
+	msg := `no "mcpServers" key (Claude Desktop, Claude Code, Cursor) or "servers" key (VS Code) at the top level, so no servers to load`
+	keys := sortedKeys(top)
+	for _, k := range keys {
+		if want := suggest.Key(k, serversKeys()); want != "" {
+			return msg + fmt.Sprintf("; did you mean %q instead of %s?", want, quoteKey(k))
+		}
 	}
-	return false
+	var mcp map[string]json.RawMessage
+	if json.Unmarshal(top["mcp"], &mcp) == nil && mcp["servers"] != nil {
+		return msg + `; this looks like VS Code's settings.json, which keeps them in "mcp": {"servers": ...}: ` +
+			`move that "servers" object to the top level of a file of its own, as in .vscode/mcp.json, and name that file`
+	}
+	if len(keys) == 0 {
+		return msg + ": the file is an empty object"
+	}
+	const show = 5
+	quoted := make([]string, 0, show)
+	for _, k := range keys[:min(len(keys), show)] {
+		quoted = append(quoted, quoteKey(k))
+	}
+	if len(keys) > show {
+		quoted = append(quoted, fmt.Sprintf("and %d more", len(keys)-show))
+	}
+	return msg + "; the file has " + strings.Join(quoted, ", ")
+}
+
+// quoteKey is k quoted for a message, shortened if long.
+func quoteKey(k string) string { return `"` + printable(k) + `"` }
+
+// entryKeys are the keys a server entry may have.
+func entryKeys() []string {
+	return []string{"type", "command", "args", "env", "cwd", "url", "headers", "disabled"}
 }
 
 // loadEntry decodes, expands and checks one server entry.
@@ -477,7 +530,12 @@ func (l *loader) loadEntry(file, name, path string, raw json.RawMessage) entry {
 		}
 	}
 	for _, k := range sortedKeys(fields) {
-		if !isEntryKey(k) {
+		if slices.Contains(entryKeys(), k) {
+			continue
+		}
+		if want := suggest.Key(k, entryKeys()); want != "" {
+			l.warn(file, name, "unknown key %q ignored; did you mean %q?", k, want)
+		} else {
 			l.warn(file, name, "unknown key %q ignored", k)
 		}
 	}

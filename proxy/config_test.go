@@ -248,7 +248,12 @@ func TestLoadFiles(t *testing.T) {
 		wantErr: []string{"1.json: mcpServers.a.args[0]: want a string, got number"},
 	}, {
 		name:  "no servers at all",
-		files: []string{`{}`, `{"mcpServers": null, "projects": {"/x": {"mcpServers": {"p": {"command": "x"}}}}}`},
+		files: []string{`{"mcpServers": {}}`, `{"mcpServers": null, "projects": {"/x": {"mcpServers": {"p": {"command": "x"}}}}}`},
+	}, {
+		name:     "a misspelt key in an entry",
+		files:    []string{`{"mcpServers": {"fs": {"comand": "npx", "url": "https://h.example.com", "Headers": {}}}}`},
+		want:     []ServerConfig{{Name: "fs", Type: TypeHTTP, URL: "https://h.example.com", Source: "0"}},
+		wantWarn: []string{`server "fs": unknown key "comand" ignored; did you mean "command"?`, `server "fs": unknown key "Headers" ignored; did you mean "headers"?`},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -398,6 +403,65 @@ func TestLoadFilesSelf(t *testing.T) {
 
 	if _, _, err := LoadFiles(nil, LoadOptions{SelfURL: "127.0.0.1:8808"}); err == nil {
 		t.Error("LoadFiles accepted a SelfURL with no scheme")
+	}
+}
+
+// TestLoadFilesServersKey: a file the user named must have a servers key
+// (which may be empty), and the error for one without says which keys
+// count and what the file has instead; the default files, which belong to
+// other tools, need none.
+func TestLoadFilesServersKey(t *testing.T) {
+	const accepted = `no "mcpServers" key (Claude Desktop, Claude Code, Cursor) or "servers" key (VS Code) at the top level, so no servers to load`
+	tests := []struct {
+		name    string
+		file    string
+		wantErr string // for a named file; "" for none
+		servers int    // how many it defines
+	}{
+		{name: "snake case", file: `{"mcp_servers": {"a": {"command": "x"}}}`,
+			wantErr: accepted + `; did you mean "mcpServers" instead of "mcp_servers"?`},
+		{name: "lower case", file: `{"globalShortcut": "", "mcpservers": {"a": {"command": "x"}}}`,
+			wantErr: `did you mean "mcpServers" instead of "mcpservers"?`},
+		{name: "singular", file: `{"server": {"a": {"command": "x"}}, "inputs": []}`,
+			wantErr: `did you mean "servers" instead of "server"?`},
+		{name: "VS Code settings", file: `{"editor.fontSize": 14, "mcp": {"servers": {"a": {"command": "x"}}}}`,
+			wantErr: `this looks like VS Code's settings.json, which keeps them in "mcp": {"servers": ...}`},
+		{name: "nothing near", file: `{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6}`,
+			wantErr: accepted + `; the file has "a", "b", "c", "d", "e", and 1 more`},
+		{name: "long keys are cut", file: `{"` + strings.Repeat("k", 100) + `": 1}`,
+			wantErr: `the file has "` + strings.Repeat("k", 64) + `..."`},
+		{name: "empty object", file: `{}`, wantErr: accepted + ": the file is an empty object"},
+		{name: "no servers", file: `{"mcpServers": {}}`},
+		{name: "null servers", file: `{"servers": null}`},
+		{name: "servers", file: `{"servers": {"a": {"command": "x"}}, "mcp_servers": {}}`, servers: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFiles(t, tt.file)[0]
+			_, warns, err := LoadFiles([]string{path}, LoadOptions{})
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("named file: unexpected error: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("named file: error %v\nwant one containing %s", err, tt.wantErr)
+			case tt.wantErr != "" && !strings.HasPrefix(err.Error(), path+": no \"mcpServers\" key"):
+				t.Errorf("named file: error %v does not start with the file and what is missing", err)
+			}
+			var ce *ConfigError
+			if err != nil && !errors.As(err, &ce) {
+				t.Errorf("error %v is not a *ConfigError", err)
+			}
+			checkMessages(t, "warning", warnStrings(warns), nil)
+			// As a default file (of another tool), the same file loads
+			// whatever servers it has, without an error or a warning.
+			cfg, warns, err := LoadFiles([]string{path}, LoadOptions{SkipMissing: true})
+			if err != nil || len(warns) > 0 {
+				t.Errorf("default file: error %v, warnings %v", err, warns)
+			}
+			if len(cfg.Servers) != tt.servers {
+				t.Errorf("default file: %d servers, want %d", len(cfg.Servers), tt.servers)
+			}
+		})
 	}
 }
 
