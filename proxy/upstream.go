@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 )
@@ -26,8 +26,6 @@ import (
 const (
 	minBackoff = 500 * time.Millisecond
 	maxBackoff = 30 * time.Second
-	// maxStderrLine bounds one logged line of an upstream's stderr.
-	maxStderrLine = 4 << 10
 )
 
 // upstream is one configured MCP server and the session to it. The session
@@ -41,7 +39,8 @@ type upstream struct {
 	// may have changed: a notifications/tools/list_changed, or a reconnect.
 	changed func(name string)
 	base    context.Context // cancelled by close: aborts connects
-	// scrubber takes the URL's and the headers' secrets out of errors.
+	// scrubber takes the secrets of the URL, the headers and the env out
+	// of errors and of what the server writes to stderr.
 	scrubber *Scrubber
 
 	mu         sync.Mutex
@@ -71,7 +70,7 @@ func newUpstream(base context.Context, cfg ServerConfig, opts *Options, log zero
 		log:      log.With().Str("server", cfg.Name).Logger(),
 		changed:  changed,
 		base:     base,
-		scrubber: NewScrubber([]string{cfg.URL}, mapValues(cfg.Headers)),
+		scrubber: NewScrubber([]string{cfg.URL}, append(mapValues(cfg.Headers), mapValues(cfg.Env)...)),
 	}
 }
 
@@ -169,7 +168,13 @@ func (u *upstream) connectAsync(ch chan struct{}) {
 		u.failures++
 		u.lastErr = err
 		u.retryAt = time.Now().Add(backoff(u.failures))
-		u.log.Warn().Err(err).Dur("retry_in", backoff(u.failures)).Msg("upstream: cannot connect")
+		// The one record of a failed start, at a level `bridge run` shows:
+		// the stderr lines before it were logged at info.
+		ev := u.log.Warn().Err(err).Dur("retry_in", backoff(u.failures))
+		if u.cfg.Source != "" {
+			ev = ev.Str("config", u.cfg.Source)
+		}
+		ev.Msg("upstream: cannot connect")
 		return
 	}
 	if u.closed {
@@ -271,7 +276,7 @@ func (u *upstream) connect() (*mcp.ClientSession, error) {
 		cancel()
 		return nil, errors.New("the proxy is shutting down")
 	}
-	t, err := u.transport()
+	t, proc, err := u.transport()
 	if err != nil {
 		cancel()
 		return nil, err
@@ -295,8 +300,18 @@ func (u *upstream) connect() (*mcp.ClientSession, error) {
 	}
 	if err != nil {
 		cancel()
-		if timedOut && u.base.Err() == nil {
-			return nil, fmt.Errorf("no answer to initialize within %s", u.opts.ConnectTimeout)
+		if u.base.Err() != nil {
+			return nil, err
+		}
+		// A server that hung up before the bridge closed anything exited,
+		// even if the timeout passed while the SDK closed the connection
+		// (which waits for the process, and for its stderr up to WaitDelay).
+		exited := proc != nil && (errors.Is(err, mcp.ErrConnectionClosed) || timedOut) && proc.serverHungUp()
+		if timedOut && !exited {
+			err = fmt.Errorf("no answer to initialize within %s", u.opts.ConnectTimeout)
+		}
+		if proc != nil {
+			err = proc.startError(err, exited)
 		}
 		return nil, err
 	}
@@ -310,7 +325,9 @@ func (u *upstream) connect() (*mcp.ClientSession, error) {
 	return s, nil
 }
 
-func (u *upstream) transport() (mcp.Transport, error) {
+// transport makes the transport to the server; for a stdio server, proc is
+// the process it starts.
+func (u *upstream) transport() (t mcp.Transport, proc *stdioProc, err error) {
 	switch u.cfg.Type {
 	case TypeStdio:
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
@@ -327,8 +344,9 @@ func (u *upstream) transport() (mcp.Transport, error) {
 		cmd.WaitDelay = time.Second
 		pr, pw := io.Pipe()
 		cmd.Stderr = pw
+		proc := newStdioProc()
 		u.procs.Add(1)
-		go u.logStderr(pr)
+		go u.logStderr(pr, proc)
 		// The SDK reads at most maxUpstreamMessage (16 MiB) per line from
 		// the server: CommandTransport always uses mcp.DefaultMaxLineLength.
 		return &closingTransport{
@@ -336,15 +354,20 @@ func (u *upstream) transport() (mcp.Transport, error) {
 			// closingConn signals the whole group, sooner.
 			CommandTransport: &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Minute},
 			cmd:              cmd,
-			done:             func() { killGroup(cmd); _ = pw.Close() },
-		}, nil
+			proc:             proc,
+			done: func(state *os.ProcessState) {
+				proc.ended(state)
+				killGroup(cmd)
+				_ = pw.Close()
+			},
+		}, proc, nil
 	case TypeHTTP:
 		return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxRetries: -1,
-			MaxEventSize: maxUpstreamMessage}, nil
+			MaxEventSize: maxUpstreamMessage}, nil, nil
 	case TypeSSE:
-		return &mcp.SSEClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxEventSize: maxUpstreamMessage}, nil
+		return &mcp.SSEClientTransport{Endpoint: u.cfg.URL, HTTPClient: u.httpClient(), MaxEventSize: maxUpstreamMessage}, nil, nil
 	}
-	return nil, fmt.Errorf("unknown transport type %q", u.cfg.Type)
+	return nil, nil, fmt.Errorf("unknown transport type %q", u.cfg.Type)
 }
 
 // inheritedEnv are the variables a stdio server gets from the bridge's
@@ -368,20 +391,22 @@ func upstreamEnviron(env []string) []string {
 }
 
 // closingTransport runs done when the connection it made is closed (or
-// could not be made), to end the process group and the stderr reader.
+// could not be made), to end the process group and the stderr reader; done
+// gets the process's state if it was waited for.
 type closingTransport struct {
 	*mcp.CommandTransport
 	cmd  *exec.Cmd
-	done func()
+	proc *stdioProc
+	done func(*os.ProcessState)
 }
 
 func (t *closingTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c, err := t.CommandTransport.Connect(ctx)
 	if err != nil {
-		t.done()
+		t.done(nil)
 		return nil, err
 	}
-	return &closingConn{Connection: c, cmd: t.cmd, done: t.done}, nil
+	return &closingConn{Connection: c, cmd: t.cmd, proc: t.proc, done: t.done}, nil
 }
 
 // How long a stdio server gets to exit once its stdin is closed, and then
@@ -394,14 +419,34 @@ const (
 type closingConn struct {
 	mcp.Connection
 	cmd  *exec.Cmd
+	proc *stdioProc
 	once sync.Once
-	done func()
+	done func(*os.ProcessState)
+}
+
+// Read and Write tell proc how they failed, so that an error can say
+// whether the server hung up (exited) or the bridge gave up on it.
+func (c *closingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := c.Connection.Read(ctx)
+	if err != nil {
+		c.proc.ioFailed(err)
+	}
+	return m, err
+}
+
+func (c *closingConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, m)
+	if err != nil {
+		c.proc.ioFailed(err)
+	}
+	return err
 }
 
 // Close closes the server's stdin (the SDK's Close, which then waits for
 // the process); if the process group has not ended after stdinGrace it gets
 // SIGTERM, and SIGKILL after sigtermGrace more.
 func (c *closingConn) Close() error {
+	c.proc.closeStarted()
 	closed := make(chan error, 1)
 	go func() { closed <- c.Connection.Close() }()
 	var err error
@@ -416,7 +461,7 @@ func (c *closingConn) Close() error {
 			err = <-closed
 		}
 	}
-	c.once.Do(c.done)
+	c.once.Do(func() { c.done(waitedState(c.cmd, err)) })
 	return err
 }
 
@@ -426,32 +471,6 @@ func killGroup(cmd *exec.Cmd) { signalGroup(cmd, syscall.SIGKILL) }
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
 	if cmd.Process != nil && cmd.Process.Pid > 0 {
 		_ = syscall.Kill(-cmd.Process.Pid, sig)
-	}
-}
-
-// logStderr logs each line the server writes to stderr, tagged with its
-// name. Lines are cut at maxStderrLine bytes.
-func (u *upstream) logStderr(r *io.PipeReader) {
-	defer u.procs.Done()
-	br := bufio.NewReaderSize(r, maxStderrLine)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			text := strings.TrimRight(string(line), "\r\n")
-			if text != "" {
-				u.log.Info().Str("stream", "stderr").Msg(text)
-			}
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// The rest of an over-long line is dropped.
-			for errors.Is(err, bufio.ErrBufferFull) {
-				_, err = br.ReadSlice('\n')
-			}
-		}
-		if err != nil {
-			_ = r.Close()
-			return
-		}
 	}
 }
 
