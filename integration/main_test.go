@@ -194,7 +194,12 @@ func buildBridge() (string, error) {
 	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/bridge")
+	// Stamped as make build stamps it: `bridge version` is tested.
+	version := "integration-test"
+	if out, err := exec.Command("git", "-C", root, "describe", "--tags", "--always", "--dirty").Output(); err == nil {
+		version = strings.TrimSpace(string(out))
+	}
+	cmd := exec.Command("go", "build", "-ldflags", "-X main.version="+version, "-o", bin, "./cmd/bridge")
 	cmd.Dir = root
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
