@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/bridge-mcp/bridge/policy"
 )
@@ -731,4 +733,99 @@ func TestDocsShellCommands(t *testing.T) {
 	if len(blocks) != 2 || blocks[0].info != "sh" || blocks[0].line != 2 || !slices.Equal(blocks[0].lines, []string{"indented", "  more"}) || blocks[1].info != "yaml" {
 		t.Fatalf("docsFencedBlocks = %+v", blocks)
 	}
+}
+
+// TestDocsLinks checks every relative link of README.md and docs/: the file
+// it names is in the repository, and so is the heading its #anchor names
+// (as GitHub makes anchors). A link out of the repository (../shared, say)
+// fails: the repository must stand on its own.
+func TestDocsLinks(t *testing.T) {
+	root := repoRoot(t)
+	files := []string{filepath.Join(root, "README.md")}
+	entries, err := os.ReadDir(filepath.Join(root, "docs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".md") {
+			files = append(files, filepath.Join(root, "docs", e.Name()))
+		}
+	}
+	linkRE := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, file)
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range linkRE.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				path, anchor, _ := strings.Cut(target, "#")
+				dest := file
+				if path != "" {
+					dest = filepath.Join(filepath.Dir(file), path)
+				}
+				checked++
+				if r, err := filepath.Rel(root, dest); err != nil || strings.HasPrefix(r, "..") {
+					t.Errorf("%s:%d: %s points out of the repository", rel, i+1, target)
+					continue
+				}
+				if _, err := os.Stat(dest); err != nil {
+					t.Errorf("%s:%d: %s: %v", rel, i+1, target, err)
+					continue
+				}
+				if anchor != "" && strings.HasSuffix(dest, ".md") && !slices.Contains(docsAnchors(t, dest), anchor) {
+					t.Errorf("%s:%d: %s: no heading makes #%s", rel, i+1, target, anchor)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d links checked: the link pattern finds nothing", checked)
+	}
+}
+
+// docsAnchors are the anchors of a markdown file's headings, as GitHub
+// makes them: lower case, spaces to '-', punctuation but '-' and '_' gone,
+// a repeated one suffixed -1, -2...
+func docsAnchors(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	seen := map[string]int{}
+	inFence := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inFence = !inFence
+		}
+		if inFence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var sb strings.Builder
+		for _, r := range strings.ToLower(h) {
+			switch {
+			case r == ' ':
+				sb.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				sb.WriteRune(r)
+			}
+		}
+		a := sb.String()
+		if n := seen[a]; n > 0 {
+			out = append(out, fmt.Sprintf("%s-%d", a, n))
+		} else {
+			out = append(out, a)
+		}
+		seen[a]++
+	}
+	return out
 }
