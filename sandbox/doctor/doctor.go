@@ -122,17 +122,19 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		er.Checks = append(er.Checks, Check{Name: name, OK: ok, Detail: detail, Hint: hint})
 		return ok
 	}
+	unreachable := func(err error) EngineReport {
+		er.Checks = append(er.Checks, unreachableCheck(c, err))
+		return er
+	}
 	rt, err := sandbox.Connect(ctx, c)
 	if err != nil {
-		add("reachable", false, err.Error(), startHint(c))
-		return er
+		return unreachable(err)
 	}
 	defer rt.Close()
 	er.Reachable = true
 	info, err := rt.Info(ctx)
 	if err != nil {
-		add("reachable", false, err.Error(), startHint(c))
-		return er
+		return unreachable(err)
 	}
 	er.Info = &info
 	mode := "rootful"
@@ -419,6 +421,17 @@ func enforcementDetail(e sandbox.Enforcement) string {
 		return "NOT enforced"
 	}
 	return fmt.Sprintf("memory %s, pids %s, cpu %s", yes(e.Memory), yes(e.Pids), yes(e.CPU))
+}
+
+// unreachableCheck is the failed "reachable" check of an engine that could
+// not be used: a socket that refused this user says what would let the
+// user in, since starting the engine would not help; else how to start it.
+func unreachableCheck(c sandbox.Candidate, err error) Check {
+	var denied *sandbox.AccessError
+	if errors.As(err, &denied) {
+		return Check{Name: "reachable", Detail: denied.Problem(), Hint: denied.Hint}
+	}
+	return Check{Name: "reachable", Detail: err.Error(), Hint: startHint(c)}
 }
 
 func startHint(c sandbox.Candidate) string {
