@@ -215,8 +215,7 @@ func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	img, err := d.cli.ImageInspect(ctx, ref)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return ImageInfo{}, fmt.Errorf("%w: %s is not in the local image store of %s; build it first (see `bridge doctor`)",
-				ErrImageNotFound, ref, d.host)
+			return ImageInfo{}, fmt.Errorf("%w: %s is not in the local image store of %s", ErrImageNotFound, ref, d.host)
 		}
 		return ImageInfo{}, d.wrap(err, "inspect image "+ref)
 	}
@@ -513,8 +512,8 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, spec.Name)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {
-			return "", fmt.Errorf("%w: create container %s: %s is not in the local image store of %s; build it first (see `bridge doctor`): %w",
-				ErrImageNotFound, spec.Name, spec.Image, d.host, err)
+			return "", fmt.Errorf("create container %s: %w: %s is not in the local image store of %s (%w)",
+				spec.Name, ErrImageNotFound, spec.Image, d.host, err)
 		}
 		return "", d.wrap(err, "create container "+spec.Name+" from "+spec.Image)
 	}

@@ -258,8 +258,7 @@ func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	img, err := images.GetImage(p.call(ctx), ref, nil)
 	if err != nil {
 		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
-			return ImageInfo{}, fmt.Errorf("podman: image %q is not in Podman's local storage (images are built locally, "+
-				"never pulled: build it, or run `bridge doctor`): %w", ref, ErrImageNotFound)
+			return ImageInfo{}, fmt.Errorf("podman: %w: %s is not in the local storage of %s", ErrImageNotFound, ref, p.path)
 		}
 		return ImageInfo{}, p.wrap(ctx, fmt.Sprintf("inspecting image %q", ref), err)
 	}
@@ -343,8 +342,8 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 	resp, err := containers.CreateWithSpec(p.call(ctx), s, nil)
 	if err != nil {
 		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
-			return "", fmt.Errorf("podman: creating container %s: image %q is not in Podman's local storage "+
-				"(images are built locally, never pulled: build it, or run `bridge doctor`): %w", cs.Name, cs.Image, ErrImageNotFound)
+			return "", fmt.Errorf("podman: creating container %s: %w: %s is not in the local storage of %s",
+				cs.Name, ErrImageNotFound, cs.Image, p.path)
 		}
 		return "", p.wrap(ctx, fmt.Sprintf("creating container %s from image %q", cs.Name, cs.Image), err)
 	}

@@ -109,6 +109,8 @@ var (
 	// user in.
 	ErrEngineDenied = errors.New("permission denied on the container engine socket")
 	// ErrImageNotFound means the runner image is not present locally.
+	// Backends say which image and where; what to do about it depends on
+	// the image (see ExecutorOptions.ImageHint).
 	ErrImageNotFound = errors.New("image not found")
 	// ErrNotFound means a container is gone.
 	ErrNotFound = errors.New("container not found")
