@@ -27,6 +27,30 @@ func Name() string {
 	return Repository + ":" + contextHash(assets.RunnerContext)
 }
 
+// MissingHint says what to do about image missing from the local store of
+// engine ("docker" or "podman"). `bridge image build` makes only Name, so
+// for any other image it says so, and what would: the engine itself, or
+// the built-in runner instead. It fits sandbox.ExecutorOptions.ImageHint.
+func MissingHint(image, engine string) string {
+	if image == Name() {
+		return "build it with `bridge image build --runtime " + engine + "`"
+	}
+	return fmt.Sprintf("%s is not an image `bridge image build` makes (it makes only %s): "+
+		"pull or build %s yourself with %s (`%s pull` / `%s build -t %s DIR`), "+
+		"or drop --image (sandbox.image in a policy) to use the built-in runner, which `bridge image build --runtime %s` makes",
+		image, Name(), image, engine, engine, engine, image, engine)
+}
+
+// RebuildHint says what to do about image when it is present but does not
+// work as the bridge's runner (doctor's smoke run failed in it).
+func RebuildHint(image, engine string) string {
+	if image == Name() {
+		return "rebuild it with `bridge image build --runtime " + engine + "`"
+	}
+	return fmt.Sprintf("%s is not an image `bridge image build` makes, so it must carry this bridge's runner itself: "+
+		"build it FROM %s, or drop --image (sandbox.image in a policy) to use the built-in runner", image, Name())
+}
+
 func contextHash(fsys fs.FS) string {
 	var paths []string
 	_ = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {

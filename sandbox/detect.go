@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,7 +75,10 @@ func Connect(ctx context.Context, c Candidate) (Runtime, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if p, ok := strings.CutPrefix(c.URI, "unix://"); ok {
-		if _, err := os.Stat(p); err != nil {
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrPermission) {
+			// A directory on the way is closed to this user.
+			return nil, newAccessError(c.Engine, p, err)
+		} else if err != nil {
 			return nil, fmt.Errorf("%w: no %s socket at %s", ErrEngineUnreachable, c.Engine, p)
 		}
 	}
@@ -95,7 +100,10 @@ func Open(ctx context.Context, engine string, log zerolog.Logger) (Runtime, erro
 // OpenFor is Open for containers that must run with ociRuntime (see
 // ExecutorOptions.OCIRuntime): an engine that cannot run it is passed over
 // like one that does not answer. When none can, the error wraps
-// ErrOCIRuntime and says what each engine would need.
+// ErrOCIRuntime and says what each engine would need. Else, when a socket
+// refused this user, it wraps ErrEngineDenied (and ErrEngineUnreachable),
+// so that the permission problem comes first and not "start the engine".
+// The error also wraps each candidate's.
 func OpenFor(ctx context.Context, engine, ociRuntime string, log zerolog.Logger) (Runtime, error) {
 	if err := CheckOCIRuntime(ociRuntime); err != nil {
 		return nil, err
@@ -104,8 +112,15 @@ func OpenFor(ctx context.Context, engine, ociRuntime string, log zerolog.Logger)
 	if err != nil {
 		return nil, err
 	}
+	return openFirst(ctx, cands, ociRuntime, log)
+}
+
+// openFirst is OpenFor on the candidates given.
+func openFirst(ctx context.Context, cands []Candidate, ociRuntime string, log zerolog.Logger) (Runtime, error) {
 	var tried []string
+	errs := []error{nil} // the sentinel goes first
 	var runtimeErr error
+	denied := false
 	for _, c := range cands {
 		rt, err := Connect(ctx, c)
 		if err == nil && ociRuntime != "" && ociRuntime != OCIRuntimeDefault {
@@ -122,14 +137,32 @@ func OpenFor(ctx context.Context, engine, ociRuntime string, log zerolog.Logger)
 		if err != nil {
 			log.Debug().Err(err).Str("engine", c.Engine).Str("socket", c.URI).Msg("engine not usable")
 			tried = append(tried, fmt.Sprintf("%s at %s (%s): %v", c.Engine, c.URI, c.Why, err))
+			errs = append(errs, err)
+			denied = denied || errors.Is(err, ErrEngineDenied)
 			continue
 		}
 		log.Info().Str("engine", c.Engine).Str("socket", c.URI).Str("why", c.Why+" answered first").Msg("container engine selected")
 		return rt, nil
 	}
-	sentinel := ErrEngineUnreachable
-	if runtimeErr != nil {
-		sentinel = ErrOCIRuntime
+	errs[0] = ErrEngineUnreachable
+	switch {
+	case runtimeErr != nil:
+		errs[0] = ErrOCIRuntime
+	case denied:
+		errs[0] = ErrEngineDenied
 	}
-	return nil, fmt.Errorf("%w: tried\n  %s\nrun `bridge doctor` for what to fix", sentinel, strings.Join(tried, "\n  "))
+	return nil, &openError{
+		msg:  fmt.Sprintf("%v: tried\n  %s\nrun `bridge doctor` for what to fix", errs[0], strings.Join(tried, "\n  ")),
+		errs: errs,
+	}
 }
+
+// openError is OpenFor's failure: its text lists every candidate tried, and
+// it wraps its sentinel and each candidate's error.
+type openError struct {
+	msg  string
+	errs []error
+}
+
+func (e *openError) Error() string   { return e.msg }
+func (e *openError) Unwrap() []error { return e.errs }

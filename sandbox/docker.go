@@ -45,7 +45,8 @@ const dockerPingTimeout = 10 * time.Second
 // "tcp://host:2376", or Podman's "unix:///run/podman/podman.sock"). An empty
 // host means $DOCKER_HOST, else DefaultDockerHost. The API version is
 // negotiated with the engine. An engine that does not answer a ping yields
-// an error wrapping ErrEngineUnreachable.
+// an error wrapping ErrEngineUnreachable; a socket that refuses this user,
+// an *AccessError.
 func NewDocker(ctx context.Context, host string) (*Docker, error) {
 	opts := []client.Opt{client.WithAPIVersionNegotiation()}
 	if host == "" {
@@ -74,6 +75,9 @@ func NewDocker(ctx context.Context, host string) (*Docker, error) {
 		_ = cli.Close()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("connect to the Docker API at %s: %w", host, ctx.Err())
+		}
+		if ae := dockerDenied(host, err); ae != nil {
+			return nil, ae
 		}
 		return nil, fmt.Errorf("%w: no Docker API answered at %s: %w; %s",
 			ErrEngineUnreachable, host, err, dockerUnreachableHint(host))
@@ -104,22 +108,20 @@ func dockerUnreachableHint(host string) string {
 	if path, ok := strings.CutPrefix(host, "unix://"); ok {
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			hint = "the socket " + path + " does not exist; " + hint
-		} else if errors.Is(err, fs.ErrPermission) || dockerSocketDenied(path) {
-			hint = "permission denied on " + path + ": add your user to the docker group " +
-				"(`sudo usermod -aG docker $USER`, then log in again), or " + hint
 		}
 	}
 	return hint
 }
 
-// dockerSocketDenied reports whether the current user may not open the socket.
-func dockerSocketDenied(path string) bool {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err == nil {
-		_ = f.Close()
-		return false
+// dockerDenied is the AccessError of a connection to host that the socket
+// refused this user, or nil. The client keeps the dial's errno in its
+// error chain (errConnectionFailed, *url.Error, *net.OpError).
+func dockerDenied(host string, err error) *AccessError {
+	path, ok := strings.CutPrefix(host, "unix://")
+	if !ok || !errors.Is(err, fs.ErrPermission) {
+		return nil
 	}
-	return errors.Is(err, fs.ErrPermission)
+	return newAccessError(EngineDocker, path, err)
 }
 
 // Name implements Runtime.
@@ -213,8 +215,7 @@ func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	img, err := d.cli.ImageInspect(ctx, ref)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return ImageInfo{}, fmt.Errorf("%w: %s is not in the local image store of %s; build it first (see `bridge doctor`)",
-				ErrImageNotFound, ref, d.host)
+			return ImageInfo{}, fmt.Errorf("%w: %s is not in the local image store of %s", ErrImageNotFound, ref, d.host)
 		}
 		return ImageInfo{}, d.wrap(err, "inspect image "+ref)
 	}
@@ -511,8 +512,8 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, spec.Name)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {
-			return "", fmt.Errorf("%w: create container %s: %s is not in the local image store of %s; build it first (see `bridge doctor`): %w",
-				ErrImageNotFound, spec.Name, spec.Image, d.host, err)
+			return "", fmt.Errorf("create container %s: %w: %s is not in the local image store of %s (%w)",
+				spec.Name, ErrImageNotFound, spec.Image, d.host, err)
 		}
 		return "", d.wrap(err, "create container "+spec.Name+" from "+spec.Image)
 	}
@@ -663,6 +664,9 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Containe
 // ErrEngineUnreachable with what to do about it.
 func (d *Docker) wrap(err error, doing string) error {
 	if client.IsErrConnectionFailed(err) {
+		if ae := dockerDenied(d.host, err); ae != nil {
+			return fmt.Errorf("%s: %w", doing, ae)
+		}
 		return fmt.Errorf("%s: %w at %s: %w; %s", doing, ErrEngineUnreachable, d.host, err, dockerUnreachableHint(d.host))
 	}
 	return fmt.Errorf("%s: %w", doing, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -68,7 +69,8 @@ type Podman struct {
 // NewPodman connects to the Podman API service at socketURI, e.g.
 // "unix:///run/podman/podman.sock" (rootful) or
 // "unix:///run/user/1000/podman/podman.sock" (rootless). A socket that
-// cannot be reached returns an error wrapping ErrEngineUnreachable.
+// cannot be reached returns an error wrapping ErrEngineUnreachable; one that
+// refuses this user, an *AccessError.
 func NewPodman(ctx context.Context, socketURI string) (*Podman, error) {
 	path := podmanSocketPath(socketURI)
 	conn, err := bindings.NewConnection(ctx, socketURI)
@@ -111,14 +113,8 @@ func (e *podmanUnreachableError) Error() string   { return e.msg }
 func (e *podmanUnreachableError) Unwrap() []error { return []error{ErrEngineUnreachable, e.cause} }
 
 func podmanUnreachable(uri, path string, cause error) error {
-	if errors.Is(cause, syscall.EACCES) || errors.Is(cause, os.ErrPermission) {
-		return &podmanUnreachableError{
-			msg: fmt.Sprintf("podman API socket at %s refused this user (permission denied): "+
-				"run the bridge as the socket's owner (root for the rootful socket), or use the rootless socket "+
-				"unix://$XDG_RUNTIME_DIR/podman/podman.sock (`systemctl --user start podman.socket`), or run `bridge doctor` (%v)",
-				path, cause),
-			cause: cause,
-		}
+	if errors.Is(cause, fs.ErrPermission) && path != uri {
+		return newAccessError(EnginePodman, path, cause)
 	}
 	return &podmanUnreachableError{
 		msg: fmt.Sprintf("podman API socket not reachable at %s: start it with `podman system service --time=0 %s` "+
@@ -262,8 +258,7 @@ func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	img, err := images.GetImage(p.call(ctx), ref, nil)
 	if err != nil {
 		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
-			return ImageInfo{}, fmt.Errorf("podman: image %q is not in Podman's local storage (images are built locally, "+
-				"never pulled: build it, or run `bridge doctor`): %w", ref, ErrImageNotFound)
+			return ImageInfo{}, fmt.Errorf("podman: %w: %s is not in the local storage of %s", ErrImageNotFound, ref, p.path)
 		}
 		return ImageInfo{}, p.wrap(ctx, fmt.Sprintf("inspecting image %q", ref), err)
 	}
@@ -347,8 +342,8 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 	resp, err := containers.CreateWithSpec(p.call(ctx), s, nil)
 	if err != nil {
 		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
-			return "", fmt.Errorf("podman: creating container %s: image %q is not in Podman's local storage "+
-				"(images are built locally, never pulled: build it, or run `bridge doctor`): %w", cs.Name, cs.Image, ErrImageNotFound)
+			return "", fmt.Errorf("podman: creating container %s: %w: %s is not in the local storage of %s",
+				cs.Name, ErrImageNotFound, cs.Image, p.path)
 		}
 		return "", p.wrap(ctx, fmt.Sprintf("creating container %s from image %q", cs.Name, cs.Image), err)
 	}

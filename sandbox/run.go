@@ -98,6 +98,11 @@ var _ ToolHandler = NoTools{}
 type ExecutorOptions struct {
 	// Image is the runner image reference.
 	Image string
+	// ImageHint says what to do when Image is not on the engine (engine is
+	// its Runtime.Name): whether a command of the caller's builds it
+	// depends on the image (images.MissingHint knows which ones `bridge
+	// image build` makes). Nil gives a hint that fits any image.
+	ImageHint func(image, engine string) string
 	// RunRoot is the private directory under which each run gets its own
 	// directory; DefaultRunRoot when empty.
 	RunRoot string
@@ -147,7 +152,9 @@ type Executor struct {
 	removals *removals
 }
 
-// NewExecutor checks the engine once and prepares the run root.
+// NewExecutor checks the engine and the image once and prepares the run
+// root. A missing image fails with ErrImageNotFound and what
+// opts.ImageHint says to do about it.
 func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Executor, error) {
 	if opts.Image == "" {
 		return nil, errors.New("no runner image configured")
@@ -168,6 +175,14 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	request, effective, err := ResolveOCIRuntime(info, opts.OCIRuntime)
 	if err != nil {
 		return nil, err
+	}
+	// A missing image fails here, with what to do about it, rather than at
+	// the first run.
+	if _, err := rt.ImageInfo(ctx, opts.Image); err != nil {
+		if errors.Is(err, ErrImageNotFound) {
+			return nil, fmt.Errorf("%w; %s", err, imageHint(opts, rt.Name()))
+		}
+		return nil, fmt.Errorf("runner image %s: %w", opts.Image, err)
 	}
 	root := opts.RunRoot
 	if root == "" {
@@ -190,6 +205,15 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 		opts.Logger.Warn().Err(err).Msg("reaping leftovers of dead bridges")
 	}
 	return e, nil
+}
+
+// imageHint says what to do about opts.Image missing from engine.
+func imageHint(opts ExecutorOptions, engine string) string {
+	if opts.ImageHint != nil {
+		return opts.ImageHint(opts.Image, engine)
+	}
+	return fmt.Sprintf("pull or build %s with %s (`bridge image build --runtime %s` makes only the bridge's own runner: `bridge image name`)",
+		opts.Image, engine, engine)
 }
 
 // Runtime returns the engine the Executor runs on.
@@ -304,7 +328,7 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		// by name, which the engines accept as well as an id.
 		e.remove(engineCtx, spec.Name, log)
 		if errors.Is(err, ErrImageNotFound) {
-			return res, fmt.Errorf("%w: build it with `bridge image build --runtime %s`", err, e.rt.Name())
+			return res, fmt.Errorf("%w; %s", err, imageHint(e.opts, e.rt.Name()))
 		}
 		return res, e.withHint(fmt.Errorf("creating container: %w", err))
 	}

@@ -31,6 +31,7 @@ type fakeRuntime struct {
 	// ociRuntime and ociRuntimes are what Info reports of OCI runtimes.
 	ociRuntime  string
 	ociRuntimes map[string]OCIRuntimeInfo
+	imageErr    error // what ImageInfo returns
 	createErr   error
 	// createSlow makes Create wait for its ctx to end, make the container
 	// anyway and fail, as a real engine cut off mid-request does.
@@ -69,7 +70,9 @@ func (f *fakeRuntime) Name() string { return "fake" }
 func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) {
 	return EngineInfo{Name: "fake", Enforce: f.enforce, OCIRuntime: f.ociRuntime, OCIRuntimes: f.ociRuntimes}, nil
 }
-func (f *fakeRuntime) ImageInfo(context.Context, string) (ImageInfo, error) { return ImageInfo{}, nil }
+func (f *fakeRuntime) ImageInfo(context.Context, string) (ImageInfo, error) {
+	return ImageInfo{}, f.imageErr
+}
 func (f *fakeRuntime) BuildImage(context.Context, string, string, string, io.Writer) error {
 	return nil
 }
@@ -540,12 +543,54 @@ func TestRunRefusesUnenforcedLimits(t *testing.T) {
 	}
 }
 
+// A missing image is reported with the caller's hint, which knows which
+// images it can build: by NewExecutor, and by a run should the image go
+// after it.
 func TestRunImageMissing(t *testing.T) {
+	missing := fmt.Errorf("%w: test-image is not in the local image store", ErrImageNotFound)
+	hint := func(image, engine string) string { return "make " + image + " on " + engine }
+	for _, tt := range []struct {
+		name string
+		hint func(image, engine string) string
+		want []string
+	}{
+		{"caller's hint", hint, []string{"make test-image on fake"}},
+		{"no hint", nil, []string{"pull or build test-image with fake", "`bridge image build --runtime fake` makes only the bridge's own runner"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			check := func(err error) {
+				t.Helper()
+				if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "test-image is not in the local image store") {
+					t.Fatalf("err = %v, want ErrImageNotFound", err)
+				}
+				for _, w := range tt.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%q does not say %q", err, w)
+					}
+				}
+			}
+			rt := newFake(nil)
+			rt.imageErr = missing
+			tmp, err := os.MkdirTemp("", "bt-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(tmp)
+			_, err = NewExecutor(context.Background(), rt, ExecutorOptions{Image: "test-image", ImageHint: tt.hint,
+				RunRoot: filepath.Join(tmp, "runs"), Logger: zerolog.New(io.Discard)})
+			check(err)
+
+			rt.imageErr, rt.createErr = nil, missing
+			ex := newTestExecutor(t, rt, ExecutorOptions{ImageHint: tt.hint})
+			_, err = ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
+			check(err)
+		})
+	}
+	// Another failure to inspect the image is no hint's business.
 	rt := newFake(nil)
-	rt.createErr = fmt.Errorf("%w: localhost/bridge-runner:abc", ErrImageNotFound)
-	ex := newTestExecutor(t, rt, ExecutorOptions{})
-	_, err := ex.Run(context.Background(), Request{Code: "pass", Limits: testLimits()})
-	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "bridge image build --runtime fake") {
+	rt.imageErr = errors.New("engine on fire")
+	_, err := NewExecutor(context.Background(), rt, ExecutorOptions{Image: "test-image", ImageHint: hint, Logger: zerolog.New(io.Discard)})
+	if err == nil || errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "runner image test-image: engine on fire") {
 		t.Fatalf("err = %v", err)
 	}
 }

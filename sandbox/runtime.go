@@ -103,7 +103,14 @@ type ExitState struct {
 var (
 	// ErrEngineUnreachable means the engine's API socket could not be reached.
 	ErrEngineUnreachable = errors.New("container engine unreachable")
+	// ErrEngineDenied means the engine's API socket refused this user
+	// (permission denied). An error that wraps it also wraps
+	// ErrEngineUnreachable, and an *AccessError says what would let the
+	// user in.
+	ErrEngineDenied = errors.New("permission denied on the container engine socket")
 	// ErrImageNotFound means the runner image is not present locally.
+	// Backends say which image and where; what to do about it depends on
+	// the image (see ExecutorOptions.ImageHint).
 	ErrImageNotFound = errors.New("image not found")
 	// ErrNotFound means a container is gone.
 	ErrNotFound = errors.New("container not found")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -66,7 +67,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	defer rt.Close()
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: runnerImage, AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, OCIRuntime: pol.Sandbox.OCIRuntime,
+		Image: runnerImage, ImageHint: images.MissingHint, AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, OCIRuntime: pol.Sandbox.OCIRuntime,
 		Tools: tools, Logger: e.log,
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -187,7 +188,7 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 		return nil, err
 	}
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: l.image, AllowUnenforcedLimits: l.allow, OCIRuntime: l.ociRuntime, Tools: l.tools, Logger: l.log,
+		Image: l.image, ImageHint: images.MissingHint, AllowUnenforcedLimits: l.allow, OCIRuntime: l.ociRuntime, Tools: l.tools, Logger: l.log,
 	})
 	if err != nil {
 		rt.Close()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -122,17 +123,19 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		er.Checks = append(er.Checks, Check{Name: name, OK: ok, Detail: detail, Hint: hint})
 		return ok
 	}
+	unreachable := func(err error) EngineReport {
+		er.Checks = append(er.Checks, unreachableCheck(c, err))
+		return er
+	}
 	rt, err := sandbox.Connect(ctx, c)
 	if err != nil {
-		add("reachable", false, err.Error(), startHint(c))
-		return er
+		return unreachable(err)
 	}
 	defer rt.Close()
 	er.Reachable = true
 	info, err := rt.Info(ctx)
 	if err != nil {
-		add("reachable", false, err.Error(), startHint(c))
-		return er
+		return unreachable(err)
 	}
 	er.Info = &info
 	mode := "rootful"
@@ -155,7 +158,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 
 	img, err := rt.ImageInfo(ctx, opts.Image)
 	if err != nil {
-		hint := fmt.Sprintf("build it: `bridge image build --runtime %s` (or `make image`)", c.Engine)
+		hint := images.MissingHint(opts.Image, c.Engine)
 		if !errors.Is(err, sandbox.ErrImageNotFound) {
 			hint = "the engine could not inspect images; check its log"
 		}
@@ -167,7 +170,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	// The smoke run: allowed on an engine that cannot enforce limits, so
 	// that doctor can still report what does hold there.
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: opts.Image, AllowUnenforcedLimits: true, OCIRuntime: opts.OCIRuntime, Logger: opts.Logger,
+		Image: opts.Image, ImageHint: images.MissingHint, AllowUnenforcedLimits: true, OCIRuntime: opts.OCIRuntime, Logger: opts.Logger,
 	})
 	if err != nil {
 		hint := "see the error above"
@@ -180,13 +183,13 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	limits := smokeLimits()
 	res, err := ex.Run(ctx, sandbox.Request{Code: smokeCode, Limits: limits})
 	if err != nil {
-		add("smoke_run", false, err.Error(), "run `bridge run -` with a one-line script to see more, or rebuild the image")
+		add("smoke_run", false, err.Error(), "run `bridge run -` with a one-line script to see more; or "+images.RebuildHint(opts.Image, c.Engine))
 		return er
 	}
 	er.SmokeMS = res.Duration.Milliseconds()
 	er.Python = res.Python
 	if res.Status != sandbox.StatusOK {
-		add("smoke_run", false, fmt.Sprintf("status %s: %s %s", res.Status, res.Message, res.Stderr), "rebuild the image with `bridge image build`")
+		add("smoke_run", false, fmt.Sprintf("status %s: %s %s", res.Status, res.Message, res.Stderr), images.RebuildHint(opts.Image, c.Engine))
 		return er
 	}
 	add("relay", true, fmt.Sprintf("runner connected and ran code (Python %s); whole run %d ms", res.Python, er.SmokeMS), "")
@@ -202,7 +205,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		} `json:"kernel"`
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &smoke); err != nil {
-		add("smoke_run", false, "unreadable smoke output: "+err.Error(), "rebuild the image with `bridge image build`")
+		add("smoke_run", false, "unreadable smoke output: "+err.Error(), images.RebuildHint(opts.Image, c.Engine))
 		return er
 	}
 	// The runtime the engine names is the one the code met.
@@ -419,6 +422,17 @@ func enforcementDetail(e sandbox.Enforcement) string {
 		return "NOT enforced"
 	}
 	return fmt.Sprintf("memory %s, pids %s, cpu %s", yes(e.Memory), yes(e.Pids), yes(e.CPU))
+}
+
+// unreachableCheck is the failed "reachable" check of an engine that could
+// not be used: a socket that refused this user says what would let the
+// user in, since starting the engine would not help; else how to start it.
+func unreachableCheck(c sandbox.Candidate, err error) Check {
+	var denied *sandbox.AccessError
+	if errors.As(err, &denied) {
+		return Check{Name: "reachable", Detail: denied.Problem(), Hint: denied.Hint}
+	}
+	return Check{Name: "reachable", Detail: err.Error(), Hint: startHint(c)}
 }
 
 func startHint(c sandbox.Candidate) string {

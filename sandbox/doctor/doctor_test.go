@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -226,5 +227,33 @@ func TestWriteTextOptional(t *testing.T) {
 	WriteText(&b, rep)
 	if out := b.String(); !strings.Contains(out, "note gvisor") || !strings.Contains(out, "to use it: apt-get install runsc") || strings.Contains(out, "FAIL") {
 		t.Errorf("output:\n%s", out)
+	}
+}
+
+// A socket that refuses this user gets its own fix, not "start the engine":
+// also when the refusal comes wrapped, as from Info.
+func TestUnreachableCheck(t *testing.T) {
+	c := sandbox.Candidate{Engine: sandbox.EngineDocker, URI: "unix:///var/run/docker.sock", Why: "default Docker socket"}
+	denied := &sandbox.AccessError{Engine: sandbox.EngineDocker, Socket: "/var/run/docker.sock", Who: "root:docker, mode 0660",
+		Hint: "add yourself to the `docker` group", Err: errors.New("connect: permission denied")}
+	for _, tt := range []struct {
+		name              string
+		err               error
+		detail, hint, not string
+	}{
+		{"denied", denied, "permission denied on /var/run/docker.sock: you are not allowed to use this Docker engine (the socket is root:docker, mode 0660)",
+			"add yourself to the `docker` group", "start"},
+		{"denied, wrapped", fmt.Errorf("read engine info: %w", denied), "permission denied on /var/run/docker.sock",
+			"add yourself to the `docker` group", "start"},
+		{"not running", fmt.Errorf("%w: no docker socket at /var/run/docker.sock", sandbox.ErrEngineUnreachable), "no docker socket",
+			"start Docker", "group"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := unreachableCheck(c, tt.err)
+			if got.Name != "reachable" || got.OK || !strings.Contains(got.Detail, tt.detail) || !strings.Contains(got.Hint, tt.hint) ||
+				strings.Contains(got.Hint, tt.not) || strings.Contains(got.Detail, tt.hint) {
+				t.Errorf("got %+v", got)
+			}
+		})
 	}
 }
