@@ -210,7 +210,7 @@ func TestNewcomerPolicyCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, errOut, code := bridgeCLI(t, engineEnv(e), "", "policy", "check", file)
-		if code != 1 || !strings.Contains(errOut, "has no image localhost/nope:1, and it is not the runner image `bridge image build` makes") {
+		if code != 1 || !strings.Contains(errOut, "has no image localhost/nope:1: localhost/nope:1 is not an image `bridge image build` makes") {
 			t.Errorf("policy check, image missing: exit %d\n%s", code, errOut)
 		}
 		// The image this binary runs is there: no problem.

@@ -29,7 +29,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 	if len(args) != 0 {
 		return exitUsage, usagef("takes no arguments, got %s", quoteArgs(args))
 	}
-	p, file, err := loadPolicy(*policyPath, sf.set, nil)
+	p, file, err := loadPolicy(e, *policyPath, sf.set, nil)
 	if err != nil {
 		return exitUsage, err
 	}

@@ -41,16 +41,35 @@ func defaultPolicyPath() string {
 	return filepath.Join(dir, "bridge", "policy.yaml")
 }
 
+// defaultPolicyFile is the policy file at the default location, or "" when
+// there is none. A location this user may not look into is none too, with
+// a warning: that file would be this user's own configuration, which the
+// user could remove anyway; an operator's policy is given with --policy.
+func defaultPolicyFile(e *env) string {
+	path := defaultPolicyPath()
+	if path == "" {
+		return ""
+	}
+	_, err := os.Stat(path)
+	switch {
+	case err == nil:
+		return path
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		e.log.Warn().Err(err).Msg("policy: cannot look for the policy file at its default place; the built-in defaults apply (give one with --policy)")
+	}
+	return ""
+}
+
 // loadPolicy returns the policy to run with and its file ("" for none):
 // the file of --policy, else the one at the default location if there is
 // one, else the built-in defaults. The settings (flags) replace the
 // defaults, or tighten a file's policy and are refused where they would
 // loosen it. check, if not nil, judges the file's policy before the
 // settings apply.
-func loadPolicy(path string, settings []policy.Setting, check func(*policy.Policy) error) (*policy.Policy, string, error) {
+func loadPolicy(e *env, path string, settings []policy.Setting, check func(*policy.Policy) error) (*policy.Policy, string, error) {
 	if path == "" {
-		path = defaultPolicyPath()
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || path == "" {
+		if path = defaultPolicyFile(e); path == "" {
 			p, err := policy.Default().With(settings, policy.Replace)
 			if err != nil {
 				return nil, "", usagef("%v", err)
@@ -92,8 +111,8 @@ func adjuster(settings []policy.Setting, check func(*policy.Policy) error) func(
 // it also checks the sandbox limits and that a remote proxy could apply the
 // policy, and names the runner image (images.Name() when the policy leaves
 // it empty).
-func runPolicy(path, proxyURL string, settings []policy.Setting) (p *policy.Policy, file string, limits sandbox.Limits, image string, err error) {
-	p, file, err = loadPolicy(path, settings, func(p *policy.Policy) error { return remoteProxyPolicy(proxyURL, p) })
+func runPolicy(e *env, path, proxyURL string, settings []policy.Setting) (p *policy.Policy, file string, limits sandbox.Limits, image string, err error) {
+	p, file, err = loadPolicy(e, path, settings, func(p *policy.Policy) error { return remoteProxyPolicy(proxyURL, p) })
 	if err != nil {
 		return nil, "", limits, "", err
 	}
@@ -179,11 +198,8 @@ func policyCheck(ctx context.Context, e *env, args []string) (int, error) {
 	path := ""
 	if len(args) == 1 {
 		path = args[0]
-	} else if path = defaultPolicyPath(); path != "" {
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			fmt.Fprintf(e.stderr, "no policy file at %s: the built-in defaults apply (docs/policy.md):\n", path)
-			path = ""
-		}
+	} else if path = defaultPolicyFile(e); path == "" {
+		fmt.Fprintf(e.stderr, "no policy file at %s: the built-in defaults apply (docs/policy.md):\n", defaultPolicyPath())
 	}
 	p := policy.Default()
 	if path != "" {
@@ -237,21 +253,14 @@ func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) 
 	}
 	defer rt.Close()
 	if _, err := rt.ImageInfo(ctx, image); err != nil {
-		out = append(out, fmt.Sprintf("sandbox.image: %v", imageError(err, image, rt.Name())))
+		if errors.Is(err, sandbox.ErrImageNotFound) {
+			err = fmt.Errorf("%s has no image %s: %s", rt.Name(), image, images.MissingHint(image, rt.Name()))
+		}
+		out = append(out, fmt.Sprintf("sandbox.image: %v", err))
 	}
 	return out
 }
 
-// imageError says what to do about a runner image that engine lacks.
-func imageError(err error, image, engine string) error {
-	if !errors.Is(err, sandbox.ErrImageNotFound) {
-		return err
-	}
-	if image == images.Name() {
-		return fmt.Errorf("%s has no runner image %s: build it with `bridge image build --runtime %s`", engine, image, engine)
-	}
-	return fmt.Errorf("%s has no image %s, and it is not the runner image `bridge image build` makes (%s): pull or build it with %s, or leave the image unset to use the built-in runner", engine, image, images.Name(), engine)
-}
 
 func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	fset := newFlagSet(e, "policy explain", "[flags] SERVER TOOL", "Says whether the policy lets the code call SERVER's TOOL, and which rule decides\n"+
@@ -269,7 +278,7 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("want SERVER TOOL, got %s", quoteArgs(args))
 	}
 	server, tool := args[0], args[1]
-	p, _, err := loadPolicy(*path, nil, nil)
+	p, _, err := loadPolicy(e, *path, nil, nil)
 	if err != nil {
 		return exitUsage, err
 	}

@@ -138,7 +138,7 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
 		log = log.Level(zerolog.InfoLevel)
 	}
-	pol, polPath, err := loadPolicy(*policyPath, sf.set, nil)
+	pol, polPath, err := loadPolicy(e, *policyPath, sf.set, nil)
 	if err != nil {
 		return exitUsage, err
 	}

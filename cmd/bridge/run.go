@@ -40,7 +40,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitUsage, usagef("%v", err)
 	}
-	pol, polPath, limits, runnerImage, err := runPolicy(*policyPath, uf.proxyURL, sf.set)
+	pol, polPath, limits, runnerImage, err := runPolicy(e, *policyPath, uf.proxyURL, sf.set)
 	if err != nil {
 		return exitUsage, err
 	}

@@ -61,7 +61,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	// The policy: the file's, tightened by the flags above, or the
 	// defaults they replace.
 	check := func(p *policy.Policy) error { return remoteProxyPolicy(uf.proxyURL, p) }
-	pol, polPath, limits, runnerImage, err := runPolicy(*policyPath, uf.proxyURL, sf.set)
+	pol, polPath, limits, runnerImage, err := runPolicy(e, *policyPath, uf.proxyURL, sf.set)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -193,10 +193,6 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 	if err != nil {
 		rt.Close()
 		return nil, err
-	}
-	if _, err := rt.ImageInfo(ctx, l.image); err != nil {
-		rt.Close()
-		return nil, imageError(err, l.image, rt.Name())
 	}
 	l.mu.Lock()
 	if l.rt != nil {
