@@ -261,7 +261,6 @@ func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) 
 	return out
 }
 
-
 func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	fset := newFlagSet(e, "policy explain", "[flags] SERVER TOOL", "Says whether the policy lets the code call SERVER's TOOL, and which rule decides\n"+
 		"and why. The tool's annotations are read from the server itself (started as\n"+
