@@ -229,9 +229,26 @@ func newFlagSet(e *env, name, args, about string) *flag.FlagSet {
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: bridge %s %s\n\n%s\n\nFlags:\n", name, args, about)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	return fs
+}
+
+// printFlags is flag.PrintDefaults with the flags written as the docs
+// write them (--name), and no default for a boolean that is off.
+func printFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if f.DefValue != "" && f.DefValue != "false" {
+			line += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(fs.Output(), line)
+	})
 }
 
 // parseFlags parses args, turning flag errors into usage errors, and

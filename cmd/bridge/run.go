@@ -25,7 +25,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	var uf upstreamFlags
 	uf.register(fs, true)
 	sf.callTimeout(fs)
-	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nwith a policy file, the flags above may only tighten it")
+	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nwith a policy file, the sandbox flags may only tighten it")
 	args, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage, err

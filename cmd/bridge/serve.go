@@ -30,13 +30,13 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	sf.limits(fs)
 	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds (a `duration`)"
 	sf.add(fs, "max-timeout", "sandbox.max_timeout", "largest timeout_seconds a call may ask for (a `duration`)")
-	sf.add(fs, "max-concurrent", "sandbox.max_concurrent", "runs at once")
-	sf.add(fs, "queue", "sandbox.queue", "calls that may wait for a free slot; more get a busy error")
+	sf.add(fs, "max-concurrent", "sandbox.max_concurrent", "`number` of runs at once")
+	sf.add(fs, "queue", "sandbox.queue", "`number` of calls that may wait for a free slot; more get a busy error")
 	var uf upstreamFlags
 	uf.register(fs, true)
 	sf.callTimeout(fs)
 	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\n"+
-		"it is reloaded when it changes and on SIGHUP; with a policy file, the flags above may only tighten it")
+		"it is reloaded when it changes and on SIGHUP; with a policy file, the sandbox flags may only tighten it")
 	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds) and /debug/pprof/NAME at `ADDR`, loopback only")
 	args, err := parseFlags(fs, args)
 	if err != nil {

@@ -76,8 +76,8 @@ func (sf *settingFlags) addBool(fs *flag.FlagSet, name, key, usage string) {
 
 // engine registers --runtime and --oci-runtime.
 func (sf *settingFlags) engine(fs *flag.FlagSet) {
-	sf.add(fs, "runtime", "sandbox.engine", "container engine: auto (rootless Podman, rootful Podman, then Docker), podman or docker")
-	sf.add(fs, "oci-runtime", "sandbox.oci_runtime", "OCI runtime of every container: default (the engine's), runc, or runsc\n"+
+	sf.add(fs, "runtime", "sandbox.engine", "container `engine`: auto (rootless Podman, rootful Podman, then Docker), podman or docker")
+	sf.add(fs, "oci-runtime", "sandbox.oci_runtime", "OCI `runtime` of every container: default (the engine's), runc, or runsc\n"+
 		"(gVisor: a second wall against kernel exploits; the engine must be set up for it, see docs/policy.md)")
 }
 
@@ -87,7 +87,7 @@ func (sf *settingFlags) limits(fs *flag.FlagSet) {
 	sf.add(fs, "timeout", "sandbox.timeout", "kill the code after this `duration` (e.g. 30s, 2m)")
 	sf.add(fs, "memory", "sandbox.memory", "memory limit, no swap: a `size` such as 256Mi or 1Gi")
 	sf.add(fs, "cpus", "sandbox.cpus", "CPU quota in `cores` (0.01 to 1024)")
-	sf.add(fs, "pids", "sandbox.pids", "maximum processes and threads")
+	sf.add(fs, "pids", "sandbox.pids", "maximum `number` of processes and threads")
 	sf.add(fs, "tmpfs-size", "sandbox.tmpfs_size", "`size` of the writable /tmp (e.g. 64Mi)")
 	sf.add(fs, "output-limit", "sandbox.output_limit", "bytes kept of each of stdout and stderr: a `size` such as 64Ki")
 	sf.addBool(fs, "allow-unenforced-limits", "sandbox.require_enforced_limits",
