@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -188,8 +187,7 @@ func TestDocsCommands(t *testing.T) {
 		// would test this environment, not the docs.
 		t.Skip("the docs' commands are checked in the rootful run; see the comment")
 	}
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(self))
+	root := repoRoot()
 
 	cmds, problems := docsCommands(root)
 	for _, p := range problems {
@@ -448,8 +446,7 @@ func docsEnv(t *testing.T) []string {
 			t.Fatal(err)
 		}
 	}
-	_, self, _, _ := runtime.Caller(0)
-	example, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "policy.example.yaml"))
+	example, err := os.ReadFile(filepath.Join(repoRoot(), "policy.example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -740,7 +737,7 @@ func TestDocsShellCommands(t *testing.T) {
 // (as GitHub makes anchors). A link out of the repository (../shared, say)
 // fails: the repository must stand on its own.
 func TestDocsLinks(t *testing.T) {
-	root := repoRoot(t)
+	root := repoRoot()
 	files := []string{filepath.Join(root, "README.md")}
 	entries, err := os.ReadDir(filepath.Join(root, "docs"))
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +23,7 @@ import (
 // engineScript runs integration/env/engine.sh ACTION ENGINE.
 func engineScript(t *testing.T, action, engine string) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "env", "engine.sh")
+	script := filepath.Join(repoRoot(), "integration", "env", "engine.sh")
 	out, err := exec.Command("bash", script, action, engine).CombinedOutput()
 	if err != nil {
 		t.Fatalf("engine.sh %s %s: %v\n%s", action, engine, err, out)

@@ -192,8 +192,7 @@ func buildBridge() (string, error) {
 		}
 		return bin, os.WriteFile(bin, b, 0o755)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..")
+	root := repoRoot()
 	// Stamped as make build stamps it: `bridge version` is tested.
 	version := "integration-test"
 	if out, err := exec.Command("git", "-C", root, "describe", "--tags", "--always", "--dirty").Output(); err == nil {
@@ -206,6 +205,12 @@ func buildBridge() (string, error) {
 		return "", fmt.Errorf("building bridge: %w", err)
 	}
 	return bin, nil
+}
+
+// repoRoot is the root of the checkout these tests were built from.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
 }
 
 // forEachEngine runs f as a subtest per engine under test.

@@ -10,20 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// repoRoot is the root of this checkout.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..")
-}
 
 // examplePolicyHome returns an XDG_CONFIG_HOME whose bridge/policy.yaml is
 // policy.example.yaml, as a newcomer who copied it there has. On an engine
@@ -32,7 +24,7 @@ func repoRoot(t *testing.T) string {
 // changes.
 func examplePolicyHome(t *testing.T, e *engine) (home, file string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "policy.example.yaml"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "policy.example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +221,7 @@ func TestNewcomerMakeInstall(t *testing.T) {
 	if rootless() {
 		t.Skip("the rootless run has no toolchain; the rootful run covers make install")
 	}
-	root := repoRoot(t)
+	root := repoRoot()
 	desc, err := exec.Command("git", "-C", root, "describe", "--tags", "--always", "--dirty").Output()
 	if err != nil {
 		if ci() {

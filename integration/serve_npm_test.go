@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,9 +52,7 @@ func npmPeers(t *testing.T) string {
 		add(d)
 	}
 	add(filepath.Join("npm", "node_modules"))
-	if _, file, _, ok := runtime.Caller(0); ok {
-		add(filepath.Join(filepath.Dir(file), "npm", "node_modules"))
-	}
+	add(filepath.Join(repoRoot(), "integration", "npm", "node_modules"))
 	missing := func(format string, args ...any) {
 		t.Helper()
 		if ci() {

@@ -111,12 +111,26 @@ func TestWithReplaceWithoutAFile(t *testing.T) {
 	}
 }
 
-// Every key a flag may set has a rule for the docs, and a value.
+// Every key a flag may set has a rule, a value, and the same rule in
+// docs/policy.md's table of flags.
 func TestSettingRules(t *testing.T) {
+	doc, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	d := Default()
 	for _, r := range SettingRules() {
 		if r[1] == "" || d.Value(r[0]) == "" {
 			t.Errorf("%s: rule %q, value %q", r[0], r[1], d.Value(r[0]))
+		}
+		found := false
+		for _, line := range strings.Split(string(doc), "\n") {
+			if strings.Contains(line, "| `"+r[0]+"`") && strings.HasSuffix(line, "| "+r[1]+" |") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("docs/policy.md's table of flags has no row for %s that says %q", r[0], r[1])
 		}
 	}
 }

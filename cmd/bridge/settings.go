@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"strconv"
 	"strings"
 
 	"github.com/bridge-mcp/bridge/images"
@@ -36,14 +37,11 @@ func (f *settingFlag) IsBoolFlag() bool { return f.boolean }
 func (f *settingFlag) Set(v string) error {
 	s := policy.Setting{Key: f.key, Value: v, Flag: "--" + f.name}
 	if f.boolean {
-		switch strings.ToLower(v) {
-		case "true", "1", "t":
-			s.Value = "false"
-		case "false", "0", "f":
-			s.Value = "true"
-		default:
+		on, err := strconv.ParseBool(v)
+		if err != nil {
 			return errors.New("want true or false")
 		}
+		s.Value = strconv.FormatBool(!on)
 	}
 	if err := policy.CheckSetting(s); err != nil {
 		// The flag package says "invalid value V for flag -NAME: " first.
