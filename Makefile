@@ -189,12 +189,22 @@ bench:
 # each for TEST_FUZZTIME, `make fuzz` for FUZZTIME.
 FUZZ_TARGETS := ./sandbox/relay:FuzzDecode ./sandbox/relay:FuzzReadObject ./policy:FuzzParse ./policy:FuzzGlob ./proxy:FuzzServersConfig
 
+# Go 1.26's fuzz coordinator can end a run at the -fuzztime deadline with a
+# bare "context deadline exceeded" and no failing input (go.dev/issue/75804,
+# fixed in Go 1.27). That one outcome is reported and passed; any failure
+# that wrote an input, or any other, fails. The seed corpora are replayed by
+# `make unit` either way.
 fuzz:
 	$(call banner,fuzz: $(words $(FUZZ_TARGETS)) targets$(comma) $(FUZZTIME) each)
-	@for t in $(FUZZ_TARGETS); do \
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "$(GO) test -run '^$$' -fuzz '^'$$name'$$' -fuzztime $(FUZZTIME) $$pkg"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg || exit 1; \
+		if ! $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg 2>&1 | tee "$$log"; then \
+			if grep -q '^    context deadline exceeded$$' "$$log" && ! grep -q 'Failing input written to\|panic:\|_test.go:[0-9]' "$$log"; then \
+				echo "fuzz: $$name ended at the deadline without a failing input (go.dev/issue/75804): not a finding"; \
+			else exit 1; fi; \
+		fi; \
 	done
 
 # The full soak (make test runs a short one within the integration suite).
