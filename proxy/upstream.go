@@ -234,11 +234,12 @@ func (u *upstream) ctxError(ctx context.Context, doing string) error {
 const youngDeath = 5 * time.Second
 
 // watch waits for the session to end and forgets it, so the next use
-// reconnects.
+// reconnects. done is closed only after that: a call that saw the session
+// end must find it forgotten (and any backoff started) when it comes back.
 func (u *upstream) watch(s *mcp.ClientSession, done chan struct{}, started time.Time) {
 	defer u.procs.Done()
+	defer close(done)
 	err := s.Wait()
-	close(done)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.sess != s {
