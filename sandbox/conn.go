@@ -89,7 +89,7 @@ func (rc *runConn) cutOff(err error) {
 // request's ctx has the run's deadline: no call outlives the run, and the
 // ToolHandler knows how long the run may still call (a remote MCP proxy
 // keeps the run's call budget that long).
-func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, exitSeen chan<- struct{}) readResult {
+func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, fl FileLimits, exitSeen chan<- struct{}) readResult {
 	rc := &runConn{e: e, runID: runID, c: c, slots: make(chan struct{}, maxRequests),
 		pending: newReserve(maxPendingBytes), results: newReserve(maxRunResultBytes),
 		cut: make(chan struct{}), inFlight: map[int64]bool{}}
@@ -100,6 +100,8 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 	ctx, cancel := context.WithCancel(WithHostMeter(ctx, NewHostMeter(hostTimePerRun)))
 	defer cancel()
 
+	fs := newFiles(fl, out.sink)
+	defer fs.end()
 	var exit *relay.Exit
 	for {
 		m, err := c.dec.Decode()
@@ -171,7 +173,14 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 				rc.mu.Unlock()
 				rc.answer(r)
 			}()
+		case relay.TypeFile, relay.TypeFileData, relay.TypeFileEnd, relay.TypeFileSkip:
+			if err := fs.handle(m); err != nil {
+				return readResult{err: err}
+			}
 		case relay.TypeExit:
+			if fs.cur != nil {
+				return readResult{err: fmt.Errorf("%w: exit inside file %d", relay.ErrProtocol, fs.cur.id)}
+			}
 			exit = m.Exit
 			close(exitSeen)
 		case relay.TypeHello:

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +49,9 @@ type Result struct {
 	// Startup is the time from the start of Run until the code was handed
 	// to the runner: container creation, start and the runner's connect.
 	Startup time.Duration `json:"startup"`
+	// FilesSkipped counts files the runner skipped beyond those it
+	// reported one by one to the Sink.
+	FilesSkipped int64 `json:"files_skipped,omitempty"`
 }
 
 // Request is one piece of code to run.
@@ -63,6 +65,11 @@ type Request struct {
 	// (stream is "stdout" or "stderr"), after the output cap is applied.
 	// It is called from one goroutine at a time and must not block for long.
 	OnOutput func(stream, data string)
+	// Sink, if set, receives the output and the files of the run instead
+	// of OnOutput.
+	Sink Sink
+	// Files bound the files the run sends back; the zero value sends none.
+	Files FileLimits
 }
 
 // ToolHandler answers the code's tool calls and its questions about the
@@ -255,21 +262,15 @@ func ensurePrivateDir(dir string) error {
 	return nil
 }
 
-// maxSocketPath is the size of sun_path on Linux, terminating NUL included.
-const maxSocketPath = 108
-
 // Run runs one request in a fresh container and removes the container, its
-// socket and its directory before it returns, on every path. Failures of the
-// code (exceptions, timeouts, memory) are reported in the Result; an error
-// means the code could not be run at all, or the engine failed mid-run.
+// socket and its directory before it returns, on every path: Start, Exec
+// and Close. Failures of the code (exceptions, timeouts, memory) are
+// reported in the Result; an error means the code could not be run at all,
+// or the engine failed mid-run.
 func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error) {
 	start := time.Now()
 	if err := req.Limits.Validate(); err != nil {
 		return res, fmt.Errorf("invalid limits: %w", err)
-	}
-	if !e.enforce.All() && !e.opts.AllowUnenforcedLimits {
-		return res, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits, or set require_enforced_limits: false in the policy)",
-			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
 	}
 	res.RunID = req.RunID
 	if res.RunID == "" {
@@ -277,210 +278,40 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	} else if !validRunID(res.RunID) {
 		return res, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", res.RunID)
 	}
-	token := newID(16)
-	log := e.log.With().Str("run_id", res.RunID).Str("engine", e.rt.Name()).Logger()
-
-	dir, err := os.MkdirTemp(e.runRoot, e.dirPrefix)
+	inst, err := e.Start(ctx, req.Limits, res.RunID)
 	if err != nil {
-		return res, fmt.Errorf("creating run directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	// The container's uid must enter the directory and connect to the socket.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return res, err
-	}
-	sock := filepath.Join(dir, "relay.sock")
-	if len(sock) >= maxSocketPath {
-		return res, fmt.Errorf("relay socket path %s is %d bytes, over the %d a unix socket allows: set XDG_RUNTIME_DIR (or TMPDIR) to a shorter directory", sock, len(sock), maxSocketPath-1)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return res, fmt.Errorf("creating relay socket: %w", err)
-	}
-	defer ln.Close()
-	if err := os.Chmod(sock, 0o666); err != nil {
-		return res, err
-	}
-
-	spec := NewSpec(res.RunID, e.opts.Image, dir, token, req.Limits)
-	spec.OCIRuntime = e.runtime
-	if e.effective == OCIRuntimeRunsc {
-		spec.ForGVisor()
-	}
-	if e.owner != "" {
-		spec.Labels[LabelOwner] = e.owner
-	}
-	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
-		// Only reachable with AllowUnenforcedLimits: ask for nothing the
-		// engine would drop, so what runs is what the spec says.
-		log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
-	}
-
-	// Create and Start run to their end even when ctx is cancelled: an
-	// engine that made a container must never leave it unknown to us. They
-	// are bounded by StartTimeout instead.
-	engineCtx := context.WithoutCancel(ctx)
-	cctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
-	id, err := e.rt.Create(cctx, spec)
-	cancel()
-	if err != nil {
-		// A create cut short may still have made the container: remove it
-		// by name, which the engines accept as well as an id.
-		e.remove(engineCtx, spec.Name, log)
-		if errors.Is(err, ErrImageNotFound) {
-			return res, fmt.Errorf("%w; %s", err, imageHint(e.opts, e.rt.Name()))
+		if errors.Is(err, errStartCancelled) {
+			res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+			res.Duration = time.Since(start)
+			return res, nil
 		}
-		return res, e.withHint(fmt.Errorf("creating container: %w", err))
+		return res, err
 	}
 	defer func() {
-		if rerr := e.remove(engineCtx, id, log); rerr != nil && err == nil {
-			err = fmt.Errorf("removing container %s: %w", id, rerr)
+		if cerr := inst.Close(ctx); cerr != nil && err == nil {
+			err = cerr
 		}
 		res.Duration = time.Since(start)
-		log.Debug().Str("status", string(res.Status)).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
+		inst.log.Debug().Str("status", string(res.Status)).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
 	}()
-	if ctx.Err() != nil {
-		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
-		return res, nil
+	sink := req.Sink
+	if sink == nil {
+		sink = outputSink(req.OnOutput)
 	}
-
-	runDone := make(chan struct{})
-	defer close(runDone)
-	accepted := make(chan *runnerConn)
-	go acceptRunner(ln, token, accepted, runDone, log)
-
-	sctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
-	err = e.rt.Start(sctx, id)
-	cancel()
-	if err != nil {
-		return res, e.withHint(fmt.Errorf("starting container: %w", err))
-	}
-	// Wait on the container in the background for the whole run. Engines
-	// answer a wait on a created container at once, so it starts after Start.
-	waitCtx, stopWait := context.WithCancel(engineCtx)
-	defer stopWait()
-	exited := make(chan waitResult, 1)
-	go func() {
-		st, err := e.rt.Wait(waitCtx, id)
-		exited <- waitResult{st, err}
-	}()
-
-	var conn *runnerConn
-	startTimer := time.NewTimer(e.opts.StartTimeout)
-	defer startTimer.Stop()
-	select {
-	case conn = <-accepted:
-	case w := <-exited:
-		return e.earlyExit(ctx, id, w, res, req.Limits)
-	case <-startTimer.C:
-		return res, fmt.Errorf("the runner did not connect within %s of the container starting; run `bridge doctor`", e.opts.StartTimeout)
-	case <-ctx.Done():
-		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
-		return res, nil
-	}
-	// One runner per run: no later connection is accepted.
-	ln.Close()
-	defer conn.Close()
-	res.Python = conn.hello.Python
-
-	// A runner that never reads must not hold the bridge: the write is
-	// bounded, and cancelling ctx closes the connection.
-	unhook := context.AfterFunc(ctx, func() { conn.Close() })
-	err = conn.exec(relay.Exec{Code: req.Code, OutputLimit: req.Limits.OutputBytes}, e.opts.StartTimeout)
-	if !unhook() || ctx.Err() != nil {
-		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
-		return res, nil
-	}
-	if err != nil {
-		return res, fmt.Errorf("sending code to the runner: %w", err)
-	}
-	res.Startup = time.Since(start)
-	deadline := time.Now().Add(req.Limits.Timeout)
-	timeout := time.NewTimer(req.Limits.Timeout)
-	defer timeout.Stop()
-
-	out := newOutput(req.Limits.OutputBytes, req.OnOutput)
-	exitSeen := make(chan struct{})
-	done := make(chan readResult, 1)
-	// Cancelling serveCtx stops the reader waiting for a tool-call slot and
-	// cancels the calls in flight: done when the container is gone.
-	serveCtx, stopServe := context.WithCancel(ctx)
-	defer stopServe()
-	go func() { done <- e.serve(serveCtx, res.RunID, deadline, conn, out, exitSeen) }()
-
-	kill := func() {
-		kctx, cancel := context.WithTimeout(engineCtx, 10*time.Second)
-		defer cancel()
-		if err := e.rt.Kill(kctx, id); err != nil {
-			log.Warn().Err(err).Msg("killing container")
-		}
-	}
-	// stop kills the container and ends the connection, then collects what
-	// the reader and the engine have to say.
-	var rr readResult
-	var w waitResult
-	stop := func() {
-		kill()
-		conn.Close()
-		stopServe()
-		rr = <-done
-		w = awaitExit(exited, 0, e.killWait, kill)
-	}
-
-	var killedFor Status
-	select {
-	case <-timeout.C:
-		killedFor = StatusTimeout
-		stop()
-	case <-ctx.Done():
-		killedFor = StatusCancelled
-		stop()
-	case <-exitSeen:
-		// The runner reported; give it a moment to end on its own.
-		grace := time.NewTimer(e.exitGrace)
-		select {
-		case rr = <-done:
-			if rr.err != nil {
-				kill()
-			}
-			w = awaitExit(exited, e.exitGrace, e.killWait, kill)
-		case <-grace.C:
-			stop()
-		}
-		grace.Stop()
-	case rr = <-done:
-		if rr.err != nil {
-			kill() // a runner that breaks the protocol gets no grace
-		}
-		w = awaitExit(exited, e.exitGrace, e.killWait, kill)
-	case w = <-exited:
-		if w.err != nil {
-			// The engine, not the code, failed: say so.
-			kill()
-			conn.Close()
-			stopServe()
-			<-done
-			return res, fmt.Errorf("waiting for the container: %w", w.err)
-		}
-		// The container ended first. Its end closes the connection; the
-		// deadline covers a peer that kept it open (it never should).
-		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-		time.AfterFunc(2*time.Second, stopServe)
-		rr = <-done
-	}
-	out.fill(&res)
-	switch killedFor {
-	case StatusTimeout:
-		res.Status, res.ExitCode = StatusTimeout, -1
-		res.Message = fmt.Sprintf("timed out after %s: the container was killed; output until then is kept", req.Limits.Timeout)
-		return res, nil
-	case StatusCancelled:
-		res.Status, res.ExitCode = StatusCancelled, -1
-		res.Message = "cancelled: the container was killed"
-		return res, nil
-	}
-	return e.outcome(ctx, id, rr, w, res, req.Limits, log)
+	return inst.Exec(ctx, ExecRequest{RunID: res.RunID, Code: req.Code, Timeout: req.Limits.Timeout,
+		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink})
 }
+
+// outputSink is a Sink that hands output to f (if set) and drops files.
+type outputSink func(stream, data string)
+
+func (f outputSink) Output(stream, data string) {
+	if f != nil {
+		f(stream, data)
+	}
+}
+func (outputSink) File(FileInfo) FileWriter     { return discard{} }
+func (outputSink) Skipped(FileInfo, SkipReason) {}
 
 // exitGraceDefault is how long a runner that sent exit, or whose connection
 // ended, has to end on its own before its container is killed.
@@ -547,6 +378,7 @@ func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w wait
 		res.Error = rr.exit.Error
 		res.StdoutCut += rr.exit.StdoutCut
 		res.StderrCut += rr.exit.StderrCut
+		res.FilesSkipped = rr.exit.FilesSkipped
 		if rr.exit.Status == "ok" {
 			res.Status = StatusOK
 			return res, nil
@@ -586,21 +418,21 @@ func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w wait
 }
 
 // earlyExit explains a container that stopped before its runner connected.
-func (e *Executor) earlyExit(ctx context.Context, id string, w waitResult, res Result, l Limits) (Result, error) {
+func (e *Executor) earlyExit(ctx context.Context, id string, w waitResult, l Limits) error {
 	if w.err != nil {
-		return res, fmt.Errorf("waiting for container: %w", w.err)
+		return fmt.Errorf("waiting for container: %w", w.err)
 	}
 	if w.state.OOMKilled {
-		return res, fmt.Errorf("the runner was killed by the memory limit (%s) while starting: raise the limit", units.Bytes(l.Memory))
+		return fmt.Errorf("the runner was killed by the memory limit (%s) while starting: raise the limit", units.Bytes(l.Memory))
 	}
 	msg := fmt.Sprintf("the runner exited with code %d before connecting to the relay", w.state.ExitCode)
 	if logs := e.logs(ctx, id); logs != "" {
 		msg += ": " + logs
 	}
 	if err := e.withHint(errors.New(msg)); err.Error() != msg {
-		return res, err
+		return err
 	}
-	return res, errors.New(msg + " (is the runner image current? rebuild it with `bridge image build`, then run `bridge doctor`)")
+	return errors.New(msg + " (is the runner image current? rebuild it with `bridge image build`, then run `bridge doctor`)")
 }
 
 // withHint adds what to do to an error of a run under gVisor whose cause
@@ -658,18 +490,19 @@ type waitResult struct {
 	err   error
 }
 
-// output collects the code's stdout and stderr up to a cap each.
+// output collects the code's stdout and stderr up to a cap each, and
+// passes what it keeps on to the sink.
 type output struct {
-	limit    int
-	onOutput func(stream, data string)
-	mu       sync.Mutex
-	stdout   strings.Builder
-	stderr   strings.Builder
-	cut      map[string]int64
+	limit  int
+	sink   Sink
+	mu     sync.Mutex
+	stdout strings.Builder
+	stderr strings.Builder
+	cut    map[string]int64
 }
 
-func newOutput(limit int, onOutput func(stream, data string)) *output {
-	return &output{limit: limit, onOutput: onOutput, cut: map[string]int64{}}
+func newOutput(limit int, sink Sink) *output {
+	return &output{limit: limit, sink: sink, cut: map[string]int64{}}
 }
 
 func (o *output) write(stream, data string) {
@@ -686,8 +519,8 @@ func (o *output) write(stream, data string) {
 	}
 	b.WriteString(data)
 	o.mu.Unlock()
-	if o.onOutput != nil && data != "" {
-		o.onOutput(stream, data)
+	if data != "" {
+		o.sink.Output(stream, data)
 	}
 }
 

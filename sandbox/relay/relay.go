@@ -14,11 +14,12 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
 // Version is the relay protocol version this package speaks.
-const Version = 2
+const Version = 3
 
 // MaxFrameSize is the largest payload a frame may carry, in bytes.
 const MaxFrameSize = 16 << 20
@@ -37,6 +38,10 @@ const (
 	TypeExit       = "exit"
 	TypeExec       = "exec"
 	TypeToolResult = "tool_result"
+	TypeFile       = "file"
+	TypeFileData   = "file_data"
+	TypeFileEnd    = "file_end"
+	TypeFileSkip   = "file_skip"
 )
 
 // ErrProtocol is wrapped by every error caused by a malformed frame.
@@ -93,13 +98,77 @@ type Exit struct {
 	Error     *ErrorInfo `json:"error,omitempty"`
 	StdoutCut int64      `json:"stdout_cut"`
 	StderrCut int64      `json:"stderr_cut"`
+	// FilesSkipped counts the files skipped beyond those reported one by
+	// one with file_skip.
+	FilesSkipped int64 `json:"files_skipped"`
+}
+
+// File announces one file of the outputs folder; its bytes follow in
+// FileData frames and a FileEnd. As decoded, Name is a relative path of
+// 1 to MaxFileName bytes whose "/"-separated parts are not empty, "." or
+// "..", are at most 255 bytes each, and hold no NUL.
+type File struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+}
+
+// FileData is the next piece of the file being sent: 1 byte to
+// MaxFilePiece, base64 on the wire.
+type FileData struct {
+	ID   int64  `json:"id"`
+	Data []byte `json:"data"`
+}
+
+// FileEnd ends the file being sent.
+type FileEnd struct {
+	ID int64 `json:"id"`
+	// Status is FileComplete, FileChanged or FileUnreadable.
+	Status string `json:"status"`
+}
+
+// The statuses of a FileEnd.
+const (
+	FileComplete   = "complete"
+	FileChanged    = "changed"
+	FileUnreadable = "unreadable"
+)
+
+// FileSkip reports a file the runner did not send. Reason is one of
+// SkipReasons; Name is checked as File's, except for reason bad_name,
+// where it is only cut to 256 bytes.
+type FileSkip struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	Reason string `json:"reason"`
+}
+
+// SkipReasons are the reasons a FileSkip may give.
+var SkipReasons = []string{"symlink", "special", "too_large", "over_total", "too_many", "unreadable", "bad_name"}
+
+// Bounds of the files out.
+const (
+	// MaxFileName is the longest name of a file, in bytes.
+	MaxFileName = 1024
+	// MaxFilePiece is the most bytes one FileData carries.
+	MaxFilePiece = 1 << 20
+	// MaxFileSkips is how many FileSkip frames one execution may send.
+	MaxFileSkips = 100
+)
+
+// FileLimits are what exec tells the runner of the files it may send.
+type FileLimits struct {
+	MaxFiles     int   `json:"max_files"`
+	MaxFileBytes int64 `json:"max_file_bytes"`
+	MaxBytes     int64 `json:"max_bytes"`
 }
 
 // Exec hands the code to the runner.
 type Exec struct {
-	Version     int    `json:"version"`
-	Code        string `json:"code"`
-	OutputLimit int    `json:"output_limit"`
+	Version     int        `json:"version"`
+	Code        string     `json:"code"`
+	OutputLimit int        `json:"output_limit"`
+	Files       FileLimits `json:"files"`
 }
 
 // ToolError is the error half of a ToolResult.
@@ -136,6 +205,10 @@ type Message struct {
 	ToolCall *ToolCall
 	Query    *Query
 	Exit     *Exit
+	File     *File
+	FileData *FileData
+	FileEnd  *FileEnd
+	FileSkip *FileSkip
 }
 
 // Decoder reads frames from the runner.
@@ -223,7 +296,11 @@ var (
 		TypeStderr:   {required: []string{"type", "data"}},
 		TypeToolCall: {[]string{"type", "id", "server", "tool"}, []string{"args"}},
 		TypeQuery:    {required: []string{"type", "id", "op", "args"}},
-		TypeExit:     {[]string{"type", "status", "exit_code"}, []string{"error", "stdout_cut", "stderr_cut"}},
+		TypeExit:     {[]string{"type", "status", "exit_code"}, []string{"error", "stdout_cut", "stderr_cut", "files_skipped"}},
+		TypeFile:     {required: []string{"type", "id", "name", "size"}},
+		TypeFileData: {required: []string{"type", "id", "data"}},
+		TypeFileEnd:  {required: []string{"type", "id", "status"}},
+		TypeFileSkip: {required: []string{"type", "name", "size", "reason"}},
 	}
 	errorKeys = keys{[]string{"type", "message"}, []string{"traceback"}}
 
@@ -233,6 +310,7 @@ var (
 		"type": "string", "version": "integer", "token": "string", "python": "string",
 		"data": "string", "id": "integer", "server": "string", "tool": "string", "args": "object", "op": "string",
 		"status": "string", "exit_code": "integer", "error": "object", "stdout_cut": "integer", "stderr_cut": "integer",
+		"files_skipped": "integer", "name": "string", "size": "integer", "reason": "string",
 	}
 	errorKinds = map[string]string{"type": "string", "message": "string", "traceback": "string"}
 )
@@ -280,6 +358,18 @@ func ParsePayload(payload []byte) (Message, error) {
 	case TypeExit:
 		m.Exit = new(Exit)
 		dst = m.Exit
+	case TypeFile:
+		m.File = new(File)
+		dst = m.File
+	case TypeFileData:
+		m.FileData = new(FileData)
+		dst = m.FileData
+	case TypeFileEnd:
+		m.FileEnd = new(FileEnd)
+		dst = m.FileEnd
+	case TypeFileSkip:
+		m.FileSkip = new(FileSkip)
+		dst = m.FileSkip
 	}
 	if err := o.decode(k, payload, dst); err != nil {
 		return Message{}, fmt.Errorf("%w: %s: %v", ErrProtocol, typ, err)
@@ -365,7 +455,7 @@ func (e *Exit) check() error {
 		return fmt.Errorf("status must be ok or error, got %q", truncate(e.Status, 40))
 	case e.ExitCode < 0 || e.ExitCode > 255:
 		return fmt.Errorf("exit_code must be 0 to 255, got %d", e.ExitCode)
-	case e.StdoutCut < 0 || e.StderrCut < 0:
+	case e.StdoutCut < 0 || e.StderrCut < 0 || e.FilesSkipped < 0:
 		return errors.New("cut counts must not be negative")
 	case e.Status == "ok" && e.ExitCode != 0:
 		return fmt.Errorf("status ok with exit code %d", e.ExitCode)
@@ -375,6 +465,74 @@ func (e *Exit) check() error {
 		x.Message, x.Traceback = clip([]byte(x.Message)), clip([]byte(x.Traceback))
 	}
 	return nil
+}
+
+func (f *File) check() error {
+	switch {
+	case f.ID <= 0:
+		return fmt.Errorf("id must be a positive integer, got %d", f.ID)
+	case f.Size < 0:
+		return fmt.Errorf("size must not be negative, got %d", f.Size)
+	}
+	return CheckFileName(f.Name)
+}
+
+// CheckFileName reports why name is not a file name the runner may send:
+// a relative path of 1 to MaxFileName bytes of UTF-8 whose "/"-separated
+// parts are not empty, "." or "..", are at most 255 bytes, and hold no NUL.
+func CheckFileName(name string) error {
+	switch {
+	case name == "" || len(name) > MaxFileName:
+		return fmt.Errorf("name must be 1 to %d bytes, got %d", MaxFileName, len(name))
+	case !utf8.ValidString(name):
+		return errors.New("name is not UTF-8")
+	case strings.IndexByte(name, 0) >= 0:
+		return errors.New("name holds a NUL byte")
+	}
+	for part := range strings.SplitSeq(name, "/") {
+		switch {
+		case part == "" || part == "." || part == "..":
+			return fmt.Errorf("name %q has an empty, . or .. part", truncate(name, 40))
+		case len(part) > 255:
+			return fmt.Errorf("name %q has a part over 255 bytes", truncate(name, 40))
+		}
+	}
+	return nil
+}
+
+func (d *FileData) check() error {
+	switch {
+	case d.ID <= 0:
+		return fmt.Errorf("id must be a positive integer, got %d", d.ID)
+	case len(d.Data) == 0 || len(d.Data) > MaxFilePiece:
+		return fmt.Errorf("data must be 1 to %d bytes, got %d", MaxFilePiece, len(d.Data))
+	}
+	return nil
+}
+
+func (e *FileEnd) check() error {
+	switch {
+	case e.ID <= 0:
+		return fmt.Errorf("id must be a positive integer, got %d", e.ID)
+	case e.Status != FileComplete && e.Status != FileChanged && e.Status != FileUnreadable:
+		return fmt.Errorf("status must be %s, %s or %s, got %q", FileComplete, FileChanged, FileUnreadable, truncate(e.Status, 40))
+	}
+	return nil
+}
+
+func (s *FileSkip) check() error {
+	switch {
+	case s.Size < 0:
+		return fmt.Errorf("size must not be negative, got %d", s.Size)
+	case !slices.Contains(SkipReasons, s.Reason):
+		return fmt.Errorf("reason must be one of %s, got %q", strings.Join(SkipReasons, ", "), truncate(s.Reason, 40))
+	case s.Reason == "bad_name":
+		if len(s.Name) > 256 {
+			return fmt.Errorf("a bad name is cut to 256 bytes, got %d", len(s.Name))
+		}
+		return nil
+	}
+	return CheckFileName(s.Name)
 }
 
 // object holds the members of a JSON object read by readObject.

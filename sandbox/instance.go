@@ -1,0 +1,357 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/sandbox/relay"
+)
+
+// The run path in two halves: an Instance is a started container whose
+// runner has connected and said hello, not yet given code (its limits were
+// fixed when it was created); Exec runs one piece of code in it. A warm
+// pool keeps Instances ahead of time, a session runs several Execs in one,
+// and Run is Start + Exec + Close.
+
+// maxSocketPath is the size of sun_path on Linux, terminating NUL included.
+const maxSocketPath = 108
+
+// errStartCancelled is Start's error when ctx ended before the runner
+// connected; the container made so far is removed.
+var errStartCancelled = errors.New("cancelled before the code started")
+
+// Instance is one started container with its runner connected, waiting for
+// code. Exec runs code in it once; Close removes it. Close must be called
+// on every Instance Start returns.
+type Instance struct {
+	e    *Executor
+	name string // the container's name part and label (LabelRunID)
+	id   string // the engine's container id
+	dir  string // the run directory holding the socket
+	// limits are those the container was created with.
+	limits Limits
+	conn   *runnerConn
+	log    zerolog.Logger
+	start  time.Time // when Start began
+	// exited delivers the container's end, once; stopWait ends the wait.
+	exited   chan waitResult
+	stopWait context.CancelFunc
+
+	mu     sync.Mutex
+	used   bool
+	closed bool
+}
+
+// ID is the instance's name: the run id it was started under (container
+// label LabelRunID).
+func (i *Instance) ID() string { return i.name }
+
+// Python is the interpreter version the runner reported.
+func (i *Instance) Python() string { return i.conn.hello.Python }
+
+// Start creates and starts a container with limits l (l.Timeout and
+// l.OutputBytes are not used: they belong to each Exec) and waits for its
+// runner to connect. name names the container (a run id: 1 to 32
+// lower-case letters and digits). On any error, everything made so far is
+// removed before Start returns; a ctx that ends first returns an error
+// wrapping errStartCancelled.
+func (e *Executor) Start(ctx context.Context, l Limits, name string) (inst *Instance, err error) {
+	start := time.Now()
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid limits: %w", err)
+	}
+	if !validRunID(name) {
+		return nil, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", name)
+	}
+	if !e.enforce.All() && !e.opts.AllowUnenforcedLimits {
+		return nil, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits, or set require_enforced_limits: false in the policy)",
+			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
+	}
+	token := newID(16)
+	log := e.log.With().Str("run_id", name).Str("engine", e.rt.Name()).Logger()
+
+	dir, err := os.MkdirTemp(e.runRoot, e.dirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("creating run directory: %w", err)
+	}
+	i := &Instance{e: e, name: name, dir: dir, log: log, start: start, limits: l}
+	defer func() {
+		if err != nil {
+			if cerr := i.Close(ctx); cerr != nil {
+				log.Warn().Err(cerr).Msg("cleaning up a container that failed to start")
+			}
+		}
+	}()
+	// The container's uid must enter the directory and connect to the socket.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, "relay.sock")
+	if len(sock) >= maxSocketPath {
+		return nil, fmt.Errorf("relay socket path %s is %d bytes, over the %d a unix socket allows: set XDG_RUNTIME_DIR (or TMPDIR) to a shorter directory", sock, len(sock), maxSocketPath-1)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("creating relay socket: %w", err)
+	}
+	// One runner per container: the listener is closed once it connected,
+	// or when Start gives up.
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o666); err != nil {
+		return nil, err
+	}
+
+	spec := NewSpec(name, e.opts.Image, dir, token, l)
+	spec.OCIRuntime = e.runtime
+	if e.effective == OCIRuntimeRunsc {
+		spec.ForGVisor()
+	}
+	if e.owner != "" {
+		spec.Labels[LabelOwner] = e.owner
+	}
+	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
+		// Only reachable with AllowUnenforcedLimits: ask for nothing the
+		// engine would drop, so what runs is what the spec says.
+		log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
+	}
+
+	// Create and Start run to their end even when ctx is cancelled: an
+	// engine that made a container must never leave it unknown to us. They
+	// are bounded by StartTimeout instead.
+	engineCtx := context.WithoutCancel(ctx)
+	cctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
+	id, err := e.rt.Create(cctx, spec)
+	cancel()
+	if err != nil {
+		// A create cut short may still have made the container: remove it
+		// by name, which the engines accept as well as an id.
+		e.remove(engineCtx, spec.Name, log)
+		if errors.Is(err, ErrImageNotFound) {
+			return nil, fmt.Errorf("%w; %s", err, imageHint(e.opts, e.rt.Name()))
+		}
+		return nil, e.withHint(fmt.Errorf("creating container: %w", err))
+	}
+	i.id = id
+	if ctx.Err() != nil {
+		return nil, errStartCancelled
+	}
+
+	startDone := make(chan struct{})
+	defer close(startDone)
+	accepted := make(chan *runnerConn)
+	go acceptRunner(ln, token, accepted, startDone, log)
+
+	sctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
+	err = e.rt.Start(sctx, id)
+	cancel()
+	if err != nil {
+		return nil, e.withHint(fmt.Errorf("starting container: %w", err))
+	}
+	// Wait on the container in the background for its whole life. Engines
+	// answer a wait on a created container at once, so it starts after Start.
+	waitCtx, stopWait := context.WithCancel(engineCtx)
+	i.stopWait = stopWait
+	i.exited = make(chan waitResult, 1)
+	go func() {
+		st, err := e.rt.Wait(waitCtx, id)
+		i.exited <- waitResult{st, err}
+	}()
+
+	startTimer := time.NewTimer(e.opts.StartTimeout)
+	defer startTimer.Stop()
+	select {
+	case i.conn = <-accepted:
+		return i, nil
+	case w := <-i.exited:
+		return nil, e.earlyExit(ctx, id, w, l)
+	case <-startTimer.C:
+		return nil, fmt.Errorf("the runner did not connect within %s of the container starting; run `bridge doctor`", e.opts.StartTimeout)
+	case <-ctx.Done():
+		return nil, errStartCancelled
+	}
+}
+
+// ExecRequest is one piece of code to run in an Instance.
+type ExecRequest struct {
+	// RunID names the execution for tool calls and logs.
+	RunID string
+	Code  string
+	// Timeout bounds the code's execution, from the moment it is handed
+	// to the runner; the container is killed when it passes.
+	Timeout time.Duration
+	// OutputBytes caps each of stdout and stderr.
+	OutputBytes int
+	// Files bound the files sent back; the zero value sends none.
+	Files FileLimits
+	// Sink receives output and files as they arrive; NoSink when nil.
+	Sink Sink
+}
+
+// Exec runs x.Code in the instance and reports how it ended. An instance
+// runs code once: a second Exec is an error. Failures of the code are in
+// the Result; an error means the code could not be run, or the engine
+// failed mid-run. Exec does not remove the container: Close does.
+func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err error) {
+	e, log := i.e, i.log
+	res.RunID = x.RunID
+	i.mu.Lock()
+	used := i.used || i.closed
+	i.used = true
+	i.mu.Unlock()
+	if used {
+		return res, errors.New("this sandbox instance already ran code or was closed")
+	}
+	if x.Timeout <= 0 {
+		return res, fmt.Errorf("timeout must be positive, got %s", x.Timeout)
+	}
+	if x.Sink == nil {
+		x.Sink = NoSink{}
+	}
+	execStart := time.Now()
+	defer func() {
+		if res.Duration == 0 {
+			res.Duration = time.Since(execStart)
+		}
+	}()
+	conn, id := i.conn, i.id
+	res.Python = conn.hello.Python
+	engineCtx := context.WithoutCancel(ctx)
+
+	// A runner that never reads must not hold the bridge: the write is
+	// bounded, and cancelling ctx closes the connection.
+	unhook := context.AfterFunc(ctx, func() { conn.Close() })
+	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Files: relay.FileLimits{
+		MaxFiles: x.Files.MaxFiles, MaxFileBytes: x.Files.MaxFileBytes, MaxBytes: x.Files.MaxBytes}}, e.opts.StartTimeout)
+	if !unhook() || ctx.Err() != nil {
+		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("sending code to the runner: %w", err)
+	}
+	res.Startup = time.Since(i.start)
+	deadline := time.Now().Add(x.Timeout)
+	timeout := time.NewTimer(x.Timeout)
+	defer timeout.Stop()
+
+	out := newOutput(x.OutputBytes, x.Sink)
+	exitSeen := make(chan struct{})
+	done := make(chan readResult, 1)
+	// Cancelling serveCtx stops the reader waiting for a tool-call slot and
+	// cancels the calls in flight: done when the container is gone.
+	serveCtx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	go func() { done <- e.serve(serveCtx, x.RunID, deadline, conn, out, x.Files, exitSeen) }()
+
+	kill := func() {
+		kctx, cancel := context.WithTimeout(engineCtx, 10*time.Second)
+		defer cancel()
+		if err := e.rt.Kill(kctx, id); err != nil {
+			log.Warn().Err(err).Msg("killing container")
+		}
+	}
+	// stop kills the container and ends the connection, then collects what
+	// the reader and the engine have to say.
+	var rr readResult
+	var w waitResult
+	stop := func() {
+		kill()
+		conn.Close()
+		stopServe()
+		rr = <-done
+		w = awaitExit(i.exited, 0, e.killWait, kill)
+	}
+
+	var killedFor Status
+	select {
+	case <-timeout.C:
+		killedFor = StatusTimeout
+		stop()
+	case <-ctx.Done():
+		killedFor = StatusCancelled
+		stop()
+	case <-exitSeen:
+		// The runner reported; give it a moment to end on its own.
+		grace := time.NewTimer(e.exitGrace)
+		select {
+		case rr = <-done:
+			if rr.err != nil {
+				kill()
+			}
+			w = awaitExit(i.exited, e.exitGrace, e.killWait, kill)
+		case <-grace.C:
+			stop()
+		}
+		grace.Stop()
+	case rr = <-done:
+		if rr.err != nil {
+			kill() // a runner that breaks the protocol gets no grace
+		}
+		w = awaitExit(i.exited, e.exitGrace, e.killWait, kill)
+	case w = <-i.exited:
+		if w.err != nil {
+			// The engine, not the code, failed: say so.
+			kill()
+			conn.Close()
+			stopServe()
+			<-done
+			return res, fmt.Errorf("waiting for the container: %w", w.err)
+		}
+		// The container ended first. Its end closes the connection; the
+		// deadline covers a peer that kept it open (it never should).
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		time.AfterFunc(2*time.Second, stopServe)
+		rr = <-done
+	}
+	out.fill(&res)
+	switch killedFor {
+	case StatusTimeout:
+		res.Status, res.ExitCode = StatusTimeout, -1
+		res.Message = fmt.Sprintf("timed out after %s: the container was killed; output until then is kept", x.Timeout)
+		return res, nil
+	case StatusCancelled:
+		res.Status, res.ExitCode = StatusCancelled, -1
+		res.Message = "cancelled: the container was killed"
+		return res, nil
+	}
+	return e.outcome(ctx, id, rr, w, res, i.limits, log)
+}
+
+// Close kills and removes the container, its socket and its directory.
+// It is safe to call more than once and from any path; ctx bounds nothing
+// but is where the removal takes its values from (removal outlives it). An
+// error means the engine failed to remove the container: it is retried in
+// the background (see Executor.PendingRemovals).
+func (i *Instance) Close(ctx context.Context) error {
+	i.mu.Lock()
+	closed := i.closed
+	i.closed = true
+	i.mu.Unlock()
+	if closed {
+		return nil
+	}
+	if i.conn != nil {
+		i.conn.Close()
+	}
+	if i.stopWait != nil {
+		i.stopWait()
+	}
+	var err error
+	if i.id != "" {
+		if rerr := i.e.remove(context.WithoutCancel(ctx), i.id, i.log); rerr != nil {
+			err = fmt.Errorf("removing container %s: %w", i.id, rerr)
+		}
+	}
+	if rerr := os.RemoveAll(i.dir); rerr != nil && err == nil {
+		err = fmt.Errorf("removing run directory: %w", rerr)
+	}
+	return err
+}
