@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"runtime"
 	"strconv"
 	"strings"
@@ -132,6 +133,24 @@ var strictRejects = []struct {
 	{"stdout data in capitals", `{"type":"stdout","DATA":"x"}`, `unknown field "DATA"`},
 	{"type key capitalized", `{"Type":"stdout","data":"x"}`, "without a type"},
 	{"hello token capitalized", `{"type":"hello","version":1,"Token":"t","python":"3"}`, `unknown field "Token"`},
+	// Files out.
+	{"file name with ..", `{"type":"file","id":1,"name":"a/../../etc/passwd","size":1}`, "empty, . or .. part"},
+	{"file name absolute", `{"type":"file","id":1,"name":"/etc/passwd","size":1}`, "empty, . or .. part"},
+	{"file name with NUL", `{"type":"file","id":1,"name":"a\u0000b","size":1}`, "NUL"},
+	{"file name empty", `{"type":"file","id":1,"name":"","size":1}`, "name must be 1 to 1024 bytes"},
+	{"file name too long", `{"type":"file","id":1,"name":"` + strings.Repeat("a/", 600) + `","size":1}`, "name must be 1 to 1024 bytes"},
+	{"file name part too long", `{"type":"file","id":1,"name":"` + strings.Repeat("a", 256) + `","size":1}`, "part over 255 bytes"},
+	{"file id 0", `{"type":"file","id":0,"name":"a","size":1}`, "id must be a positive integer"},
+	{"file size negative", `{"type":"file","id":1,"name":"a","size":-1}`, "size must not be negative"},
+	{"file without size", `{"type":"file","id":1,"name":"a"}`, `missing field "size"`},
+	{"file_data not base64", `{"type":"file_data","id":1,"data":"not base64!"}`, "illegal base64"},
+	{"file_data empty", `{"type":"file_data","id":1,"data":""}`, "data must be 1 to"},
+	{"file_data over a piece", `{"type":"file_data","id":1,"data":"` + strings.Repeat("AAAA", MaxFilePiece/3+1) + `"}`, "data must be 1 to"},
+	{"file_end unknown status", `{"type":"file_end","id":1,"status":"done"}`, "status must be complete, changed or unreadable"},
+	{"file_skip unknown reason", `{"type":"file_skip","name":"a","size":0,"reason":"boring"}`, "reason must be one of"},
+	{"file_skip bad name too long", `{"type":"file_skip","name":"` + strings.Repeat("x", 257) + `","size":0,"reason":"bad_name"}`, "cut to 256 bytes"},
+	{"file_skip symlink name with ..", `{"type":"file_skip","name":"../x","size":0,"reason":"symlink"}`, "empty, . or .. part"},
+	{"exit files_skipped negative", `{"type":"exit","status":"ok","exit_code":0,"files_skipped":-1}`, "must not be negative"},
 	{"tool call args capitalized", `{"type":"tool_call","id":1,"server":"s","tool":"t","Args":{}}`, `unknown field "Args"`},
 	{"error object key in capitals", `{"type":"exit","status":"error","exit_code":1,"error":{"TYPE":"E","message":"m"}}`, `error: unknown field "TYPE"`},
 	{"field of another type", `{"type":"stdout","data":"x","status":"ok"}`, `unknown field "status"`},
@@ -285,6 +304,26 @@ var strictAccepts = []struct {
 	}},
 	{"exit_code 255", `{"type":"exit","status":"error","exit_code":255,"stdout_cut":0,"stderr_cut":0}`, func(t *testing.T, m Message) {
 		if m.Exit.ExitCode != 255 || m.Exit.Error != nil {
+			t.Fatalf("got %+v", m.Exit)
+		}
+	}},
+	{"file as the runner sends it", `{"type":"file","id":3,"name":"plots/sine é.png","size":1048576}`, func(t *testing.T, m Message) {
+		if f := m.File; f.ID != 3 || f.Name != "plots/sine é.png" || f.Size != 1<<20 {
+			t.Fatalf("got %+v", f)
+		}
+	}},
+	{"file_data of a full piece", `{"type":"file_data","id":1,"data":"` + strings.Repeat("AAAA", MaxFilePiece/3) + "AA==" + `"}`, func(t *testing.T, m Message) {
+		if d := m.FileData; d.ID != 1 || len(d.Data) != MaxFilePiece {
+			t.Fatalf("got id %d, %d bytes", d.ID, len(d.Data))
+		}
+	}},
+	{"file_skip of a bad name", `{"type":"file_skip","name":"caf\\xe9/../x","size":7,"reason":"bad_name"}`, func(t *testing.T, m Message) {
+		if k := m.FileSkip; k.Name != `caf\xe9/../x` || k.Size != 7 || k.Reason != "bad_name" {
+			t.Fatalf("got %+v", k)
+		}
+	}},
+	{"exit with files skipped", `{"type":"exit","status":"ok","exit_code":0,"files_skipped":9900}`, func(t *testing.T, m Message) {
+		if m.Exit.FilesSkipped != 9900 {
 			t.Fatalf("got %+v", m.Exit)
 		}
 	}},
@@ -532,6 +571,15 @@ func FuzzDecode(f *testing.F) {
 		`{"type":"exit","status":"error","exit_code":1.0}`,
 		`{"type":"tool_call","id":9223372036854775807,"server":"s","tool":"t","args":{"k":"v","n":[-1.5e3,true,false,null,{}]}}`,
 		`{"type":"exit","status":"error","exit_code":1,"error":{"type":"E","message":"m","type":"F"}}`,
+		`{"type":"exit","status":"ok","exit_code":0,"files_skipped":3}`,
+		`{"type":"file","id":1,"name":"plots/sine.png","size":5}`,
+		`{"type":"file","id":2,"name":"../etc/passwd","size":5}`,
+		`{"type":"file_data","id":1,"data":"aGVsbG8="}`,
+		`{"type":"file_data","id":1,"data":"not base64!"}`,
+		`{"type":"file_end","id":1,"status":"complete"}`,
+		`{"type":"file_end","id":1,"status":"changed"}`,
+		`{"type":"file_skip","name":"link","size":0,"reason":"symlink"}`,
+		`{"type":"file_skip","name":"a\\xff","size":0,"reason":"bad_name"}`,
 	}
 	for _, s := range seeds {
 		f.Add(frame(s))
@@ -587,7 +635,8 @@ func dump(m Message) string {
 func checkInvariants(t *testing.T, m Message) {
 	t.Helper()
 	set := 0
-	for _, p := range []bool{m.Hello != nil, m.Output != nil, m.ToolCall != nil, m.Query != nil, m.Exit != nil} {
+	for _, p := range []bool{m.Hello != nil, m.Output != nil, m.ToolCall != nil, m.Query != nil, m.Exit != nil,
+		m.File != nil, m.FileData != nil, m.FileEnd != nil, m.FileSkip != nil} {
 		if p {
 			set++
 		}
@@ -627,6 +676,28 @@ func checkInvariants(t *testing.T, m Message) {
 			(q.Op != OpServers && q.Op != OpTools && q.Op != OpSearch) {
 			t.Fatalf("query passed checks it should fail: %+v", q)
 		}
+	case TypeFile:
+		f := m.File
+		if f == nil || f.ID <= 0 || f.Size < 0 || CheckFileName(f.Name) != nil {
+			t.Fatalf("file passed checks it should fail: %+v", f)
+		}
+	case TypeFileData:
+		d := m.FileData
+		if d == nil || d.ID <= 0 || len(d.Data) == 0 || len(d.Data) > MaxFilePiece {
+			t.Fatalf("file_data passed checks it should fail: %+v", d)
+		}
+	case TypeFileEnd:
+		e := m.FileEnd
+		if e == nil || e.ID <= 0 || (e.Status != FileComplete && e.Status != FileChanged && e.Status != FileUnreadable) {
+			t.Fatalf("file_end passed checks it should fail: %+v", e)
+		}
+	case TypeFileSkip:
+		k := m.FileSkip
+		if k == nil || k.Size < 0 || !slices.Contains(SkipReasons, k.Reason) || len(k.Name) > MaxFileName ||
+			(k.Reason != "bad_name" && CheckFileName(k.Name) != nil) {
+			t.Fatalf("file_skip passed checks it should fail: %+v", k)
+		}
+		valid("name", k.Name)
 	case TypeExit:
 		e := m.Exit
 		if e == nil || e.ExitCode < 0 || e.ExitCode > 255 || (e.Status != "ok" && e.Status != "error") ||
