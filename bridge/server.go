@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -46,6 +47,13 @@ type Options struct {
 	// slot (default 16); a call beyond that gets a busy error at once.
 	MaxConcurrent int
 	QueueLength   int
+	// Artifacts bound the files a run sends back, when there is no
+	// Policy (artifacts.DefaultLimits() when zero); with a Policy, its
+	// artifacts section does.
+	Artifacts artifacts.Limits
+	// Store, if set, keeps the files that are returned by reference, and
+	// the server answers resources/list and resources/read from it.
+	Store *artifacts.Store
 	// ProgressInterval is the least time between two progress
 	// notifications of one call (default 1 s).
 	ProgressInterval time.Duration
@@ -67,6 +75,9 @@ type Server struct {
 	// making is held while the runner is being made; unlike a mutex, a
 	// call waiting for it can give up when its ctx ends.
 	making chan struct{}
+
+	// owners says which client session made each run's stored files.
+	owners owners
 
 	mu     sync.Mutex
 	runner Runner
@@ -110,6 +121,9 @@ func New(opts Options) (*Server, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
+	if opts.Artifacts == (artifacts.Limits{}) {
+		opts.Artifacts = artifacts.DefaultLimits()
+	}
 	s := &Server{
 		opts:   opts,
 		log:    opts.Logger,
@@ -118,10 +132,17 @@ func New(opts Options) (*Server, error) {
 		making: make(chan struct{}, 1),
 	}
 	s.base, s.stopBase = context.WithCancel(context.Background())
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: opts.Policy != nil}}
+	if opts.Store != nil {
+		caps.Resources = &mcp.ResourceCapabilities{}
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bridge", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: opts.Policy != nil}},
+		Capabilities: caps,
 	})
+	if opts.Store != nil {
+		s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
+	}
 	_, maxTimeout := s.limits(nil)
 	s.mcp.AddTool(runPythonTool(maxTimeout), s.handleRunPython)
 	if opts.Policy != nil {

@@ -251,7 +251,7 @@ func TestConcurrencyAndBusy(t *testing.T) {
 func TestProgressNotifications(t *testing.T) {
 	s := newServer(t, Options{ProgressInterval: 50 * time.Millisecond, NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 		for i := range 5 {
-			req.OnOutput("stdout", strings.Repeat("line ", i+1)+"\n")
+			req.Sink.Output("stdout", strings.Repeat("line ", i+1)+"\n")
 			time.Sleep(60 * time.Millisecond)
 		}
 		return sandbox.Result{Status: sandbox.StatusOK}, nil

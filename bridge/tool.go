@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -25,7 +26,8 @@ const ToolName = "run_python"
 // the whole tools/list answer must stay at or under 300 tokens.
 const toolDescription = "Run Python 3 in a fresh isolated container: no network, " +
 	"read-only except /tmp, nothing kept between calls. Top-level await works. " +
-	"You get back what the code prints (stdout, then stderr), so print only what you need. " +
+	"You get back what the code prints (print only what you need) and the files it saves in /tmp/outputs " +
+	"(`mcp_tools.show(fig)` saves a chart). " +
 	"`import mcp_tools` reaches the user's other MCP servers: `search(\"...\")`, " +
 	"`call(server, tool, **args)`; `help()` prints the manual."
 
@@ -52,7 +54,7 @@ func runPythonTool(maxTimeout time.Duration) *mcp.Tool {
 	}
 }
 
-const outputSchema = `{"type":"object","properties":{"status":{"type":"string"},"exit_code":{"type":"integer"},"stdout":{"type":"string"},"stderr":{"type":"string"},"duration_ms":{"type":"integer"},"stdout_cut":{"type":"integer"},"stderr_cut":{"type":"integer"}},"required":["status"]}`
+const outputSchema = `{"type":"object","properties":{"status":{"type":"string"},"exit_code":{"type":"integer"},"stdout":{"type":"string"},"stderr":{"type":"string"},"duration_ms":{"type":"integer"},"stdout_cut":{"type":"integer"},"stderr_cut":{"type":"integer"},"artifacts":{"type":"array"}},"required":["status"]}`
 
 func ptr[T any](v T) *T { return &v }
 
@@ -67,6 +69,11 @@ type Output struct {
 	StderrCut  int64  `json:"stderr_cut,omitempty"`
 	// Message says, in one line, why a run did not succeed.
 	Message string `json:"message,omitempty"`
+	// Artifacts are the files the code left in /tmp/outputs: returned
+	// (inline or by reference) or not, and why.
+	Artifacts []ArtifactOutput `json:"artifacts,omitempty"`
+	// ArtifactsUnlisted counts the files not returned beyond those listed.
+	ArtifactsUnlisted int `json:"artifacts_unlisted,omitempty"`
 }
 
 // input is what a call may pass. Decoding is strict: unknown fields and
@@ -181,7 +188,9 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 			audit.RunEnd(s.opts.Policy.Run(runID), status, res.ExitCode, time.Since(start))
 		}()
 	}
-	res, err = runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, OnOutput: prog.output})
+	col := artifacts.NewCollector(runID, s.artifactLimits(snap), s.opts.Store)
+	res, err = runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID,
+		Sink: runSink{Collector: col, output: prog.output}, Files: col.FileLimits()})
 	if err != nil {
 		s.log.Error().Err(err).Msg("run failed")
 		msg := "the sandbox could not run the code: " + err.Error()
@@ -194,7 +203,23 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		return failure(statusUnavailable, msg, start), nil
 	}
 	s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Msg("run finished")
-	return render(res), nil
+	r := render(res)
+	list, unlisted := col.Artifacts()
+	for _, a := range list {
+		if a.URI != "" {
+			s.owners.set(runID, req.Session)
+			break
+		}
+	}
+	out := r.StructuredContent.(Output)
+	renderArtifacts(r, &out, list, unlisted+int(res.FilesSkipped))
+	r.StructuredContent = out
+	return r, nil
+}
+
+// artifactLimits are the limits on the files a run sends back.
+func (s *Server) artifactLimits(_ *policy.Snapshot) artifacts.Limits {
+	return s.opts.Artifacts
 }
 
 // failure is the result of a call that never ran code.

@@ -1,0 +1,212 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/internal/units"
+)
+
+// Files out: what the code leaves in /tmp/outputs comes back with the
+// run_python result, inline (images as ImageContent, the rest as embedded
+// resources) or, with a host folder for them (policy artifacts.dir), as
+// resource links the client reads back with resources/read. Each stored
+// file belongs to the client session whose call made it: another session
+// neither lists nor reads it.
+
+// runSink is the Sink of one run: output to the progress notifications,
+// files to the run's collector.
+type runSink struct {
+	*artifacts.Collector
+	output func(stream, data string)
+}
+
+func (s runSink) Output(stream, data string) { s.output(stream, data) }
+
+// ArtifactOutput is one file in structuredContent.artifacts.
+type ArtifactOutput struct {
+	Name     string `json:"name"`
+	MIMEType string `json:"mime_type"`
+	Bytes    int64  `json:"bytes"`
+	Inlined  bool   `json:"inlined"`
+	URI      string `json:"uri,omitempty"`
+	Note     string `json:"note,omitempty"`
+}
+
+// inlineURI names a file returned inline: where the code wrote it in the
+// sandbox. It is not readable with resources/read (the bytes are in the
+// result).
+func inlineURI(name string) string {
+	return "sandbox:///tmp/outputs/" + (&url.URL{Path: name}).EscapedPath()
+}
+
+// renderArtifacts adds the files of a run to its result: one content item
+// per returned file, one line in the text saying what came back and what
+// did not, and structuredContent.artifacts.
+func renderArtifacts(r *mcp.CallToolResult, out *Output, list []artifacts.Artifact, unlisted int) {
+	if len(list) == 0 && unlisted == 0 {
+		return
+	}
+	var returned, missing []string
+	for _, a := range list {
+		out.Artifacts = append(out.Artifacts, ArtifactOutput{Name: a.Name, MIMEType: a.MIME, Bytes: a.Bytes, Inlined: a.Inlined, URI: a.URI, Note: a.Note})
+		switch {
+		case a.Inlined && a.Kind == artifacts.Image:
+			r.Content = append(r.Content, &mcp.ImageContent{Data: a.Data, MIMEType: a.MIME})
+		case a.Inlined && a.Kind == artifacts.Text && utf8.Valid(a.Data):
+			r.Content = append(r.Content, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: inlineURI(a.Name), MIMEType: a.MIME, Text: string(a.Data)}})
+		case a.Inlined:
+			r.Content = append(r.Content, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: inlineURI(a.Name), MIMEType: a.MIME, Blob: a.Data}})
+		case a.URI != "":
+			size := a.Bytes
+			r.Content = append(r.Content, &mcp.ResourceLink{URI: a.URI, Name: a.Name, MIMEType: a.MIME, Size: &size})
+		}
+		if a.Returned() {
+			how := ""
+			if !a.Inlined {
+				how = " by reference"
+			}
+			returned = append(returned, fmt.Sprintf("%s (%s, %s%s)", a.Name, a.MIME, units.Bytes(a.Bytes), how))
+		} else {
+			missing = append(missing, fmt.Sprintf("%s (%s): %s", a.Name, units.Bytes(a.Bytes), a.Note))
+		}
+	}
+	out.ArtifactsUnlisted = unlisted
+	var b strings.Builder
+	if len(returned) > 0 {
+		fmt.Fprintf(&b, "[files: %s]", strings.Join(returned, ", "))
+	}
+	const shown = 5
+	if n := len(missing); n > 0 || unlisted > 0 {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		more := n - min(n, shown) + unlisted
+		b.WriteString("[not returned: " + strings.Join(missing[:min(n, shown)], "; "))
+		if more > 0 {
+			if n > 0 {
+				b.WriteString("; ")
+			}
+			fmt.Fprintf(&b, "%d more (structuredContent.artifacts lists them)", more)
+		}
+		b.WriteString("]")
+	}
+	if t, ok := r.Content[0].(*mcp.TextContent); ok && b.Len() > 0 {
+		if t.Text == "(no output)" {
+			t.Text = b.String()
+		} else {
+			t.Text = strings.TrimRight(t.Text, "\n") + "\n" + b.String()
+		}
+	}
+}
+
+// owners remembers which client session made each run's stored files, so
+// that resources/list and resources/read answer each session with its own.
+// An entry goes when the store no longer holds files of its run.
+type owners struct {
+	mu   sync.Mutex
+	runs map[string]*mcp.ServerSession
+}
+
+func (o *owners) set(run string, ss *mcp.ServerSession) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.runs == nil {
+		o.runs = map[string]*mcp.ServerSession{}
+	}
+	o.runs[run] = ss
+}
+
+// owns reports whether ss made run's files.
+func (o *owners) owns(ss *mcp.ServerSession, run string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	owner, ok := o.runs[run]
+	return ok && owner == ss
+}
+
+// prune forgets the runs of which the store holds nothing any more.
+func (o *owners) prune(live []artifacts.Entry) {
+	keep := map[string]bool{}
+	for _, e := range live {
+		keep[e.Run] = true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for run := range o.runs {
+		if !keep[run] {
+			delete(o.runs, run)
+		}
+	}
+}
+
+// resourcesMiddleware answers resources/list and resources/read from the
+// store, each session with its own runs' files.
+func (s *Server) resourcesMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "resources/list":
+			r, ok := req.(*mcp.ListResourcesRequest)
+			if !ok {
+				break
+			}
+			live := s.opts.Store.List()
+			s.owners.prune(live)
+			res := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
+			for _, e := range live {
+				if s.owners.owns(r.Session, e.Run) {
+					size := e.Size
+					res.Resources = append(res.Resources, &mcp.Resource{URI: e.URI, Name: e.Name, MIMEType: e.MIME, Size: size,
+						Description: fmt.Sprintf("a file of run %s, kept until %s", e.Run, e.Expires.UTC().Format("2006-01-02 15:04:05Z"))})
+				}
+			}
+			return res, nil
+		case "resources/read":
+			r, ok := req.(*mcp.ReadResourceRequest)
+			if !ok || r.Params == nil {
+				break
+			}
+			return s.readArtifact(r.Session, r.Params.URI)
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// readArtifact reads one stored file for session ss.
+func (s *Server) readArtifact(ss *mcp.ServerSession, uri string) (*mcp.ReadResourceResult, error) {
+	run, _, err := artifacts.ParseURI(uri)
+	if err != nil || !s.owners.owns(ss, run) {
+		// Another session's file is as unknown as one that never was.
+		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	e, rc, err := s.opts.Store.Open(uri)
+	if err != nil {
+		if errors.Is(err, artifacts.ErrNotFound) || errors.Is(err, artifacts.ErrExpired) {
+			return nil, mcp.ResourceNotFoundError(uri)
+		}
+		return nil, err
+	}
+	defer rc.Close()
+	// The store holds at most a run's max_bytes_stored; the entry's size
+	// bounds the read.
+	data, err := io.ReadAll(io.LimitReader(rc, e.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", uri, err)
+	}
+	c := &mcp.ResourceContents{URI: e.URI, MIMEType: e.MIME}
+	if e.Kind == artifacts.Text && utf8.Valid(data) {
+		c.Text = string(data)
+	} else {
+		c.Blob = data
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{c}}, nil
+}

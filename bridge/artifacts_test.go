@@ -1,0 +1,108 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// tinyPNG is a 1x1 PNG.
+var tinyPNG, _ = base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+
+// sendFile hands one whole file to the run's Sink, as the sandbox does.
+func sendFile(sink sandbox.Sink, name string, data []byte) {
+	w := sink.File(sandbox.FileInfo{Name: name, Size: int64(len(data))})
+	_, _ = w.Write(data)
+	w.End(nil)
+}
+
+func TestArtifactsReturned(t *testing.T) {
+	store, err := artifacts.OpenStore(artifacts.StoreOptions{Dir: t.TempDir(), Logger: zerolog.New(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	big := bytes.Repeat([]byte{0, 1, 2, 3}, 512<<10) // 2 MiB: over the inline limit
+	var limits sandbox.FileLimits
+	s := newServer(t, Options{Store: store, NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+		limits = req.Files
+		req.Sink.Output("stdout", "done\n")
+		sendFile(req.Sink, "plots/sine.png", tinyPNG)
+		sendFile(req.Sink, "data.csv", []byte("x,y\n1,2\n"))
+		sendFile(req.Sink, "big.bin", big)
+		req.Sink.Skipped(sandbox.FileInfo{Name: "passwd"}, sandbox.SkipSymlink)
+		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK, Stdout: "done\n", FilesSkipped: 3}, nil
+	})})
+	cs := connect(t, s, nil)
+	res, out := call(t, cs, map[string]any{"code": "x"})
+	if res.IsError || out.Status != "ok" {
+		t.Fatalf("got %+v", out)
+	}
+	if limits.MaxFiles != 20 || limits.MaxFileBytes < int64(len(big)) {
+		t.Errorf("the run was told file limits %+v", limits)
+	}
+	if len(res.Content) != 4 {
+		t.Fatalf("%d content items, want text, image, resource, link: %+v", len(res.Content), res.Content)
+	}
+	txt := res.Content[0].(*mcp.TextContent).Text
+	for _, want := range []string{"done\n[files: plots/sine.png (image/png, ", "data.csv (text/csv, 8 bytes)", "big.bin (application/octet-stream, 2 MiB by reference)",
+		"[not returned: passwd (0 bytes): a symbolic link", "; 3 more (structuredContent.artifacts lists them)]"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("text %q lacks %q", txt, want)
+		}
+	}
+	if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" || !bytes.Equal(img.Data, tinyPNG) {
+		t.Errorf("content 1 = %#v, want the PNG", res.Content[1])
+	}
+	if r, ok := res.Content[2].(*mcp.EmbeddedResource); !ok || r.Resource.MIMEType != "text/csv" || r.Resource.Text != "x,y\n1,2\n" || r.Resource.URI != "sandbox:///tmp/outputs/data.csv" {
+		t.Errorf("content 2 = %#v, want the CSV as text", res.Content[2])
+	}
+	link, ok := res.Content[3].(*mcp.ResourceLink)
+	if !ok || !strings.HasPrefix(link.URI, "bridge://runs/") || link.Size == nil || *link.Size != int64(len(big)) {
+		t.Fatalf("content 3 = %#v, want a resource link", res.Content[3])
+	}
+	if len(out.Artifacts) != 4 || out.ArtifactsUnlisted != 3 || out.Artifacts[3].Note == "" || out.Artifacts[2].URI != link.URI || out.Artifacts[0].Inlined != true {
+		t.Errorf("structuredContent.artifacts = %+v, unlisted %d", out.Artifacts, out.ArtifactsUnlisted)
+	}
+
+	// The session that made it lists and reads it back.
+	ctx := context.Background()
+	list, err := cs.ListResources(ctx, nil)
+	if err != nil || len(list.Resources) != 1 || list.Resources[0].URI != link.URI || list.Resources[0].Size != int64(len(big)) {
+		t.Fatalf("resources/list = %+v, %v", list, err)
+	}
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI})
+	if err != nil || len(rr.Contents) != 1 || !bytes.Equal(rr.Contents[0].Blob, big) {
+		t.Fatalf("resources/read: %v", err)
+	}
+	// Another session neither lists nor reads it.
+	other := connect(t, s, nil)
+	if l, err := other.ListResources(ctx, nil); err != nil || len(l.Resources) != 0 {
+		t.Errorf("another session lists %+v, %v", l, err)
+	}
+	if _, err := other.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI}); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("another session read another's file: %v", err)
+	}
+	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "bridge://runs/x/../../etc/passwd"}); err == nil {
+		t.Errorf("a path out of the store was read")
+	}
+}
+
+func TestNoArtifactsNoChange(t *testing.T) {
+	s := newServer(t, Options{NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK}, nil
+	})})
+	res, out := call(t, connect(t, s, nil), map[string]any{"code": "x"})
+	if len(res.Content) != 1 || text(res) != "(no output)" || out.Artifacts != nil {
+		t.Errorf("got %+v, %+v", res.Content, out)
+	}
+}
