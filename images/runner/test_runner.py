@@ -10,6 +10,7 @@ Run from the repository root: python3 -m unittest discover -s images/runner -v
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -26,6 +27,20 @@ RUNNER = Path(__file__).with_name("runner.py")
 TOKEN = "test-token-0123456789"
 TIMEOUT = 20.0  # seconds for any one run
 MAX_FRAME = 16 << 20
+VERSION = 3
+FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
+
+# The runner as the container starts it, except that its outputs folder
+# and matplotlib cache are a test's temporary directories, not the host's
+# /tmp/outputs and /opt/bridge/matplotlib.
+BOOTSTRAP = """\
+import sys
+sys.path.insert(0, sys.argv[1])
+import runner
+del sys.path[0]
+runner.OUTPUTS_DIR, runner.MPL_CACHE_DIR = sys.argv[2], sys.argv[3]
+runner.guarded(runner.main)()
+"""
 
 
 def frame(msg: Any) -> bytes:
@@ -33,8 +48,90 @@ def frame(msg: Any) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
-def exec_frame(code: str, output_limit: int = 64 << 10) -> bytes:
-    return frame({"type": "exec", "version": 2, "code": code, "output_limit": output_limit})
+def exec_frame(code: str, output_limit: int = 64 << 10, files: dict | None = None) -> bytes:
+    return frame({"type": "exec", "version": VERSION, "code": code, "output_limit": output_limit, "files": files or FILES})
+
+
+# The fields of each frame the runner may send (docs/protocol.md).
+RUNNER_FRAMES = {
+    "hello": ({"version", "token", "python"}, set()),
+    "stdout": ({"data"}, set()),
+    "stderr": ({"data"}, set()),
+    "tool_call": ({"id", "server", "tool"}, {"args"}),
+    "query": ({"id", "op", "args"}, set()),
+    "file": ({"id", "name", "size"}, set()),
+    "file_data": ({"id", "data"}, set()),
+    "file_end": ({"id", "status"}, set()),
+    "file_skip": ({"name", "size", "reason"}, set()),
+    "exit": ({"status", "exit_code"}, {"error", "stdout_cut", "stderr_cut", "files_skipped"}),
+}
+SKIP_REASONS = {"symlink", "special", "too_large", "over_total", "too_many", "unreadable", "bad_name"}
+
+
+def valid_name(name: str) -> bool:
+    data = name.encode("utf-8")  # a lone surrogate raises: not UTF-8
+    parts = name.split("/")
+    return 1 <= len(data) <= 1024 and "\0" not in name and all(p not in ("", ".", "..") and len(p.encode()) <= 255 for p in parts)
+
+
+class FileFrames:
+    """Checks the file frames of one run as the bridge would, and collects
+    the files: name -> (bytes, status), and the skips in order."""
+
+    def __init__(self, limits: dict) -> None:
+        self.limits = limits
+        self.files: dict[str, tuple[bytes, str]] = {}
+        self.order: list[str] = []  # names of files and skips, as they came
+        self.skips: list[dict] = []
+        self.pieces: list[int] = []  # decoded sizes of the file_data frames
+        self._current: dict | None = None
+        self._data = bytearray()
+        self._total = 0
+
+    def see(self, msg: dict) -> None:
+        t = msg["type"]
+        cur = self._current
+        if t == "file":
+            assert cur is None, f"file {msg} before the end of {cur}"
+            assert msg["id"] == len(self.files) + 1, f"file id {msg['id']}, want {len(self.files) + 1}"
+            assert valid_name(msg["name"]), msg["name"]
+            assert msg["name"] not in self.files, f"{msg['name']} sent twice"
+            assert type(msg["size"]) is int and 0 <= msg["size"] <= self.limits["max_file_bytes"], msg
+            self._total += msg["size"]
+            assert self._total <= self.limits["max_bytes"], f"over max_bytes with {msg}"
+            assert len(self.files) < self.limits["max_files"], f"over max_files with {msg}"
+            self._current = msg
+            self._data = bytearray()
+            self.files[msg["name"]] = (b"", "")
+        elif t == "file_data":
+            assert cur is not None and msg["id"] == cur["id"], f"{msg['type']} outside its file: {msg['id']}"
+            piece = base64.b64decode(msg["data"], validate=True)
+            assert base64.b64encode(piece).decode() == msg["data"], "not standard padded base64"
+            assert 1 <= len(piece) <= 1 << 20, f"piece of {len(piece)} bytes"
+            self.pieces.append(len(piece))
+            self._data += piece
+            assert len(self._data) <= cur["size"], f"{cur['name']}: more than {cur['size']} bytes"
+        elif t == "file_end":
+            assert cur is not None and msg["id"] == cur["id"], f"file_end outside its file: {msg}"
+            assert msg["status"] in ("complete", "changed", "unreadable"), msg
+            if msg["status"] == "complete":
+                assert len(self._data) == cur["size"], f"{cur['name']} complete with {len(self._data)} of {cur['size']} bytes"
+            self.files[cur["name"]] = (bytes(self._data), msg["status"])
+            self.order.append(cur["name"])
+            self._current = None
+        elif t == "file_skip":
+            assert cur is None, f"file_skip inside file {cur}"
+            assert msg["reason"] in SKIP_REASONS, msg
+            assert type(msg["size"]) is int and msg["size"] >= 0, msg
+            if msg["reason"] == "bad_name":
+                assert 1 <= len(msg["name"].encode()) <= 256, msg
+            else:
+                assert valid_name(msg["name"]), msg
+            self.skips.append(msg)
+            self.order.append(msg["name"])
+            assert len(self.skips) <= 100, "more than 100 file_skip frames"
+        elif t == "exit":
+            assert cur is None, f"exit inside file {cur}"
 
 
 class FakeHost:
@@ -43,10 +140,11 @@ class FakeHost:
     every frame. on_frame(host, msg) sees each frame after hello and may
     answer (host.send) or hang up (host.close)."""
 
-    def __init__(self, first: bytes, on_frame: Callable[[FakeHost, dict], None] | None = None) -> None:
+    def __init__(self, first: bytes, on_frame: Callable[[FakeHost, dict], None] | None = None, files: dict | None = None) -> None:
         self.first = first
         self.on_frame = on_frame
         self.frames: list[dict] = []
+        self.file_frames = FileFrames(files or FILES)
         self.error: BaseException | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="bridge-runner-test-")
         self.path = os.path.join(self._dir.name, "relay.sock")
@@ -95,6 +193,12 @@ class FakeHost:
                 if payload is None:
                     raise AssertionError("runner closed the connection mid-frame")
                 msg = json.loads(payload)
+                required, optional = RUNNER_FRAMES[msg["type"]]
+                keys = msg.keys() - {"type"}
+                assert required <= keys <= required | optional, f"{msg['type']} frame with fields {sorted(keys)}"
+                if self.frames and self.frames[-1]["type"] == "exit":
+                    raise AssertionError(f"{msg['type']} frame after exit")
+                self.file_frames.see(msg)
                 self.frames.append(msg)
                 if len(self.frames) == 1:
                     if not self.first:
@@ -119,8 +223,10 @@ class FakeHost:
 class Run:
     """What one run of the runner produced."""
 
-    def __init__(self, host: FakeHost, proc: subprocess.CompletedProcess, seconds: float) -> None:
+    def __init__(self, host: FakeHost, proc: subprocess.CompletedProcess, seconds: float, outputs: str) -> None:
         self.frames = host.frames
+        self.files = host.file_frames
+        self.outputs = outputs
         self.returncode = proc.returncode
         self.real_stdout = proc.stdout
         self.diag = proc.stderr.decode("utf-8", "replace")
@@ -154,32 +260,45 @@ def run(
     *,
     first: bytes | None = None,
     output_limit: int = 64 << 10,
+    files: dict | None = None,
     on_frame: Callable[[FakeHost, dict], None] | None = None,
+    env: dict[str, str] | None = None,
+    mpl_cache: str = "/nonexistent/bridge-test-matplotlib",
+    keep_outputs: Callable[[str], None] | None = None,
 ) -> Run:
-    host = FakeHost(first if first is not None else exec_frame(code, output_limit), on_frame)
-    env = {
+    """Runs code in the runner. Its outputs folder is <tmp>/outputs, which
+    the runner creates; keep_outputs(path) sees it before it is removed."""
+    host = FakeHost(first if first is not None else exec_frame(code, output_limit, files), on_frame, files)
+    tmp = tempfile.TemporaryDirectory(prefix="bridge-runner-outputs-")
+    outputs = os.path.join(tmp.name, "outputs")
+    full_env = {
         "BRIDGE_RELAY_SOCKET": host.path,
         "BRIDGE_RELAY_TOKEN": TOKEN,
         "HOME": tempfile.gettempdir(),
         "LANG": "C.UTF-8",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        **(env or {}),
     }
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, "-I", "-B", str(RUNNER)],
-            env=env,
+            [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(RUNNER.parent), outputs, mpl_cache],
+            env=full_env,
             cwd=tempfile.gettempdir(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=TIMEOUT,
         )
+        if keep_outputs is not None:
+            keep_outputs(outputs)
     finally:
         host.close()
         host.join()
+        subprocess.run(["chmod", "-R", "u+rwx", tmp.name], capture_output=True)
+        tmp.cleanup()
     if host.error is not None:
         raise host.error
-    result = Run(host, proc, time.monotonic() - start)
+    result = Run(host, proc, time.monotonic() - start, outputs)
     assert result.real_stdout == b"", f"runner wrote to its real stdout: {result.real_stdout!r}"
     return result
 
@@ -190,14 +309,14 @@ class HelloTest(unittest.TestCase):
         self.assertEqual(r.hello.keys(), {"type", "version", "token", "python"})
         self.assertEqual(r.hello["type"], "hello")
         self.assertIs(type(r.hello["version"]), int)
-        self.assertEqual(r.hello["version"], 2)
+        self.assertEqual(r.hello["version"], 3)
         self.assertEqual(r.hello["token"], TOKEN)
         v = sys.version_info
         self.assertEqual(r.hello["python"], f"{v.major}.{v.minor}.{v.micro}")
 
     def test_clean_exit(self) -> None:
         r = run("x = 1")
-        self.assertEqual(r.exit, {"type": "exit", "status": "ok", "exit_code": 0, "stdout_cut": 0, "stderr_cut": 0})
+        self.assertEqual(r.exit, {"type": "exit", "status": "ok", "exit_code": 0, "stdout_cut": 0, "stderr_cut": 0, "files_skipped": 0})
         self.assertEqual(r.returncode, 0)
 
     def test_token_not_visible_to_code(self) -> None:
@@ -475,10 +594,19 @@ class ProtocolTest(unittest.TestCase):
         self.assertLess(r.seconds, 10)
 
     def test_malformed_exec(self) -> None:
-        base = {"type": "exec", "version": 2, "code": "print(1)", "output_limit": 1024}
+        base = {"type": "exec", "version": 3, "code": "print(1)", "output_limit": 1024, "files": FILES}
         cases = {
             "unknown field": frame({**base, "extra": 1}),
             "missing field": frame({k: v for k, v in base.items() if k != "output_limit"}),
+            "missing files": frame({k: v for k, v in base.items() if k != "files"}),
+            "files not an object": frame({**base, "files": [1, 2, 3]}),
+            "files with an unknown key": frame({**base, "files": {**FILES, "max_dirs": 1}}),
+            "files without a key": frame({**base, "files": {"max_files": 1, "max_bytes": 1}}),
+            "negative max_files": frame({**base, "files": {**FILES, "max_files": -1}}),
+            "fractional max_bytes": frame({**base, "files": {**FILES, "max_bytes": 1.5}}),
+            "bool max_file_bytes": frame({**base, "files": {**FILES, "max_file_bytes": True}}),
+            "null max_files": frame({**base, "files": {**FILES, "max_files": None}}),
+            "version 2": frame({**base, "version": 2}),
             "wrong version": frame({**base, "version": 1}),
             "bool version": frame({**base, "version": True}),
             "code not a string": frame({**base, "code": 1}),
