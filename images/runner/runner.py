@@ -44,8 +44,11 @@ ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
 ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
 
 # The folder whose files come back with the result ("Files out" in
-# docs/protocol.md). The tests point these two elsewhere.
+# docs/protocol.md). BRIDGE_OUTPUTS set for the runner names another one
+# (for runs outside a container, as in tests).
 OUTPUTS_DIR = "/tmp/outputs"
+# The runner's modules (and mcp_tools), beside this script.
+LIB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
 # matplotlib's font cache, built into the image: copied to MPLCONFIGDIR so
 # that the first plot of a run does not rebuild it.
 MPL_CACHE_DIR = "/opt/bridge/matplotlib"
@@ -61,14 +64,6 @@ DRAIN_SECONDS = 1.0
 # message can never make the exit frame too large.
 ERROR_FIELD_LIMIT = 64 << 10
 
-# Bounds of the walk through OUTPUTS_DIR and of what it sends.
-WALK_MAX_DEPTH = 16  # path parts of a file's name, at most
-WALK_MAX_ENTRIES = 10_000  # directory entries looked at, at most
-FILE_PIECE = 1 << 20  # bytes of a file in one file_data frame, at most
-MAX_SKIP_FRAMES = 100  # file_skip frames; later skips are counted in exit
-MAX_NAME_BYTES = 1024
-MAX_NAME_PART_BYTES = 255
-BAD_NAME_BYTES = 256  # a bad_name's name as reported, escaped and cut
 FILE_LIMIT_KEYS = frozenset({"max_files", "max_file_bytes", "max_bytes"})
 
 # The runner's own exit codes when it cannot report through `exit`.
@@ -666,27 +661,15 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
 
 
 def make_outputs() -> bool:
-    """Creates OUTPUTS_DIR (mode 0700) and tells the code its path. In a
-    fresh container it never exists; if it does, it is used only when it is
-    a directory of ours (not a symbolic link). False: no files go out."""
+    """Creates OUTPUTS_DIR (mode 0700) and tells the code its path. It is
+    new in a fresh container; one that exists already may hold another
+    run's files, so then no files go out (False)."""
     try:
         os.mkdir(OUTPUTS_DIR, 0o700)
-    except FileExistsError:
-        try:
-            st = os.lstat(OUTPUTS_DIR)
-        except OSError as e:
-            diag(f"{OUTPUTS_DIR}: {e}; no files will be sent")
-            return False
-        if not (st.st_mode & 0o170000 == 0o040000 and st.st_uid == os.getuid()):  # S_ISDIR
-            diag(f"{OUTPUTS_DIR} exists and is not a directory of ours; no files will be sent")
-            return False
+        os.chmod(OUTPUTS_DIR, 0o700)  # whatever the umask left
     except OSError as e:
         diag(f"cannot create {OUTPUTS_DIR}: {e}; no files will be sent")
         return False
-    try:
-        os.chmod(OUTPUTS_DIR, 0o700)  # whatever the umask left
-    except OSError:
-        pass
     os.environ[ENV_OUTPUTS] = OUTPUTS_DIR
     return True
 
@@ -699,242 +682,40 @@ def copy_mpl_cache() -> None:
     if not dest:
         return
     try:
-        entries = os.scandir(MPL_CACHE_DIR)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        diag(f"cannot read {MPL_CACHE_DIR}: {e}")
-        return
-    with entries:
-        try:
+        with os.scandir(MPL_CACHE_DIR) as entries:
             os.makedirs(dest, 0o700, exist_ok=True)
-        except OSError as e:
-            diag(f"cannot create MPLCONFIGDIR {dest}: {e}")
-            return
-        for entry in entries:
-            try:
+            for entry in entries:
                 if entry.is_file(follow_symlinks=False):
-                    copy_file(entry.path, os.path.join(dest, entry.name))
-            except OSError as e:
-                diag(f"cannot copy {entry.path} to {dest}: {e}")
+                    with open(entry.path, "rb") as fin, open(os.path.join(dest, entry.name), "wb") as fout:
+                        fout.write(fin.read())
+    except FileNotFoundError as e:
+        if e.filename != MPL_CACHE_DIR:
+            diag(f"copying matplotlib's cache: {e}")
+    except OSError as e:
+        diag(f"copying matplotlib's cache: {e}")
 
 
-def copy_file(src: str, dst: str) -> None:
-    fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+def send_files(relay: Relay, limits: dict[str, int]) -> int:
+    """Sends the files the code left in OUTPUTS_DIR ("Files out" in
+    docs/protocol.md) and returns how many skipped files went unreported.
+    An empty folder costs one open and one read of it; otherwise the
+    sending code is loaded from lib/mcp_tools/_runner_files.py (bytecode in
+    the image), so that this script, compiled at every start, stays short."""
+    if limits["max_files"] == 0:
+        return 0  # the bridge takes no files: do not even look
     try:
-        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            while True:
-                data = os.read(fin, 1 << 20)
-                if not data:
-                    break
-                while data:
-                    data = data[os.write(fout, data):]
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
+        with os.scandir(OUTPUTS_DIR) as entries:
+            if next(entries, None) is None:
+                return 0
+    except OSError:
+        return 0  # the code removed it, or made it something else
+    import importlib.util
 
-
-def file_name(rel: bytes, parts: tuple[bytes, ...]) -> str | None:
-    """The name a file goes under (UTF-8, 1 to 1,024 bytes, no empty, . or
-    .. part, no part over 255 bytes, no NUL), or None when it has none."""
-    if not rel or len(rel) > MAX_NAME_BYTES or b"\0" in rel:
-        return None
-    for part in parts:
-        if part in (b"", b".", b"..") or len(part) > MAX_NAME_PART_BYTES:
-            return None
-    try:
-        return rel.decode("utf-8")  # strict: no surrogates, no overlong forms
-    except UnicodeDecodeError:
-        return None
-
-
-def bad_name(rel: bytes) -> str:
-    """A bad name as file_skip reports it: bytes not UTF-8 escaped as \\xNN,
-    cut to BAD_NAME_BYTES at a character boundary."""
-    text = rel.replace(b"\0", b"\\x00").decode("utf-8", "backslashreplace")
-    return text.encode()[:BAD_NAME_BYTES].decode("utf-8", "ignore") or "?"
-
-
-class FileSender:
-    """Sends the files of OUTPUTS_DIR after the code has ended, as the
-    section "Files out" of docs/protocol.md says. Nothing is followed: each
-    directory and file is opened relative to its parent's descriptor with
-    O_NOFOLLOW, so a name the code swaps for a symbolic link meanwhile
-    fails to open rather than leading elsewhere. Reads are bounded by the
-    size fstat gave, so a file still growing cannot hold the run."""
-
-    def __init__(self, relay: Relay, limits: dict[str, int]) -> None:
-        self._relay = relay
-        self._max_files = limits["max_files"]
-        self._max_file_bytes = limits["max_file_bytes"]
-        self._max_bytes = limits["max_bytes"]
-        self._sent_files = 0
-        self._sent_bytes = 0
-        self._skip_frames = 0
-        self.skipped = 0  # beyond MAX_SKIP_FRAMES: exit's files_skipped
-
-    def run(self) -> None:
-        if self._max_files == 0:
-            return  # the bridge takes no files: do not even look
-        try:
-            root = os.open(OUTPUTS_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return  # the code removed it, or made it something else
-        try:
-            found: list[tuple[int, bytes, tuple[bytes, ...], int, int]] = []
-            self._walk(root, (), found, [WALK_MAX_ENTRIES])
-            if not found:
-                return
-            found.sort(key=lambda f: (f[0], f[1]))  # oldest first, ties by name
-            for _mtime, rel, parts, mode, size in found:
-                self._one(root, rel, parts, mode, size)
-        finally:
-            os.close(root)
-
-    def _walk(self, dir_fd: int, prefix: tuple[bytes, ...], found: list, budget: list[int]) -> None:
-        """Adds (mtime_ns, name, parts, mode, size) for each entry below
-        dir_fd that is not a directory, as lstat sees it."""
-        subdirs = []
-        try:
-            with os.scandir(dir_fd) as entries:
-                for entry in entries:
-                    if budget[0] <= 0:
-                        break
-                    budget[0] -= 1
-                    try:
-                        st = entry.stat(follow_symlinks=False)  # fstatat on dir_fd
-                    except OSError:
-                        continue  # gone meanwhile
-                    parts = prefix + (os.fsencode(entry.name),)
-                    if st.st_mode & 0o170000 == 0o040000:  # S_ISDIR
-                        if len(parts) < WALK_MAX_DEPTH:
-                            subdirs.append(parts)
-                    else:
-                        found.append((st.st_mtime_ns, b"/".join(parts), parts, st.st_mode, st.st_size))
-        except OSError:
-            pass  # unreadable directory: what it holds is not looked at
-        for parts in subdirs:
-            if budget[0] <= 0:
-                return
-            try:
-                fd = os.open(parts[-1], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError:
-                continue
-            try:
-                self._walk(fd, parts, found, budget)
-            finally:
-                os.close(fd)
-
-    def _skip(self, name: str, size: int, reason: str) -> None:
-        if self._skip_frames < MAX_SKIP_FRAMES:
-            self._skip_frames += 1
-            self._relay.send({"type": "file_skip", "name": name, "size": size, "reason": reason})
-        else:
-            self.skipped += 1
-
-    def _one(self, root: int, rel: bytes, parts: tuple[bytes, ...], mode: int, size: int) -> None:
-        import stat  # loaded by os already
-
-        name = file_name(rel, parts)
-        if name is None:
-            self._skip(bad_name(rel), size if stat.S_ISREG(mode) else 0, "bad_name")
-            return
-        if stat.S_ISLNK(mode):
-            self._skip(name, 0, "symlink")
-            return
-        if not stat.S_ISREG(mode):
-            self._skip(name, 0, "special")
-            return
-        if self._over(name, size):
-            return
-        try:
-            fd = open_below(root, parts)
-        except OSError as e:
-            import errno
-
-            self._skip(name, size, "symlink" if e.errno == errno.ELOOP else "unreadable")
-            return
-        try:
-            try:
-                st = os.fstat(fd)
-            except OSError:
-                self._skip(name, size, "unreadable")
-                return
-            if not stat.S_ISREG(st.st_mode):
-                self._skip(name, 0, "special")
-                return
-            if self._over(name, st.st_size):
-                return
-            self._send(fd, name, st)
-        finally:
-            os.close(fd)
-
-    def _over(self, name: str, size: int) -> bool:
-        """Skips a file of that size that may not be sent; True if it did."""
-        if size > self._max_file_bytes:
-            self._skip(name, size, "too_large")
-        elif self._sent_files >= self._max_files:
-            self._skip(name, size, "too_many")
-        elif self._sent_bytes + size > self._max_bytes:
-            self._skip(name, size, "over_total")
-        else:
-            return False
-        return True
-
-    def _send(self, fd: int, name: str, st: os.stat_result) -> None:
-        from binascii import b2a_base64  # loaded at start-up already
-
-        size = st.st_size
-        self._sent_files += 1
-        self._sent_bytes += size
-        file_id = self._sent_files
-        self._relay.send({"type": "file", "id": file_id, "name": name, "size": size})
-        status = "complete"
-        left = size
-        while left > 0 and status == "complete":
-            want = min(left, FILE_PIECE)
-            chunks = []
-            got = 0
-            try:
-                while got < want:
-                    data = os.read(fd, want - got)
-                    if not data:
-                        status = "changed"  # shorter than fstat said: truncated meanwhile
-                        break
-                    chunks.append(data)
-                    got += len(data)
-            except OSError:
-                status = "unreadable"
-            if got:
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                self._relay.send({"type": "file_data", "id": file_id, "data": b2a_base64(data, newline=False).decode("ascii")})
-                left -= got
-        if status == "complete":
-            try:
-                now = os.fstat(fd)
-                if now.st_size != size or now.st_mtime_ns != st.st_mtime_ns:
-                    status = "changed"  # written to while read: what went out may be mixed
-            except OSError:
-                status = "unreadable"
-        self._relay.send({"type": "file_end", "id": file_id, "status": status})
-
-
-def open_below(root: int, parts: tuple[bytes, ...]) -> int:
-    """Opens root/parts for reading without following any symbolic link on
-    the way, and without blocking (a FIFO swapped in opens at once)."""
-    fd = root
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            if fd != root:
-                os.close(fd)
-            fd = nxt
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        if fd != root:
-            os.close(fd)
+    path = os.path.join(LIB_DIR, "mcp_tools", "_runner_files.py")
+    spec = importlib.util.spec_from_file_location("_bridge_runner_files", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.send(relay.send, OUTPUTS_DIR, limits)
 
 
 # --- main ------------------------------------------------------------------
@@ -955,6 +736,8 @@ def main() -> NoReturn:
         die(EXIT_PROTOCOL, f"{ENV_SOCKET} and {ENV_TOKEN} must be set")
 
     # Before hello: the run's timeout starts with exec.
+    global OUTPUTS_DIR
+    OUTPUTS_DIR = os.environ.get(ENV_OUTPUTS) or OUTPUTS_DIR
     outputs = make_outputs()
     copy_mpl_cache()
 
@@ -974,7 +757,7 @@ def main() -> NoReturn:
     publish(relay)
     # The modules the code may import from the bridge (mcp_tools); -I
     # keeps the runner's own directory off the path.
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+    sys.path.insert(0, LIB_DIR)
 
     outcome = run_code(msg["code"])
 
@@ -986,16 +769,14 @@ def main() -> NoReturn:
         # pipes; the exit frame is the parent's to send.
         os._exit(outcome.exit_code)
     stdout_cut, stderr_cut = capture.close()
-    files = FileSender(relay, msg["files"])
-    if outputs:
-        files.run()
+    files_skipped = send_files(relay, msg["files"]) if outputs else 0
     exit_msg: dict[str, Any] = {
         "type": "exit",
         "status": "ok" if outcome.exit_code == 0 else "error",
         "exit_code": outcome.exit_code,
         "stdout_cut": stdout_cut,
         "stderr_cut": stderr_cut,
-        "files_skipped": files.skipped,
+        "files_skipped": files_skipped,
     }
     if outcome.error is not None:
         exit_msg["error"] = outcome.error

@@ -30,15 +30,14 @@ MAX_FRAME = 16 << 20
 VERSION = 3
 FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
 
-# The runner as the container starts it, except that its outputs folder
-# and matplotlib cache are a test's temporary directories, not the host's
-# /tmp/outputs and /opt/bridge/matplotlib.
+# The runner with its matplotlib cache in a test's temporary directory,
+# not /opt/bridge/matplotlib.
 BOOTSTRAP = """\
 import sys
 sys.path.insert(0, sys.argv[1])
 import runner
 del sys.path[0]
-runner.OUTPUTS_DIR, runner.MPL_CACHE_DIR = sys.argv[2], sys.argv[3]
+runner.MPL_CACHE_DIR = sys.argv[2]
 runner.guarded(runner.main)()
 """
 
@@ -263,11 +262,11 @@ def run(
     files: dict | None = None,
     on_frame: Callable[[FakeHost, dict], None] | None = None,
     env: dict[str, str] | None = None,
-    mpl_cache: str = "/nonexistent/bridge-test-matplotlib",
-    keep_outputs: Callable[[str], None] | None = None,
+    mpl_cache: str | None = None,
 ) -> Run:
-    """Runs code in the runner. Its outputs folder is <tmp>/outputs, which
-    the runner creates; keep_outputs(path) sees it before it is removed."""
+    """Runs code in the runner. Its outputs folder is <tmp>/outputs (the
+    runner creates it: BRIDGE_OUTPUTS tells it where), its matplotlib
+    cache mpl_cache if given."""
     host = FakeHost(first if first is not None else exec_frame(code, output_limit, files), on_frame, files)
     tmp = tempfile.TemporaryDirectory(prefix="bridge-runner-outputs-")
     outputs = os.path.join(tmp.name, "outputs")
@@ -277,20 +276,23 @@ def run(
         "HOME": tempfile.gettempdir(),
         "LANG": "C.UTF-8",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "BRIDGE_OUTPUTS": outputs,
         **(env or {}),
     }
+    if mpl_cache is None:
+        argv = [sys.executable, "-I", "-B", str(RUNNER)]
+    else:
+        argv = [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(RUNNER.parent), mpl_cache]
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(RUNNER.parent), outputs, mpl_cache],
+            argv,
             env=full_env,
             cwd=tempfile.gettempdir(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=TIMEOUT,
         )
-        if keep_outputs is not None:
-            keep_outputs(outputs)
     finally:
         host.close()
         host.join()
@@ -805,6 +807,266 @@ class QueryTest(unittest.TestCase):
         r = run(code, on_frame=self.answer)
         self.assertEqual(r.stdout, "ValueError\nValueError\nTypeError\nValueError\n")
         self.assertEqual(r.of_type("query"), [])
+
+
+OUT = "import os\nout = os.environ['BRIDGE_OUTPUTS']\n"
+
+
+def write_files(*specs: tuple[str, bytes | int, int]) -> str:
+    """Code that writes each (name, content or size, mtime in s) below out."""
+    lines = [OUT]
+    for name, content, mtime in specs:
+        data = content if isinstance(content, bytes) else b"x" * content
+        lines.append(
+            f"p = os.path.join(out, {name!r})\n"
+            "os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+            f"open(p, 'wb').write({data!r})\n"
+            f"os.utime(p, ns=({mtime} * 10**9, {mtime} * 10**9))\n"
+        )
+    return "".join(lines)
+
+
+class FilesTest(unittest.TestCase):
+    """The files the code leaves in the outputs folder ("Files out" in docs/protocol.md)."""
+
+    FILE_TYPES = {"file", "file_data", "file_end", "file_skip"}
+
+    def file_frames(self, r: Run) -> list[dict]:
+        return [f for f in r.frames if f["type"] in self.FILE_TYPES]
+
+    def test_no_files_no_frames(self) -> None:
+        r = run(OUT + "import stat\nprint(out == os.environ['BRIDGE_OUTPUTS'], oct(stat.S_IMODE(os.stat(out).st_mode)), os.listdir(out))")
+        self.assertEqual(r.stdout, "True 0o700 []\n")
+        self.assertEqual(self.file_frames(r), [])
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_outputs_folder_is_the_runners(self) -> None:
+        r = run(OUT + "print(out)")
+        self.assertEqual(r.stdout, r.outputs + "\n")
+
+    def test_files_in_mtime_order_after_the_output(self) -> None:
+        code = write_files(("c.txt", b"newest", 300), ("a.txt", b"middle", 200), ("b.txt", b"oldest", 100), ("t2", b"2", 250), ("t1", b"1", 250))
+        r = run(code + "print('done')")
+        self.assertEqual(r.files.order, ["b.txt", "a.txt", "t1", "t2", "c.txt"])
+        self.assertEqual(r.files.files["a.txt"], (b"middle", "complete"))
+        self.assertEqual(r.files.files["t1"], (b"1", "complete"))
+        self.assertEqual([f["id"] for f in r.of_type("file")], [1, 2, 3, 4, 5])
+        types = [f["type"] for f in r.frames]
+        self.assertLess(max(i for i, t in enumerate(types) if t == "stdout"), types.index("file"))
+        self.assertEqual(r.exit["status"], "ok")
+
+    def test_nested_folders(self) -> None:
+        code = write_files(("top.txt", b"t", 1), ("sub/deeper/x.txt", b"x", 2), ("sub/y", b"", 3))
+        r = run(code)
+        self.assertEqual(r.files.order, ["top.txt", "sub/deeper/x.txt", "sub/y"])
+        self.assertEqual(r.files.files["sub/y"], (b"", "complete"))
+        self.assertEqual(r.of_type("file")[2]["size"], 0)
+        self.assertEqual(r.of_type("file_data")[-1]["id"], 2)  # an empty file has no file_data
+
+    def test_files_are_sent_after_an_error_too(self) -> None:
+        r = run(write_files(("partial.csv", b"a,b\n", 1)) + "raise ValueError('late')")
+        self.assertEqual(r.files.files, {"partial.csv": (b"a,b\n", "complete")})
+        self.assertEqual(r.exit["status"], "error")
+
+    def test_symlink_is_never_followed(self) -> None:
+        code = OUT + (
+            "os.symlink('/etc/passwd', os.path.join(out, 'passwd'))\n"
+            "os.symlink('/etc', os.path.join(out, 'etc'))\n"
+            "os.symlink('nowhere', os.path.join(out, 'dangling'))\n"
+        )
+        r = run(code)
+        self.assertEqual(r.files.files, {})
+        self.assertEqual(
+            sorted((s["name"], s["size"], s["reason"]) for s in r.files.skips),
+            [("dangling", 0, "symlink"), ("etc", 0, "symlink"), ("passwd", 0, "symlink")],
+        )
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_fifo_and_socket_are_special_and_do_not_hang(self) -> None:
+        code = OUT + (
+            "import socket\n"
+            "os.mkfifo(os.path.join(out, 'pipe'))\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "s.bind(os.path.join(out, 'sock'))\n"
+            "open(os.path.join(out, 'real'), 'w').write('r')\n"
+        )
+        r = run(code)
+        self.assertEqual(sorted((s["name"], s["reason"]) for s in r.files.skips), [("pipe", "special"), ("sock", "special")])
+        self.assertEqual(r.files.files, {"real": (b"r", "complete")})
+        self.assertLess(r.seconds, 10)
+
+    def test_too_large(self) -> None:
+        code = write_files(("big", 101, 1), ("fits", 100, 2))
+        r = run(code, files={**FILES, "max_file_bytes": 100})
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "big", "size": 101, "reason": "too_large"}])
+        self.assertEqual(r.files.files, {"fits": (b"x" * 100, "complete")})
+
+    def test_over_total(self) -> None:
+        # c would pass max_bytes; d, smaller, still fits after it.
+        code = write_files(("a", 100, 1), ("b", 100, 2), ("c", 100, 3), ("d", 50, 4))
+        r = run(code, files={**FILES, "max_bytes": 250})
+        self.assertEqual(r.files.order, ["a", "b", "c", "d"])
+        self.assertEqual(sorted(r.files.files), ["a", "b", "d"])
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "c", "size": 100, "reason": "over_total"}])
+
+    def test_too_many(self) -> None:
+        code = write_files(("1", 1, 1), ("2", 2, 2), ("3", 3, 3))
+        r = run(code, files={**FILES, "max_files": 2})
+        self.assertEqual(sorted(r.files.files), ["1", "2"])
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "3", "size": 3, "reason": "too_many"}])
+
+    def test_max_files_zero_sends_nothing(self) -> None:
+        code = write_files(("a", 1, 1)) + "os.symlink('/etc/passwd', os.path.join(out, 'l'))\nprint(os.listdir(out) != [])"
+        r = run(code, files={**FILES, "max_files": 0})
+        self.assertEqual(r.stdout, "True\n")
+        self.assertEqual(self.file_frames(r), [])
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_skips_beyond_100_are_counted(self) -> None:
+        code = OUT + "for n in range(150):\n    os.symlink('/etc/passwd', os.path.join(out, f'l{n:03}'))\n"
+        r = run(code)
+        self.assertEqual(len(r.files.skips), 100)
+        self.assertEqual(r.exit["files_skipped"], 50)
+
+    def test_large_file_goes_in_pieces_of_1_mib(self) -> None:
+        code = OUT + "open(os.path.join(out, 'big.bin'), 'wb').write(bytes(range(256)) * (3 * 4096) + b'tail')"
+        r = run(code, files={"max_files": 1, "max_file_bytes": 4 << 20, "max_bytes": 4 << 20})
+        data, status = r.files.files["big.bin"]
+        self.assertEqual(status, "complete")
+        self.assertEqual(data, bytes(range(256)) * (3 * 4096) + b"tail")
+        self.assertEqual(r.files.pieces, [1 << 20] * 3 + [4])
+
+    def test_file_still_growing_when_the_code_ends(self) -> None:
+        # A thread goes on appending after the code ends: the runner sends at
+        # most what fstat said, and does not wait for the writer.
+        code = OUT + (
+            "import threading, time\n"
+            "f = open(os.path.join(out, 'grow.bin'), 'wb', buffering=0)\n"
+            "def grow():\n"
+            "    for n in range(100000):\n"
+            "        f.write(bytes([n % 251]) * 4096)\n"
+            "        time.sleep(0.0005)\n"
+            "threading.Thread(target=grow).start()\n"
+            "time.sleep(0.3)\n"
+        )
+        r = run(code, files={"max_files": 1, "max_file_bytes": 400 << 20, "max_bytes": 400 << 20})
+        self.assertLess(r.seconds, 10)
+        [announced] = r.of_type("file")
+        data, status = r.files.files["grow.bin"]
+        self.assertIn(status, ("complete", "changed"))
+        self.assertLessEqual(len(data), announced["size"])
+        self.assertGreater(len(data), 0)
+        expected = b"".join(bytes([n % 251]) * 4096 for n in range(len(data) // 4096 + 1))
+        self.assertEqual(data, expected[: len(data)])
+
+    def test_bad_names(self) -> None:
+        long_dirs = "/".join("d" * 200 for _ in range(6))
+        code = OUT + (
+            "for name in (b'bad-\\xff.txt', b'\\xed\\xa0\\x80.txt'):\n"
+            "    open(os.path.join(os.fsencode(out), name), 'wb').write(b'x')\n"
+            f"os.makedirs(os.path.join(out, {long_dirs!r}))\n"
+            f"open(os.path.join(out, {long_dirs!r}, 'f.txt'), 'w').write('long')\n"
+            "for name in ('...', '..x', 'a\\nb', 'caf\\u00e9 \\u2603.txt', '-'):\n"
+            "    open(os.path.join(out, name), 'w').write(name)\n"
+        )
+        r = run(code)
+        self.assertEqual(sorted(r.files.files), sorted(["...", "..x", "a\nb", "caf\u00e9 \u2603.txt", "-"]))
+        self.assertEqual(r.files.files["caf\u00e9 \u2603.txt"], ("caf\u00e9 \u2603.txt".encode(), "complete"))
+        skips = {s["name"]: s for s in r.files.skips}
+        self.assertEqual({s["reason"] for s in skips.values()}, {"bad_name"})
+        self.assertIn("bad-\\xff.txt", skips)
+        self.assertIn("\\xed\\xa0\\x80.txt", skips)
+        self.assertEqual(skips["bad-\\xff.txt"]["size"], 1)
+        long_name = (long_dirs + "/f.txt")[:256]
+        self.assertIn(long_name, skips)
+        self.assertEqual(skips[long_name]["size"], 4)
+
+    def test_walk_depth_is_bounded(self) -> None:
+        ok = "/".join(["d"] * 15) + "/ok"  # 16 parts
+        deep = "/".join(["d"] * 16) + "/deep"  # 17 parts: not looked at
+        r = run(write_files((ok, b"1", 1), (deep, b"2", 2)))
+        self.assertEqual(r.files.order, [ok])
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_walk_looks_at_10000_entries(self) -> None:
+        code = OUT + "for n in range(10050):\n    open(os.path.join(out, str(n)), 'w').close()\n"
+        r = run(code, files={**FILES, "max_files": 20})
+        self.assertEqual(len(r.files.files), 20)
+        self.assertEqual(len(r.files.skips), 100)
+        self.assertEqual(20 + 100 + r.exit["files_skipped"], 10000)
+        self.assertEqual({s["reason"] for s in r.files.skips}, {"too_many"})
+
+    @unittest.skipIf(os.geteuid() == 0, "root reads a file of mode 000")
+    def test_unreadable(self) -> None:
+        code = write_files(("secret", b"s", 1)) + "os.chmod(os.path.join(out, 'secret'), 0)"
+        r = run(code)
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "secret", "size": 1, "reason": "unreadable"}])
+
+    def test_code_removes_or_replaces_the_folder(self) -> None:
+        cases = {
+            "removed": "import shutil\nshutil.rmtree(out)",
+            "a symlink": "import shutil, tempfile\nshutil.rmtree(out)\nd = tempfile.mkdtemp()\nopen(d + '/x', 'w').close()\nos.symlink(d, out)",
+            "a file": "import shutil\nshutil.rmtree(out)\nopen(out, 'w').write('x')",
+        }
+        for name, code in cases.items():
+            with self.subTest(name):
+                r = run(write_files(("a", b"a", 1)) + code)
+                self.assertEqual(self.file_frames(r), [])
+                self.assertEqual(r.exit["status"], "ok", r.stderr)
+
+    def test_folder_that_exists_already_is_not_sent(self) -> None:
+        # It may hold another run's files (in a container it never exists).
+        with tempfile.TemporaryDirectory() as stale:
+            Path(stale, "old.txt").write_text("old")
+            r = run("print('ran')", env={"BRIDGE_OUTPUTS": stale})
+        self.assertEqual(r.stdout, "ran\n")
+        self.assertEqual(self.file_frames(r), [])
+        self.assertIn("cannot create", r.diag)
+
+    def test_subfolder_swapped_for_a_symlink_is_not_followed(self) -> None:
+        # Mimics a swap between the walk and the open: the walk saw sub/ as a
+        # folder; open_below must refuse the symlink put in its place.
+        code = OUT + (
+            "import shutil, tempfile\n"
+            "from mcp_tools._runner_files import open_below\n"
+            "os.makedirs(os.path.join(out, 'sub'))\n"
+            "d = tempfile.mkdtemp()\n"
+            "open(os.path.join(d, 'f'), 'w').write('outside')\n"
+            "os.rmdir(os.path.join(out, 'sub'))\n"
+            "os.symlink(d, os.path.join(out, 'sub'))\n"
+            "root = os.open(out, os.O_RDONLY | os.O_DIRECTORY)\n"
+            "try:\n"
+            "    open_below(root, (b'sub', b'f'))\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__)\n"
+            "shutil.rmtree(d)\n"
+            "os.unlink(os.path.join(out, 'sub'))\n"
+        )
+        r = run(code)
+        self.assertIn(r.stdout, ("NotADirectoryError\n", "OSError\n"), r.stderr)
+
+
+class MatplotlibCacheTest(unittest.TestCase):
+    def test_cache_copied_into_mplconfigdir(self) -> None:
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as home:
+            Path(cache, "fontlist-v390.json").write_text('{"fonts": []}')
+            Path(cache, "sub").mkdir()
+            Path(cache, "sub", "nested").write_text("n")
+            os.symlink("/etc/passwd", os.path.join(cache, "link"))
+            mpl = os.path.join(home, "mpl", "config")
+            code = "import os\nd = os.environ['MPLCONFIGDIR']\nprint(sorted(os.listdir(d)), open(os.path.join(d, 'fontlist-v390.json')).read())"
+            r = run(code, env={"MPLCONFIGDIR": mpl}, mpl_cache=cache)
+            self.assertEqual(r.stdout, "['fontlist-v390.json'] {\"fonts\": []}\n", r.diag)
+
+    def test_nothing_without_the_cache_or_the_variable(self) -> None:
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as home:
+            Path(cache, "fontlist.json").write_text("{}")
+            mpl = os.path.join(home, "mpl")
+            r = run("import os\nprint(os.path.exists(os.environ.get('MPLCONFIGDIR', '/nonexistent')))", env={"MPLCONFIGDIR": mpl}, mpl_cache=os.path.join(cache, "absent"))
+            self.assertEqual(r.stdout, "False\n")  # the default cache folder does not exist
+            r = run("import os\nprint(os.environ.get('MPLCONFIGDIR'))", mpl_cache=cache)
+            self.assertEqual(r.stdout, "None\n")
+            self.assertEqual(r.diag, "")
 
 
 class MCPToolsTest(unittest.TestCase):
