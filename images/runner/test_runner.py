@@ -1014,6 +1014,13 @@ class FilesTest(unittest.TestCase):
                 self.assertEqual(self.file_frames(r), [])
                 self.assertEqual(r.exit["status"], "ok", r.stderr)
 
+    def test_show_writes_into_the_outputs_folder(self) -> None:
+        png = b"\x89PNG\r\n\x1a\n" + b"\0" * 30
+        code = f"from mcp_tools import show\nprint(show({png!r}))\nprint(show({{'a': 1}}))"
+        r = run(code)
+        self.assertEqual(r.stdout, f"{r.outputs}/image-1.png\n{{'a': 1}}\nNone\n")
+        self.assertEqual(r.files.files, {"image-1.png": (png, "complete")})
+
     def test_folder_that_exists_already_is_not_sent(self) -> None:
         # It may hold another run's files (in a container it never exists).
         with tempfile.TemporaryDirectory() as stale:
