@@ -1076,6 +1076,52 @@ class MatplotlibCacheTest(unittest.TestCase):
             self.assertEqual(r.diag, "")
 
 
+def doc_examples(path: Path) -> list[tuple[int, str, str, str]]:
+    """The examples of a doc as integration/upstream_test.go's docExamples
+    finds them: (line, marker, code, expected output)."""
+    out = []
+    cur = None
+    marker = ""
+    in_block = ""
+    buf: list[str] = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if in_block and line == "```":
+            if in_block == "python":
+                cur = (n, marker, "".join(buf))
+            elif cur is not None:
+                out.append((*cur, "".join(buf)))
+                cur = None
+            in_block = ""
+            buf = []
+        elif in_block:
+            buf.append(line + "\n")
+        elif line.startswith("<!-- example:"):
+            marker = line
+        elif line == "```python" and marker:
+            in_block = "python"
+        elif line == "```text" and cur is not None:
+            in_block = "text"
+        elif line.strip():
+            marker = ""
+            assert cur is None or line.startswith("```"), f"{path}:{cur[0]}: an example without a text block after it"
+    return out
+
+
+class DocExamplesTest(unittest.TestCase):
+    """docs/sandbox-api.md's examples that need no MCP server, run here too
+    (the integration test runs them all, in the real sandbox)."""
+
+    def test_examples_without_servers(self) -> None:
+        doc = RUNNER.parent.parent.parent / "docs" / "sandbox-api.md"
+        examples = [e for e in doc_examples(doc) if e[1] == "<!-- example: -->"]
+        self.assertGreaterEqual(len(examples), 2)
+        for line, _, code, want in examples:
+            with self.subTest(line=line):
+                r = run(code)
+                self.assertEqual(r.exit["status"], "ok", r.stderr)
+                self.assertEqual(r.stdout, want.replace("/tmp/outputs", r.outputs))
+
+
 class MCPToolsTest(unittest.TestCase):
     """mcp_tools in the runner, against a host that answers like a bridge."""
 
