@@ -981,6 +981,20 @@ class FilesTest(unittest.TestCase):
         self.assertIn(long_name, skips)
         self.assertEqual(skips[long_name]["size"], 4)
 
+    def test_4_kib_name(self) -> None:
+        # 16 parts of 255 bytes: past PATH_MAX from /, so made step by step.
+        code = OUT + (
+            "os.chdir(out)\n"
+            "for _ in range(15):\n"
+            "    os.mkdir('d' * 255)\n"
+            "    os.chdir('d' * 255)\n"
+            "open('f' * 255, 'w').write('deep')\n"
+            "os.chdir('/')\n"
+        )
+        r = run(code)
+        self.assertEqual(r.files.files, {})
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "d" * 255 + "/", "size": 4, "reason": "bad_name"}])
+
     def test_walk_depth_is_bounded(self) -> None:
         ok = "/".join(["d"] * 15) + "/ok"  # 16 parts
         deep = "/".join(["d"] * 16) + "/deep"  # 17 parts: not looked at
@@ -1051,6 +1065,37 @@ class FilesTest(unittest.TestCase):
         )
         r = run(code)
         self.assertIn(r.stdout, ("NotADirectoryError\n", "OSError\n"), r.stderr)
+
+
+def runner_files() -> Any:
+    """lib/mcp_tools/_runner_files.py, loaded by its path as the runner does."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bridge_runner_files", RUNNER.with_name("lib") / "mcp_tools" / "_runner_files.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FileNameTest(unittest.TestCase):
+    def test_names(self) -> None:
+        rf = runner_files()
+        good = [b"a", b"sub/b.txt", b"...", b"..x", b"caf\xc3\xa9", b"a\nb", b"x" * 255, b"/".join([b"y" * 200] * 5)]
+        for rel in good:
+            with self.subTest(rel=rel):
+                self.assertEqual(rf.file_name(rel, tuple(rel.split(b"/"))), rel.decode())
+        bad = [b"../etc/passwd", b"a/../b", b"./a", b"a//b", b"", b"a\0b", b"x" * 256, b"/".join([b"y" * 200] * 6),
+               b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"]
+        for rel in bad:
+            with self.subTest(rel=rel):
+                self.assertIsNone(rf.file_name(rel, tuple(rel.split(b"/"))))
+
+    def test_bad_name_as_reported(self) -> None:
+        rf = runner_files()
+        self.assertEqual(rf.bad_name(b"bad-\xff.txt"), "bad-\\xff.txt")
+        self.assertEqual(rf.bad_name(b"a\0b"), "a\\x00b")
+        self.assertEqual(rf.bad_name("\u20ac".encode() * 100), "\u20ac" * 85)  # 255 bytes: whole characters only
+        self.assertEqual(len(rf.bad_name(b"\xff" * 100).encode()), 256)
 
 
 class MatplotlibCacheTest(unittest.TestCase):
