@@ -5,7 +5,8 @@ to the relay socket, says `hello`, receives one `exec`, runs that code with its
 stdout and stderr captured at the file-descriptor level and streamed back, and
 reports how the code ended in `exit`. While the code runs, it relays the
 code's tool calls and queries (through the module _bridge_relay, which
-mcp_tools builds on). The wire protocol is docs/protocol.md (version 2);
+mcp_tools builds on). Once the code has ended, it sends the files the code
+left in /tmp/outputs. The wire protocol is docs/protocol.md (version 3);
 everything the host sends is checked against it.
 
 Standard library only, Python 3.10+. Start-up time matters, so modules are
@@ -37,9 +38,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NoReturn
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
 ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
+ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
+
+# The folder whose files come back with the result ("Files out" in
+# docs/protocol.md). BRIDGE_OUTPUTS set for the runner names another one
+# (for runs outside a container, as in tests).
+OUTPUTS_DIR = "/tmp/outputs"
+# The runner's modules (and mcp_tools), beside this script.
+LIB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+# matplotlib's font cache, built into the image: copied to MPLCONFIGDIR so
+# that the first plot of a run does not rebuild it.
+MPL_CACHE_DIR = "/opt/bridge/matplotlib"
 
 MAX_FRAME = 16 << 20  # payload bytes, both directions
 CODE_FILENAME = "<code>"  # the user's code in tracebacks and linecache
@@ -51,6 +63,8 @@ DRAIN_SECONDS = 1.0
 # Cap on each of error.message and error.traceback, so that a huge exception
 # message can never make the exit frame too large.
 ERROR_FIELD_LIMIT = 64 << 10
+
+FILE_LIMIT_KEYS = frozenset({"max_files", "max_file_bytes", "max_bytes"})
 
 # The runner's own exit codes when it cannot report through `exit`.
 EXIT_LOST = 1  # the host went away
@@ -132,13 +146,19 @@ def is_int(value: object) -> bool:
 def check_exec(msg: dict[str, Any]) -> None:
     if msg["type"] != "exec":
         raise ProtocolError(f"expected an exec frame, got {msg['type']!r}")
-    check_fields(msg, {"version", "code", "output_limit"})
+    check_fields(msg, {"version", "code", "output_limit", "files"})
     if msg["version"] != PROTOCOL_VERSION or not is_int(msg["version"]):
         raise ProtocolError(f"exec speaks protocol version {msg['version']!r}, runner speaks {PROTOCOL_VERSION}")
     if not isinstance(msg["code"], str):
         raise ProtocolError("exec.code is not a string")
     if not is_int(msg["output_limit"]) or msg["output_limit"] < 0:
         raise ProtocolError("exec.output_limit is not a non-negative integer")
+    files = msg["files"]
+    if not isinstance(files, dict) or files.keys() != FILE_LIMIT_KEYS:
+        raise ProtocolError(f"exec.files must be an object with exactly the keys {sorted(FILE_LIMIT_KEYS)}")
+    for key, value in files.items():
+        if not is_int(value) or value < 0:
+            raise ProtocolError(f"exec.files.{key} is not a non-negative integer")
 
 
 def check_tool_result(msg: dict[str, Any]) -> None:
@@ -637,6 +657,67 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
     return Outcome(1, error, text)
 
 
+# --- files: set-up before the code, sending after it -----------------------
+
+
+def make_outputs() -> bool:
+    """Creates OUTPUTS_DIR (mode 0700) and tells the code its path. It is
+    new in a fresh container; one that exists already may hold another
+    run's files, so then no files go out (False)."""
+    try:
+        os.mkdir(OUTPUTS_DIR, 0o700)
+        os.chmod(OUTPUTS_DIR, 0o700)  # whatever the umask left
+    except OSError as e:
+        diag(f"cannot create {OUTPUTS_DIR}: {e}; no files will be sent")
+        return False
+    os.environ[ENV_OUTPUTS] = OUTPUTS_DIR
+    return True
+
+
+def copy_mpl_cache() -> None:
+    """Copies the regular files of MPL_CACHE_DIR (matplotlib's font cache,
+    built with the image) into $MPLCONFIGDIR, creating it. Costs nothing
+    without MPLCONFIGDIR, and one failed open without MPL_CACHE_DIR."""
+    dest = os.environ.get("MPLCONFIGDIR")
+    if not dest:
+        return
+    try:
+        with os.scandir(MPL_CACHE_DIR) as entries:
+            os.makedirs(dest, 0o700, exist_ok=True)
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    with open(entry.path, "rb") as fin, open(os.path.join(dest, entry.name), "wb") as fout:
+                        fout.write(fin.read())
+    except FileNotFoundError as e:
+        if e.filename != MPL_CACHE_DIR:
+            diag(f"copying matplotlib's cache: {e}")
+    except OSError as e:
+        diag(f"copying matplotlib's cache: {e}")
+
+
+def send_files(relay: Relay, limits: dict[str, int]) -> int:
+    """Sends the files the code left in OUTPUTS_DIR ("Files out" in
+    docs/protocol.md) and returns how many skipped files went unreported.
+    An empty folder costs one open and one read of it; otherwise the
+    sending code is loaded from lib/mcp_tools/_runner_files.py (bytecode in
+    the image), so that this script, compiled at every start, stays short."""
+    if limits["max_files"] == 0:
+        return 0  # the bridge takes no files: do not even look
+    try:
+        with os.scandir(OUTPUTS_DIR) as entries:
+            if next(entries, None) is None:
+                return 0
+    except OSError:
+        return 0  # the code removed it, or made it something else
+    import importlib.util
+
+    path = os.path.join(LIB_DIR, "mcp_tools", "_runner_files.py")
+    spec = importlib.util.spec_from_file_location("_bridge_runner_files", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.send(relay.send, OUTPUTS_DIR, limits)
+
+
 # --- main ------------------------------------------------------------------
 
 
@@ -654,6 +735,12 @@ def main() -> NoReturn:
     if not path or not token:
         die(EXIT_PROTOCOL, f"{ENV_SOCKET} and {ENV_TOKEN} must be set")
 
+    # Before hello: the run's timeout starts with exec.
+    global OUTPUTS_DIR
+    OUTPUTS_DIR = os.environ.get(ENV_OUTPUTS) or OUTPUTS_DIR
+    outputs = make_outputs()
+    copy_mpl_cache()
+
     relay = Relay.connect(path)
     v = sys.version_info
     relay.send({"type": "hello", "version": PROTOCOL_VERSION, "token": token, "python": f"{v.major}.{v.minor}.{v.micro}"})
@@ -670,7 +757,7 @@ def main() -> NoReturn:
     publish(relay)
     # The modules the code may import from the bridge (mcp_tools); -I
     # keeps the runner's own directory off the path.
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+    sys.path.insert(0, LIB_DIR)
 
     outcome = run_code(msg["code"])
 
@@ -682,12 +769,14 @@ def main() -> NoReturn:
         # pipes; the exit frame is the parent's to send.
         os._exit(outcome.exit_code)
     stdout_cut, stderr_cut = capture.close()
+    files_skipped = send_files(relay, msg["files"]) if outputs else 0
     exit_msg: dict[str, Any] = {
         "type": "exit",
         "status": "ok" if outcome.exit_code == 0 else "error",
         "exit_code": outcome.exit_code,
         "stdout_cut": stdout_cut,
         "stderr_cut": stderr_cut,
+        "files_skipped": files_skipped,
     }
     if outcome.error is not None:
         exit_msg["error"] = outcome.error

@@ -10,6 +10,7 @@ Run from the repository root: python3 -m unittest discover -s images/runner -v
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import importlib
 import inspect
@@ -17,16 +18,18 @@ import io
 import pickle
 import os
 import sys
+import tempfile
 import threading
 import types
 import unittest
 from pathlib import Path
 from typing import Any, Callable
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).with_name("lib")))
 
 import mcp_tools  # noqa: E402
-from mcp_tools import _core  # noqa: E402
+from mcp_tools import _core, _show  # noqa: E402
 
 
 class RelayError(Exception):
@@ -732,3 +735,234 @@ class ReviewFixesTest(unittest.TestCase):
             os._exit(4)
         _, status = os.waitpid(pid, 0)
         self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+
+
+# A 1x1 orange PNG.
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP438AAAAQBAYDFKhhdAAAAAElFTkSuQmCC")
+
+
+def fake_class(module: str, name: str, **attrs: Any) -> type:
+    """A class that looks, to show(), like module.name."""
+    return type(name, (), {"__module__": module, **attrs})
+
+
+class FakeFigure:
+    """Saves its own name, as matplotlib's Figure.savefig would save a PNG."""
+
+    def savefig(self, path: str, format: str | None = None, **kwargs: Any) -> None:
+        with open(path, "wb") as f:
+            f.write(PNG if format == "png" else format.encode())
+
+
+FakeFigure.__module__ = "matplotlib.figure"
+FakeFigure.__name__ = FakeFigure.__qualname__ = "Figure"
+
+
+class FakeIloc:
+    def __init__(self, frame: "FakeFrame") -> None:
+        self.frame = frame
+
+    def __getitem__(self, key: Any) -> Any:
+        if self.frame.series:
+            return self.frame.data[key][0]
+        i, j = key
+        return self.frame.data[i][j]
+
+
+class FakeIndex(list):
+    name = None
+
+
+class FakeFrame:
+    """Enough of a pandas DataFrame (or, with series, a Series) for markdown_table."""
+
+    def __init__(self, data: list[list[Any]], columns: list[Any], index: list[Any] | None = None, index_name: Any = None, series: bool = False, name: Any = None) -> None:
+        self.data = data
+        self.columns = columns
+        self.index = FakeIndex(index if index is not None else range(len(data)))
+        self.index.name = index_name
+        self.series = series
+        self.name = name
+        self.shape = (len(data),) if series else (len(data), len(columns))
+        self.iloc = FakeIloc(self)
+
+
+class ShowTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.out = os.path.join(self.tmp.name, "outputs")
+        self.env = mock.patch.dict(os.environ, {"BRIDGE_OUTPUTS": self.out})
+        self.env.start()
+        _show._counters.clear()
+
+    def tearDown(self) -> None:
+        self.env.stop()
+        self.tmp.cleanup()
+
+    def printed(self, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            got = mcp_tools.show(*args, **kwargs)
+        return got, out.getvalue()
+
+    def test_importable_and_public(self) -> None:
+        from mcp_tools import show
+
+        self.assertIs(show, mcp_tools.show)
+        self.assertIn("show", mcp_tools.__all__)
+        self.assertIn("show", _core.RESERVED)
+
+    def test_import_loads_no_data_library(self) -> None:
+        import subprocess
+
+        code = (
+            "import sys\n"
+            f"sys.path.insert(0, {str(Path(__file__).with_name('lib'))!r})\n"
+            "import mcp_tools\n"
+            "from mcp_tools import show\n"
+            "print([m for m in ('numpy', 'pandas', 'matplotlib', 'PIL') if m in sys.modules])\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.stdout, "[]\n", out.stderr)
+
+    def test_image_bytes_by_signature(self) -> None:
+        cases = [
+            (PNG, ".png"),
+            (b"\xff\xd8\xff\xe0" + b"\0" * 20, ".jpg"),
+            (b"GIF89a" + b"\0" * 20, ".gif"),
+            (b"GIF87a" + b"\0" * 20, ".gif"),
+            (b"RIFF\x10\0\0\0WEBPVP8 " + b"\0" * 8, ".webp"),
+        ]
+        for n, (data, ext) in enumerate(cases, 1):
+            for kind in (bytes, bytearray, memoryview):
+                with self.subTest(ext=ext, kind=kind.__name__):
+                    path, printed = self.printed(kind(data))
+                    self.assertEqual(printed, "")
+                    self.assertEqual(os.path.dirname(path), self.out)
+                    self.assertTrue(path.endswith(ext), path)
+                    with open(path, "rb") as f:
+                        self.assertEqual(f.read(), data)
+        self.assertEqual(sorted(os.listdir(self.out))[:3], ["image-1.png", "image-10.gif", "image-11.gif"])
+
+    def test_other_bytes_and_objects_are_printed(self) -> None:
+        for obj in ({"a": 1}, [1, 2], "text", 3.5, None, b"not an image", b"RIFF1234WAVE"):
+            with self.subTest(obj=obj):
+                got, printed = self.printed(obj)
+                self.assertIsNone(got)
+                self.assertEqual(printed, f"{obj}\n")
+        self.assertFalse(os.path.exists(self.out) and os.listdir(self.out))
+
+    def test_figure_naming(self) -> None:
+        fig = FakeFigure()
+        first, _ = self.printed(fig)
+        self.assertEqual(first, os.path.join(self.out, "figure-1.png"))
+        with open(os.path.join(self.out, "figure-2.png"), "w") as f:
+            f.write("the code's own file")  # a fresh name skips it
+        second, _ = self.printed(fig)
+        self.assertEqual(second, os.path.join(self.out, "figure-3.png"))
+        with open(os.path.join(self.out, "figure-2.png")) as f:
+            self.assertEqual(f.read(), "the code's own file")
+        named, _ = self.printed(fig, name="chart")
+        self.assertEqual(named, os.path.join(self.out, "chart.png"))
+        svg, _ = self.printed(fig, name="chart.svg")
+        with open(svg, "rb") as f:
+            self.assertEqual(f.read(), b"svg")
+        with open(first, "rb") as f:
+            self.assertEqual(f.read(), PNG)
+        for bad in ("../x.png", "a/b", "", ".."):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                mcp_tools.show(fig, name=bad)
+
+    def test_axes_and_pyplot_lead_to_the_figure(self) -> None:
+        fig = FakeFigure()
+        Axes = fake_class("matplotlib.axes._axes", "Axes")
+        ax = Axes()
+        ax.figure = fig
+        self.assertTrue(self.printed(ax)[0].endswith("figure-1.png"))
+        pyplot = types.ModuleType("matplotlib.pyplot")
+        pyplot.gcf = lambda: fig
+        with mock.patch.dict(sys.modules, {"matplotlib.pyplot": pyplot}):
+            self.assertTrue(self.printed(pyplot)[0].endswith("figure-2.png"))
+
+    def test_failed_save_leaves_no_file(self) -> None:
+        class Broken(FakeFigure):
+            def savefig(self, path: str, format: str | None = None, **kwargs: Any) -> None:
+                raise RuntimeError("no backend")
+
+        Broken.__module__ = "matplotlib.figure"
+        with self.assertRaises(RuntimeError):
+            mcp_tools.show(Broken())
+        self.assertEqual(os.listdir(self.out), [])
+
+    def test_pil_image(self) -> None:
+        saved = []
+
+        def save(self: Any, path: str, format: str) -> None:
+            saved.append((self.mode, format))
+            with open(path, "wb") as f:
+                f.write(PNG)
+
+        Image = fake_class("PIL.Image", "Image", save=save, mode="RGB")
+        PngImageFile = type("PngImageFile", (Image,), {"__module__": "PIL.PngImagePlugin"})
+        path, _ = self.printed(PngImageFile())
+        self.assertEqual(path, os.path.join(self.out, "image-1.png"))
+        self.assertEqual(saved, [("RGB", "PNG")])
+
+    def test_markdown_table(self) -> None:
+        frame = FakeFrame([[1, 2.5, "a|b"], [2, float("nan"), "x\ny"], [3, 3.0, None]], ["n", "f", "s"], index_name="id")
+        self.assertEqual(
+            _show.markdown_table(frame),
+            "| id | n | f | s |\n"
+            "| --- | ---: | ---: | --- |\n"
+            "| 0 | 1 | 2.5 | a\\|b |\n"
+            "| 1 | 2 | NaN | x y |\n"
+            "| 2 | 3 | 3.0 | None |",
+        )
+
+    def test_markdown_table_cuts_rows_and_columns(self) -> None:
+        frame = FakeFrame([[r * 100 + c for c in range(30)] for r in range(50)], [f"c{c}" for c in range(30)])
+        lines = _show.markdown_table(frame, max_rows=4, max_cols=5).splitlines()
+        self.assertEqual(lines[0], "|  | c0 | c1 | c2 | … | c28 | c29 |")
+        self.assertEqual(lines[2], "| 0 | 0 | 1 | 2 | … | 28 | 29 |")
+        self.assertEqual(lines[4], "| … | … | … | … | … | … | … |")
+        self.assertEqual(lines[6], "| 49 | 4900 | 4901 | 4902 | … | 4928 | 4929 |")
+        self.assertEqual(lines[-1], "(DataFrame of 50 rows × 30 columns; showing the first 2 and last 2 rows and the first 3 and last 2 columns)")
+        self.assertEqual(len(lines), 2 + 5 + 1)
+        defaults = _show.markdown_table(frame).splitlines()
+        self.assertEqual(len(defaults), 2 + 21 + 1)
+        self.assertEqual(defaults[0].count("|"), 1 + 13 + 1)
+
+    def test_markdown_series_and_long_cells(self) -> None:
+        series = FakeFrame([["x" * 100], [True]], [], index=["a", "b"], series=True, name="s")
+        self.assertEqual(
+            _show.markdown_table(series),
+            "|  | s |\n| --- | --- |\n| a | " + "x" * 39 + "… |\n| b | True |",
+        )
+
+    def test_dataframe_is_printed_as_markdown(self) -> None:
+        try:
+            import pandas as pd
+        except ImportError:
+            self.skipTest("pandas is not installed")
+        df = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
+        got, printed = self.printed(df)
+        self.assertIsNone(got)
+        self.assertEqual(printed, "|  | a | b |\n| --- | ---: | --- |\n| 0 | 1 | x |\n| 1 | 2 | y |\n")
+        _, printed = self.printed(pd.DataFrame({"v": range(100)}), max_rows=6)
+        self.assertIn("| … | … |", printed)
+        self.assertIn("showing the first 3 and last 3 rows", printed)
+
+    def test_real_matplotlib_figure(self) -> None:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            self.skipTest("matplotlib is not installed")
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3])
+        path = mcp_tools.show(ax)
+        with open(path, "rb") as f:
+            self.assertEqual(_show.image_type(f.read(16)), ".png")
+        plt.close(fig)

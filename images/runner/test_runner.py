@@ -10,6 +10,7 @@ Run from the repository root: python3 -m unittest discover -s images/runner -v
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -26,6 +27,19 @@ RUNNER = Path(__file__).with_name("runner.py")
 TOKEN = "test-token-0123456789"
 TIMEOUT = 20.0  # seconds for any one run
 MAX_FRAME = 16 << 20
+VERSION = 3
+FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
+
+# The runner with its matplotlib cache in a test's temporary directory,
+# not /opt/bridge/matplotlib.
+BOOTSTRAP = """\
+import sys
+sys.path.insert(0, sys.argv[1])
+import runner
+del sys.path[0]
+runner.MPL_CACHE_DIR = sys.argv[2]
+runner.guarded(runner.main)()
+"""
 
 
 def frame(msg: Any) -> bytes:
@@ -33,8 +47,90 @@ def frame(msg: Any) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
-def exec_frame(code: str, output_limit: int = 64 << 10) -> bytes:
-    return frame({"type": "exec", "version": 2, "code": code, "output_limit": output_limit})
+def exec_frame(code: str, output_limit: int = 64 << 10, files: dict | None = None) -> bytes:
+    return frame({"type": "exec", "version": VERSION, "code": code, "output_limit": output_limit, "files": files or FILES})
+
+
+# The fields of each frame the runner may send (docs/protocol.md).
+RUNNER_FRAMES = {
+    "hello": ({"version", "token", "python"}, set()),
+    "stdout": ({"data"}, set()),
+    "stderr": ({"data"}, set()),
+    "tool_call": ({"id", "server", "tool"}, {"args"}),
+    "query": ({"id", "op", "args"}, set()),
+    "file": ({"id", "name", "size"}, set()),
+    "file_data": ({"id", "data"}, set()),
+    "file_end": ({"id", "status"}, set()),
+    "file_skip": ({"name", "size", "reason"}, set()),
+    "exit": ({"status", "exit_code"}, {"error", "stdout_cut", "stderr_cut", "files_skipped"}),
+}
+SKIP_REASONS = {"symlink", "special", "too_large", "over_total", "too_many", "unreadable", "bad_name"}
+
+
+def valid_name(name: str) -> bool:
+    data = name.encode("utf-8")  # a lone surrogate raises: not UTF-8
+    parts = name.split("/")
+    return 1 <= len(data) <= 1024 and "\0" not in name and all(p not in ("", ".", "..") and len(p.encode()) <= 255 for p in parts)
+
+
+class FileFrames:
+    """Checks the file frames of one run as the bridge would, and collects
+    the files: name -> (bytes, status), and the skips in order."""
+
+    def __init__(self, limits: dict) -> None:
+        self.limits = limits
+        self.files: dict[str, tuple[bytes, str]] = {}
+        self.order: list[str] = []  # names of files and skips, as they came
+        self.skips: list[dict] = []
+        self.pieces: list[int] = []  # decoded sizes of the file_data frames
+        self._current: dict | None = None
+        self._data = bytearray()
+        self._total = 0
+
+    def see(self, msg: dict) -> None:
+        t = msg["type"]
+        cur = self._current
+        if t == "file":
+            assert cur is None, f"file {msg} before the end of {cur}"
+            assert msg["id"] == len(self.files) + 1, f"file id {msg['id']}, want {len(self.files) + 1}"
+            assert valid_name(msg["name"]), msg["name"]
+            assert msg["name"] not in self.files, f"{msg['name']} sent twice"
+            assert type(msg["size"]) is int and 0 <= msg["size"] <= self.limits["max_file_bytes"], msg
+            self._total += msg["size"]
+            assert self._total <= self.limits["max_bytes"], f"over max_bytes with {msg}"
+            assert len(self.files) < self.limits["max_files"], f"over max_files with {msg}"
+            self._current = msg
+            self._data = bytearray()
+            self.files[msg["name"]] = (b"", "")
+        elif t == "file_data":
+            assert cur is not None and msg["id"] == cur["id"], f"{msg['type']} outside its file: {msg['id']}"
+            piece = base64.b64decode(msg["data"], validate=True)
+            assert base64.b64encode(piece).decode() == msg["data"], "not standard padded base64"
+            assert 1 <= len(piece) <= 1 << 20, f"piece of {len(piece)} bytes"
+            self.pieces.append(len(piece))
+            self._data += piece
+            assert len(self._data) <= cur["size"], f"{cur['name']}: more than {cur['size']} bytes"
+        elif t == "file_end":
+            assert cur is not None and msg["id"] == cur["id"], f"file_end outside its file: {msg}"
+            assert msg["status"] in ("complete", "changed", "unreadable"), msg
+            if msg["status"] == "complete":
+                assert len(self._data) == cur["size"], f"{cur['name']} complete with {len(self._data)} of {cur['size']} bytes"
+            self.files[cur["name"]] = (bytes(self._data), msg["status"])
+            self.order.append(cur["name"])
+            self._current = None
+        elif t == "file_skip":
+            assert cur is None, f"file_skip inside file {cur}"
+            assert msg["reason"] in SKIP_REASONS, msg
+            assert type(msg["size"]) is int and msg["size"] >= 0, msg
+            if msg["reason"] == "bad_name":
+                assert 1 <= len(msg["name"].encode()) <= 256, msg
+            else:
+                assert valid_name(msg["name"]), msg
+            self.skips.append(msg)
+            self.order.append(msg["name"])
+            assert len(self.skips) <= 100, "more than 100 file_skip frames"
+        elif t == "exit":
+            assert cur is None, f"exit inside file {cur}"
 
 
 class FakeHost:
@@ -43,10 +139,11 @@ class FakeHost:
     every frame. on_frame(host, msg) sees each frame after hello and may
     answer (host.send) or hang up (host.close)."""
 
-    def __init__(self, first: bytes, on_frame: Callable[[FakeHost, dict], None] | None = None) -> None:
+    def __init__(self, first: bytes, on_frame: Callable[[FakeHost, dict], None] | None = None, files: dict | None = None) -> None:
         self.first = first
         self.on_frame = on_frame
         self.frames: list[dict] = []
+        self.file_frames = FileFrames(files or FILES)
         self.error: BaseException | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="bridge-runner-test-")
         self.path = os.path.join(self._dir.name, "relay.sock")
@@ -95,6 +192,12 @@ class FakeHost:
                 if payload is None:
                     raise AssertionError("runner closed the connection mid-frame")
                 msg = json.loads(payload)
+                required, optional = RUNNER_FRAMES[msg["type"]]
+                keys = msg.keys() - {"type"}
+                assert required <= keys <= required | optional, f"{msg['type']} frame with fields {sorted(keys)}"
+                if self.frames and self.frames[-1]["type"] == "exit":
+                    raise AssertionError(f"{msg['type']} frame after exit")
+                self.file_frames.see(msg)
                 self.frames.append(msg)
                 if len(self.frames) == 1:
                     if not self.first:
@@ -119,8 +222,10 @@ class FakeHost:
 class Run:
     """What one run of the runner produced."""
 
-    def __init__(self, host: FakeHost, proc: subprocess.CompletedProcess, seconds: float) -> None:
+    def __init__(self, host: FakeHost, proc: subprocess.CompletedProcess, seconds: float, outputs: str) -> None:
         self.frames = host.frames
+        self.files = host.file_frames
+        self.outputs = outputs
         self.returncode = proc.returncode
         self.real_stdout = proc.stdout
         self.diag = proc.stderr.decode("utf-8", "replace")
@@ -154,21 +259,35 @@ def run(
     *,
     first: bytes | None = None,
     output_limit: int = 64 << 10,
+    files: dict | None = None,
     on_frame: Callable[[FakeHost, dict], None] | None = None,
+    env: dict[str, str] | None = None,
+    mpl_cache: str | None = None,
 ) -> Run:
-    host = FakeHost(first if first is not None else exec_frame(code, output_limit), on_frame)
-    env = {
+    """Runs code in the runner. Its outputs folder is <tmp>/outputs (the
+    runner creates it: BRIDGE_OUTPUTS tells it where), its matplotlib
+    cache mpl_cache if given."""
+    host = FakeHost(first if first is not None else exec_frame(code, output_limit, files), on_frame, files)
+    tmp = tempfile.TemporaryDirectory(prefix="bridge-runner-outputs-")
+    outputs = os.path.join(tmp.name, "outputs")
+    full_env = {
         "BRIDGE_RELAY_SOCKET": host.path,
         "BRIDGE_RELAY_TOKEN": TOKEN,
         "HOME": tempfile.gettempdir(),
         "LANG": "C.UTF-8",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "BRIDGE_OUTPUTS": outputs,
+        **(env or {}),
     }
+    if mpl_cache is None:
+        argv = [sys.executable, "-I", "-B", str(RUNNER)]
+    else:
+        argv = [sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(RUNNER.parent), mpl_cache]
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, "-I", "-B", str(RUNNER)],
-            env=env,
+            argv,
+            env=full_env,
             cwd=tempfile.gettempdir(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -177,9 +296,11 @@ def run(
     finally:
         host.close()
         host.join()
+        subprocess.run(["chmod", "-R", "u+rwx", tmp.name], capture_output=True)
+        tmp.cleanup()
     if host.error is not None:
         raise host.error
-    result = Run(host, proc, time.monotonic() - start)
+    result = Run(host, proc, time.monotonic() - start, outputs)
     assert result.real_stdout == b"", f"runner wrote to its real stdout: {result.real_stdout!r}"
     return result
 
@@ -190,14 +311,14 @@ class HelloTest(unittest.TestCase):
         self.assertEqual(r.hello.keys(), {"type", "version", "token", "python"})
         self.assertEqual(r.hello["type"], "hello")
         self.assertIs(type(r.hello["version"]), int)
-        self.assertEqual(r.hello["version"], 2)
+        self.assertEqual(r.hello["version"], 3)
         self.assertEqual(r.hello["token"], TOKEN)
         v = sys.version_info
         self.assertEqual(r.hello["python"], f"{v.major}.{v.minor}.{v.micro}")
 
     def test_clean_exit(self) -> None:
         r = run("x = 1")
-        self.assertEqual(r.exit, {"type": "exit", "status": "ok", "exit_code": 0, "stdout_cut": 0, "stderr_cut": 0})
+        self.assertEqual(r.exit, {"type": "exit", "status": "ok", "exit_code": 0, "stdout_cut": 0, "stderr_cut": 0, "files_skipped": 0})
         self.assertEqual(r.returncode, 0)
 
     def test_token_not_visible_to_code(self) -> None:
@@ -475,10 +596,19 @@ class ProtocolTest(unittest.TestCase):
         self.assertLess(r.seconds, 10)
 
     def test_malformed_exec(self) -> None:
-        base = {"type": "exec", "version": 2, "code": "print(1)", "output_limit": 1024}
+        base = {"type": "exec", "version": 3, "code": "print(1)", "output_limit": 1024, "files": FILES}
         cases = {
             "unknown field": frame({**base, "extra": 1}),
             "missing field": frame({k: v for k, v in base.items() if k != "output_limit"}),
+            "missing files": frame({k: v for k, v in base.items() if k != "files"}),
+            "files not an object": frame({**base, "files": [1, 2, 3]}),
+            "files with an unknown key": frame({**base, "files": {**FILES, "max_dirs": 1}}),
+            "files without a key": frame({**base, "files": {"max_files": 1, "max_bytes": 1}}),
+            "negative max_files": frame({**base, "files": {**FILES, "max_files": -1}}),
+            "fractional max_bytes": frame({**base, "files": {**FILES, "max_bytes": 1.5}}),
+            "bool max_file_bytes": frame({**base, "files": {**FILES, "max_file_bytes": True}}),
+            "null max_files": frame({**base, "files": {**FILES, "max_files": None}}),
+            "version 2": frame({**base, "version": 2}),
             "wrong version": frame({**base, "version": 1}),
             "bool version": frame({**base, "version": True}),
             "code not a string": frame({**base, "code": 1}),
@@ -677,6 +807,364 @@ class QueryTest(unittest.TestCase):
         r = run(code, on_frame=self.answer)
         self.assertEqual(r.stdout, "ValueError\nValueError\nTypeError\nValueError\n")
         self.assertEqual(r.of_type("query"), [])
+
+
+OUT = "import os\nout = os.environ['BRIDGE_OUTPUTS']\n"
+
+
+def write_files(*specs: tuple[str, bytes | int, int]) -> str:
+    """Code that writes each (name, content or size, mtime in s) below out."""
+    lines = [OUT]
+    for name, content, mtime in specs:
+        data = content if isinstance(content, bytes) else b"x" * content
+        lines.append(
+            f"p = os.path.join(out, {name!r})\n"
+            "os.makedirs(os.path.dirname(p), exist_ok=True)\n"
+            f"open(p, 'wb').write({data!r})\n"
+            f"os.utime(p, ns=({mtime} * 10**9, {mtime} * 10**9))\n"
+        )
+    return "".join(lines)
+
+
+class FilesTest(unittest.TestCase):
+    """The files the code leaves in the outputs folder ("Files out" in docs/protocol.md)."""
+
+    FILE_TYPES = {"file", "file_data", "file_end", "file_skip"}
+
+    def file_frames(self, r: Run) -> list[dict]:
+        return [f for f in r.frames if f["type"] in self.FILE_TYPES]
+
+    def test_no_files_no_frames(self) -> None:
+        r = run(OUT + "import stat\nprint(out == os.environ['BRIDGE_OUTPUTS'], oct(stat.S_IMODE(os.stat(out).st_mode)), os.listdir(out))")
+        self.assertEqual(r.stdout, "True 0o700 []\n")
+        self.assertEqual(self.file_frames(r), [])
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_outputs_folder_is_the_runners(self) -> None:
+        r = run(OUT + "print(out)")
+        self.assertEqual(r.stdout, r.outputs + "\n")
+
+    def test_files_in_mtime_order_after_the_output(self) -> None:
+        code = write_files(("c.txt", b"newest", 300), ("a.txt", b"middle", 200), ("b.txt", b"oldest", 100), ("t2", b"2", 250), ("t1", b"1", 250))
+        r = run(code + "print('done')")
+        self.assertEqual(r.files.order, ["b.txt", "a.txt", "t1", "t2", "c.txt"])
+        self.assertEqual(r.files.files["a.txt"], (b"middle", "complete"))
+        self.assertEqual(r.files.files["t1"], (b"1", "complete"))
+        self.assertEqual([f["id"] for f in r.of_type("file")], [1, 2, 3, 4, 5])
+        types = [f["type"] for f in r.frames]
+        self.assertLess(max(i for i, t in enumerate(types) if t == "stdout"), types.index("file"))
+        self.assertEqual(r.exit["status"], "ok")
+
+    def test_nested_folders(self) -> None:
+        code = write_files(("top.txt", b"t", 1), ("sub/deeper/x.txt", b"x", 2), ("sub/y", b"", 3))
+        r = run(code)
+        self.assertEqual(r.files.order, ["top.txt", "sub/deeper/x.txt", "sub/y"])
+        self.assertEqual(r.files.files["sub/y"], (b"", "complete"))
+        self.assertEqual(r.of_type("file")[2]["size"], 0)
+        self.assertEqual(r.of_type("file_data")[-1]["id"], 2)  # an empty file has no file_data
+
+    def test_files_are_sent_after_an_error_too(self) -> None:
+        r = run(write_files(("partial.csv", b"a,b\n", 1)) + "raise ValueError('late')")
+        self.assertEqual(r.files.files, {"partial.csv": (b"a,b\n", "complete")})
+        self.assertEqual(r.exit["status"], "error")
+
+    def test_symlink_is_never_followed(self) -> None:
+        code = OUT + (
+            "os.symlink('/etc/passwd', os.path.join(out, 'passwd'))\n"
+            "os.symlink('/etc', os.path.join(out, 'etc'))\n"
+            "os.symlink('nowhere', os.path.join(out, 'dangling'))\n"
+        )
+        r = run(code)
+        self.assertEqual(r.files.files, {})
+        self.assertEqual(
+            sorted((s["name"], s["size"], s["reason"]) for s in r.files.skips),
+            [("dangling", 0, "symlink"), ("etc", 0, "symlink"), ("passwd", 0, "symlink")],
+        )
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_fifo_and_socket_are_special_and_do_not_hang(self) -> None:
+        code = OUT + (
+            "import socket\n"
+            "os.mkfifo(os.path.join(out, 'pipe'))\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "s.bind(os.path.join(out, 'sock'))\n"
+            "open(os.path.join(out, 'real'), 'w').write('r')\n"
+        )
+        r = run(code)
+        self.assertEqual(sorted((s["name"], s["reason"]) for s in r.files.skips), [("pipe", "special"), ("sock", "special")])
+        self.assertEqual(r.files.files, {"real": (b"r", "complete")})
+        self.assertLess(r.seconds, 10)
+
+    def test_too_large(self) -> None:
+        code = write_files(("big", 101, 1), ("fits", 100, 2))
+        r = run(code, files={**FILES, "max_file_bytes": 100})
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "big", "size": 101, "reason": "too_large"}])
+        self.assertEqual(r.files.files, {"fits": (b"x" * 100, "complete")})
+
+    def test_over_total(self) -> None:
+        # c would pass max_bytes; d, smaller, still fits after it.
+        code = write_files(("a", 100, 1), ("b", 100, 2), ("c", 100, 3), ("d", 50, 4))
+        r = run(code, files={**FILES, "max_bytes": 250})
+        self.assertEqual(r.files.order, ["a", "b", "c", "d"])
+        self.assertEqual(sorted(r.files.files), ["a", "b", "d"])
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "c", "size": 100, "reason": "over_total"}])
+
+    def test_too_many(self) -> None:
+        code = write_files(("1", 1, 1), ("2", 2, 2), ("3", 3, 3))
+        r = run(code, files={**FILES, "max_files": 2})
+        self.assertEqual(sorted(r.files.files), ["1", "2"])
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "3", "size": 3, "reason": "too_many"}])
+
+    def test_max_files_zero_sends_nothing(self) -> None:
+        code = write_files(("a", 1, 1)) + "os.symlink('/etc/passwd', os.path.join(out, 'l'))\nprint(os.listdir(out) != [])"
+        r = run(code, files={**FILES, "max_files": 0})
+        self.assertEqual(r.stdout, "True\n")
+        self.assertEqual(self.file_frames(r), [])
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_skips_beyond_100_are_counted(self) -> None:
+        code = OUT + "for n in range(150):\n    os.symlink('/etc/passwd', os.path.join(out, f'l{n:03}'))\n"
+        r = run(code)
+        self.assertEqual(len(r.files.skips), 100)
+        self.assertEqual(r.exit["files_skipped"], 50)
+
+    def test_large_file_goes_in_pieces_of_1_mib(self) -> None:
+        code = OUT + "open(os.path.join(out, 'big.bin'), 'wb').write(bytes(range(256)) * (3 * 4096) + b'tail')"
+        r = run(code, files={"max_files": 1, "max_file_bytes": 4 << 20, "max_bytes": 4 << 20})
+        data, status = r.files.files["big.bin"]
+        self.assertEqual(status, "complete")
+        self.assertEqual(data, bytes(range(256)) * (3 * 4096) + b"tail")
+        self.assertEqual(r.files.pieces, [1 << 20] * 3 + [4])
+
+    def test_file_still_growing_when_the_code_ends(self) -> None:
+        # A thread goes on appending after the code ends: the runner sends at
+        # most what fstat said, and does not wait for the writer.
+        code = OUT + (
+            "import threading, time\n"
+            "f = open(os.path.join(out, 'grow.bin'), 'wb', buffering=0)\n"
+            "def grow():\n"
+            "    for n in range(100000):\n"
+            "        f.write(bytes([n % 251]) * 4096)\n"
+            "        time.sleep(0.0005)\n"
+            "threading.Thread(target=grow).start()\n"
+            "time.sleep(0.3)\n"
+        )
+        r = run(code, files={"max_files": 1, "max_file_bytes": 400 << 20, "max_bytes": 400 << 20})
+        self.assertLess(r.seconds, 10)
+        [announced] = r.of_type("file")
+        data, status = r.files.files["grow.bin"]
+        self.assertIn(status, ("complete", "changed"))
+        self.assertLessEqual(len(data), announced["size"])
+        self.assertGreater(len(data), 0)
+        expected = b"".join(bytes([n % 251]) * 4096 for n in range(len(data) // 4096 + 1))
+        self.assertEqual(data, expected[: len(data)])
+
+    def test_bad_names(self) -> None:
+        long_dirs = "/".join("d" * 200 for _ in range(6))
+        code = OUT + (
+            "for name in (b'bad-\\xff.txt', b'\\xed\\xa0\\x80.txt'):\n"
+            "    open(os.path.join(os.fsencode(out), name), 'wb').write(b'x')\n"
+            f"os.makedirs(os.path.join(out, {long_dirs!r}))\n"
+            f"open(os.path.join(out, {long_dirs!r}, 'f.txt'), 'w').write('long')\n"
+            "for name in ('...', '..x', 'a\\nb', 'caf\\u00e9 \\u2603.txt', '-'):\n"
+            "    open(os.path.join(out, name), 'w').write(name)\n"
+        )
+        r = run(code)
+        self.assertEqual(sorted(r.files.files), sorted(["...", "..x", "a\nb", "caf\u00e9 \u2603.txt", "-"]))
+        self.assertEqual(r.files.files["caf\u00e9 \u2603.txt"], ("caf\u00e9 \u2603.txt".encode(), "complete"))
+        skips = {s["name"]: s for s in r.files.skips}
+        self.assertEqual({s["reason"] for s in skips.values()}, {"bad_name"})
+        self.assertIn("bad-\\xff.txt", skips)
+        self.assertIn("\\xed\\xa0\\x80.txt", skips)
+        self.assertEqual(skips["bad-\\xff.txt"]["size"], 1)
+        long_name = (long_dirs + "/f.txt")[:256]
+        self.assertIn(long_name, skips)
+        self.assertEqual(skips[long_name]["size"], 4)
+
+    def test_4_kib_name(self) -> None:
+        # 16 parts of 255 bytes: past PATH_MAX from /, so made step by step.
+        code = OUT + (
+            "os.chdir(out)\n"
+            "for _ in range(15):\n"
+            "    os.mkdir('d' * 255)\n"
+            "    os.chdir('d' * 255)\n"
+            "open('f' * 255, 'w').write('deep')\n"
+            "os.chdir('/')\n"
+        )
+        r = run(code)
+        self.assertEqual(r.files.files, {})
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "d" * 255 + "/", "size": 4, "reason": "bad_name"}])
+
+    def test_walk_depth_is_bounded(self) -> None:
+        ok = "/".join(["d"] * 15) + "/ok"  # 16 parts
+        deep = "/".join(["d"] * 16) + "/deep"  # 17 parts: not looked at
+        r = run(write_files((ok, b"1", 1), (deep, b"2", 2)))
+        self.assertEqual(r.files.order, [ok])
+        self.assertEqual(r.exit["files_skipped"], 0)
+
+    def test_walk_looks_at_10000_entries(self) -> None:
+        code = OUT + "for n in range(10050):\n    open(os.path.join(out, str(n)), 'w').close()\n"
+        r = run(code, files={**FILES, "max_files": 20})
+        self.assertEqual(len(r.files.files), 20)
+        self.assertEqual(len(r.files.skips), 100)
+        self.assertEqual(20 + 100 + r.exit["files_skipped"], 10000)
+        self.assertEqual({s["reason"] for s in r.files.skips}, {"too_many"})
+
+    @unittest.skipIf(os.geteuid() == 0, "root reads a file of mode 000")
+    def test_unreadable(self) -> None:
+        code = write_files(("secret", b"s", 1)) + "os.chmod(os.path.join(out, 'secret'), 0)"
+        r = run(code)
+        self.assertEqual(r.files.skips, [{"type": "file_skip", "name": "secret", "size": 1, "reason": "unreadable"}])
+
+    def test_code_removes_or_replaces_the_folder(self) -> None:
+        cases = {
+            "removed": "import shutil\nshutil.rmtree(out)",
+            "a symlink": "import shutil, tempfile\nshutil.rmtree(out)\nd = tempfile.mkdtemp()\nopen(d + '/x', 'w').close()\nos.symlink(d, out)",
+            "a file": "import shutil\nshutil.rmtree(out)\nopen(out, 'w').write('x')",
+        }
+        for name, code in cases.items():
+            with self.subTest(name):
+                r = run(write_files(("a", b"a", 1)) + code)
+                self.assertEqual(self.file_frames(r), [])
+                self.assertEqual(r.exit["status"], "ok", r.stderr)
+
+    def test_show_writes_into_the_outputs_folder(self) -> None:
+        png = b"\x89PNG\r\n\x1a\n" + b"\0" * 30
+        code = f"from mcp_tools import show\nprint(show({png!r}))\nprint(show({{'a': 1}}))"
+        r = run(code)
+        self.assertEqual(r.stdout, f"{r.outputs}/image-1.png\n{{'a': 1}}\nNone\n")
+        self.assertEqual(r.files.files, {"image-1.png": (png, "complete")})
+
+    def test_folder_that_exists_already_is_not_sent(self) -> None:
+        # It may hold another run's files (in a container it never exists).
+        with tempfile.TemporaryDirectory() as stale:
+            Path(stale, "old.txt").write_text("old")
+            r = run("print('ran')", env={"BRIDGE_OUTPUTS": stale})
+        self.assertEqual(r.stdout, "ran\n")
+        self.assertEqual(self.file_frames(r), [])
+        self.assertIn("cannot create", r.diag)
+
+    def test_subfolder_swapped_for_a_symlink_is_not_followed(self) -> None:
+        # Mimics a swap between the walk and the open: the walk saw sub/ as a
+        # folder; open_below must refuse the symlink put in its place.
+        code = OUT + (
+            "import shutil, tempfile\n"
+            "from mcp_tools._runner_files import open_below\n"
+            "os.makedirs(os.path.join(out, 'sub'))\n"
+            "d = tempfile.mkdtemp()\n"
+            "open(os.path.join(d, 'f'), 'w').write('outside')\n"
+            "os.rmdir(os.path.join(out, 'sub'))\n"
+            "os.symlink(d, os.path.join(out, 'sub'))\n"
+            "root = os.open(out, os.O_RDONLY | os.O_DIRECTORY)\n"
+            "try:\n"
+            "    open_below(root, (b'sub', b'f'))\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__)\n"
+            "shutil.rmtree(d)\n"
+            "os.unlink(os.path.join(out, 'sub'))\n"
+        )
+        r = run(code)
+        self.assertIn(r.stdout, ("NotADirectoryError\n", "OSError\n"), r.stderr)
+
+
+def runner_files() -> Any:
+    """lib/mcp_tools/_runner_files.py, loaded by its path as the runner does."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bridge_runner_files", RUNNER.with_name("lib") / "mcp_tools" / "_runner_files.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FileNameTest(unittest.TestCase):
+    def test_names(self) -> None:
+        rf = runner_files()
+        good = [b"a", b"sub/b.txt", b"...", b"..x", b"caf\xc3\xa9", b"a\nb", b"x" * 255, b"/".join([b"y" * 200] * 5)]
+        for rel in good:
+            with self.subTest(rel=rel):
+                self.assertEqual(rf.file_name(rel, tuple(rel.split(b"/"))), rel.decode())
+        bad = [b"../etc/passwd", b"a/../b", b"./a", b"a//b", b"", b"a\0b", b"x" * 256, b"/".join([b"y" * 200] * 6),
+               b"\xff", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"]
+        for rel in bad:
+            with self.subTest(rel=rel):
+                self.assertIsNone(rf.file_name(rel, tuple(rel.split(b"/"))))
+
+    def test_bad_name_as_reported(self) -> None:
+        rf = runner_files()
+        self.assertEqual(rf.bad_name(b"bad-\xff.txt"), "bad-\\xff.txt")
+        self.assertEqual(rf.bad_name(b"a\0b"), "a\\x00b")
+        self.assertEqual(rf.bad_name("\u20ac".encode() * 100), "\u20ac" * 85)  # 255 bytes: whole characters only
+        self.assertEqual(len(rf.bad_name(b"\xff" * 100).encode()), 256)
+
+
+class MatplotlibCacheTest(unittest.TestCase):
+    def test_cache_copied_into_mplconfigdir(self) -> None:
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as home:
+            Path(cache, "fontlist-v390.json").write_text('{"fonts": []}')
+            Path(cache, "sub").mkdir()
+            Path(cache, "sub", "nested").write_text("n")
+            os.symlink("/etc/passwd", os.path.join(cache, "link"))
+            mpl = os.path.join(home, "mpl", "config")
+            code = "import os\nd = os.environ['MPLCONFIGDIR']\nprint(sorted(os.listdir(d)), open(os.path.join(d, 'fontlist-v390.json')).read())"
+            r = run(code, env={"MPLCONFIGDIR": mpl}, mpl_cache=cache)
+            self.assertEqual(r.stdout, "['fontlist-v390.json'] {\"fonts\": []}\n", r.diag)
+
+    def test_nothing_without_the_cache_or_the_variable(self) -> None:
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as home:
+            Path(cache, "fontlist.json").write_text("{}")
+            mpl = os.path.join(home, "mpl")
+            r = run("import os\nprint(os.path.exists(os.environ.get('MPLCONFIGDIR', '/nonexistent')))", env={"MPLCONFIGDIR": mpl}, mpl_cache=os.path.join(cache, "absent"))
+            self.assertEqual(r.stdout, "False\n")  # the default cache folder does not exist
+            r = run("import os\nprint(os.environ.get('MPLCONFIGDIR'))", mpl_cache=cache)
+            self.assertEqual(r.stdout, "None\n")
+            self.assertEqual(r.diag, "")
+
+
+def doc_examples(path: Path) -> list[tuple[int, str, str, str]]:
+    """The examples of a doc as integration/upstream_test.go's docExamples
+    finds them: (line, marker, code, expected output)."""
+    out = []
+    cur = None
+    marker = ""
+    in_block = ""
+    buf: list[str] = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if in_block and line == "```":
+            if in_block == "python":
+                cur = (n, marker, "".join(buf))
+            elif cur is not None:
+                out.append((*cur, "".join(buf)))
+                cur = None
+            in_block = ""
+            buf = []
+        elif in_block:
+            buf.append(line + "\n")
+        elif line.startswith("<!-- example:"):
+            marker = line
+        elif line == "```python" and marker:
+            in_block = "python"
+        elif line == "```text" and cur is not None:
+            in_block = "text"
+        elif line.strip():
+            marker = ""
+            assert cur is None or line.startswith("```"), f"{path}:{cur[0]}: an example without a text block after it"
+    return out
+
+
+class DocExamplesTest(unittest.TestCase):
+    """docs/sandbox-api.md's examples that need no MCP server, run here too
+    (the integration test runs them all, in the real sandbox)."""
+
+    def test_examples_without_servers(self) -> None:
+        doc = RUNNER.parent.parent.parent / "docs" / "sandbox-api.md"
+        examples = [e for e in doc_examples(doc) if e[1] == "<!-- example: -->"]
+        self.assertGreaterEqual(len(examples), 2)
+        for line, _, code, want in examples:
+            with self.subTest(line=line):
+                r = run(code)
+                self.assertEqual(r.exit["status"], "ok", r.stderr)
+                self.assertEqual(r.stdout, want.replace("/tmp/outputs", r.outputs))
 
 
 class MCPToolsTest(unittest.TestCase):

@@ -5,11 +5,15 @@
     mcp_tools.search("read a file")        # find tools
     mcp_tools.call("filesystem", "read_text_file", path="/data/notes.txt")
     from mcp_tools.filesystem import read_text_file   # a tool as a function
+    mcp_tools.show(fig)                    # a figure, image or table, shown
 
 servers(), tools(server), describe(server, tool) and search(query) tell what
 there is; call() and acall() call a tool and decode its result; call_raw()
 and acall_raw() return the raw MCP result. Errors are MCPToolsError and its
-subclasses. The reference is docs/sandbox-api.md in the bridge's repository.
+subclasses. show(x) saves a figure or image into the outputs folder
+($BRIDGE_OUTPUTS, /tmp/outputs), whose files come back with the result, and
+prints a table as Markdown. The reference is docs/sandbox-api.md in the
+bridge's repository.
 """
 
 from ._core import (
@@ -32,6 +36,7 @@ from ._core import (
     tools,
 )
 from ._help import help
+from ._show import show
 
 __all__ = list(_core.PUBLIC)
 

@@ -1,6 +1,7 @@
 """The implementation of mcp_tools: queries, calls, result decoding, errors
 and aliases. The package's __init__ re-exports the public names; the
-per-server modules are built in _modules, the manual is in _help.
+per-server modules are built in _modules, the manual is in _help, show()
+in _show (_runner_files is the runner's, not the package's).
 
 Standard library only. Start-up time matters: this module imports nothing
 that the runner has not loaded already (json brings re along); the rest is
@@ -134,6 +135,7 @@ PUBLIC = (
     "call_raw",
     "acall_raw",
     "help",
+    "show",
     "MCPToolsError",
     "ToolError",
     "UnknownServerError",
@@ -154,7 +156,7 @@ MODULE_DUNDERS = frozenset(
 # Every attribute the mcp_tools package has or may get: a server's module
 # alias must be none of them. The bridge computes module aliases with the
 # same list (test_mcp_tools checks that it covers the package).
-RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "__pycache__"}
+RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "_runner_files", "_show", "__pycache__"}
 
 
 def alias(name, reserved=frozenset()):

@@ -14,6 +14,9 @@ bridge sandbox: you are Python {python} in a fresh container, uid {uid}.
   kills the container, keeping the output printed until then.
 - What you print is what the agent gets back (stdout, then stderr); output
   beyond the cap is cut and counted. Print only what is needed.
+- Files you save in /tmp/outputs ($BRIDGE_OUTPUTS) come back too, images as
+  images, within the operator's limits. mcp_tools.show(x) saves a matplotlib
+  figure or PIL image there as PNG, prints a DataFrame as a Markdown table.
 - Top-level `await` works: `await asyncio.gather(...)` runs things side by side.
 - Python's standard library is here; pip and the network are not.
 
