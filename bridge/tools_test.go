@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +216,32 @@ func TestToolHandlerHostBudget(t *testing.T) {
 	up.err = &proxy.Error{Kind: proxy.KindUnknownTool, Message: "no such tool"}
 	if r := h.CallTool(ctx, "run", relay.ToolCall{ID: 2, Server: "search", Tool: "x", Args: json.RawMessage(`{}`)}); r.Error == nil || r.Error.Type != relay.ErrLimit {
 		t.Fatalf("a call after the budget is used: %+v", r.Error)
+	}
+}
+
+// TestModuleReservedMatchesPython holds moduleReserved to the names the
+// mcp_tools package reserves itself (_core.RESERVED): the two lists live in
+// two languages.
+func TestModuleReservedMatchesPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 not found")
+		}
+		t.Skip("python3 not found")
+	}
+	cmd := exec.Command(py, "-I", "-B", "-c", "import sys; sys.path.insert(0, sys.argv[1]); from mcp_tools import _core; print(' '.join(sorted(_core.RESERVED)))",
+		filepath.Join("..", "images", "runner", "lib"))
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reading _core.RESERVED: %v", err)
+	}
+	var goNames []string
+	for n := range moduleReserved {
+		goNames = append(goNames, n)
+	}
+	sort.Strings(goNames)
+	if got, want := strings.Join(goNames, " "), strings.TrimSpace(string(b)); got != want {
+		t.Errorf("moduleReserved =\n%s\nmcp_tools._core.RESERVED =\n%s", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -183,5 +184,40 @@ func TestFilesOutProtocolErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The real runner (as a host process) and the bridge's side agree on files
+// out: names, bytes, order, skips and the count beyond the skips reported.
+func TestFilesFromRealRunner(t *testing.T) {
+	ex := newTestExecutor(t, newFake(pythonRunner(t)), ExecutorOptions{})
+	sink := &recordSink{}
+	code := `
+import os
+out = os.environ["BRIDGE_OUTPUTS"]
+os.makedirs(out + "/plots")
+open(out + "/a.txt", "w").write("first")
+os.utime(out + "/a.txt", (1, 1))
+open(out + "/plots/b.bin", "wb").write(bytes(range(256)) * 8192)
+os.symlink("/etc/passwd", out + "/passwd")
+for i in range(120):
+    open(out + f"/many-{i:03}.txt", "w").write("x")
+print("ok")
+`
+	res, err := ex.Run(context.Background(), Request{Code: code, Limits: testLimits(), Sink: sink,
+		Files: FileLimits{MaxFiles: 2, MaxFileBytes: 4 << 20, MaxBytes: 8 << 20}})
+	if err != nil || res.Status != StatusOK || res.Stdout != "ok\n" {
+		t.Fatalf("got %+v, %v", res, err)
+	}
+	if len(sink.files) != 2 || sink.files[0].info.Name != "a.txt" || sink.files[0].data.String() != "first" || sink.files[0].err != nil {
+		t.Fatalf("files = %+v", sink.files)
+	}
+	if b := sink.files[1]; b.info.Name != "plots/b.bin" || b.data.Len() != 256*8192 || b.err != nil {
+		t.Errorf("second file: %s, %d bytes, %v", b.info.Name, b.data.Len(), b.err)
+	}
+	// 121 files skipped (the link and 120 past max_files): 100 reported,
+	// the rest counted.
+	if len(sink.skipped) != 100 || res.FilesSkipped != 21 || !slices.Contains(sink.skipped, "passwd:0:symlink") {
+		t.Errorf("skipped %d reported (%v...), %d counted", len(sink.skipped), sink.skipped[:min(3, len(sink.skipped))], res.FilesSkipped)
 	}
 }

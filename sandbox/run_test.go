@@ -251,7 +251,7 @@ func pythonRunner(t *testing.T) func(ctx context.Context, sock, token string, sp
 	script := filepath.Join(filepath.Dir(file), "..", "images", "runner", "runner.py")
 	return func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
 		cmd := exec.CommandContext(ctx, py, "-I", "-B", script)
-		cmd.Env = []string{EnvRelaySocket + "=" + sock, EnvRelayToken + "=" + token, "LANG=C.UTF-8"}
+		cmd.Env = []string{EnvRelaySocket + "=" + sock, EnvRelayToken + "=" + token, "LANG=C.UTF-8", "BRIDGE_OUTPUTS=" + filepath.Join(filepath.Dir(sock), "outputs")}
 		err := cmd.Run()
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
