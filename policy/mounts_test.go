@@ -38,7 +38,10 @@ func placesEnv(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	for name, target := range map[string]string{"root-link": "/", "good-link": "data/sales", "dangling": "nowhere"} {
+	if err := os.Mkdir(filepath.Join(base, "data", "bad\xffname"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"root-link": "/", "good-link": "data/sales", "dangling": "nowhere", "bad-link": "data/bad\xffname", "x,y": "data/sales"} {
 		if err := os.Symlink(target, filepath.Join(base, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +140,8 @@ func TestMountsRefused(t *testing.T) {
 		{"path a sibling of /data", "mounts:\n  - host: " + base + "/data/sales\n    path: /database\n", "4:11: mounts[0].path: /database is outside /data/"},
 		{"path with a comma", "mounts:\n  - host: " + base + "/data/sales\n    path: \"/data/a,b\"\n", `4:11: mounts[0].path: "/data/a,b" holds a comma or a colon`},
 		{"host with a comma", "mounts:\n  - host: " + base + "/data/a,b\n    path: /data/ab\n", "3:11: mounts[0].host: " + base + "/data/a,b holds a comma or a colon, which engines read as separators in a mount: rename the folder"},
+		{"resolves to a name that is not UTF-8", "mounts:\n  - host: " + base + "/bad-link\n", "3:11: mounts[0].host: " + base + "/bad-link resolves to \"" + base + "/data/bad\\xffname\", which is not plain UTF-8 text"},
+		{"default path from a symlink with a comma", "mounts:\n  - host: \"" + base + "/x,y\"\n", `3:5: mounts[0]: the default path /data/x,y: "/data/x,y" holds a comma or a colon, which engines read as separators: choose another name; give a path`},
 		{"duplicate path", "mounts:\n  - {host: " + base + "/data/sales}\n  - {host: " + base + "/other/sales}\n", "4:5: mounts: two mounts at /data/sales (the other at line 3): give one of them another path"},
 		{"duplicate given path", "mounts:\n  - {host: " + base + "/data/sales, path: /data/x}\n  - host: " + base + "/other/sales\n    path: /data/x/\n", "5:11: mounts: two mounts at /data/x (the other at line 3)"},
 		{"nested", "mounts:\n  - {host: " + base + "/data/sales, path: /data/a}\n  - host: " + base + "/other/sales\n    path: /data/a/b\n", "5:11: mounts: /data/a/b is inside /data/a (the mounts at lines 3 and 4): mount paths may not nest"},

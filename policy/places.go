@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/bridge-mcp/bridge/internal/paths"
 )
@@ -137,6 +139,9 @@ func hostDir(s string, mustExist bool) (dir, note string, err error) {
 	dir, err = resolve(given, mustExist)
 	if err != nil {
 		return "", "", err
+	}
+	if !utf8.ValidString(dir) || strings.IndexFunc(dir, unicode.IsControl) >= 0 {
+		return "", "", fmt.Errorf("%s resolves to %q, which is not plain UTF-8 text: rename what the symlinks lead to", given, dir)
 	}
 	if dir != given {
 		note = fmt.Sprintf(" (%s resolves to %s: symlinks are followed)", given, dir)
