@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +92,33 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestLimitsFromMounts: the policy's mounts reach each run's limits, as
+// the policy resolved them, and a reload changes the next run's.
+func TestLimitsFromMounts(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sales")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Parse([]byte("version: 1\nmounts:\n  - host: "+data+"\n  - host: "+data+"\n    path: /data/in/again\n"), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := LimitsFrom(pol)
+	want := []sandbox.DataMount{{Host: real, Path: "/data/sales"}, {Host: real, Path: "/data/in/again"}}
+	if !reflect.DeepEqual(l.Mounts, want) {
+		t.Errorf("Mounts = %+v, want %+v", l.Mounts, want)
+	}
+	if err := l.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	if l := LimitsFrom(policy.Default()); l.Mounts != nil {
+		t.Errorf("no mounts: %+v", l.Mounts)
+	}
 }

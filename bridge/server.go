@@ -171,15 +171,20 @@ func (s *Server) limits(snap *policy.Snapshot) (sandbox.Limits, time.Duration) {
 	if snap == nil {
 		snap = s.opts.Policy.Current()
 	}
-	return LimitsFrom(snap.Policy.Sandbox), snap.Policy.Sandbox.MaxTimeout
+	return LimitsFrom(snap.Policy), snap.Policy.Sandbox.MaxTimeout
 }
 
-// LimitsFrom are the sandbox limits a policy sets.
-func LimitsFrom(p policy.Sandbox) sandbox.Limits {
+// LimitsFrom are the sandbox limits a policy sets: its sandbox section and
+// its mounts.
+func LimitsFrom(pol *policy.Policy) sandbox.Limits {
+	p := pol.Sandbox
 	l := sandbox.DefaultLimits()
 	l.Timeout, l.Memory, l.CPUs, l.Pids, l.TmpfsSize = p.Timeout, p.Memory, p.CPUs, p.Pids, p.TmpfsSize
 	l.OutputBytes = int(p.OutputLimit)
 	l.NProc = max(l.NProc, uint64(p.Pids))
+	for _, m := range pol.Mounts {
+		l.Mounts = append(l.Mounts, sandbox.DataMount{Host: m.Host, Path: m.Path})
+	}
 	return l
 }
 

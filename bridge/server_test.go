@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,7 @@ func (f fakeRunner) Run(ctx context.Context, req sandbox.Request) (sandbox.Resul
 
 func newServer(t *testing.T, opts Options) *Server {
 	t.Helper()
-	if opts.Limits == (sandbox.Limits{}) {
+	if reflect.DeepEqual(opts.Limits, sandbox.Limits{}) {
 		opts.Limits = sandbox.DefaultLimits()
 		opts.Limits.Timeout = 30 * time.Second
 	}

@@ -46,6 +46,27 @@ func Format(p *Policy) string {
 	w(1, "queue: %d", s.Queue)
 	w(1, "require_enforced_limits: %t", s.RequireEnforcedLimits)
 
+	if len(p.Mounts) == 0 {
+		w(0, "mounts: []")
+	} else {
+		w(0, "mounts:")
+		for _, m := range p.Mounts {
+			w(1, "- host: %s", strconv.Quote(m.Host))
+			w(2, "path: %s", strconv.Quote(m.Path))
+		}
+	}
+
+	a := &p.Artifacts
+	w(0, "artifacts:")
+	w(1, "max_files: %d", a.MaxFiles)
+	w(1, "max_bytes_inline: %s", units.FormatSize(a.MaxBytesInline))
+	w(1, "max_bytes_total: %s", units.FormatSize(a.MaxBytesTotal))
+	w(1, "dir: %s", strconv.Quote(a.Dir))
+	w(1, "by_reference: %s", word(a.ByReference))
+	w(1, "max_bytes_stored: %s", units.FormatSize(a.MaxBytesStored))
+	w(1, "max_bytes_kept: %s", units.FormatSize(a.MaxBytesKept))
+	w(1, "expiry: %s", units.FormatDuration(a.Expiry))
+
 	t := &p.Tools
 	w(0, "tools:")
 	w(1, "servers: %s", formatList(t.Servers))

@@ -29,6 +29,16 @@ sandbox:
   max_concurrent: 4
   queue: 16
   require_enforced_limits: true
+mounts: []
+artifacts:
+  max_files: 20
+  max_bytes_inline: 1Mi
+  max_bytes_total: 4Mi
+  dir: ""
+  by_reference: large
+  max_bytes_stored: 256Mi
+  max_bytes_kept: 1Gi
+  expiry: 1h
 tools:
   servers: ["*"]
   default: allow
@@ -49,7 +59,11 @@ audit:
 	// Parse checks keys against.
 	got := Format(Default())
 	at := 0
-	for _, k := range append(append(append(append([]string{"version"}, sandboxKeys...), toolsKeys...), budgetsKeys...), auditKeys...) {
+	var keys []string
+	for _, ks := range [][]string{{"version"}, sandboxKeys, {"mounts"}, artifactsKeys, toolsKeys, budgetsKeys, auditKeys} {
+		keys = append(keys, ks...)
+	}
+	for _, k := range keys {
 		j := strings.Index(got[at:], k+":")
 		if j < 0 {
 			t.Fatalf("Format(Default()) lacks %s (or has it out of order)", k)
@@ -85,6 +99,16 @@ sandbox:
   max_concurrent: 4
   queue: 16
   require_enforced_limits: true
+mounts: []
+artifacts:
+  max_files: 20
+  max_bytes_inline: 1Mi
+  max_bytes_total: 4Mi
+  dir: ""
+  by_reference: large
+  max_bytes_stored: 256Mi
+  max_bytes_kept: 1Gi
+  expiry: 1h
 tools:
   servers: []
   default: deny
@@ -315,6 +339,22 @@ func randomPolicy(rng *rand.Rand) *Policy {
 			ps = math.Max(ps, 0.001)
 		}
 		b.Rates = append(b.Rates, Rate{Server: glob(), Tool: glob(), Per: pick("tool", "server"), PerSecond: ps, Burst: int(between(1, maxBurst))})
+	}
+
+	a := &p.Artifacts
+	a.MaxFiles = int(between(0, maxArtifactFiles))
+	a.MaxBytesInline = size(0, maxArtifactInline)
+	a.MaxBytesTotal = size(a.MaxBytesInline, maxArtifactTotal)
+	a.Dir = pick("", "/var/tmp/bridge-artifacts", "/srv/a b/\"q\"")
+	a.ByReference = "large"
+	if a.Dir != "" {
+		a.ByReference = pick("large", "all")
+	}
+	a.MaxBytesStored = size(minArtifactStored, maxArtifactStored)
+	a.MaxBytesKept = size(a.MaxBytesStored, math.MaxInt64)
+	a.Expiry = time.Duration(between(int64(minArtifactExpiry), int64(maxArtifactExpiry)))
+	if rng.Intn(2) == 0 {
+		a.Expiry = a.Expiry.Round(time.Minute)
 	}
 
 	p.Audit.File = pick("", "stderr", "/var/log/bridge/audit.jsonl", "/tmp/a b/\"q\".log")

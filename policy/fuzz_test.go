@@ -63,6 +63,9 @@ audit:
 		"version: 1\nbudgets: {rates: [{rate: 1e9/s}, {rate: .5/h}]}\n", "version: [1\n", "{version: 1, audit: {file: \"../x\"}}\n",
 		"version: 1\nsandbox:\n  memory: 9223372036854775807\n  cpus: 1024\n", "version: 1\ntools:\n  servers: []\n",
 		"version: 1\nsandbox:\n  image: \"\\u2028\\ufeff\"\n",
+		"version: 1\nmounts:\n  - host: /usr/share\n    path: /data/share\n  - {host: /usr/lib}\n",
+		"version: 1\nmounts: [{host: /proc}, {host: ~/x, path: /data/../etc}]\n",
+		"version: 1\nartifacts: {max_files: 3, dir: /var/tmp/bridge-art, by_reference: all, max_bytes_inline: 0, max_bytes_total: 12Mi, expiry: 2h}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -26,6 +26,10 @@ func normalized(p *Policy) *Policy {
 	for i := range q.Budgets.Rates {
 		q.Budgets.Rates[i].Line, q.Budgets.Rates[i].Column = 0, 0
 	}
+	q.Mounts = append([]Mount(nil), p.Mounts...)
+	for i := range q.Mounts {
+		q.Mounts[i].Line, q.Mounts[i].Column = 0, 0
+	}
 	return &q
 }
 
@@ -88,7 +92,7 @@ func TestExampleFileIsTheDefault(t *testing.T) {
 	}
 	// The file sets every key explicitly (no key left to the defaults).
 	data, _ := os.ReadFile("../policy.example.yaml")
-	for _, keys := range [][]string{topKeys, sandboxKeys, toolsKeys, budgetsKeys, auditKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, artifactsKeys, toolsKeys, budgetsKeys, auditKeys} {
 		for _, k := range keys {
 			if !regexp.MustCompile(`(?m)^ *` + k + `:`).Match(data) {
 				t.Errorf("policy.example.yaml does not set %s", k)
@@ -139,6 +143,15 @@ sandbox:
   max_concurrent: 2
   queue: 0
   require_enforced_limits: false
+artifacts:
+  max_files: 0
+  max_bytes_inline: 8Mi
+  max_bytes_total: 12Mi
+  dir: /var/tmp/bridge-artifacts
+  by_reference: all
+  max_bytes_stored: 64Gi
+  max_bytes_kept: 64Gi
+  expiry: 720h
 tools:
   servers: ["github", "fs-*"]
   default: deny
@@ -176,16 +189,18 @@ audit:
 		Source: "t.yaml",
 		Sandbox: Sandbox{Engine: "podman", OCIRuntime: "runsc", Image: "localhost/runner:dev", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
 			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0},
+		Artifacts: Artifacts{MaxFiles: 0, MaxBytesInline: 8 << 20, MaxBytesTotal: 12 << 20, Dir: artifactsDir(t, "/var/tmp/bridge-artifacts"), ByReference: "all",
+			MaxBytesStored: 64 << 30, MaxBytesKept: 64 << 30, Expiry: 720 * time.Hour},
 		Tools: Tools{Servers: []string{"github", "fs-*"}, Default: Deny, Rules: []Rule{
-			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 20, Column: 7},
+			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 29, Column: 7},
 			{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, DestructiveHint: &fa, IdempotentHint: &tr, OpenWorldHint: &fa},
-				Action: Allow, Line: 24, Column: 9},
+				Action: Allow, Line: 33, Column: 9},
 		}},
 		Budgets: Budgets{MaxCallsPerRun: 0, MaxArgumentBytes: 4 << 20, MaxResultBytes: 1, CallTimeout: 500 * time.Millisecond, Rates: []Rate{
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 36, Column: 7},
-			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 37, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 42, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 43, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 45, Column: 7},
+			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 46, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 51, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 52, Column: 7},
 		}},
 		Audit: Audit{File: "/var/log/bridge/audit.jsonl"},
 	}
@@ -242,8 +257,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, tools, budgets, audit), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, tools, budgets, audit), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, mounts, artifacts, tools, budgets, audit), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, mounts, artifacts, tools, budgets, audit), got a string "hello"`}},
 		{"two documents", "version: 1\n---\nversion: 1\n", []string{"3:1: a second YAML document (after ---): a policy file holds one document"}},
 		{"too large", big, []string{fmt.Sprintf("1:1: the file is %d bytes; a policy file may have at most 1048576 (1 MiB)", len(big))}},
 		{"unclosed list", "version: 1\nsandbox:\n  cpus: [1\n", []string{"3: invalid YAML: did not find expected ',' or ']'"}},
@@ -265,7 +280,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, tools, budgets, audit; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, mounts, artifacts, tools, budgets, audit; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -282,9 +297,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, tools, budgets, audit`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, mounts, artifacts, tools, budgets, audit`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, tools, budgets, audit`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, mounts, artifacts, tools, budgets, audit`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -529,7 +544,7 @@ func TestDocsDefaults(t *testing.T) {
 	}
 	doc := string(data)
 	formatted := Format(Default())
-	for _, section := range []string{"sandbox", "tools", "budgets", "audit"} {
+	for _, section := range []string{"sandbox", "artifacts", "tools", "budgets", "audit"} {
 		i := strings.Index(doc, "### `"+section+"`")
 		if i < 0 {
 			t.Fatalf("docs/policy.md has no section %s", section)
@@ -570,7 +585,7 @@ func TestDocsDefaults(t *testing.T) {
 			t.Errorf("docs/policy.md: no table under %s", section)
 		}
 	}
-	for _, keys := range [][]string{topKeys, sandboxKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") {
 				t.Errorf("docs/policy.md does not mention `%s`", k)

@@ -1,9 +1,11 @@
 // Package policy is the operator's policy.yaml: what the sandbox may use
-// (limits), which upstream tools the code may see and call (rules), how
-// much (budgets and rates), and where decisions are audited. Parse reads and
-// validates a file strictly (an unknown key or a wrong type is an error with
-// file, line and column); Decide says whether a tool may be called and by
-// which rule; Store holds the policy in force and reloads it.
+// (limits), which host folders it reads (mounts) and how it hands files
+// back (artifacts), which upstream tools the code may see and call
+// (rules), how much (budgets and rates), and where decisions are audited.
+// Parse reads and validates a file strictly (an unknown key or a wrong type
+// is an error with file, line and column); Decide says whether a tool may
+// be called and by which rule; Store holds the policy in force and reloads
+// it.
 //
 // docs/policy.md is the reference; policy.example.yaml at the repository
 // root spells out every default, and a test holds the two together.
@@ -23,9 +25,12 @@ type Policy struct {
 	Source string
 
 	Sandbox Sandbox
-	Tools   Tools
-	Budgets Budgets
-	Audit   Audit
+	// Mounts are the host folders every run reads, under DataDir.
+	Mounts    []Mount
+	Artifacts Artifacts
+	Tools     Tools
+	Budgets   Budgets
+	Audit     Audit
 
 	sum [32]byte // of the file's bytes, when Load read it
 }

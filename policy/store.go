@@ -215,6 +215,9 @@ func restartOnly(a, b *Policy) []string {
 	if a.Sandbox.RequireEnforcedLimits != b.Sandbox.RequireEnforcedLimits {
 		out = append(out, "sandbox.require_enforced_limits")
 	}
+	if a.Artifacts.Dir != b.Artifacts.Dir {
+		out = append(out, "artifacts.dir")
+	}
 	return out
 }
 

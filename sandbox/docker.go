@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -469,7 +470,38 @@ func dockerConfig(spec ContainerSpec) (*container.Config, *container.HostConfig)
 			ReadOnly: m.ReadOnly,
 		})
 	}
+	for _, m := range spec.DataMounts {
+		hc.Mounts = append(hc.Mounts, dockerDataMount(m, labels))
+	}
 	return cfg, hc
+}
+
+// dockerDataMountOptions are the mount options of a data mount on Docker.
+const dockerDataMountOptions = "bind,ro,nosuid,nodev,noexec"
+
+// dockerDataMount is m as Docker can make it read-only, nosuid, nodev and
+// noexec: the API's bind mounts take no such options, so m is an anonymous
+// volume of the local driver that bind-mounts the host folder with them.
+// The engine mounts it under its volumes folder, then binds that into the
+// container, and a bind mount keeps the flags of the mount it copies: the
+// container's mount is read-only, nosuid, nodev and noexec too (Docker
+// 20.10 refuses ReadOnly on an anonymous volume, so that is how it gets
+// there). The volume goes with the container (Remove asks for
+// RemoveVolumes), and carries the container's labels. NoCopy: nothing of
+// the image is copied into it.
+func dockerDataMount(m DataMount, labels map[string]string) mount.Mount {
+	return mount.Mount{
+		Type:   mount.TypeVolume,
+		Target: m.Path,
+		VolumeOptions: &mount.VolumeOptions{
+			NoCopy: true,
+			Labels: maps.Clone(labels),
+			DriverConfig: &mount.Driver{
+				Name:    "local",
+				Options: map[string]string{"type": "none", "device": m.Host, "o": dockerDataMountOptions},
+			},
+		},
+	}
 }
 
 // podmanCompatTmpfs are the options of the empty, read-only tmpfs mounts
@@ -480,9 +512,30 @@ func dockerConfig(spec ContainerSpec) (*container.Config, *container.HostConfig)
 // Nested mounts such as RelayDir still work under a read-only /run.
 const podmanCompatTmpfs = "ro,noexec,nosuid,nodev,size=65536,notmpcopyup"
 
+// podmanCompatDataMountOptions are the options of a data mount on
+// Podman's Docker-compatible API (see podmanDataMountOptions).
+const podmanCompatDataMountOptions = "bind,ro,nosuid,nodev,noexec"
+
 // podmanCompatConfig closes what Podman's Docker-compatible API opens on
-// top of hc: a read-only root there still gets a writable /run and /var/tmp.
+// top of hc: a read-only root there still gets a writable /run and /var/tmp,
+// and the local driver's options of a data mount's volume are dropped
+// without a word (Podman 4.3: the container gets an empty, writable
+// volume), so data mounts are binds with Podman's own options instead.
 func podmanCompatConfig(spec ContainerSpec, hc *container.HostConfig) {
+	if len(spec.DataMounts) > 0 {
+		mounts := hc.Mounts[:0:0]
+		for _, m := range hc.Mounts {
+			if m.Type != mount.TypeVolume {
+				mounts = append(mounts, m)
+			}
+		}
+		hc.Mounts = mounts
+		for _, m := range spec.DataMounts {
+			// Podman reads "bind" as not recursive; validateDataMounts
+			// keeps colons and commas out of both paths.
+			hc.Binds = append(hc.Binds, m.Host+":"+m.Path+":"+podmanCompatDataMountOptions)
+		}
+	}
 	if !spec.ReadOnlyRoot {
 		return
 	}
@@ -503,8 +556,18 @@ func dockerClamp(v uint64) int64 {
 	return int64(v)
 }
 
-// Create implements Runtime.
+// Create implements Runtime. Data mounts are refused under gVisor (see
+// refuseGVisorDataMounts): asked for by name, or found after the create to
+// be the runtime the engine chose.
 func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+	if len(spec.DataMounts) > 0 {
+		if runtimeName(spec.OCIRuntime) == OCIRuntimeRunsc {
+			return "", refuseGVisorDataMounts(ctx, d.Remove, "create container "+spec.Name, "")
+		}
+		if err := checkDataMountHosts(spec.DataMounts); err != nil {
+			return "", fmt.Errorf("create container %s: %w", spec.Name, err)
+		}
+	}
 	cfg, hc := dockerConfig(spec)
 	if d.podman {
 		podmanCompatConfig(spec, hc)
@@ -523,13 +586,27 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 	if err := refuseDroppedLimits(ctx, d.Remove, "create container "+spec.Name, resp.ID, resp.Warnings); err != nil {
 		return "", err
 	}
-	if spec.OCIRuntime != "" {
+	if spec.OCIRuntime != "" || len(spec.DataMounts) > 0 {
 		// Never run the code under another runtime than asked for.
 		got, err := d.runtimeOf(ctx, resp.ID)
 		if err != nil {
 			got = "unknown (" + err.Error() + ")"
 		}
 		if err := checkRuntimeOf(ctx, d.Remove, "create container "+spec.Name, resp.ID, spec.OCIRuntime, got); err != nil {
+			return "", err
+		}
+		if len(spec.DataMounts) > 0 && runtimeName(got) != OCIRuntimeRunc && runtimeName(got) != "crun" {
+			// Only a runtime that mounts the host's folder itself keeps its
+			// noexec; gVisor (or a runtime not known) does not.
+			if runtimeName(got) == OCIRuntimeRunsc {
+				return "", refuseGVisorDataMounts(ctx, d.Remove, "create container "+spec.Name, resp.ID)
+			}
+			err := fmt.Errorf("create container %s: the engine made the container with the OCI runtime %s, and the policy's mounts are held noexec only under runc or crun; no code was run", spec.Name, got)
+			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+			defer cancel()
+			if rmErr := d.Remove(rmCtx, resp.ID); rmErr != nil {
+				err = errors.Join(err, fmt.Errorf("removing the refused container %s: %w", resp.ID, rmErr))
+			}
 			return "", err
 		}
 	}

@@ -324,6 +324,9 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 			return "", fmt.Errorf("podman: bind mount source for %s: %w", m.Target, err)
 		}
 	}
+	if err := checkDataMountHosts(cs.DataMounts); err != nil {
+		return "", fmt.Errorf("podman: creating container %s: %w", cs.Name, err)
+	}
 	s := podmanSpec(cs)
 	// The engine's default seccomp profile, tightened (seccomp.go).
 	p.seccomp.Lock()
@@ -499,8 +502,19 @@ func podmanSpec(cs ContainerSpec) *specgen.SpecGenerator {
 		}
 		s.Mounts = append(s.Mounts, spec.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
 	}
+	for _, m := range cs.DataMounts {
+		s.Mounts = append(s.Mounts, spec.Mount{Destination: m.Path, Type: "bind", Source: m.Host, Options: podmanDataMountOptions()})
+	}
 	return s
 }
+
+// podmanDataMountOptions are the options of a data mount: read-only,
+// nosuid, nodev, noexec, and not recursive ("bind", not "rbind"), so that
+// what is mounted under the folder on the host stays out (a recursive bind
+// would bring it in, and runc makes only the top mount read-only). The OCI
+// runtime applies them in the container's mount namespace; gVisor reads
+// them from the spec and holds ro and noexec itself.
+func podmanDataMountOptions() []string { return []string{"bind", "ro", "nosuid", "nodev", "noexec"} }
 
 func podmanPtr[T any](v T) *T { return &v }
 

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -56,6 +57,9 @@ type Limits struct {
 	// OutputBytes caps each of stdout and stderr; what is beyond is cut and
 	// counted.
 	OutputBytes int
+	// Mounts are host folders the code reads, under DataDir: read-only,
+	// nosuid, nodev and noexec (see DataMount).
+	Mounts []DataMount
 }
 
 // DefaultLimits are the limits used when nothing else is configured.
@@ -95,7 +99,7 @@ func (l Limits) Validate() error {
 	case l.OutputBytes < 1024:
 		return fmt.Errorf("output cap must be at least 1 KiB, got %d bytes", l.OutputBytes)
 	}
-	return nil
+	return validateDataMounts(l.Mounts)
 }
 
 // CPUPeriod is the CFS period used to express Limits.CPUs as a quota.
@@ -148,12 +152,17 @@ type ContainerSpec struct {
 	// Tmpfs maps a container path to its mount options.
 	Tmpfs  map[string]string
 	Mounts []Mount
+	// DataMounts are mounted read-only, nosuid, nodev and noexec; a
+	// backend that cannot hold all four for the runtime it runs with must
+	// refuse to create the container, never mount them with less.
+	DataMounts []DataMount
 }
 
 // NewSpec returns the hardened spec for one run: no network, read-only root,
 // all capabilities dropped, no-new-privileges, uid 65534, an init that reaps
 // zombies, cgroup limits, explicit rlimits, a noexec tmpfs as the only
-// writable place, and the run directory mounted read-only at RelayDir.
+// writable place, the run directory mounted read-only at RelayDir, and
+// the limits' data mounts under DataDir.
 func NewSpec(runID, image, runDir, token string, l Limits) ContainerSpec {
 	return ContainerSpec{
 		Name:    "bridge-run-" + runID,
@@ -187,7 +196,8 @@ func NewSpec(runID, image, runDir, token string, l Limits) ContainerSpec {
 		Tmpfs: map[string]string{
 			TmpDir: "rw,noexec,nosuid,nodev,size=" + strconv.FormatInt(l.TmpfsSize, 10) + ",mode=1777",
 		},
-		Mounts: []Mount{{Source: runDir, Target: RelayDir, ReadOnly: true}},
+		Mounts:     []Mount{{Source: runDir, Target: RelayDir, ReadOnly: true}},
+		DataMounts: slices.Clone(l.Mounts),
 	}
 }
 

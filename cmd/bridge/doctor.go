@@ -21,7 +21,8 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	policyPath := fs.String("policy", "", "check against this policy `FILE` (default "+defaultPolicyPath()+" if it exists): its engine,\n"+
 		"oci_runtime, image and require_enforced_limits (a policy that requires limits the engine cannot\n"+
-		"enforce is reported here, before serve refuses to run); the flags above may only tighten it")
+		"enforce is reported here, before serve refuses to run), and lists its mounts and whether the\n"+
+		"sandbox's user can read them; the flags above may only tighten it")
 	args, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage, err
@@ -42,7 +43,9 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 		if !p.Sandbox.RequireEnforcedLimits {
 			req = "accepts engines that cannot enforce limits (require_enforced_limits: false)"
 		}
-		fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n\n", file, p.Sandbox.Engine, p.Sandbox.OCIRuntime, req)
+		fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n", file, p.Sandbox.Engine, p.Sandbox.OCIRuntime, req)
+		writeMounts(e.stdout, p, mountReports(p))
+		fmt.Fprintln(e.stdout)
 	}
 	rep, err := doctor.Run(ctx, doctor.Options{
 		Engine: p.Sandbox.Engine, Image: image, AllowUnenforcedLimits: !p.Sandbox.RequireEnforcedLimits,
@@ -54,7 +57,11 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		out := struct {
+			doctor.Report
+			Mounts []mountReport `json:"mounts,omitempty"`
+		}{rep, mountReports(p)}
+		if err := enc.Encode(out); err != nil {
 			return exitBridge, err
 		}
 	} else {

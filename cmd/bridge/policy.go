@@ -116,9 +116,12 @@ func runPolicy(e *env, path, proxyURL string, settings []policy.Setting) (p *pol
 	if err != nil {
 		return nil, "", limits, "", err
 	}
-	limits = bridge.LimitsFrom(p.Sandbox)
+	limits = bridge.LimitsFrom(p)
 	if err := limits.Validate(); err != nil {
 		return nil, "", limits, "", usagef("%v", err)
+	}
+	for _, w := range mountWarnings(p) {
+		e.log.Warn().Msg("policy: " + w)
 	}
 	image = p.Sandbox.Image
 	if image == "" {
@@ -185,8 +188,9 @@ func policyCheck(ctx context.Context, e *env, args []string) (int, error) {
 	fset := newFlagSet(e, "policy check", "[flags] [FILE]", "Validates a policy file (default: "+defaultPolicyPath()+") and prints the\n"+
 		"effective policy, every default filled in. It also checks what serve and run would\n"+
 		"refuse at start-up: an audit file that cannot be written, and a runner image that an\n"+
-		"engine it can reach does not have. Exits 1 when there is a problem. With no file,\n"+
-		"it says that the built-in defaults apply and prints them.")
+		"engine it can reach does not have. Exits 1 when there is a problem. It warns about a\n"+
+		"mount the sandbox's user cannot read. With no file, it says that the built-in\n"+
+		"defaults apply and prints them.")
 	offline := fset.Bool("offline", false, "do not ask a container engine whether the runner image is there")
 	args, err := parseFlags(fset, args)
 	if err != nil {
@@ -209,6 +213,9 @@ func policyCheck(ctx context.Context, e *env, args []string) (int, error) {
 		}
 	}
 	fmt.Fprint(e.stdout, policy.Format(p))
+	for _, w := range mountWarnings(p) {
+		fmt.Fprintln(e.stderr, w)
+	}
 	problems := startProblems(ctx, e, p, *offline)
 	for _, pr := range problems {
 		fmt.Fprintf(e.stderr, "%s: %s\n", orDefaults(p.Source), pr)
@@ -234,7 +241,7 @@ func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) 
 	if err := p.Audit.Check(); err != nil {
 		out = append(out, err.Error())
 	}
-	if err := bridge.LimitsFrom(p.Sandbox).Validate(); err != nil {
+	if err := bridge.LimitsFrom(p).Validate(); err != nil {
 		out = append(out, "sandbox: "+err.Error())
 	}
 	if offline {

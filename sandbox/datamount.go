@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/bridge-mcp/bridge/internal/paths"
+)
+
+// DataDir is the folder of the container under which the data mounts
+// appear (policy mounts: docs/policy.md).
+const DataDir = paths.DataDir
+
+// DataMount is a host folder the code may read: mounted read-only, nosuid,
+// nodev and noexec at Path, under DataDir. The code can read what the
+// container's user may read there, and nothing else: it cannot write,
+// create or delete anything in it (EROFS), execute a file of it or map one
+// executable (EACCES), use a setuid bit or a device node of it.
+type DataMount struct {
+	// Host is the folder on the host: absolute and clean, symlinks already
+	// resolved (the policy does that).
+	Host string
+	// Path is where the container sees it: clean, under DataDir.
+	Path string
+}
+
+// validateDataMounts checks what every backend relies on: absolute, clean
+// host folders; distinct paths under DataDir that do not nest; nothing an
+// engine reads as a separator.
+func validateDataMounts(ms []DataMount) error {
+	for i, m := range ms {
+		switch {
+		case !filepath.IsAbs(m.Host) || filepath.Clean(m.Host) != m.Host || m.Host == "/":
+			return fmt.Errorf("mount %d: host folder %q must be an absolute, clean path other than /", i, m.Host)
+		case path.Clean(m.Path) != m.Path || !strings.HasPrefix(m.Path, DataDir+"/"):
+			return fmt.Errorf("mount %d: container path %q must be a clean path under %s/", i, m.Path, DataDir)
+		case strings.ContainsAny(m.Path+m.Host, ",:\x00"):
+			return fmt.Errorf("mount %d: %s → %s: a comma or a colon in a path is not allowed (engines read them as separators)", i, m.Host, m.Path)
+		}
+		for _, o := range ms[:i] {
+			if o.Path == m.Path || strings.HasPrefix(m.Path, o.Path+"/") || strings.HasPrefix(o.Path, m.Path+"/") {
+				return fmt.Errorf("mounts at %s and %s overlap: each needs a path of its own, not nested in another", o.Path, m.Path)
+			}
+		}
+	}
+	return nil
+}
+
+// checkDataMountHosts fails when a data mount's host folder is gone, no
+// longer a folder, or no longer the folder the policy resolved (a symlink
+// now stands somewhere on its path, which the engine would follow): the
+// policy checked it at load, but folders come and go, and the engines' own
+// errors for this say little.
+func checkDataMountHosts(ms []DataMount) error {
+	for _, m := range ms {
+		if r, err := filepath.EvalSymlinks(m.Host); err == nil && r != m.Host {
+			return fmt.Errorf("the policy's mount %s → %s: the path now leads through a symlink to %s, not to the folder the policy checked: fix the path on the host, or reload the policy", m.Host, m.Path, r)
+		}
+		fi, err := os.Stat(m.Host)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("the policy's mount %s → %s: the host folder no longer exists: recreate it, or remove the mount from the policy", m.Host, m.Path)
+		case err != nil:
+			return fmt.Errorf("the policy's mount %s → %s: %w", m.Host, m.Path, err)
+		case !fi.IsDir():
+			return fmt.Errorf("the policy's mount %s → %s: the host path is no longer a folder: fix it, or remove the mount from the policy", m.Host, m.Path)
+		}
+	}
+	return nil
+}
+
+// ErrDataMountsGVisor means the data mounts cannot be made noexec under
+// gVisor on this engine (see Docker.Create).
+var ErrDataMountsGVisor = errors.New("data mounts cannot be held noexec under gVisor on Docker")
+
+// refuseGVisorDataMounts is the error for a container with data mounts
+// under gVisor on Docker, after removing it (id, if not ""): Docker can
+// make a mount noexec only on the host, and gVisor executes a file by
+// reading it, which a host mount's noexec does not stop.
+func refuseGVisorDataMounts(ctx context.Context, remove func(context.Context, string) error, doing, id string) error {
+	err := fmt.Errorf("%s: %w: runsc reads files through its own gofer, so the host's noexec on the policy's mounts would not hold; "+
+		"no code was run. Run gVisor through Podman (engine podman with a runsc service: docs/policy.md#gvisor-oci_runtime-runsc), "+
+		"which gives gVisor the mount options itself, or use runc, or remove the policy's mounts", doing, ErrDataMountsGVisor)
+	if id == "" {
+		return err
+	}
+	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if rmErr := remove(rmCtx, id); rmErr != nil {
+		return errors.Join(err, fmt.Errorf("removing the refused container %s: %w", id, rmErr))
+	}
+	return err
+}
