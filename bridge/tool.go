@@ -217,9 +217,19 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	return r, nil
 }
 
-// artifactLimits are the limits on the files a run sends back.
-func (s *Server) artifactLimits(_ *policy.Snapshot) artifacts.Limits {
-	return s.opts.Artifacts
+// artifactLimits are the limits on the files a run sends back: the
+// run's policy's, else Options'.
+func (s *Server) artifactLimits(snap *policy.Snapshot) artifacts.Limits {
+	if snap == nil {
+		return s.opts.Artifacts
+	}
+	return ArtifactsFrom(snap.Policy.Artifacts)
+}
+
+// ArtifactsFrom are the limits on a run's files that a policy sets.
+func ArtifactsFrom(a policy.Artifacts) artifacts.Limits {
+	return artifacts.Limits{MaxFiles: a.MaxFiles, MaxBytesInline: a.MaxBytesInline, MaxBytesTotal: a.MaxBytesTotal,
+		ByReference: a.ByReference, MaxBytesStored: a.MaxBytesStored}
 }
 
 // failure is the result of a call that never ran code.

@@ -218,6 +218,12 @@ func restartOnly(a, b *Policy) []string {
 	if a.Artifacts.Dir != b.Artifacts.Dir {
 		out = append(out, "artifacts.dir")
 	}
+	if a.Artifacts.Expiry != b.Artifacts.Expiry {
+		out = append(out, "artifacts.expiry")
+	}
+	if a.Artifacts.MaxBytesKept != b.Artifacts.MaxBytesKept {
+		out = append(out, "artifacts.max_bytes_kept")
+	}
 	return out
 }
 

@@ -11,19 +11,7 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/mount"
-
-	"github.com/bridge-mcp/bridge/internal/paths"
 )
-
-// The run root has one definition, which the policy reads too.
-func TestDefaultRunRootIsShared(t *testing.T) {
-	for _, xdg := range []string{"", "/run/user/4321"} {
-		t.Setenv("XDG_RUNTIME_DIR", xdg)
-		if DefaultRunRoot() != paths.RunRoot() {
-			t.Errorf("XDG_RUNTIME_DIR=%q: DefaultRunRoot() = %q, internal/paths.RunRoot() = %q", xdg, DefaultRunRoot(), paths.RunRoot())
-		}
-	}
-}
 
 func TestLimitsValidateDataMounts(t *testing.T) {
 	ok := []DataMount{{Host: "/srv/sales", Path: "/data/sales"}, {Host: "/srv/x", Path: "/data/ab"}, {Host: "/srv/y", Path: "/data/a"}}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/paths"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
@@ -231,12 +231,7 @@ func (e *Executor) Runtime() Runtime { return e.rt }
 func (e *Executor) OCIRuntime() string { return e.effective }
 
 // DefaultRunRoot is $XDG_RUNTIME_DIR/bridge, or bridge-UID in the temp dir.
-func DefaultRunRoot() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "bridge")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("bridge-%d", os.Getuid()))
-}
+func DefaultRunRoot() string { return paths.RunRoot() }
 
 // ensurePrivateDir creates dir with mode 0700, or checks that an existing
 // one is a directory of ours that no one else can enter.

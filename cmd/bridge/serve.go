@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -91,6 +93,16 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
 	// what is wrong.
+	// Files returned by reference are kept in the policy's artifacts
+	// folder while the bridge runs (and until they expire).
+	var files *artifacts.Store
+	if a := pol.Artifacts; a.Dir != "" {
+		files, err = artifacts.OpenStore(artifacts.StoreOptions{Dir: a.Dir, Expiry: a.Expiry, MaxBytesKept: a.MaxBytesKept, Logger: log})
+		if err != nil {
+			return exitUsage, fmt.Errorf("artifacts.dir: %w", err)
+		}
+		defer files.Close()
+	}
 	eng := &lazyEngine{name: pol.Sandbox.Engine, ociRuntime: pol.Sandbox.OCIRuntime, image: runnerImage,
 		allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, log: log}
 	defer eng.close(2 * time.Second)
@@ -101,6 +113,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		MaxConcurrent: pol.Sandbox.MaxConcurrent,
 		QueueLength:   pol.Sandbox.Queue,
 		Policy:        store,
+		Store:         files,
 		Version:       versionString(),
 		Logger:        log,
 	})
