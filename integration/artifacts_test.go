@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,7 +77,7 @@ func runArtifacts(t *testing.T, cs *mcp.ClientSession, code string) (*mcp.CallTo
 func TestArtifacts(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		pol, store := artifactPolicy(t, e, "  max_bytes_stored: 64Mi\n")
-		cs, _, _ := connectStdioArgs(t, e, nil, "--policy", pol)
+		cs := connectStdioLarge(t, e, "--policy", pol)
 
 		t.Run("image and csv inline", func(t *testing.T) {
 			res, arts, _ := runArtifacts(t, cs, pngCode+`
@@ -201,6 +202,46 @@ print("done")
 			}
 		})
 	})
+}
+
+// connectStdioLarge is connectStdioArgs with a client that takes messages
+// of up to 64 MiB: go-sdk's CommandTransport takes 16 MiB, less than a 20
+// MiB file's resources/read answer in base64.
+func connectStdioLarge(t *testing.T, e *engine, extra ...string) *mcp.ClientSession {
+	t.Helper()
+	args, env := serveArgs(e)
+	args = append(withoutSandboxFlags(args), extra...)
+	cmd := exec.Command(testSuite.bridgeBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: 64 << 20}, nil)
+	if err != nil {
+		t.Fatalf("connecting over stdio: %v\nstderr:\n%s", err, stderr.String())
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Logf("bridge serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("bridge serve stderr:\n%s", stderr.String())
+		}
+	})
+	return cs
 }
 
 func containsURI(rs []*mcp.Resource, uri string) bool {
