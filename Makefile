@@ -178,6 +178,11 @@ demo:
 		--tool-arg 'code=import mcp_tools; hit = mcp_tools.search("sum of two numbers", limit=1)[0]; print(hit["server"], hit["tool"], "->", mcp_tools.call(hit["server"], hit["tool"], a=2, b=40))' \
 		-e BRIDGE_NPM_DIR="$$BRIDGE_NPM_DIR" -e BRIDGE_DEMO_DIR=$(CURDIR)/examples \
 		-- $(CURDIR)/$(BIN)/bridge serve --servers-config $(CURDIR)/examples/servers.json
+	$(call banner,demo: code reads a mounted CSV and draws a chart; it reaches the MCP client as an image)
+	printf 'version: 1\nsandbox:\n  variant: datascience\nmounts:\n  - host: %s\n    path: /data/sales\n' "$(CURDIR)/examples/data" > $(BIN)/demo-policy.yaml
+	. $(ENV_FILE) && "$$BRIDGE_NPM_DIR/.bin/mcp-inspector" --cli --method tools/call --tool-name run_python \
+		--tool-arg "code=$$(cat examples/chart.py)" --format json \
+		-- $(CURDIR)/$(BIN)/bridge serve --policy $(CURDIR)/$(BIN)/demo-policy.yaml | python3 examples/check_image.py
 
 bench:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done

@@ -8,6 +8,8 @@ package integration
 
 import (
 	"bytes"
+	"image"
+	"image/png"
 	"context"
 	"encoding/json"
 	"os"
@@ -201,6 +203,30 @@ func TestInspectorCLI(t *testing.T) {
 		}
 		if res.IsError || len(res.Content) != 1 || res.Content[0].Type != "text" || strings.TrimSpace(res.Content[0].Text) != "42" {
 			t.Fatalf("tools/call run_python print(21*2): want one text content \"42\"; got\n%s", raw)
+		}
+
+		// A file the code saves comes back to this client as an image.
+		raw = inspectorCLI(t, npm, e, "tools/call", "--tool-name", "run_python", "--tool-arg", "code="+pngCode+"from mcp_tools import show\nshow(png(32, 16))\n")
+		var img struct {
+			Content []struct {
+				Type     string `json:"type"`
+				Data     []byte `json:"data"`
+				MIMEType string `json:"mimeType"`
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(raw, &img); err != nil {
+			t.Fatalf("tools/call result: %v\n%s", err, raw)
+		}
+		var got *image.Config
+		for _, c := range img.Content {
+			if c.Type == "image" && c.MIMEType == "image/png" {
+				if cfg, err := png.DecodeConfig(bytes.NewReader(c.Data)); err == nil {
+					got = &cfg
+				}
+			}
+		}
+		if got == nil || got.Width != 32 || got.Height != 16 {
+			t.Fatalf("tools/call run_python show(png): want a 32x16 PNG image content; got %+v\n%.2000s", got, raw)
 		}
 	})
 }
