@@ -145,3 +145,57 @@ print((time.perf_counter() - t) / 200 * 1e6)`,
 		cs.Close()
 	}
 }
+
+// BenchmarkArtifacts measures what returning files costs a run, through
+// bridge serve and a real client: the same code writes a 1 MiB PNG and a
+// 5 MiB CSV either to /tmp ("kept") or to /tmp/outputs ("returned": the
+// PNG inline, the CSV stored by reference in artifacts.dir). The
+// difference of the two is the cost of files out.
+func BenchmarkArtifacts(b *testing.B) {
+	code := `
+import os, struct, zlib
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+w = h = 1024
+raw = b"".join(b"\x00" + os.urandom(w) for _ in range(h))  # incompressible: ~1 MiB
+png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw, 0)) + chunk(b"IEND", b"")
+csv = "".join(f"{i},{i * i},{i % 7}\n" for i in range(400000)).encode()[: 5 << 20]
+d = "DIR"
+os.makedirs(d, exist_ok=True)
+open(d + "/chart.png", "wb").write(png)
+open(d + "/table.csv", "wb").write(csv)
+`
+	for _, e := range testSuite.engines {
+		b.Run(e.name, func(b *testing.B) {
+			dir := b.TempDir()
+			pol := filepath.Join(dir, "policy.yaml")
+			doc := "version: 1\n" + sandboxSection(e) + "artifacts:\n  dir: " + filepath.Join(dir, "store") + "\n  max_bytes_inline: 2Mi\n  expiry: 1m\n"
+			if err := os.WriteFile(pol, []byte(doc), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			args, env := serveArgs(e)
+			cmd := exec.Command(testSuite.bridgeBin, append(withoutSandboxFlags(args), "--policy", pol)...)
+			cmd.Env = append(os.Environ(), env...)
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
+				Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cs.Close()
+			for _, where := range []struct{ name, dir string }{{"kept", "/tmp/kept"}, {"returned", "/tmp/outputs"}} {
+				p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": strings.ReplaceAll(code, "DIR", where.dir)}}
+				b.Run(where.name, func(b *testing.B) {
+					for b.Loop() {
+						res, err := cs.CallTool(context.Background(), p)
+						if err != nil || res.IsError {
+							b.Fatalf("call: %v %+v", err, res)
+						}
+						if where.name == "returned" && len(res.Content) != 3 {
+							b.Fatalf("want text, image and a link; got %d items", len(res.Content))
+						}
+					}
+				})
+			}
+		})
+	}
+}

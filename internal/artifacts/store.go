@@ -543,7 +543,7 @@ func (w *storeWriter) abort() {
 	w.s.mu.Unlock()
 }
 
-// commit syncs the file and links it to its name (or a free " (n)" one),
+// commit links the file to its name (or a free " (n)" one),
 // and keeps it.
 func (w *storeWriter) commit(mime string, kind Kind) (Entry, error) {
 	if w.done {
@@ -553,10 +553,11 @@ func (w *storeWriter) commit(mime string, kind Kind) (Entry, error) {
 		w.abort()
 		return Entry{}, fmt.Errorf("%d bytes arrived of %d announced", w.n, w.size)
 	}
-	if err := w.f.Sync(); err != nil {
-		w.abort()
-		return Entry{}, fmt.Errorf("writing to artifacts.dir: %w (is its disk full?)", err)
-	}
+	// No fsync: the files live only while this bridge runs (Close
+	// removes them, and the next start removes what a crash left), so
+	// durability buys nothing, and a sync of megabytes costs a run tens of
+	// milliseconds. Linking after the last write is what makes a file
+	// appear whole.
 	var st unix.Stat_t
 	if err := unix.Fstat(int(w.f.Fd()), &st); err != nil {
 		w.abort()

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -588,7 +589,17 @@ func FuzzDecode(f *testing.F) {
 	f.Add(frame(`{"type":"stdout","data":"x"}` + "\xff\xfe"))
 	f.Add([]byte{0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, '{'})
+	f.Add([]byte(`{"type":"file_data","id":7,"data":"aGVsbG8="}`))
+	f.Add([]byte(`{"type":"file_data","id":07,"data":"aGVsbG8="}`))
+	f.Add([]byte(`{"type":"file_data","id":1,"data":"aGVs\nbG8="}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The fast path for file_data agrees with the generic one.
+		if m, ok, err := parseFileData(data); ok {
+			g, gerr := parsePayload(data)
+			if (err == nil) != (gerr == nil) || (err == nil && (g.FileData == nil || g.FileData.ID != m.FileData.ID || !bytes.Equal(g.FileData.Data, m.FileData.Data))) {
+				t.Fatalf("%q: fast path %+v %v, generic %+v %v", data, m.FileData, err, g.FileData, gerr)
+			}
+		}
 		// The whole input as one payload.
 		if len(data) > 0 {
 			m, err := ParsePayload(data)
@@ -828,5 +839,26 @@ func TestDecodeBigFrameCost(t *testing.T) {
 	}
 	if d.buf != nil {
 		t.Fatalf("the decoder kept a %d-byte buffer", cap(d.buf))
+	}
+}
+
+// BenchmarkParseFileData measures a 1 MiB file_data frame as the runner
+// writes it (the fast path) and with its keys in another order (the
+// generic path).
+func BenchmarkParseFileData(b *testing.B) {
+	data := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), MaxFilePiece))
+	for _, tc := range []struct{ name, payload string }{
+		{"runner", `{"type":"file_data","id":1,"data":"` + data + `"}`},
+		{"generic", `{"type":"file_data","data":"` + data + `","id":1}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := []byte(tc.payload)
+			b.SetBytes(MaxFilePiece)
+			for b.Loop() {
+				if m, err := ParsePayload(p); err != nil || len(m.FileData.Data) != MaxFilePiece {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
