@@ -182,16 +182,23 @@ open(d + "/table.csv", "wb").write(csv)
 				b.Fatal(err)
 			}
 			defer cs.Close()
-			for _, where := range []struct{ name, dir string }{{"kept", "/tmp/kept"}, {"returned", "/tmp/outputs"}} {
-				p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": strings.ReplaceAll(code, "DIR", where.dir)}}
+			for _, where := range []struct{ name, dir string }{{"kept", "/tmp/kept"}, {"returned", "/tmp/outputs"}, {"png-only", "/tmp/outputs"}, {"csv-only", "/tmp/outputs"}} {
+				c := strings.ReplaceAll(code, "DIR", where.dir)
+				switch where.name {
+				case "png-only":
+					c = strings.Replace(c, `open(d + "/table.csv"`, `open("/tmp/table.csv"`, 1)
+				case "csv-only":
+					c = strings.Replace(c, `open(d + "/chart.png"`, `open("/tmp/chart.png"`, 1)
+				}
+				p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": c}}
 				b.Run(where.name, func(b *testing.B) {
 					for b.Loop() {
 						res, err := cs.CallTool(context.Background(), p)
 						if err != nil || res.IsError {
 							b.Fatalf("call: %v %+v", err, res)
 						}
-						if where.name == "returned" && len(res.Content) != 3 {
-							b.Fatalf("want text, image and a link; got %d items", len(res.Content))
+						if want := map[string]int{"kept": 1, "returned": 3, "png-only": 2, "csv-only": 2}[where.name]; len(res.Content) != want {
+							b.Fatalf("%s: want %d content items, got %d", where.name, want, len(res.Content))
 						}
 					}
 				})
