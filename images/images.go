@@ -99,7 +99,7 @@ func Build(ctx context.Context, rt sandbox.Runtime, out io.Writer) (string, erro
 		return "", fmt.Errorf("writing build context: %w", err)
 	}
 	name := Name()
-	if err := rt.BuildImage(ctx, dir, assets.RunnerDockerfile, name, out); err != nil {
+	if err := rt.BuildImage(ctx, sandbox.BuildOptions{ContextDir: dir, Dockerfile: assets.RunnerDockerfile, Tag: name, Out: out}); err != nil {
 		return "", fmt.Errorf("building %s with %s: %w", name, rt.Name(), err)
 	}
 	return name, nil
