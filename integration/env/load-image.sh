@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# load-image.sh IMAGE...: copies images from rootful Podman's store into the
-# rootless test user's store (podman save | podman load as that user), so
-# rootless tests run the very image the rootful ones do. An image already
-# there with the same ID is skipped. Run as root, after setup.sh.
+# load-image.sh IMAGE...: copies images into rootful Podman's store from
+# Docker's when Podman does not hold them (docker save | podman load: `make
+# image` builds the data-science variant once, with Docker, rather than
+# download and install its packages twice), then from rootful Podman's store
+# into the rootless test user's (podman save | podman load as that user), so
+# every engine runs the very same image. An image already there with the
+# same ID is skipped. Run as root, after setup.sh.
 #
 # The user comes from BRIDGE_ROOTLESS_USER (else /run/bridge-test/env, else
 # bridge-rootless).
@@ -34,8 +37,13 @@ unset CONTAINER_HOST CONTAINER_CONNECTION
 
 for image in "$@"; do
 	t0=$(date +%s%3N)
+	if ! podman image exists "$image" && docker image inspect "$image" >/dev/null 2>&1; then
+		docker save "$image" | podman load -q >/dev/null
+		echo "load-image: copied $image from Docker into rootful Podman's store ($(($(date +%s%3N) - t0)) ms)" >&2
+		t0=$(date +%s%3N)
+	fi
 	id=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null) || {
-		echo "load-image: $image is not in rootful Podman's store (podman images)" >&2
+		echo "load-image: $image is in neither rootful Podman's store nor Docker's (podman images, docker images)" >&2
 		exit 1
 	}
 	have=$(as_rootless podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
