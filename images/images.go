@@ -131,6 +131,10 @@ func RebuildHint(image, engine string) string {
 	if cmd := buildCommand(image, engine); cmd != "" {
 		return "rebuild it with `" + cmd + "`"
 	}
+	if strings.HasPrefix(image, Repository+":"+customPrefix) {
+		return fmt.Sprintf("%s is a custom image, perhaps of another bridge's runner: build it again with this bridge "+
+			"(`bridge image build --runtime %s` with the same --variant, --apt and --wheels) and select the name it prints", image, engine)
+	}
 	return fmt.Sprintf("%s is not an image `bridge image build` makes, so it must carry this bridge's runner itself: "+
 		"build it FROM %s, or drop --image (sandbox.image in a policy) to use the built-in runner", image, Name())
 }
