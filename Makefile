@@ -101,7 +101,7 @@ image: build need-env
 	. $(ENV_FILE) && $(BIN)/bridge image build --runtime docker
 	. $(ENV_FILE) && $(BIN)/bridge image build --runtime podman
 	. $(ENV_FILE) && $(BIN)/bridge image build --runtime docker --variant datascience
-	. $(ENV_FILE) && bash $(ENVDIR)/load-image.sh "$$($(BIN)/bridge image name)" "$$($(BIN)/bridge image name --variant datascience)"
+	. $(ENV_FILE) && bash $(ENVDIR)/load-image.sh "$$($(BIN)/bridge image name)" --from-docker "$$($(BIN)/bridge image name --variant datascience)"
 
 lint:
 	$(call banner,lint: gofmt$(comma) go vet$(comma) staticcheck $(STATICCHECK_VERSION))
