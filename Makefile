@@ -63,7 +63,7 @@ help:
 	@echo "  setup        install and start the engines, base image, rootless user (root)"
 	@echo "  build        $(BIN)/bridge, version $(VERSION)"
 	@echo "  install      $(BIN)/bridge to $(PREFIX)/bin (PREFIX=..., DESTDIR=...); uninstall removes it"
-	@echo "  image        runner image for docker, podman and the rootless user"
+	@echo "  image        runner images (slim, datascience) for docker, podman and the rootless user"
 	@echo "  lint         gofmt, go vet, staticcheck $(STATICCHECK_VERSION)"
 	@echo "  unit         go test $(RACE) (not ./integration/...), Python runner tests"
 	@echo "  integration  end-to-end tests on docker and podman, then as the rootless user"
@@ -93,11 +93,15 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/bridge
 
+# The data-science variant is built once, with Docker, and copied into
+# Podman's stores by load-image.sh (about 12 s each, where a build downloads
+# and installs its packages again, about 50 s).
 image: build need-env
-	$(call banner,image: runner image for docker$(comma) podman and $(ENVDIR)/load-image.sh)
+	$(call banner,image: runner images (slim$(comma) datascience) for docker$(comma) podman and $(ENVDIR)/load-image.sh)
 	. $(ENV_FILE) && $(BIN)/bridge image build --runtime docker
 	. $(ENV_FILE) && $(BIN)/bridge image build --runtime podman
-	bash $(ENVDIR)/load-image.sh "$$($(BIN)/bridge image name)"
+	. $(ENV_FILE) && $(BIN)/bridge image build --runtime docker --variant datascience
+	. $(ENV_FILE) && bash $(ENVDIR)/load-image.sh "$$($(BIN)/bridge image name)" --from-docker "$$($(BIN)/bridge image name --variant datascience)"
 
 lint:
 	$(call banner,lint: gofmt$(comma) go vet$(comma) staticcheck $(STATICCHECK_VERSION))

@@ -1,6 +1,6 @@
 // Package assets embeds the repository files that the bridge binary ships:
-// the build context of the runner image, so that `bridge image build` works
-// from the binary alone.
+// the build contexts of the runner images, so that `bridge image build`
+// works from the binary alone.
 package assets
 
 import "embed"
@@ -13,3 +13,9 @@ var RunnerContext embed.FS
 
 // RunnerDockerfile is the path of the Dockerfile inside RunnerContext.
 const RunnerDockerfile = "Dockerfile.runner"
+
+// CustomDockerfile builds an operator's Debian packages and Python wheels
+// onto a runner image (`bridge image build --apt PKG --wheels DIR`).
+//
+//go:embed images/Dockerfile.custom
+var CustomDockerfile string

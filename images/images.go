@@ -1,6 +1,8 @@
-// Package images names and builds the runner image: the small Python image
-// every run starts from. Its tag is a hash of its build context, so a bridge
-// only ever runs the runner it was built with.
+// Package images names and builds the runner images: the small Python
+// images every run starts from. Each variant is a build target of
+// Dockerfile.runner, and its tag is a hash of the build context, so a
+// bridge only ever runs the runner it was built with. A custom image adds
+// an operator's Debian packages and Python wheels to a variant (Custom).
 package images
 
 import (
@@ -8,32 +10,114 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	assets "github.com/bridge-mcp/bridge"
+	"github.com/bridge-mcp/bridge/internal/suggest"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// Repository is the name of the runner image, without its tag.
+// Repository is the name of the runner images, without their tags.
 const Repository = "localhost/bridge-runner"
 
-// Name returns the runner image reference this binary runs:
+// The variants: build targets of Dockerfile.runner.
+const (
+	// Slim is Debian's python3 and the runner, nothing else: the default.
+	Slim = "slim"
+	// DataScience is Slim plus Debian's numpy, pandas, matplotlib, scipy,
+	// scikit-learn, Pillow and openpyxl.
+	DataScience = "datascience"
+)
+
+// Variants lists the variants, the default first.
+func Variants() []string { return []string{Slim, DataScience} }
+
+// Label keys every runner image carries (Dockerfile.runner).
+const (
+	// LabelProtocol is the relay protocol the image's runner speaks
+	// (docs/protocol.md). An image without it has no bridge runner.
+	LabelProtocol = "io.github.bridge-mcp.relay-protocol"
+	// LabelVariant is slim, datascience or custom.
+	LabelVariant = "io.github.bridge-mcp.variant"
+)
+
+// CheckVariant says what is wrong with a variant name, or nil.
+func CheckVariant(v string) error {
+	for _, k := range Variants() {
+		if v == k {
+			return nil
+		}
+	}
+	msg := fmt.Sprintf("%q is not a variant: want one of %s", v, strings.Join(Variants(), ", "))
+	if s := suggest.Key(v, Variants()); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// Name returns the reference of the default variant's image (Slim):
 // Repository:<first 12 hex digits of the build context's SHA-256>.
-func Name() string {
-	return Repository + ":" + contextHash(assets.RunnerContext)
+func Name() string { return NameOf(Slim) }
+
+// NameOf returns the reference of a variant's image: Name() for Slim,
+// Repository:<variant>-<12 hex digits> for the others, hashing the build
+// context and the variant. A name CheckVariant refuses gets a reference
+// too, which no build makes.
+func NameOf(variant string) string {
+	h := sha256.New()
+	hashFS(h, assets.RunnerContext)
+	if variant == Slim {
+		return Repository + ":" + hex.EncodeToString(h.Sum(nil))[:12]
+	}
+	fmt.Fprintf(h, "target\x00%s\x00", variant)
+	return Repository + ":" + variant + "-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// IsBuilt reports whether image is one `bridge image build` makes from this
+// binary's build context: a variant's.
+func IsBuilt(image string) (variant string, ok bool) {
+	for _, v := range Variants() {
+		if image == NameOf(v) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// buildCommand is the command that builds image for engine, "" if no
+// `bridge image build` makes it.
+func buildCommand(image, engine string) string {
+	v, ok := IsBuilt(image)
+	if !ok {
+		return ""
+	}
+	cmd := "bridge image build --runtime " + engine
+	if v != Slim {
+		cmd += " --variant " + v
+	}
+	return cmd
 }
 
 // MissingHint says what to do about image missing from the local store of
-// engine ("docker" or "podman"). `bridge image build` makes only Name, so
-// for any other image it says so, and what would: the engine itself, or
-// the built-in runner instead. It fits sandbox.ExecutorOptions.ImageHint.
+// engine ("docker" or "podman"). `bridge image build` makes the variants'
+// images, so for any other image it says so, and what would: the engine
+// itself, or a built-in runner instead. It fits
+// sandbox.ExecutorOptions.ImageHint.
 func MissingHint(image, engine string) string {
-	if image == Name() {
-		return "build it with `bridge image build --runtime " + engine + "`"
+	if cmd := buildCommand(image, engine); cmd != "" {
+		return "build it with `" + cmd + "`"
+	}
+	if strings.HasPrefix(image, Repository+":"+customPrefix) {
+		return fmt.Sprintf("%s is a custom image (`bridge image build --apt ... --wheels ...`) that %s does not hold: "+
+			"build it again for %s with the same --variant, --apt and --wheels (`bridge image build --runtime %s ...`, "+
+			"which prints its name), or drop --image (sandbox.image in a policy) to use a built-in runner",
+			image, engine, engine, engine)
 	}
 	return fmt.Sprintf("%s is not an image `bridge image build` makes (it makes only %s): "+
 		"pull or build %s yourself with %s (`%s pull` / `%s build -t %s DIR`), "+
@@ -44,14 +128,28 @@ func MissingHint(image, engine string) string {
 // RebuildHint says what to do about image when it is present but does not
 // work as the bridge's runner (doctor's smoke run failed in it).
 func RebuildHint(image, engine string) string {
-	if image == Name() {
-		return "rebuild it with `bridge image build --runtime " + engine + "`"
+	if cmd := buildCommand(image, engine); cmd != "" {
+		return "rebuild it with `" + cmd + "`"
+	}
+	if strings.HasPrefix(image, Repository+":"+customPrefix) {
+		return fmt.Sprintf("%s is a custom image, perhaps of another bridge's runner: build it again with this bridge "+
+			"(`bridge image build --runtime %s` with the same --variant, --apt and --wheels) and select the name it prints", image, engine)
 	}
 	return fmt.Sprintf("%s is not an image `bridge image build` makes, so it must carry this bridge's runner itself: "+
 		"build it FROM %s, or drop --image (sandbox.image in a policy) to use the built-in runner", image, Name())
 }
 
-func contextHash(fsys fs.FS) string {
+// NoRunnerHint says what to do about an image with no bridge runner at all
+// (no LabelProtocol): build it from a runner image.
+func NoRunnerHint() string {
+	return fmt.Sprintf("build it FROM %s (slim) or %s (datascience), which `bridge image build` makes, so that it carries the runner; "+
+		"or drop --image (sandbox.image in a policy) to run a built-in runner; to add packages to one, "+
+		"`bridge image build --apt PKG --wheels DIR` builds that image for you (docs/images.md)",
+		Name(), NameOf(DataScience))
+}
+
+// hashFS writes every file of fsys, sorted by path, into h.
+func hashFS(h hash.Hash, fsys fs.FS) {
 	var paths []string
 	_ = fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
@@ -60,13 +158,11 @@ func contextHash(fsys fs.FS) string {
 		return err
 	})
 	sort.Strings(paths)
-	h := sha256.New()
 	for _, p := range paths {
 		b, _ := fs.ReadFile(fsys, p)
 		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
 		h.Write(b)
 	}
-	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
 // WriteContext writes the runner's build context into dir.
@@ -87,9 +183,12 @@ func WriteContext(dir string) error {
 	})
 }
 
-// Build builds the runner image through rt, streaming the build log to out,
-// and returns the image reference.
-func Build(ctx context.Context, rt sandbox.Runtime, out io.Writer) (string, error) {
+// Build builds a variant's image through rt, streaming the build log to
+// out, and returns the image reference.
+func Build(ctx context.Context, rt sandbox.Runtime, variant string, out io.Writer) (string, error) {
+	if err := CheckVariant(variant); err != nil {
+		return "", err
+	}
 	dir, err := os.MkdirTemp("", "bridge-image-")
 	if err != nil {
 		return "", err
@@ -98,8 +197,11 @@ func Build(ctx context.Context, rt sandbox.Runtime, out io.Writer) (string, erro
 	if err := WriteContext(dir); err != nil {
 		return "", fmt.Errorf("writing build context: %w", err)
 	}
-	name := Name()
-	if err := rt.BuildImage(ctx, dir, assets.RunnerDockerfile, name, out); err != nil {
+	name := NameOf(variant)
+	err = rt.BuildImage(ctx, sandbox.BuildOptions{
+		ContextDir: dir, Dockerfile: assets.RunnerDockerfile, Tag: name, Target: variant, Out: out,
+	})
+	if err != nil {
 		return "", fmt.Errorf("building %s with %s: %w", name, rt.Name(), err)
 	}
 	return name, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -46,6 +47,57 @@ func BenchmarkRun(b *testing.B) {
 					startup += res.Startup.Microseconds()
 				}
 				b.ReportMetric(float64(startup)/float64(b.N)/1000, "startup-ms/op")
+			})
+		}
+	}
+}
+
+// BenchmarkVariant measures what the data-science variant costs over slim:
+// a whole run of ` + "`pass`" + ` in each variant's image (a bigger image, and an
+// ENV, but the same runner), and, in the data-science image, importing
+// pandas and matplotlib.pyplot as the code sees it (timed inside, as
+// import-ms/op). docs/performance.md reports it.
+func BenchmarkVariant(b *testing.B) {
+	timed := func(imp string) string {
+		return "import time\nt = time.perf_counter()\nimport " + imp + "\nprint((time.perf_counter() - t) * 1000)"
+	}
+	cases := []struct {
+		variant, name, code string
+	}{
+		{images.Slim, "pass", "pass"},
+		{images.DataScience, "pass", "pass"},
+		{images.DataScience, "import_pandas", timed("pandas")},
+		{images.DataScience, "import_pyplot", timed("matplotlib.pyplot")},
+	}
+	for _, e := range testSuite.engines {
+		for _, c := range cases {
+			b.Run(e.name+"/"+c.variant+"/"+c.name, func(b *testing.B) {
+				ex, err := sandbox.NewExecutor(context.Background(), e.rt, sandbox.ExecutorOptions{
+					Image: images.NameOf(c.variant), AllowUnenforcedLimits: !e.enforced, Logger: quiet(),
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var startup int64
+				var imported float64
+				for b.Loop() {
+					res, err := ex.Run(context.Background(), sandbox.Request{Code: c.code, Limits: limits()})
+					if err != nil || res.Status != sandbox.StatusOK {
+						b.Fatalf("status %s %v: %s", res.Status, err, strings.TrimSpace(res.Stderr))
+					}
+					startup += res.Startup.Microseconds()
+					if c.code != "pass" {
+						ms, err := strconv.ParseFloat(strings.TrimSpace(res.Stdout), 64)
+						if err != nil {
+							b.Fatalf("output %q", res.Stdout)
+						}
+						imported += ms
+					}
+				}
+				b.ReportMetric(float64(startup)/float64(b.N)/1000, "startup-ms/op")
+				if c.code != "pass" {
+					b.ReportMetric(imported/float64(b.N), "import-ms/op")
+				}
 			})
 		}
 	}

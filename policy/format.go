@@ -35,6 +35,7 @@ func Format(p *Policy) string {
 	w(1, "engine: %s", word(s.Engine))
 	w(1, "oci_runtime: %s", word(s.OCIRuntime))
 	w(1, "image: %s", strconv.Quote(s.Image))
+	w(1, "variant: %s", word(s.Variant))
 	w(1, "timeout: %s", units.FormatDuration(s.Timeout))
 	w(1, "max_timeout: %s", units.FormatDuration(s.MaxTimeout))
 	w(1, "memory: %s", units.FormatSize(s.Memory))

@@ -19,6 +19,7 @@ sandbox:
   engine: auto
   oci_runtime: default
   image: ""
+  variant: slim
   timeout: 60s
   max_timeout: 5m
   memory: 512Mi
@@ -89,6 +90,7 @@ sandbox:
   engine: auto
   oci_runtime: default
   image: ""
+  variant: slim
   timeout: 60s
   max_timeout: 5m
   memory: 512Mi
@@ -293,6 +295,9 @@ func randomPolicy(rng *rand.Rand) *Policy {
 	s.Engine = pick("auto", "podman", "docker")
 	s.OCIRuntime = pick("default", "runc", "runsc")
 	s.Image = pick("", "localhost/bridge-runner:dev", "ghcr.io/x/y@sha256:"+strings.Repeat("ab", 32)) + str("abc:/._-é", 3)
+	if s.Image == "" { // a variant other than slim with an image is an error
+		s.Variant = pick("slim", "datascience")
+	}
 	s.Timeout = dur()
 	s.MaxTimeout = s.Timeout + time.Duration(between(0, math.MaxInt64-int64(s.Timeout)))
 	if rng.Intn(2) == 0 {

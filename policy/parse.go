@@ -97,6 +97,7 @@ func Default() *Policy {
 			Engine:                "auto",
 			OCIRuntime:            "default",
 			Image:                 "",
+			Variant:               "slim",
 			Timeout:               60 * time.Second,
 			MaxTimeout:            5 * time.Minute,
 			Memory:                512 << 20,
@@ -167,6 +168,10 @@ func Parse(data []byte, source string) (*Policy, error) {
 	return pol, nil
 }
 
+// variants are the runner images sandbox.variant may choose (the images
+// package's variants: a test in cmd/bridge holds the two together).
+var variants = []string{"slim", "datascience"}
+
 var (
 	rateRE  = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)/([smh])$`)
 	intRE   = regexp.MustCompile(`^[-+]?[0-9]+$`)
@@ -176,7 +181,7 @@ var (
 // The keys of each mapping, in the order Format writes them.
 var (
 	topKeys        = []string{"version", "sandbox", "mounts", "artifacts", "tools", "budgets", "audit"}
-	sandboxKeys    = []string{"engine", "oci_runtime", "image", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
+	sandboxKeys    = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
 	toolsKeys      = []string{"servers", "default", "rules"}
 	ruleKeys       = []string{"server", "tool", "annotations", "action", "reason"}
 	annotationKeys = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
@@ -565,7 +570,7 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 	if !p.section(k, v, "sandbox") {
 		return
 	}
-	var timeoutNode, maxTimeoutNode *yaml.Node
+	var timeoutNode, maxTimeoutNode, variantNode *yaml.Node
 	timeoutOK, maxTimeoutOK := true, true
 	p.mapping(v, "sandbox", sandboxKeys, func(key string, k, v *yaml.Node) {
 		before := len(p.probs)
@@ -575,8 +580,13 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 			timeoutNode, timeoutOK = v, len(p.probs) == before
 		case "max_timeout":
 			maxTimeoutNode, maxTimeoutOK = v, len(p.probs) == before
+		case "variant":
+			variantNode = v
 		}
 	})
+	if variantNode != nil && s.Image != "" && s.Variant != "slim" {
+		p.errorf(variantNode, "sandbox.variant: %s names an image this bridge builds, but sandbox.image names the image to run (%s): remove one of the two", s.Variant, s.Image)
+	}
 	if timeoutOK && maxTimeoutOK && s.MaxTimeout < s.Timeout {
 		switch {
 		case maxTimeoutNode != nil:
@@ -606,6 +616,10 @@ func (p *parser) sandboxKey(key, name string, k, v *yaml.Node, s *Sandbox) {
 			} else {
 				s.Image = str
 			}
+		}
+	case "variant":
+		if r, ok := p.enum(k, v, name, variants); ok {
+			s.Variant = r
 		}
 	case "timeout":
 		s.Timeout, _ = p.duration(k, v, name, s.Timeout)

@@ -187,7 +187,7 @@ audit:
 	tr, fa := true, false
 	want := &Policy{
 		Source: "t.yaml",
-		Sandbox: Sandbox{Engine: "podman", OCIRuntime: "runsc", Image: "localhost/runner:dev", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
+		Sandbox: Sandbox{Engine: "podman", OCIRuntime: "runsc", Image: "localhost/runner:dev", Variant: "slim", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
 			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0},
 		Artifacts: Artifacts{MaxFiles: 0, MaxBytesInline: 8 << 20, MaxBytesTotal: 12 << 20, Dir: artifactsDir(t, "/var/tmp/bridge-artifacts"), ByReference: "all",
 			MaxBytesStored: 64 << 30, MaxBytesKept: 64 << 30, Expiry: 720 * time.Hour},
@@ -281,8 +281,8 @@ func TestParseErrors(t *testing.T) {
 
 		// Keys.
 		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, mounts, artifacts, tools, budgets, audit; "timeout" is a key of sandbox`}},
-		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
-		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
+		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
+		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
 		{"unknown in rule", "version: 1\ntools:\n  rules:\n    - action: deny\n      tools: x\n", []string{`5:7: unknown key "tools" in tools.rules[0]; known keys: server, tool, annotations, action, reason; did you mean "tool"?`}},
 		{"unknown annotation", "version: 1\ntools:\n  rules:\n    - action: deny\n      annotations: {read_only_hint: true}\n", []string{`5:21: unknown key "read_only_hint" in tools.rules[0].annotations; known keys: readOnlyHint, destructiveHint, idempotentHint, openWorldHint; did you mean "readOnlyHint"?`}},
@@ -325,6 +325,9 @@ func TestParseErrors(t *testing.T) {
 		{"server glob not a string", "version: 1\ntools:\n  servers: [a, [b]]\n", []string{`3:16: tools.servers[1]: want a string, got a list`}},
 		{"control character", "version: 1\ntools:\n  rules:\n    - reason: \"a\\x07b\"\n      action: deny\n", []string{`4:15: tools.rules[0].reason: the string holds a control character (U+0007)`}},
 		{"space in image", "version: 1\nsandbox:\n  image: \"a b\"\n", []string{`3:10: sandbox.image: an image reference has no spaces: "a b"`}},
+		{"unknown variant", "version: 1\nsandbox:\n  variant: data-science\n", []string{`3:12: sandbox.variant: "data-science" is not one of slim, datascience; did you mean "datascience"?`}},
+		{"variant and image", "version: 1\nsandbox:\n  variant: datascience\n  image: localhost/mine:1\n",
+			[]string{`3:12: sandbox.variant: datascience names an image this bridge builds, but sandbox.image names the image to run (localhost/mine:1): remove one of the two`}},
 
 		// Required keys.
 		{"missing action", "version: 1\ntools:\n  rules:\n    - server: x\n", []string{`4:7: tools.rules[0]: missing action: every rule says allow or deny`}},

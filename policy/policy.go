@@ -41,7 +41,11 @@ type Sandbox struct {
 	// OCIRuntime is the runtime every container runs with: "default" (the
 	// engine's), "runc", or "runsc" (gVisor). Default "default".
 	OCIRuntime string
-	Image      string // "" means the image this binary builds (images.Name())
+	Image      string // "" means the image this binary builds for Variant
+	// Variant is the runner image this binary builds that runs code when
+	// Image is "": "slim" (python3 and the runner) or "datascience" (and
+	// Debian's numpy, pandas, matplotlib...). Default "slim".
+	Variant string
 
 	Timeout     time.Duration // a run's timeout when the call gives none; 60s
 	MaxTimeout  time.Duration // the largest timeout a call may ask for; 5m

@@ -71,6 +71,12 @@ var knobs = []knob{
 			}
 			return p.Sandbox.Image
 		}},
+	{key: "sandbox.variant", rule: "may choose a variant when the policy leaves it slim and sandbox.image empty",
+		looser: func(h, w *Policy) bool {
+			return w.Sandbox.Variant != h.Sandbox.Variant && (h.Sandbox.Variant != "slim" || h.Sandbox.Image != "")
+		},
+		take: func(d, s *Policy) { d.Sandbox.Variant = s.Sandbox.Variant },
+		show: func(p *Policy) string { return p.Sandbox.Variant }},
 	{key: "sandbox.max_timeout", rule: "at most the policy's",
 		looser: func(h, w *Policy) bool { return w.Sandbox.MaxTimeout > h.Sandbox.MaxTimeout },
 		take:   func(d, s *Policy) { d.Sandbox.MaxTimeout = s.Sandbox.MaxTimeout },
@@ -198,6 +204,13 @@ func (p *Policy) With(settings []Setting, mode Mode) (*Policy, error) {
 	given := map[string]Setting{}
 	for _, s := range settings {
 		given[s.Key] = s
+	}
+	// Both name the image to run: which one is meant is not for With to guess.
+	if img, ok := given["sandbox.image"]; ok && want.Sandbox.Image != "" {
+		if v, ok := given["sandbox.variant"]; ok && want.Sandbox.Variant != "slim" {
+			return nil, fmt.Errorf("%s %s and %s %s both name the image to run: give one of them",
+				flagOr(given, "sandbox.image"), img.Value, flagOr(given, "sandbox.variant"), v.Value)
+		}
 	}
 	if mode == Replace {
 		for _, k := range knobs {

@@ -27,6 +27,9 @@ func TestCheckSettingSharesTheFileGrammar(t *testing.T) {
 		{Setting{"sandbox.cpus", "2000", "--cpus"}, `--cpus: 2000 is out of range`},
 		{Setting{"sandbox.pids", "1.5", "--pids"}, `--pids: want a whole number`},
 		{Setting{"sandbox.image", "a b", "--image"}, `an image reference has no spaces`},
+		{Setting{"sandbox.variant", "datascience", "--variant"}, ""},
+		{Setting{"sandbox.variant", "datascence", "--variant"}, `--variant: "datascence" is not one of slim, datascience; did you mean "datascience"?`},
+		{Setting{"sandbox.variant", "", "--variant"}, `--variant: want one of slim, datascience`},
 		{Setting{"budgets.call_timeout", "90s", "--call-timeout"}, ""},
 		{Setting{"tools.default", "deny", "--x"}, `tools.default is not a key a flag may set`},
 	} {
@@ -97,6 +100,60 @@ func TestWithTightensAndRefusesToLoosen(t *testing.T) {
 	named, _ := Parse([]byte("version: 1\nsandbox: {image: localhost/pinned:2}\n"), "p.yaml")
 	if _, err := named.With([]Setting{{"sandbox.image", "localhost/other:1", "--image"}}, Tighten); err == nil {
 		t.Error("--image replaced the policy's image")
+	}
+}
+
+// A flag may choose a variant only where the policy leaves the default
+// (slim, and no image); --image and a variant flag together are refused.
+func TestWithVariant(t *testing.T) {
+	ds := Setting{"sandbox.variant", "datascience", "--variant"}
+	for _, tc := range []struct {
+		name, file string
+		settings   []Setting
+		mode       Mode
+		image      string
+		variant    string
+		err        string
+	}{
+		{"no file", "", []Setting{ds}, Replace, "", "datascience", ""},
+		{"file leaves the default", "version: 1\n", []Setting{ds}, Tighten, "", "datascience", ""},
+		{"file says slim", "version: 1\nsandbox: {variant: slim}\n", []Setting{ds}, Tighten, "", "datascience", ""},
+		{"file chooses datascience, flag the same", "version: 1\nsandbox: {variant: datascience}\n", []Setting{ds}, Tighten, "", "datascience", ""},
+		{"file chooses datascience, flag slim", "version: 1\nsandbox: {variant: datascience}\n",
+			[]Setting{{"sandbox.variant", "slim", "--variant"}}, Tighten, "", "", "--variant slim would loosen the policy: p.yaml sets sandbox.variant: datascience"},
+		{"file names an image", "version: 1\nsandbox: {image: localhost/mine:1}\n", []Setting{ds}, Tighten, "", "",
+			"(sandbox.variant: may choose a variant when the policy leaves it slim and sandbox.image empty)"},
+		{"file chooses a variant, flag an image", "version: 1\nsandbox: {variant: datascience}\n",
+			[]Setting{{"sandbox.image", "localhost/mine:1", "--image"}}, Tighten, "localhost/mine:1", "datascience", ""},
+		{"both flags", "", []Setting{{"sandbox.image", "localhost/mine:1", "--image"}, ds}, Replace, "", "",
+			"--image localhost/mine:1 and --variant datascience both name the image to run: give one of them"},
+		{"both flags under a file", "version: 1\n", []Setting{ds, {"sandbox.image", "localhost/mine:1", "--image"}}, Tighten, "", "",
+			"both name the image to run"},
+		{"an image and --variant slim", "", []Setting{{"sandbox.image", "localhost/mine:1", "--image"}, {"sandbox.variant", "slim", "--variant"}},
+			Replace, "localhost/mine:1", "slim", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Default()
+			if tc.file != "" {
+				var err error
+				if p, err = Parse([]byte(tc.file), "p.yaml"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := p.With(tc.settings, tc.mode)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want it to contain %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Sandbox.Image != tc.image || got.Sandbox.Variant != tc.variant {
+				t.Errorf("image %q variant %q, want %q %q", got.Sandbox.Image, got.Sandbox.Variant, tc.image, tc.variant)
+			}
+		})
 	}
 }
 

@@ -206,6 +206,9 @@ func restartOnly(a, b *Policy) []string {
 	if a.Sandbox.Image != b.Sandbox.Image {
 		out = append(out, "sandbox.image")
 	}
+	if a.Sandbox.Variant != b.Sandbox.Variant {
+		out = append(out, "sandbox.variant")
+	}
 	if a.Sandbox.MaxConcurrent != b.Sandbox.MaxConcurrent {
 		out = append(out, "sandbox.max_concurrent")
 	}

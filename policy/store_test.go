@@ -57,7 +57,7 @@ func TestStoreReloadPinsAndBudgets(t *testing.T) {
 		t.Fatalf("after an invalid file: gen %d, log %s", s.Current().Gen, logs.String())
 	}
 	// Valid: in force for new runs; r1 keeps its own.
-	write("version: 1\nbudgets:\n  max_calls_per_run: 5\nsandbox:\n  max_concurrent: 9\n  oci_runtime: runsc\n")
+	write("version: 1\nbudgets:\n  max_calls_per_run: 5\nsandbox:\n  max_concurrent: 9\n  oci_runtime: runsc\n  variant: datascience\n")
 	if changed, err := s.Reload(); !changed || err != nil {
 		t.Fatalf("valid: %v %v", changed, err)
 	}
@@ -67,7 +67,7 @@ func TestStoreReloadPinsAndBudgets(t *testing.T) {
 	if s.Run("r1") != r1 || s.Run("r1").Snap.Gen != 1 {
 		t.Fatal("a run in flight lost its policy")
 	}
-	for _, key := range []string{"sandbox.oci_runtime", "sandbox.max_concurrent"} {
+	for _, key := range []string{"sandbox.oci_runtime", "sandbox.max_concurrent", "sandbox.variant"} {
 		if !strings.Contains(logs.String(), key+" changed; it takes effect when the bridge restarts") {
 			t.Errorf("no restart warning for %s: %s", key, logs.String())
 		}

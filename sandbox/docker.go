@@ -235,10 +235,12 @@ func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	return out, nil
 }
 
-// BuildImage implements Runtime. It sends contextDir as a tar stream and
-// writes the build's output to out as plain text. A failed step becomes the
+// BuildImage implements Runtime. It sends the build context as a tar
+// stream to Docker's classic builder (the one every Docker Engine has) and
+// writes the build's output as plain text. A failed step becomes the
 // returned error.
-func (d *Docker) BuildImage(ctx context.Context, contextDir, dockerfile, tag string, out io.Writer) error {
+func (d *Docker) BuildImage(ctx context.Context, opts BuildOptions) error {
+	contextDir, dockerfile, tag, out := opts.ContextDir, opts.Dockerfile, opts.Tag, opts.Out
 	if out == nil {
 		out = io.Discard
 	}
@@ -260,9 +262,18 @@ func (d *Docker) BuildImage(ctx context.Context, contextDir, dockerfile, tag str
 	go func() { pw.CloseWithError(dockerTarDir(contextDir, pw)) }()
 	defer pr.Close()
 
+	var args map[string]*string
+	for k, v := range opts.Args {
+		if args == nil {
+			args = make(map[string]*string, len(opts.Args))
+		}
+		args[k] = &v
+	}
 	resp, err := d.cli.ImageBuild(ctx, pr, build.ImageBuildOptions{
 		Tags:        []string{tag},
 		Dockerfile:  filepath.ToSlash(dockerfile),
+		Target:      opts.Target,
+		BuildArgs:   args,
 		Remove:      true,
 		ForceRemove: true,
 		Version:     build.BuilderV1,

@@ -276,8 +276,9 @@ func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 }
 
 // BuildImage implements Runtime. The build context is sent as a tarball, so
-// contextDir is any directory on this machine.
-func (p *Podman) BuildImage(ctx context.Context, contextDir, dockerfile, tag string, out io.Writer) error {
+// opts.ContextDir is any directory on this machine.
+func (p *Podman) BuildImage(ctx context.Context, bo BuildOptions) error {
+	contextDir, dockerfile, tag, out := bo.ContextDir, bo.Dockerfile, bo.Tag, bo.Out
 	dir, err := filepath.Abs(contextDir)
 	if err != nil {
 		return fmt.Errorf("podman: build context %q: %w", contextDir, err)
@@ -302,6 +303,8 @@ func (p *Podman) BuildImage(ctx context.Context, contextDir, dockerfile, tag str
 	opts := entTypes.BuildOptions{BuildOptions: buildahDefine.BuildOptions{
 		ContextDirectory:        dir,
 		Output:                  tag,
+		Target:                  bo.Target,
+		Args:                    bo.Args,
 		Out:                     out,
 		Err:                     out,
 		ReportWriter:            out,

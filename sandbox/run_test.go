@@ -73,7 +73,7 @@ func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) {
 func (f *fakeRuntime) ImageInfo(context.Context, string) (ImageInfo, error) {
 	return ImageInfo{}, f.imageErr
 }
-func (f *fakeRuntime) BuildImage(context.Context, string, string, string, io.Writer) error {
+func (f *fakeRuntime) BuildImage(context.Context, BuildOptions) error {
 	return nil
 }
 

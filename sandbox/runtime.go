@@ -20,10 +20,9 @@ type Runtime interface {
 	// ImageInfo reports whether ref exists locally. A missing image returns
 	// ErrImageNotFound.
 	ImageInfo(ctx context.Context, ref string) (ImageInfo, error)
-	// BuildImage builds an image from the build context in contextDir with
-	// the Dockerfile at the relative path dockerfile, tags it as tag, and
-	// writes the build log to out.
-	BuildImage(ctx context.Context, contextDir, dockerfile, tag string, out io.Writer) error
+	// BuildImage builds an image as opts says and writes the build log to
+	// opts.Out.
+	BuildImage(ctx context.Context, opts BuildOptions) error
 	// Create creates (but does not start) a container and returns its id.
 	Create(ctx context.Context, spec ContainerSpec) (string, error)
 	// Start starts a created container.
@@ -42,6 +41,23 @@ type Runtime interface {
 	List(ctx context.Context, labels map[string]string) ([]Container, error)
 	// Close releases the connection to the engine.
 	Close() error
+}
+
+// BuildOptions say what BuildImage builds.
+type BuildOptions struct {
+	// ContextDir is the build context, a directory on this machine.
+	ContextDir string
+	// Dockerfile is the Dockerfile's path relative to ContextDir.
+	Dockerfile string
+	// Tag names the image built.
+	Tag string
+	// Target is the stage of a multi-stage Dockerfile to build ("": the
+	// last one).
+	Target string
+	// Args are the build arguments (ARG) and their values.
+	Args map[string]string
+	// Out receives the build log as plain text (nil: discarded).
+	Out io.Writer
 }
 
 // EngineInfo is what doctor and the limit checks need to know about an engine.

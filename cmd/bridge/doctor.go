@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
@@ -17,6 +16,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 	sf.engine(fs)
 	fs.Lookup("runtime").Usage = "`engine` to check: auto (every one), podman or docker"
 	sf.add(fs, "image", "sandbox.image", "runner `image`")
+	sf.variant(fs)
 	sf.addBool(fs, "allow-unenforced-limits", "sandbox.require_enforced_limits", "count an engine that cannot enforce limits as usable")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	policyPath := fs.String("policy", "", "check against this policy `FILE` (default "+defaultPolicyPath()+" if it exists): its engine,\n"+
@@ -34,10 +34,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitUsage, err
 	}
-	image := p.Sandbox.Image
-	if image == "" {
-		image = images.Name()
-	}
+	image := runnerImage(p)
 	if file != "" && !*asJSON {
 		req := "requires enforced memory, pids and CPU limits (an engine that cannot enforce them fails)"
 		if !p.Sandbox.RequireEnforcedLimits {

@@ -9,8 +9,8 @@
 //	bridge policy explain S T     which rule decides whether the code may call server S's tool T
 //	bridge run [flags] FILE|-     run a Python file in the sandbox
 //	bridge doctor [flags]         check the container engines and prove the sandbox holds
-//	bridge image build [flags]    build the runner image through an engine
-//	bridge image name             print the runner image this binary runs
+//	bridge image build [flags]    build a runner image (--variant slim or datascience; --apt, --wheels)
+//	bridge image name [flags]     print the runner image build makes
 //	bridge version                print the version
 package main
 
@@ -122,7 +122,7 @@ func commands() []command {
 		{"run", "run a Python file (or - for stdin) in the sandbox", cmdRun},
 		{"doctor", "check the container engines and prove the sandbox holds", cmdDoctor},
 		{"policy", "check a policy file (policy check) or explain a decision (policy explain SERVER TOOL)", cmdPolicy},
-		{"image", "build the runner image (image build) or print its name (image name)", cmdImage},
+		{"image", "build a runner image: slim, datascience, or with your packages (image build); print its name (image name)", cmdImage},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) (int, error) {
 			fmt.Fprintln(e.stdout, "bridge", versionString())
 			return 0, nil

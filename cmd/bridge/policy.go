@@ -109,8 +109,7 @@ func adjuster(settings []policy.Setting, check func(*policy.Policy) error) func(
 
 // runPolicy is loadPolicy for the commands that run code (serve, run):
 // it also checks the sandbox limits and that a remote proxy could apply the
-// policy, and names the runner image (images.Name() when the policy leaves
-// it empty).
+// policy, and names the runner image (runnerImage).
 func runPolicy(e *env, path, proxyURL string, settings []policy.Setting) (p *policy.Policy, file string, limits sandbox.Limits, image string, err error) {
 	p, file, err = loadPolicy(e, path, settings, func(p *policy.Policy) error { return remoteProxyPolicy(proxyURL, p) })
 	if err != nil {
@@ -123,11 +122,16 @@ func runPolicy(e *env, path, proxyURL string, settings []policy.Setting) (p *pol
 	for _, w := range mountWarnings(p) {
 		e.log.Warn().Msg("policy: " + w)
 	}
-	image = p.Sandbox.Image
-	if image == "" {
-		image = images.Name()
+	return p, file, limits, runnerImage(p), nil
+}
+
+// runnerImage is the image p runs code in: sandbox.image, or when that is
+// empty the image this binary builds for sandbox.variant.
+func runnerImage(p *policy.Policy) string {
+	if p.Sandbox.Image != "" {
+		return p.Sandbox.Image
 	}
-	return p, file, limits, image, nil
+	return images.NameOf(p.Sandbox.Variant)
 }
 
 // openStore puts p in force, reloads it when its file changes or on
@@ -247,9 +251,10 @@ func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) 
 	if offline {
 		return out
 	}
-	image := p.Sandbox.Image
-	if image == "" {
-		image = images.Name()
+	image := runnerImage(p)
+	key := "sandbox.image"
+	if p.Sandbox.Image == "" {
+		key = "sandbox.variant"
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -263,7 +268,7 @@ func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) 
 		if errors.Is(err, sandbox.ErrImageNotFound) {
 			err = fmt.Errorf("%s has no image %s: %s", rt.Name(), image, images.MissingHint(image, rt.Name()))
 		}
-		out = append(out, fmt.Sprintf("sandbox.image: %v", err))
+		out = append(out, fmt.Sprintf("%s: %v", key, err))
 	}
 	return out
 }

@@ -82,6 +82,7 @@ func (sf *settingFlags) engine(fs *flag.FlagSet) {
 // limits registers the flags of a run's limits and the runner image.
 func (sf *settingFlags) limits(fs *flag.FlagSet) {
 	sf.add(fs, "image", "sandbox.image", "runner `image`")
+	sf.variant(fs)
 	sf.add(fs, "timeout", "sandbox.timeout", "kill the code after this `duration` (e.g. 30s, 2m)")
 	sf.add(fs, "memory", "sandbox.memory", "memory limit, no swap: a `size` such as 256Mi or 1Gi")
 	sf.add(fs, "cpus", "sandbox.cpus", "CPU quota in `cores` (0.01 to 1024)")
@@ -90,6 +91,12 @@ func (sf *settingFlags) limits(fs *flag.FlagSet) {
 	sf.add(fs, "output-limit", "sandbox.output_limit", "bytes kept of each of stdout and stderr: a `size` such as 64Ki")
 	sf.addBool(fs, "allow-unenforced-limits", "sandbox.require_enforced_limits",
 		"run even where the engine cannot enforce memory/pids/cpu limits (e.g. rootless Podman on cgroup v1)")
+}
+
+// variant registers --variant.
+func (sf *settingFlags) variant(fs *flag.FlagSet) {
+	sf.add(fs, "variant", "sandbox.variant", "the runner image `variant` to run when no --image is given: "+strings.Join(images.Variants(), " or ")+
+		"\n(`bridge image build --variant V` builds it; docs/images.md)")
 }
 
 // callTimeout registers --call-timeout.

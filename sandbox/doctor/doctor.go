@@ -1,7 +1,8 @@
 // Package doctor checks each container engine the bridge could use and
 // proves, from inside a real sandbox, that it holds: no network, read-only
 // root, uid 65534, no capabilities, no-new-privileges, a noexec tmpfs, the
-// limits applied, and a working relay socket.
+// limits applied, and a working relay socket. It also says which runner
+// image each engine runs and the notable Python packages in it.
 package doctor
 
 import (
@@ -22,6 +23,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 //go:embed smoke.py
@@ -65,11 +67,32 @@ type EngineReport struct {
 	Reachable bool                `json:"reachable"`
 	Info      *sandbox.EngineInfo `json:"info,omitempty"`
 	Image     string              `json:"image"`
-	Python    string              `json:"python,omitempty"`
-	SmokeMS   int64               `json:"smoke_ms,omitempty"`
-	Checks    []Check             `json:"checks"`
+	// Variant is the image's variant label: slim, datascience or custom
+	// ("" for an image the bridge did not build).
+	Variant string `json:"variant,omitempty"`
+	Python  string `json:"python,omitempty"`
+	// Packages are the notable Python packages the smoke run found in the
+	// image (NotablePackages, then any installed with --wheels).
+	Packages []Package `json:"packages,omitempty"`
+	SmokeMS  int64     `json:"smoke_ms,omitempty"`
+	Checks   []Check   `json:"checks"`
 	// Usable means the bridge can run code on this engine safely.
 	Usable bool `json:"usable"`
+}
+
+// Package is a Python distribution in the runner image.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Wheel marks one installed from a wheel (`bridge image build
+	// --wheels`), not from Debian.
+	Wheel bool `json:"wheel,omitempty"`
+}
+
+// NotablePackages are the distributions doctor looks for in every image:
+// the data-science variant's. smoke.py holds the same list.
+func NotablePackages() []string {
+	return []string{"numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "Pillow", "openpyxl"}
 }
 
 // Report is the whole diagnosis.
@@ -165,7 +188,21 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		add("image", false, err.Error(), hint)
 		return er
 	}
-	add("image", true, fmt.Sprintf("%s (%d MB, built %s)", opts.Image, img.Size>>20, img.Created.Format(time.DateTime)), "")
+	er.Variant = img.Labels[images.LabelVariant]
+	variant := ""
+	if er.Variant != "" {
+		variant = er.Variant + ", "
+	}
+	add("image", true, fmt.Sprintf("%s (%s%d MB, built %s)", opts.Image, variant, img.Size>>20, img.Created.Format(time.DateTime)), "")
+	// The runner: its label says it is there and which protocol it speaks;
+	// the smoke run below proves it. An image without the label has no
+	// runner, and a run in it could only fail.
+	proto, labelled := img.Labels[images.LabelProtocol]
+	want := strconv.Itoa(relay.Version)
+	if !labelled {
+		add("runner", false, fmt.Sprintf("%s has no bridge runner (label %s missing)", opts.Image, images.LabelProtocol), images.NoRunnerHint())
+		return er
+	}
 
 	// The smoke run: allowed on an engine that cannot enforce limits, so
 	// that doctor can still report what does hold there.
@@ -182,15 +219,25 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	}
 	limits := smokeLimits()
 	res, err := ex.Run(ctx, sandbox.Request{Code: smokeCode, Limits: limits})
+	if err == nil && res.Status != sandbox.StatusOK {
+		err = fmt.Errorf("status %s: %s %s", res.Status, res.Message, res.Stderr)
+	}
 	if err != nil {
-		add("smoke_run", false, err.Error(), "run `bridge run -` with a one-line script to see more; or "+images.RebuildHint(opts.Image, c.Engine))
+		hint := images.RebuildHint(opts.Image, c.Engine)
+		if proto != want {
+			add("runner", false, fmt.Sprintf("%s's runner speaks relay protocol %s (its label %s), this bridge speaks %s", opts.Image, proto, images.LabelProtocol, want), hint)
+		}
+		add("smoke_run", false, err.Error(), "run `bridge run -` with a one-line script to see more; or "+hint)
 		return er
 	}
 	er.SmokeMS = res.Duration.Milliseconds()
 	er.Python = res.Python
-	if res.Status != sandbox.StatusOK {
-		add("smoke_run", false, fmt.Sprintf("status %s: %s %s", res.Status, res.Message, res.Stderr), images.RebuildHint(opts.Image, c.Engine))
-		return er
+	// The runner said hello in this bridge's protocol, or the run would
+	// have failed: a label that says otherwise is only wrong.
+	if proto == want {
+		add("runner", true, fmt.Sprintf("relay protocol %s (label %s)", proto, images.LabelProtocol), "")
+	} else {
+		add("runner", true, fmt.Sprintf("relay protocol %s (the runner said so; its label %s says %s)", want, images.LabelProtocol, proto), "")
 	}
 	add("relay", true, fmt.Sprintf("runner connected and ran code (Python %s); whole run %d ms", res.Python, er.SmokeMS), "")
 	var smoke struct {
@@ -203,11 +250,13 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 			GVisor bool   `json:"gvisor"`
 			Detail string `json:"detail"`
 		} `json:"kernel"`
+		Packages []Package `json:"packages"`
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &smoke); err != nil {
 		add("smoke_run", false, "unreadable smoke output: "+err.Error(), images.RebuildHint(opts.Image, c.Engine))
 		return er
 	}
+	er.Packages = smoke.Packages
 	// The runtime the engine names is the one the code met.
 	wantGVisor := ex.OCIRuntime() == sandbox.OCIRuntimeRunsc
 	safe := add("kernel", smoke.Kernel.GVisor == wantGVisor,
@@ -384,6 +433,29 @@ func enforceHint(reason string) string {
 	return reason
 }
 
+// packagesText is the packages line of the text report: Python's version,
+// then each package with its version, wheels last and marked.
+func packagesText(python string, pkgs []Package) string {
+	var debian, wheels []string
+	for _, p := range pkgs {
+		if p.Wheel {
+			wheels = append(wheels, p.Name+" "+p.Version)
+		} else {
+			debian = append(debian, p.Name+" "+p.Version)
+		}
+	}
+	out := "Python " + python
+	if len(debian) == 0 {
+		out += "; none of " + strings.Join(NotablePackages(), ", ")
+	} else {
+		out += ", " + strings.Join(debian, ", ")
+	}
+	if len(wheels) > 0 {
+		out += "; from wheels: " + strings.Join(wheels, ", ")
+	}
+	return out
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return "nothing (no such cgroup file)"
@@ -471,6 +543,9 @@ func WriteText(w io.Writer, rep Report) {
 			if c.Hint != "" {
 				fmt.Fprintf(w, "       %s: %s\n", fix, c.Hint)
 			}
+		}
+		if er.Python != "" {
+			fmt.Fprintf(w, "  packages: %s\n", packagesText(er.Python, er.Packages))
 		}
 		fmt.Fprintln(w)
 	}

@@ -147,4 +147,32 @@ else:
         p = read("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us")
         cpu = f"{q} {p}" if q is not None else None
     limits = {"source": "cgroup", "memory": mem, "pids": pids, "cpu": cpu}
-print(json.dumps({"checks": checks, "limits": limits, "kernel": kernel, "python": sys.version.split()[0]}))
+
+
+def packages():
+    """The notable packages the image holds, with their versions (the
+    data-science variant's: doctor.NotablePackages), then every distribution
+    pip installed under /usr/local (`bridge image build --wheels`). Absent
+    ones are not listed."""
+    try:
+        from importlib import metadata
+    except ImportError:
+        return []
+    out = []
+    for name in ("numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "Pillow", "openpyxl"):
+        try:
+            out.append({"name": name, "version": metadata.version(name)})
+        except Exception:
+            pass
+    local = [p for p in sys.path if p.startswith("/usr/local/lib/") and os.path.isdir(p)]
+    wheels = {}
+    for dist in metadata.distributions(path=local):
+        name = dist.metadata["Name"]
+        if name and name not in wheels:
+            wheels[name] = dist.version
+    out += [{"name": n, "version": v, "wheel": True} for n, v in sorted(wheels.items(), key=lambda kv: kv[0].lower())]
+    return out
+
+
+print(json.dumps({"checks": checks, "limits": limits, "kernel": kernel, "python": sys.version.split()[0],
+                  "packages": packages()}))
