@@ -261,3 +261,55 @@ func hexString(b []byte) string {
 	}
 	return string(out)
 }
+
+// In the data-science image, a matplotlib figure shown with show() reaches
+// the client as a PNG of the figure's size, and a CSV written by pandas as
+// a text resource with its rows.
+func TestArtifactsDataScience(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		pol, _ := artifactPolicy(t, e, "")
+		b, err := os.ReadFile(pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := strings.Replace(string(b), "sandbox:\n", "sandbox:\n  variant: datascience\n", 1)
+		if err := os.WriteFile(pol, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cs := connectStdioLarge(t, e, "--policy", pol)
+		res, arts, _ := runArtifacts(t, cs, `
+import math
+import matplotlib.pyplot as plt
+import pandas as pd
+from mcp_tools import show
+xs = [i / 10 for i in range(63)]
+df = pd.DataFrame({"x": xs, "sin": [round(math.sin(x), 3) for x in xs]})
+fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+ax.plot(df["x"], df["sin"])
+print(show(fig))
+df.head(3).to_csv("/tmp/outputs/sine.csv", index=False)
+`)
+		if len(arts) != 2 || arts[0].MIMEType != "image/png" || arts[1].MIMEType != "text/csv" {
+			t.Fatalf("artifacts = %+v\n%s", arts, contentText(res))
+		}
+		var sawImage, sawCSV bool
+		for _, c := range res.Content {
+			switch c := c.(type) {
+			case *mcp.ImageContent:
+				cfg, err := png.DecodeConfig(bytes.NewReader(c.Data))
+				if err != nil || cfg.Width != 400 || cfg.Height != 300 {
+					t.Errorf("the figure decodes as %+v, %v; want a 400x300 PNG", cfg, err)
+				}
+				sawImage = true
+			case *mcp.EmbeddedResource:
+				if want := "x,sin\n0.0,0.0\n0.1,0.1\n0.2,0.199\n"; c.Resource.Text != want {
+					t.Errorf("csv = %q, want %q", c.Resource.Text, want)
+				}
+				sawCSV = true
+			}
+		}
+		if !sawImage || !sawCSV {
+			t.Errorf("image %v, csv %v in\n%s", sawImage, sawCSV, contentText(res))
+		}
+	})
+}
