@@ -42,7 +42,7 @@ def show(obj, name=None, *, max_rows=20, max_cols=12):
         return None
     figure = _figure(obj)
     if figure is not None:
-        return _write(name, "figure", ".png", lambda path, fmt: figure.savefig(path, format=fmt, bbox_inches="tight"))
+        return _write(name, "figure", ".png", lambda path, fmt: figure.savefig(path, format=fmt))
     if _is(obj, "PIL", ("Image",)) and hasattr(obj, "save"):
         return _write(name, "image", ".png", lambda path, fmt: _pil_save(obj, path, fmt))
     if isinstance(obj, (bytes, bytearray, memoryview)):
