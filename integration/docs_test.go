@@ -97,6 +97,14 @@ var docsRules = []docsRule{
 		why: "runs setup.sh as root, then every benchmark of this package for minutes: it would recurse into this suite"},
 	{match: "go test -run '^$' -bench Run -count 5 ./integration/ > new.txt", kind: docsNotRunnable,
 		why: "runs this package's benchmarks from the source tree for minutes: it would recurse into this suite"},
+	{match: "go test -run '^$' -bench Variant -count 5 ./integration/ > variants.txt", kind: docsNotRunnable,
+		why: "runs this package's benchmarks from the source tree: it would recurse into this suite"},
+	{match: "bridge image build --variant datascience", kind: docsNotRunnable,
+		why: "`make image` built it for every engine before this test (TestImageDataScience runs it); here `auto` picks rootful Podman, whose copy came from Docker without a build cache, so this would download and install the data-science packages again (~45 s)"},
+	{match: "bridge image build --variant datascience --apt graphviz,python3-networkx --wheels ./wheels", kind: docsNotRunnable,
+		why: "needs wheels on disk, and builds an image nothing would remove: TestImageWheels builds a custom image from --apt and wheels it writes, runs it, and removes it"},
+	{match: `docker build -t localhost/my-runner:1 --build-arg RUNNER="$(bridge image name --variant datascience)" .`, kind: docsNotRunnable,
+		why: "needs the Dockerfile and mylib/ of the example, and would leave an image in Docker's store: TestImageFromRunner builds such an image FROM the runner, runs it as sandbox.image, and removes it"},
 	{match: "claude mcp add ", prefix: true, kind: docsNotRunnable,
 		why: "Claude Code is not installed in the test environment"},
 	{match: "codex mcp add ", prefix: true, kind: docsNotRunnable,
@@ -125,6 +133,11 @@ var docsRules = []docsRule{
 		files: map[string]string{"FILE": "version: 1\nsandbox: {oci_runtime: runsc}\n"}},
 
 	// Runs whose script must do what the docs say it may.
+	{match: "bridge run --variant datascience plot.py", output: "saved 30",
+		why: "the data-science image draws with pandas and matplotlib (docs/images.md)",
+		files: map[string]string{"plot.py": "import matplotlib.pyplot as plt\nimport pandas as pd\n" +
+			"df = pd.DataFrame({\"x\": range(5), \"y\": [v * v for v in range(5)]})\n" +
+			"df.plot(x=\"x\", y=\"y\")\nplt.savefig(\"/tmp/plot.png\")\nprint(\"saved\", df.y.sum())\n"}},
 	{match: "bridge run --servers-config servers.json script.py", output: "echo-ok", npm: true,
 		why:   "the code may use those MCP servers",
 		files: map[string]string{"script.py": "import mcp_tools\nprint(mcp_tools.call(\"everything\", \"echo\", message=\"echo-ok\"))\n"}},

@@ -324,3 +324,42 @@ func TestDoctorNoRunner(t *testing.T) {
 		}
 	})
 }
+
+// An image the operator builds FROM the runner image with a Dockerfile of
+// their own is accepted as sandbox.image: it carries the runner (and its
+// label), so runs and doctor work in it.
+func TestImageFromRunner(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		needImage(t, e, imageName())
+		nonce := make([]byte, 6)
+		_, _ = rand.Read(nonce)
+		ref := "localhost/bridge-test-mine:" + hex.EncodeToString(nonce)
+		dir := t.TempDir()
+		dockerfile := "ARG RUNNER\nFROM ${RUNNER}\nUSER root\n" +
+			"RUN echo 'VALUE = 7' > /usr/local/lib/python3.11/dist-packages/mine.py\nUSER 65534:65534\n"
+		if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var log bytes.Buffer
+		err := e.rt.BuildImage(context.Background(), sandbox.BuildOptions{
+			ContextDir: dir, Dockerfile: "Dockerfile", Tag: ref, Args: map[string]string{"RUNNER": imageName()}, Out: &log,
+		})
+		if err != nil {
+			t.Fatalf("building %s: %v\n%s", ref, err, log.String())
+		}
+		t.Cleanup(func() { removeImage(t, e, ref) })
+
+		pol := filepath.Join(t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(pol, []byte(fmt.Sprintf("version: 1\nsandbox:\n  image: %q\n  require_enforced_limits: %v\n", ref, e.enforced)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := bridgeCLI(t, engineEnv(e), "import mine\nprint(mine.VALUE * 6)\n", "run", "--runtime", e.cand.Engine, "--policy", pol, "-")
+		if code != 0 || strings.TrimSpace(out) != "42" {
+			t.Fatalf("run under sandbox.image %s: exit %d\n%s\n%s", ref, code, out, errOut)
+		}
+		er, text, code := doctorReport(t, e, "--policy", pol)
+		if code != 0 || !er.Usable || er.Image != ref || !strings.Contains(text, "ok   runner ") {
+			t.Errorf("doctor --policy (sandbox.image %s): exit %d, usable %v, image %s:\n%s", ref, code, er.Usable, er.Image, text)
+		}
+	})
+}
