@@ -8,10 +8,10 @@ package integration
 
 import (
 	"bytes"
-	"image"
-	"image/png"
 	"context"
 	"encoding/json"
+	"image"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
