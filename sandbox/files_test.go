@@ -60,7 +60,7 @@ func exitOK() map[string]any { return map[string]any{"type": "exit", "status": "
 
 // runFiles runs a scripted runner that sends fs after exec, with limits l,
 // and returns the result, the sink and the exec frame the runner got.
-func runFiles(t *testing.T, l FileLimits, fs frames) (Result, error, *recordSink, map[string]any) {
+func runFiles(t *testing.T, l FileLimits, fs frames) (Result, *recordSink, map[string]any, error) {
 	t.Helper()
 	var exec map[string]any
 	rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
@@ -84,7 +84,7 @@ func runFiles(t *testing.T, l FileLimits, fs frames) (Result, error, *recordSink
 	ex := newTestExecutor(t, rt, ExecutorOptions{})
 	sink := &recordSink{}
 	res, err := ex.Run(context.Background(), Request{Code: "x", Limits: testLimits(), Sink: sink, Files: l})
-	return res, err, sink, exec
+	return res, sink, exec, err
 }
 
 func TestFilesOut(t *testing.T) {
@@ -99,7 +99,7 @@ func TestFilesOut(t *testing.T) {
 		{"type": "file_data", "id": 3, "data": base64.StdEncoding.EncodeToString([]byte("12345"))},
 		{"type": "file_end", "id": 3, "status": "changed"}}...)
 	fs = append(fs, map[string]any{"type": "exit", "status": "ok", "exit_code": 0, "files_skipped": 42})
-	res, err, sink, exec := runFiles(t, limits, fs)
+	res, sink, exec, err := runFiles(t, limits, fs)
 	if err != nil || res.Status != StatusOK || res.Stdout != "before\n" || res.FilesSkipped != 42 {
 		t.Fatalf("got %+v, %v", res, err)
 	}
@@ -167,7 +167,7 @@ func TestFilesOutProtocolErrors(t *testing.T) {
 			if fs == nil {
 				l, fs = FileLimits{}, frames{file(1, "a", 0)}
 			}
-			res, err, sink, _ := runFiles(t, l, fs)
+			res, sink, _, err := runFiles(t, l, fs)
 			if err != nil || res.Status != StatusError || !strings.Contains(res.Message, "relay protocol error") || !strings.Contains(res.Message, tt.want) {
 				t.Fatalf("got %+v, %v; want a protocol error with %q", res, err, tt.want)
 			}
