@@ -17,6 +17,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(Format(Default())))
+	f.Add([]byte("version: 1\nsandbox:\n  variant: datascience\n"))
 	f.Add([]byte(`version: 1
 sandbox:
   engine: docker
