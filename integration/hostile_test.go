@@ -253,10 +253,11 @@ def sc(name, *args):
 `
 
 // hostileNextCode runs after every case: the bridge still runs code, and
-// the new container's /tmp and /dev/shm are empty.
+// the new container's /tmp (but for the runner's empty outputs folder)
+// and /dev/shm are empty.
 const hostileNextCode = `import os
 print(6*7)
-print(len(os.listdir("/tmp")), len(os.listdir("/dev/shm")))`
+print(len([n for n in os.listdir("/tmp") if n != "outputs"]) + len(os.listdir("/tmp/outputs")), len(os.listdir("/dev/shm")))`
 
 // okFailures are the errnos a refused operation may fail with.
 var okFailures = []string{"EPERM", "EACCES", "EROFS", "ENOSYS"}

@@ -262,7 +262,7 @@ func TestConcurrentRunsAreIsolated(t *testing.T) {
 		for i := range n {
 			go func() {
 				res, err := ex.Run(context.Background(), sandbox.Request{
-					Code:   fmt.Sprintf("import os, json\nopen('/tmp/mine', 'w').write('%d')\nprint(json.dumps([%d, sorted(os.listdir('/tmp'))]))", i, i),
+					Code:   fmt.Sprintf("import os, json\nopen('/tmp/mine', 'w').write('%d')\nprint(json.dumps([%d, sorted(set(os.listdir('/tmp')) - {'outputs'}) + os.listdir('/tmp/outputs')]))", i, i),
 					Limits: limits(),
 				})
 				if err != nil {

@@ -355,7 +355,7 @@ func TestServeConcurrentCalls(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
-					Arguments: map[string]any{"code": fmt.Sprintf("import os\nopen('/tmp/me', 'w').write('%d')\nprint(%d * 10, sorted(os.listdir('/tmp')))", i, i)}})
+					Arguments: map[string]any{"code": fmt.Sprintf("import os\nopen('/tmp/me', 'w').write('%d')\nprint(%d * 10, sorted(set(os.listdir('/tmp')) - {'outputs'}) + os.listdir('/tmp/outputs'))", i, i)}})
 				if err != nil {
 					errs[i] = err
 					return
