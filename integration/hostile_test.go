@@ -361,6 +361,63 @@ time.sleep(60)
 `),
 			check: protocolError("bytes (allowed 1 to 16777216)"),
 		},
+		// --- files out: frames forged on the runner's connection ---------
+		{
+			// The exec said at most 1 MiB a file (no artifacts.dir): a file
+			// announced at 1 GiB is a lie the bridge ends the run for.
+			name: "file announced past exec's limit", timeout: 20,
+			code: relayCode(`
+relay.send({"type": "file", "id": 1, "name": "x", "size": 1 << 30})
+time.sleep(60)
+`),
+			check: protocolError("over the 1048576 exec allowed"),
+		},
+		{
+			name: "file bytes past the announced size", timeout: 20,
+			code: relayCode(`
+import base64
+relay.send({"type": "file", "id": 1, "name": "x", "size": 10})
+piece = base64.b64encode(b"y" * (1 << 20)).decode()
+for _ in range(64):
+    relay.send({"type": "file_data", "id": 1, "data": piece})
+time.sleep(60)
+`),
+			check: protocolError("sent more than its 10 bytes"),
+		},
+		{
+			name: "file named out of the folder", timeout: 20,
+			code: relayCode(`
+relay.send({"type": "file", "id": 1, "name": "../../etc/passwd", "size": 1})
+time.sleep(60)
+`),
+			check: protocolError("empty, . or .. part"),
+		},
+		{
+			name: "file_skip flood", timeout: 20,
+			code: relayCode(`
+for i in range(100000):
+    relay.send({"type": "file_skip", "name": "f%d" % i, "size": 0, "reason": "too_many"})
+time.sleep(60)
+`),
+			check: protocolError("more than 100 file_skip frames"),
+		},
+		{
+			// Honest frames, hostile quantity: 10,000 files in the folder
+			// come back as 20 and a count, and the bridge stays small.
+			name: "10,000 files in the outputs folder", timeout: 60,
+			code: `
+for i in range(10000):
+    with open(f"/tmp/outputs/f{i:05}.txt", "w") as f:
+        f.write("x" * 100)
+print("written")
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				if !strings.Contains(r.text, "[not returned: ") || !strings.Contains(r.text, "more (structuredContent.artifacts lists them)]") {
+					v.errorf("the text does not say what did not come back: %.300q", r.text)
+				}
+			},
+		},
 		{
 			name: "tiny stdout frames flood", timeout: 30,
 			code: relayCode(`
