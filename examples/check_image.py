@@ -6,7 +6,8 @@ import json
 import struct
 import sys
 
-result = json.load(sys.stdin)
+doc = json.load(sys.stdin)
+result = doc.get("result", doc)  # --format json wraps the answer in {"result": ...}
 images = [c for c in result.get("content", []) if c.get("type") == "image"]
 for c in result.get("content", []):
     if c.get("type") == "text":
