@@ -62,7 +62,7 @@ func renderArtifacts(r *mcp.CallToolResult, out *Output, list []artifacts.Artifa
 		switch {
 		case a.Inlined && a.Kind == artifacts.Image:
 			r.Content = append(r.Content, &mcp.ImageContent{Data: a.Data, MIMEType: a.MIME})
-		case a.Inlined && a.Kind == artifacts.Text && utf8.Valid(a.Data):
+		case a.Inlined && a.Kind == artifacts.Text: // Text is UTF-8 throughout (artifacts.Classify)
 			r.Content = append(r.Content, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: inlineURI(a.Name), MIMEType: a.MIME, Text: string(a.Data)}})
 		case a.Inlined:
 			r.Content = append(r.Content, &mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: inlineURI(a.Name), MIMEType: a.MIME, Blob: a.Data}})
@@ -111,13 +111,17 @@ func renderArtifacts(r *mcp.CallToolResult, out *Output, list []artifacts.Artifa
 
 // owners remembers which client session made each run's stored files, so
 // that resources/list and resources/read answer each session with its own.
-// An entry goes when the store no longer holds files of its run.
+// An entry goes when the store no longer holds files of its run: it holds
+// at most one entry per run with live files, and one more.
 type owners struct {
 	mu   sync.Mutex
 	runs map[string]*mcp.ServerSession
 }
 
-func (o *owners) set(run string, ss *mcp.ServerSession) {
+// set records that ss made run's files, and forgets the runs of which the
+// store holds nothing any more.
+func (o *owners) set(run string, ss *mcp.ServerSession, live []artifacts.Entry) {
+	o.prune(live)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.runs == nil {

@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
@@ -104,5 +106,37 @@ func TestNoArtifactsNoChange(t *testing.T) {
 	res, out := call(t, connect(t, s, nil), map[string]any{"code": "x"})
 	if len(res.Content) != 1 || text(res) != "(no output)" || out.Artifacts != nil {
 		t.Errorf("got %+v, %+v", res.Content, out)
+	}
+}
+
+// The bridge remembers the owner of a run's stored files only while the
+// store holds some of them: however many runs stored files, the map holds
+// the runs with live files.
+func TestArtifactOwnersAreForgotten(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	store, err := artifacts.OpenStore(artifacts.StoreOptions{Dir: t.TempDir(), Expiry: time.Minute, Now: clock, Logger: zerolog.New(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	big := bytes.Repeat([]byte("z"), 2<<20) // over the inline limit: stored
+	s := newServer(t, Options{Store: store, NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+		sendFile(req.Sink, "big.bin", big)
+		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK}, nil
+	})})
+	cs := connect(t, s, nil)
+	for range 5 {
+		call(t, cs, map[string]any{"code": "x"})
+		mu.Lock()
+		now = now.Add(2 * time.Minute) // each run's files expire before the next
+		mu.Unlock()
+	}
+	s.owners.mu.Lock()
+	n := len(s.owners.runs)
+	s.owners.mu.Unlock()
+	if n != 1 {
+		t.Errorf("the bridge remembers the owners of %d runs, want 1 (the last)", n)
 	}
 }

@@ -207,7 +207,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	list, unlisted := col.Artifacts()
 	for _, a := range list {
 		if a.URI != "" {
-			s.owners.set(runID, req.Session)
+			s.owners.set(runID, req.Session, s.opts.Store.List())
 			break
 		}
 	}

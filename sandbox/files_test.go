@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // recordSink records what a run hands its Sink.
@@ -219,5 +220,38 @@ print("ok")
 	// the rest counted.
 	if len(sink.skipped) != 100 || res.FilesSkipped != 21 || !slices.Contains(sink.skipped, "passwd:0:symlink") {
 		t.Errorf("skipped %d reported (%v...), %d counted", len(sink.skipped), sink.skipped[:min(3, len(sink.skipped))], res.FilesSkipped)
+	}
+}
+
+// An Instance runs code once: a second Exec is refused, and Close after it
+// removes the container.
+func TestInstanceRunsCodeOnce(t *testing.T) {
+	rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		_ = r.send(exitOK())
+		_, _ = r.recv()
+		return ExitState{}
+	})
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	ctx := context.Background()
+	inst, err := ex.Start(ctx, testLimits(), "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := ExecRequest{RunID: "once", Code: "x", Timeout: 10 * time.Second, OutputBytes: 1024}
+	if res, err := inst.Exec(ctx, x); err != nil || res.Status != StatusOK {
+		t.Fatalf("first Exec: %+v, %v", res, err)
+	}
+	if _, err := inst.Exec(ctx, x); err == nil || !strings.Contains(err.Error(), "already ran code") {
+		t.Errorf("second Exec: %v, want a refusal", err)
+	}
+	if err := inst.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Close(ctx); err != nil {
+		t.Errorf("a second Close: %v", err)
 	}
 }

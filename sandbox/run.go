@@ -291,22 +291,23 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 	}()
 	sink := req.Sink
 	if sink == nil {
-		sink = outputSink(req.OnOutput)
+		sink = outputSink{f: req.OnOutput}
 	}
 	return inst.Exec(ctx, ExecRequest{RunID: res.RunID, Code: req.Code, Timeout: req.Limits.Timeout,
 		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink})
 }
 
 // outputSink is a Sink that hands output to f (if set) and drops files.
-type outputSink func(stream, data string)
+type outputSink struct {
+	NoSink
+	f func(stream, data string)
+}
 
-func (f outputSink) Output(stream, data string) {
-	if f != nil {
-		f(stream, data)
+func (s outputSink) Output(stream, data string) {
+	if s.f != nil {
+		s.f(stream, data)
 	}
 }
-func (outputSink) File(FileInfo) FileWriter     { return discard{} }
-func (outputSink) Skipped(FileInfo, SkipReason) {}
 
 // exitGraceDefault is how long a runner that sent exit, or whose connection
 // ended, has to end on its own before its container is killed.
