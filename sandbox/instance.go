@@ -28,6 +28,11 @@ const maxSocketPath = 108
 // connected; the container made so far is removed.
 var errStartCancelled = errors.New("cancelled before the code started")
 
+// errNotHandedOver is Exec's error when the code could not be given to the
+// runner: the instance died while it waited (a pooled one may), nothing
+// ran, and the code may run in another.
+var errNotHandedOver = errors.New("the sandbox ended before it received the code")
+
 // Instance is one started container with its runner connected, waiting for
 // code. Exec runs code in it once; Close removes it. Close must be called
 // on every Instance Start returns.
@@ -41,8 +46,11 @@ type Instance struct {
 	conn   *runnerConn
 	log    zerolog.Logger
 	start  time.Time // when Start began
-	// exited delivers the container's end, once; stopWait ends the wait.
+	// exited delivers the container's end, once; gone is closed at the
+	// same moment, for those who only ask whether it ended (the pool);
+	// stopWait ends the wait.
 	exited   chan waitResult
+	gone     chan struct{}
 	stopWait context.CancelFunc
 
 	mu     sync.Mutex
@@ -54,6 +62,16 @@ type Instance struct {
 // label LabelRunID).
 func (i *Instance) ID() string { return i.name }
 
+// ended reports whether the container is known to have stopped.
+func (i *Instance) ended() bool {
+	select {
+	case <-i.gone:
+		return true
+	default:
+		return false
+	}
+}
+
 // Python is the interpreter version the runner reported.
 func (i *Instance) Python() string { return i.conn.hello.Python }
 
@@ -63,7 +81,13 @@ func (i *Instance) Python() string { return i.conn.hello.Python }
 // lower-case letters and digits). On any error, everything made so far is
 // removed before Start returns; a ctx that ends first returns an error
 // wrapping errStartCancelled.
-func (e *Executor) Start(ctx context.Context, l Limits, name string) (inst *Instance, err error) {
+func (e *Executor) Start(ctx context.Context, l Limits, name string) (*Instance, error) {
+	return e.start(ctx, l, name, false)
+}
+
+// start is Start; pooled labels the container as made ahead of time
+// (LabelPooled).
+func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool) (inst *Instance, err error) {
 	start := time.Now()
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid limits: %w", err)
@@ -76,7 +100,11 @@ func (e *Executor) Start(ctx context.Context, l Limits, name string) (inst *Inst
 			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
 	}
 	token := newID(16)
-	log := e.log.With().Str("run_id", name).Str("engine", e.rt.Name()).Logger()
+	key := "run_id"
+	if pooled {
+		key = "pooled" // Pool.Acquire adds the run_id of the run that takes it
+	}
+	log := e.log.With().Str(key, name).Str("engine", e.rt.Name()).Logger()
 
 	dir, err := os.MkdirTemp(e.runRoot, e.dirPrefix)
 	if err != nil {
@@ -116,6 +144,9 @@ func (e *Executor) Start(ctx context.Context, l Limits, name string) (inst *Inst
 	}
 	if e.owner != "" {
 		spec.Labels[LabelOwner] = e.owner
+	}
+	if pooled {
+		spec.Labels[LabelPooled] = "true"
 	}
 	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
 		// Only reachable with AllowUnenforcedLimits: ask for nothing the
@@ -160,9 +191,11 @@ func (e *Executor) Start(ctx context.Context, l Limits, name string) (inst *Inst
 	waitCtx, stopWait := context.WithCancel(engineCtx)
 	i.stopWait = stopWait
 	i.exited = make(chan waitResult, 1)
+	i.gone = make(chan struct{})
 	go func() {
 		st, err := e.rt.Wait(waitCtx, id)
 		i.exited <- waitResult{st, err}
+		close(i.gone)
 	}()
 
 	startTimer := time.NewTimer(e.opts.StartTimeout)
@@ -235,7 +268,8 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 		return res, nil
 	}
 	if err != nil {
-		return res, fmt.Errorf("sending code to the runner: %w", err)
+		// The runner cannot run a frame it did not wholly receive.
+		return res, fmt.Errorf("%w: sending code to the runner: %w", errNotHandedOver, err)
 	}
 	res.Startup = time.Since(i.start)
 	deadline := time.Now().Add(x.Timeout)

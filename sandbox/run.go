@@ -52,6 +52,9 @@ type Result struct {
 	// FilesSkipped counts files the runner skipped beyond those it
 	// reported one by one to the Sink.
 	FilesSkipped int64 `json:"files_skipped,omitempty"`
+	// Warm says the code ran in a container the pool had started ahead
+	// of time.
+	Warm bool `json:"warm,omitempty"`
 }
 
 // Request is one piece of code to run.

@@ -13,6 +13,8 @@ import (
 const (
 	LabelManaged = "io.github.bridge-mcp.managed"
 	LabelRunID   = "io.github.bridge-mcp.run-id"
+	// LabelPooled marks a container made ahead of time by the warm pool.
+	LabelPooled = "io.github.bridge-mcp.pooled"
 )
 
 // Fixed paths inside the container.

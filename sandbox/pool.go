@@ -1,0 +1,439 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// The warm pool: containers created and started ahead of time, each with
+// its runner connected and waiting for exactly one piece of code. A run
+// takes one, runs once in it, and it is removed after the run's answer is
+// out: never reused, so nothing passes from one run to the next. Limits
+// are fixed when a container is created, so the pool holds containers of
+// one shape (the limits but Timeout and OutputBytes, which each Exec
+// sets); a run of another shape starts cold.
+
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	// Size is how many started containers the pool keeps ready; 0 keeps
+	// none, and every run starts cold.
+	Size int
+	// MaxAge is how long a ready container may wait before it is replaced
+	// with a fresh one; 10 minutes when zero.
+	MaxAge time.Duration
+	// Limits is the shape of the containers the pool keeps.
+	Limits Limits
+	Logger zerolog.Logger
+}
+
+// PoolStats is what the pool did so far, for logs and /debug/stats.
+type PoolStats struct {
+	Size     int `json:"size"`
+	Ready    int `json:"ready"`
+	Starting int `json:"starting"`
+	// Hits are runs that took a ready container; Misses started cold.
+	Hits   int64 `json:"hits"`
+	Misses int64 `json:"misses"`
+	// Started counts containers started for the pool; Discarded those
+	// removed unused (dead, too old, or of a shape no longer wanted).
+	Started   int64 `json:"started"`
+	Discarded int64 `json:"discarded"`
+	// Failures counts pool starts that failed; LastError is the latest,
+	// cleared when a start succeeds again.
+	Failures  int64  `json:"failures"`
+	LastError string `json:"last_error,omitempty"`
+	// Removing counts containers whose removal has not finished.
+	Removing int `json:"removing"`
+}
+
+// Pool runs code in containers it started ahead of time when it has one of
+// the run's shape, and in a fresh one otherwise. It answers before the
+// used container is removed; Close waits for every removal. It is safe
+// for concurrent use.
+type Pool struct {
+	e   *Executor
+	log zerolog.Logger
+	// ctx ends at Close: it cancels the starts in flight.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wake   chan struct{} // a token asks the filler to look again
+	filler sync.WaitGroup
+	// removing tracks background removals; starts, the pool's own starts.
+	removing sync.WaitGroup
+	starts   sync.WaitGroup
+
+	mu      sync.Mutex
+	size    int
+	maxAge  time.Duration
+	shape   Limits
+	gen     int // bumped when the shape changes: older containers go
+	ready   []pooled
+	closed  bool
+	retryAt time.Time // no pool start before this (backoff)
+	backoff time.Duration
+	stats   PoolStats
+}
+
+type pooled struct {
+	inst *Instance
+	born time.Time
+	gen  int
+}
+
+// Backoff of the pool's starts after a failure: doubled at each failure
+// in a row, from poolBackoffMin up to poolBackoffMax.
+const (
+	poolBackoffMin = time.Second
+	poolBackoffMax = 30 * time.Second
+	// poolCheck is how often ready containers are checked for age.
+	poolCheck = time.Second
+	// MaxPoolSize bounds PoolOptions.Size.
+	MaxPoolSize = 32
+)
+
+// NewPool returns a pool of e's containers and starts filling it in the
+// background.
+func NewPool(e *Executor, opts PoolOptions) (*Pool, error) {
+	if opts.Size < 0 || opts.Size > MaxPoolSize {
+		return nil, fmt.Errorf("pool size must be 0 to %d, got %d", MaxPoolSize, opts.Size)
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = 10 * time.Minute
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("pool limits: %w", err)
+	}
+	p := &Pool{e: e, log: opts.Logger.With().Str("component", "pool").Logger(), wake: make(chan struct{}, 1),
+		size: opts.Size, maxAge: opts.MaxAge, shape: shapeOf(opts.Limits)}
+	p.stats.Size = opts.Size
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.filler.Add(1)
+	go p.fill()
+	return p, nil
+}
+
+// shapeOf is l, owned by the pool; its Timeout and OutputBytes are not
+// used (each Exec sets its own).
+func shapeOf(l Limits) Limits {
+	l.Mounts = slices.Clone(l.Mounts)
+	return l
+}
+
+// sameShape reports whether a container made with limits a can run code
+// that asks for limits b.
+func sameShape(a, b Limits) bool {
+	return a.Memory == b.Memory && a.CPUs == b.CPUs && a.Pids == b.Pids && a.TmpfsSize == b.TmpfsSize &&
+		a.NoFile == b.NoFile && a.NProc == b.NProc && slices.Equal(a.Mounts, b.Mounts)
+}
+
+// Configure changes the pool's size, the age at which a ready container is
+// replaced, and the shape of its containers (a policy reload): ready
+// containers of another shape are removed and new ones started.
+func (p *Pool) Configure(size int, maxAge time.Duration, l Limits) error {
+	if size < 0 || size > MaxPoolSize {
+		return fmt.Errorf("pool size must be 0 to %d, got %d", MaxPoolSize, size)
+	}
+	if maxAge <= 0 {
+		maxAge = 10 * time.Minute
+	}
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("pool limits: %w", err)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errors.New("the pool is closed")
+	}
+	changed := !sameShape(p.shape, l)
+	if changed {
+		p.gen++
+		p.shape = shapeOf(l)
+		// A failing engine may work with the new limits: try at once.
+		p.retryAt, p.backoff = time.Time{}, 0
+	}
+	p.size, p.maxAge, p.stats.Size = size, maxAge, size
+	drop := p.takeStale(time.Now())
+	p.mu.Unlock()
+	if changed || len(drop) > 0 {
+		p.log.Info().Int("size", size).Bool("limits_changed", changed).Int("removed", len(drop)).Msg("pool: reconfigured")
+	}
+	p.discard(drop)
+	p.poke()
+	return nil
+}
+
+// takeStale removes from ready the containers that are dead, too old, of
+// an old shape or beyond the size, and returns them. p.mu is held.
+func (p *Pool) takeStale(now time.Time) []*Instance {
+	var drop []*Instance
+	keep := p.ready[:0]
+	for _, r := range p.ready {
+		if r.gen != p.gen || r.inst.ended() || now.Sub(r.born) >= p.maxAge || len(keep) >= p.size {
+			drop = append(drop, r.inst)
+			continue
+		}
+		keep = append(keep, r)
+	}
+	clear(p.ready[len(keep):])
+	p.ready = keep
+	return drop
+}
+
+// discard removes unused containers in the background.
+func (p *Pool) discard(insts []*Instance) {
+	if len(insts) == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.stats.Discarded += int64(len(insts))
+	p.mu.Unlock()
+	for _, inst := range insts {
+		p.Release(inst)
+	}
+}
+
+func (p *Pool) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps the pool at its size until Close: one start at a time, so a
+// refill never takes more than one of the engine's hands from the runs.
+func (p *Pool) fill() {
+	defer p.filler.Done()
+	tick := time.NewTicker(poolCheck)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		drop := p.takeStale(now)
+		want := len(p.ready) < p.size && !now.Before(p.retryAt)
+		gen, shape := p.gen, p.shape
+		if want {
+			p.stats.Starting++
+		}
+		p.mu.Unlock()
+		p.discard(drop)
+		if want {
+			p.starts.Add(1)
+			p.startOne(gen, shape)
+			p.starts.Done()
+			continue
+		}
+		select {
+		case <-p.ctx.Done():
+		case <-p.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// startOne starts one container of shape for the pool's generation gen.
+func (p *Pool) startOne(gen int, shape Limits) {
+	inst, err := p.e.start(p.ctx, shape, NewRunID(), true)
+	p.mu.Lock()
+	p.stats.Starting--
+	if err != nil {
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		p.stats.Failures++
+		p.backoff = min(max(2*p.backoff, poolBackoffMin), poolBackoffMax)
+		p.retryAt = time.Now().Add(p.backoff)
+		p.stats.LastError = err.Error()
+		backoff := p.backoff
+		p.mu.Unlock()
+		p.log.Warn().Err(err).Dur("retry_in", backoff).Msg("pool: starting a container failed; runs start cold until it works again")
+		return
+	}
+	recovered := p.stats.LastError != ""
+	p.stats.LastError, p.backoff, p.retryAt = "", 0, time.Time{}
+	p.stats.Started++
+	if p.closed || gen != p.gen || len(p.ready) >= p.size {
+		p.stats.Discarded++
+		p.mu.Unlock()
+		p.Release(inst)
+		return
+	}
+	p.ready = append(p.ready, pooled{inst: inst, born: time.Now(), gen: gen})
+	ready, size := len(p.ready), p.size
+	p.mu.Unlock()
+	ev := p.log.Debug()
+	if recovered {
+		ev = p.log.Info()
+	}
+	ev.Int("ready", ready).Int("size", size).Bool("recovered", recovered).Msg("pool: container ready")
+}
+
+// Acquire returns a started instance of limits l: a ready one of the pool
+// when it has one of that shape (warm is true), else a new one, and why
+// not in miss. The caller gives it back with Release.
+func (p *Pool) Acquire(ctx context.Context, l Limits, name string) (inst *Instance, warm bool, miss string, err error) {
+	now := time.Now()
+	var drop []*Instance
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		miss = "the pool is closed"
+	case p.size == 0:
+		miss = "the pool is off"
+	case !sameShape(p.shape, l):
+		miss = "the run's limits differ from the pool's"
+	}
+	for miss == "" && len(p.ready) > 0 {
+		r := p.ready[0]
+		p.ready = slices.Delete(p.ready, 0, 1)
+		if r.inst.ended() || now.Sub(r.born) >= p.maxAge {
+			drop = append(drop, r.inst)
+			continue
+		}
+		inst = r.inst
+		break
+	}
+	if inst != nil {
+		p.stats.Hits++
+	} else {
+		p.stats.Misses++
+		if miss == "" {
+			miss = "no ready container"
+			if p.stats.LastError != "" {
+				miss += " (the pool's starts fail: " + p.stats.LastError + ")"
+			}
+		}
+	}
+	p.mu.Unlock()
+	p.discard(drop)
+	p.poke()
+	if inst != nil {
+		inst.log = inst.log.With().Str("run_id", name).Logger()
+		return inst, true, "", nil
+	}
+	inst, err = p.e.Start(ctx, l, name)
+	return inst, false, miss, err
+}
+
+// Release removes inst in the background; Close waits for it.
+func (p *Pool) Release(inst *Instance) {
+	p.mu.Lock()
+	p.stats.Removing++
+	p.removing.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.removing.Done()
+		if err := inst.Close(context.Background()); err != nil {
+			inst.log.Warn().Err(err).Msg("removing a used container")
+		}
+		p.mu.Lock()
+		p.stats.Removing--
+		p.mu.Unlock()
+	}()
+}
+
+// Stats returns what the pool did so far.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Ready = len(p.ready)
+	return s
+}
+
+// Executor is the Executor whose containers the pool runs.
+func (p *Pool) Executor() *Executor { return p.e }
+
+// Run runs req in a ready container when the pool has one of its shape,
+// else in a fresh one, and answers before the container's removal is
+// done (Close waits for it). A ready container that died while it waited
+// is replaced by a fresh one, and the code runs there.
+func (p *Pool) Run(ctx context.Context, req Request) (res Result, err error) {
+	start := time.Now()
+	if err := req.Limits.Validate(); err != nil {
+		return res, fmt.Errorf("invalid limits: %w", err)
+	}
+	res.RunID = req.RunID
+	if res.RunID == "" {
+		res.RunID = NewRunID()
+	} else if !validRunID(res.RunID) {
+		return res, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", res.RunID)
+	}
+	sink := req.Sink
+	if sink == nil {
+		sink = outputSink{f: req.OnOutput}
+	}
+	x := ExecRequest{RunID: res.RunID, Code: req.Code, Timeout: req.Limits.Timeout,
+		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink}
+	for attempt := 0; ; attempt++ {
+		inst, warm, miss, err := p.Acquire(ctx, req.Limits, res.RunID)
+		if err != nil {
+			if errors.Is(err, errStartCancelled) {
+				res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+				res.Duration = time.Since(start)
+				return res, nil
+			}
+			return res, err
+		}
+		if warm {
+			inst.mu.Lock()
+			inst.start = start // Startup counts from this run's start
+			inst.mu.Unlock()
+		} else if miss != "" {
+			inst.log.Debug().Str("reason", miss).Msg("pool: cold start")
+		}
+		res, err = inst.Exec(ctx, x)
+		p.Release(inst)
+		if warm && attempt == 0 && errors.Is(err, errNotHandedOver) {
+			inst.log.Warn().Err(err).Msg("pool: a ready container had died; running the code in a fresh one")
+			continue
+		}
+		res.Warm = warm
+		res.Duration = time.Since(start)
+		inst.log.Debug().Str("status", string(res.Status)).Bool("warm", warm).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
+		return res, err
+	}
+}
+
+// Close stops filling, removes the ready containers, and waits until every
+// removal it started is done or ctx ends. Runs must not be started after
+// Close.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	drop := make([]*Instance, 0, len(p.ready))
+	for _, r := range p.ready {
+		drop = append(drop, r.inst)
+	}
+	p.ready = nil
+	p.mu.Unlock()
+	p.cancel()
+	p.discard(drop)
+	done := make(chan struct{})
+	go func() {
+		p.filler.Wait()
+		p.starts.Wait()
+		p.removing.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the pool's containers were not all removed in time (the next start of the bridge removes them): %w", ctx.Err())
+	}
+}

@@ -1,0 +1,269 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newTestPool returns a pool of size on an Executor of rt, closed (and
+// checked to have removed everything) when the test ends.
+func newTestPool(t *testing.T, rt *fakeRuntime, size int, l Limits) *Pool {
+	t.Helper()
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	p, err := NewPool(ex, PoolOptions{Size: size, Limits: l, Logger: ex.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+// waitReady waits until the pool holds n ready containers.
+func waitReady(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().Ready != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never had %d ready: %+v", n, p.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPoolRunsWarmOnceEach(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	p := newTestPool(t, rt, 2, testLimits())
+	waitReady(t, p, 2)
+	for i := range 6 {
+		res, err := p.Run(context.Background(), Request{Code: "print('hi')", Limits: testLimits()})
+		if err != nil || res.Status != StatusOK || res.Stdout != "hi\n" {
+			t.Fatalf("run %d: %+v, %v", i, res, err)
+		}
+		if !res.Warm {
+			t.Fatalf("run %d with a full pool started cold: %+v", i, p.Stats())
+		}
+		if res.Startup > 2*time.Second {
+			t.Errorf("a warm run's startup counts from the container's start: %s", res.Startup)
+		}
+		waitReady(t, p, 2)
+		deadline := time.Now().Add(5 * time.Second)
+		for p.Stats().Removing > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		// Each run took a container of its own, which is gone; the two
+		// left are new and ready.
+		rt.mu.Lock()
+		n, created := len(rt.containers), rt.created
+		for id, c := range rt.containers {
+			if c.spec.Labels[LabelPooled] != "true" {
+				t.Errorf("container %s lacks the pooled label: %v", id, c.spec.Labels)
+			}
+		}
+		rt.mu.Unlock()
+		if n != 2 || created != 3+i {
+			t.Fatalf("after run %d: %d containers, %d created; want 2 and %d", i, n, created, 3+i)
+		}
+	}
+	if s := p.Stats(); s.Hits != 6 || s.Misses != 0 || s.Started < 8 {
+		t.Fatalf("stats %+v: want 6 hits, no miss, at least 8 started", s)
+	}
+}
+
+func TestPoolOtherLimitsStartCold(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	p := newTestPool(t, rt, 1, testLimits())
+	waitReady(t, p, 1)
+	l := testLimits()
+	l.Memory *= 2
+	res, err := p.Run(context.Background(), Request{Code: "pass", Limits: l})
+	if err != nil || res.Status != StatusOK || res.Warm {
+		t.Fatalf("%+v, %v: want a cold run", res, err)
+	}
+	// A timeout or an output cap of its own is not another shape.
+	l = testLimits()
+	l.Timeout, l.OutputBytes = 3*time.Second, 2048
+	res, err = p.Run(context.Background(), Request{Code: "pass", Limits: l})
+	if err != nil || res.Status != StatusOK || !res.Warm {
+		t.Fatalf("%+v, %v: want a warm run", res, err)
+	}
+	if s := p.Stats(); s.Hits != 1 || s.Misses != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Every field of Limits but those each Exec sets is part of the shape.
+func TestSameShapeCoversLimits(t *testing.T) {
+	perExec := map[string]bool{"Timeout": true, "OutputBytes": true}
+	base := testLimits()
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		l := testLimits()
+		v := reflect.ValueOf(&l).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + 1)
+		case reflect.Uint64:
+			v.SetUint(v.Uint() + 1)
+		case reflect.Float64:
+			v.SetFloat(v.Float() + 0.5)
+		case reflect.Slice:
+			v.Set(reflect.ValueOf([]DataMount{{Host: "/srv/x", Path: "/data/x"}}))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test and sameShape about it", f.Name, v.Kind())
+		}
+		if got := sameShape(base, l); got != perExec[f.Name] {
+			t.Errorf("changing %s: sameShape = %v, want %v", f.Name, got, perExec[f.Name])
+		}
+	}
+}
+
+func TestPoolConfigureReplacesContainers(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	p := newTestPool(t, rt, 2, testLimits())
+	waitReady(t, p, 2)
+	l := testLimits()
+	l.Memory = 256 << 20
+	if err := p.Configure(2, 0, l); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rt.mu.Lock()
+		n, old := 0, 0
+		for _, c := range rt.containers {
+			n++
+			if c.spec.Memory != l.Memory {
+				old++
+			}
+		}
+		rt.mu.Unlock()
+		if n == 2 && old == 0 && p.Stats().Ready == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers, %d of the old limits: %+v", n, old, p.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res, err := p.Run(context.Background(), Request{Code: "pass", Limits: l})
+	if err != nil || !res.Warm {
+		t.Fatalf("%+v, %v: want a warm run with the new limits", res, err)
+	}
+	// Size 0 empties the pool.
+	if err := p.Configure(0, 0, l); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 0)
+	res, err = p.Run(context.Background(), Request{Code: "pass", Limits: l})
+	if err != nil || res.Warm || res.Status != StatusOK {
+		t.Fatalf("%+v, %v: want a cold run", res, err)
+	}
+}
+
+func TestPoolBacksOffAndRecovers(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	rt.createErr = errors.New("engine down")
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	p, err := NewPool(ex, PoolOptions{Size: 1, Limits: testLimits(), Logger: ex.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Failures == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no failure recorded")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Backoff: not a start per tick.
+	time.Sleep(1500 * time.Millisecond)
+	if f := p.Stats().Failures; f > 2 {
+		t.Errorf("%d failed starts in 1.5 s: no backoff", f)
+	}
+	_, warm, miss, err := p.Acquire(context.Background(), testLimits(), "r1")
+	if err == nil || warm {
+		t.Fatalf("acquire with the engine down: warm %v, err %v", warm, err)
+	}
+	if want := "engine down"; !strings.Contains(miss, want) {
+		t.Errorf("miss reason %q does not say %q", miss, want)
+	}
+	rt.mu.Lock()
+	rt.createErr = nil
+	rt.mu.Unlock()
+	p.mu.Lock()
+	p.retryAt = time.Time{} // skip the rest of the backoff
+	p.mu.Unlock()
+	p.poke()
+	waitReady(t, p, 1)
+	if s := p.Stats(); s.LastError != "" {
+		t.Errorf("last error kept after recovery: %+v", s)
+	}
+}
+
+// A ready container whose runner went away is not given the code: the run
+// goes to a fresh container.
+func TestPoolDeadReadyContainer(t *testing.T) {
+	real := pythonRunner(t)
+	rt := newFake(func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
+		if spec.Labels[LabelPooled] != "true" {
+			return real(ctx, sock, token, spec)
+		}
+		// Says hello, then drops the connection but lives on.
+		r, err := dialRunner(ctx, sock)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		_ = r.send(hello(token))
+		time.Sleep(50 * time.Millisecond)
+		r.conn.Close()
+		<-ctx.Done()
+		return ExitState{ExitCode: 137}
+	})
+	p := newTestPool(t, rt, 1, testLimits())
+	waitReady(t, p, 1)
+	time.Sleep(100 * time.Millisecond)
+	res, err := p.Run(context.Background(), Request{Code: "print(7)", Limits: testLimits()})
+	if err != nil || res.Status != StatusOK || res.Stdout != "7\n" || res.Warm {
+		t.Fatalf("%+v, %v: want the code run cold", res, err)
+	}
+}
+
+func TestPoolCloseRemovesAllAndLeavesNoGoroutine(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	before := runtime.NumGoroutine()
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	p, err := NewPool(ex, PoolOptions{Size: 3, Limits: testLimits(), Logger: ex.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 3)
+	if _, err := p.Run(context.Background(), Request{Code: "pass", Limits: testLimits()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := rt.List(context.Background(), nil); len(ids) != 0 {
+		t.Fatalf("containers left after Close: %v", ids)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
