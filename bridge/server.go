@@ -221,6 +221,14 @@ func (s *Server) getRunner(ctx context.Context) (Runner, error) {
 	return r, nil
 }
 
+// Warm makes the Runner now rather than at the first call (a warm pool
+// then starts filling); a failure is returned and tried again by the
+// next call.
+func (s *Server) Warm(ctx context.Context) error {
+	_, err := s.getRunner(ctx)
+	return err
+}
+
 // forgetRunner drops the runner after its engine went away, so that the
 // next call opens an engine again.
 func (s *Server) forgetRunner(r Runner) {

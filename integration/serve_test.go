@@ -149,17 +149,24 @@ func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientS
 // ownedBy counts the containers on e that the bridge process pid made.
 func ownedBy(t *testing.T, e *engine, pid int) int {
 	t.Helper()
+	return len(ownedIDs(t, e, pid))
+}
+
+// ownedIDs are the ids of the containers on e that the bridge process pid
+// made, the warm pool's included.
+func ownedIDs(t *testing.T, e *engine, pid int) map[string]bool {
+	t.Helper()
 	cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	ids := map[string]bool{}
 	for _, c := range cs {
 		if strings.Contains(c.Labels[sandbox.LabelOwner], fmt.Sprintf("/%d/", pid)) {
-			n++
+			ids[c.ID] = true
 		}
 	}
-	return n
+	return ids
 }
 
 // exited reports whether process pid has ended (gone, or a zombie not yet
@@ -325,8 +332,10 @@ func TestServeCancelRemovesContainer(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("the run never reported progress")
 		}
-		mine := func() int { return ownedBy(t, e, pid) }
-		if mine() == 0 {
+		// The run's container is one of these; the others are the warm
+		// pool's, ready, and stay (they live 10 minutes).
+		before := ownedIDs(t, e, pid)
+		if len(before) == 0 {
 			t.Fatal("no container runs the call (else this test proves nothing)")
 		}
 		cancel()
@@ -334,9 +343,18 @@ func TestServeCancelRemovesContainer(t *testing.T) {
 			t.Fatal("the cancelled call returned no error")
 		}
 		deadline := time.Now().Add(15 * time.Second)
-		for mine() != 0 {
+		for {
+			now, left := ownedIDs(t, e, pid), 0
+			for id := range before {
+				if now[id] {
+					left++
+				}
+			}
+			if left < len(before) {
+				break
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the container still exists 15 s after notifications/cancelled")
+				t.Fatalf("the run's container still exists 15 s after notifications/cancelled (all %d of %v)", left, before)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

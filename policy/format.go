@@ -47,6 +47,10 @@ func Format(p *Policy) string {
 	w(1, "queue: %d", s.Queue)
 	w(1, "require_enforced_limits: %t", s.RequireEnforcedLimits)
 
+	w(0, "pool:")
+	w(1, "size: %d", p.Pool.Size)
+	w(1, "max_age: %s", units.FormatDuration(p.Pool.MaxAge))
+
 	if len(p.Mounts) == 0 {
 		w(0, "mounts: []")
 	} else {

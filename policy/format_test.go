@@ -30,6 +30,9 @@ sandbox:
   max_concurrent: 4
   queue: 16
   require_enforced_limits: true
+pool:
+  size: 2
+  max_age: 10m
 mounts: []
 artifacts:
   max_files: 20
@@ -101,6 +104,9 @@ sandbox:
   max_concurrent: 4
   queue: 16
   require_enforced_limits: true
+pool:
+  size: 2
+  max_age: 10m
 mounts: []
 artifacts:
   max_files: 20

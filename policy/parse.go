@@ -109,6 +109,7 @@ func Default() *Policy {
 			Queue:                 16,
 			RequireEnforcedLimits: true,
 		},
+		Pool:      defaultPool(),
 		Artifacts: defaultArtifacts(),
 		Tools: Tools{
 			Servers: []string{"*"},
@@ -180,7 +181,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys        = []string{"version", "sandbox", "mounts", "artifacts", "tools", "budgets", "audit"}
+	topKeys        = []string{"version", "sandbox", "pool", "mounts", "artifacts", "tools", "budgets", "audit"}
 	sandboxKeys    = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
 	toolsKeys      = []string{"servers", "default", "rules"}
 	ruleKeys       = []string{"server", "tool", "annotations", "action", "reason"}
@@ -197,7 +198,7 @@ var sectionOf = func() map[string]string {
 	for _, s := range []struct {
 		name string
 		keys []string
-	}{{"sandbox", sandboxKeys}, {"artifacts", artifactsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}} {
+	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}} {
 		for _, k := range s.keys {
 			if _, ok := m[k]; !ok {
 				m[k] = s.name
@@ -379,6 +380,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.version(k, v)
 		case "sandbox":
 			p.sandbox(k, v, &pol.Sandbox)
+		case "pool":
+			p.pool(k, v, &pol.Pool)
 		case "mounts":
 			p.mounts(k, v, &pol.Mounts)
 		case "artifacts":

@@ -25,6 +25,7 @@ type Policy struct {
 	Source string
 
 	Sandbox Sandbox
+	Pool    Pool
 	// Mounts are the host folders every run reads, under DataDir.
 	Mounts    []Mount
 	Artifacts Artifacts

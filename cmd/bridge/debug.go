@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 // Stats is what /debug/stats reports of the bridge process: what the
@@ -34,13 +36,16 @@ type Stats struct {
 	GoVersion  string `json:"go_version"`   // the toolchain it was built with
 	TimeUnixMS int64  `json:"time_unix_ms"` // when these were read
 	HeapInuse  uint64 `json:"heap_inuse_bytes"`
+	// Pool is the warm pool's state, once the engine is open.
+	Pool *sandbox.PoolStats `json:"pool,omitempty"`
 }
 
 // serveDebug serves /debug/stats (JSON Stats) and /debug/pprof/NAME
 // (runtime/pprof profiles: goroutine, heap, allocs, ...; ?debug=1 for text)
 // on addr, which must be a loopback address: profiles show internals that
 // are nobody else's business. It returns when ctx ends.
-func serveDebug(ctx context.Context, addr string, log zerolog.Logger) (string, error) {
+// pool, if set, gives the warm pool's state.
+func serveDebug(ctx context.Context, addr string, pool func() *sandbox.PoolStats, log zerolog.Logger) (string, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", fmt.Errorf("--debug-addr %q: %v (use 127.0.0.1:PORT)", addr, err)
@@ -56,7 +61,11 @@ func serveDebug(ctx context.Context, addr string, log zerolog.Logger) (string, e
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(readStats(started))
+		st := readStats(started)
+		if pool != nil {
+			st.Pool = pool()
+		}
+		_ = json.NewEncoder(w).Encode(st)
 	})
 	mux.HandleFunc("GET /debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
 		p := pprof.Lookup(r.PathValue("name"))

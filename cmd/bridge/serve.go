@@ -54,11 +54,6 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
 		log = log.Level(zerolog.InfoLevel)
 	}
-	if *debugAddr != "" {
-		if _, err := serveDebug(ctx, *debugAddr, log); err != nil {
-			return exitUsage, usagef("%v", err)
-		}
-	}
 
 	// The policy: the file's, tightened by the flags above, or the
 	// defaults they replace.
@@ -104,8 +99,16 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		defer files.Close()
 	}
 	eng := &lazyEngine{name: pol.Sandbox.Engine, ociRuntime: pol.Sandbox.OCIRuntime, image: runnerImage,
-		allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, log: log}
-	defer eng.close(2 * time.Second)
+		allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, policy: store, log: log}
+	defer eng.close(shutdownBudget)
+	if *debugAddr != "" {
+		if _, err := serveDebug(ctx, *debugAddr, eng.poolStats, log); err != nil {
+			return exitUsage, usagef("%v", err)
+		}
+	}
+	// A reload resizes the warm pool, or replaces its containers when the
+	// limits they were made with changed.
+	store.OnChange(eng.reconfigure)
 	srv, err := bridge.New(bridge.Options{
 		NewRunner:     eng.runner,
 		Limits:        limits,
@@ -119,6 +122,16 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	})
 	if err != nil {
 		return exitUsage, usagef("%v", err)
+	}
+
+	if pol.Pool.Size > 0 {
+		// Fill the warm pool now rather than at the first call; an engine
+		// that is not there is reported here and to that call.
+		go func() {
+			if err := srv.Warm(ctx); err != nil {
+				log.Warn().Err(err).Msg("pool: no engine to start containers ahead of time; runs will say why")
+			}
+		}()
 	}
 
 	// One deadline for the whole shutdown, fixed when it begins: a signal,
@@ -188,11 +201,44 @@ type lazyEngine struct {
 	name, ociRuntime, image string
 	allow                   bool
 	tools                   sandbox.ToolHandler // nil: no upstreams
-	log                     zerolog.Logger
+	// policy sizes the warm pool and gives the limits of its containers.
+	policy *policy.Store
+	log    zerolog.Logger
 
-	mu sync.Mutex
-	rt sandbox.Runtime
-	ex *sandbox.Executor
+	mu   sync.Mutex
+	rt   sandbox.Runtime
+	ex   *sandbox.Executor
+	pool *sandbox.Pool
+}
+
+// poolConfig is the pool's size, max age and container limits under snap.
+func poolConfig(snap *policy.Snapshot) (int, time.Duration, sandbox.Limits) {
+	return snap.Policy.Pool.Size, snap.Policy.Pool.MaxAge, bridge.LimitsFrom(snap.Policy)
+}
+
+// reconfigure follows a policy reload.
+func (l *lazyEngine) reconfigure(snap *policy.Snapshot) {
+	l.mu.Lock()
+	pool := l.pool
+	l.mu.Unlock()
+	if pool == nil {
+		return
+	}
+	if err := pool.Configure(poolConfig(snap)); err != nil {
+		l.log.Warn().Err(err).Msg("pool: reconfiguring")
+	}
+}
+
+// poolStats are the warm pool's, nil before the engine is open.
+func (l *lazyEngine) poolStats() *sandbox.PoolStats {
+	l.mu.Lock()
+	pool := l.pool
+	l.mu.Unlock()
+	if pool == nil {
+		return nil
+	}
+	st := pool.Stats()
+	return &st
 }
 
 func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
@@ -207,23 +253,37 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 		rt.Close()
 		return nil, err
 	}
+	size, maxAge, limits := poolConfig(l.policy.Current())
+	pool, err := sandbox.NewPool(ex, sandbox.PoolOptions{Size: size, MaxAge: maxAge, Limits: limits, Logger: l.log})
+	if err != nil {
+		_ = ex.Close(ctx)
+		rt.Close()
+		return nil, err
+	}
+	if size > 0 {
+		l.log.Info().Int("size", size).Str("max_age", maxAge.String()).Msg("pool: filling")
+	}
 	l.mu.Lock()
 	if l.rt != nil {
-		// The engine it came from went away. Its failed removals go on
-		// being retried for a while before its client is closed.
-		oldRt, oldEx := l.rt, l.ex
+		// The engine it came from went away. Its pool is emptied, and its
+		// failed removals go on being retried for a while before its
+		// client is closed.
+		oldRt, oldEx, oldPool := l.rt, l.ex, l.pool
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
+			if err := oldPool.Close(ctx); err != nil {
+				l.log.Warn().Err(err).Msg("closing the previous pool")
+			}
 			if err := oldEx.Close(ctx); err != nil {
 				l.log.Warn().Err(err).Msg("closing the previous engine connection")
 			}
 			oldRt.Close()
 		}()
 	}
-	l.rt, l.ex = rt, ex
+	l.rt, l.ex, l.pool = rt, ex, pool
 	l.mu.Unlock()
-	return ex, nil
+	return pool, nil
 }
 
 // close gives failed removals one last try within timeout and closes the
@@ -231,9 +291,16 @@ func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
 func (l *lazyEngine) close(timeout time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if l.pool != nil {
+		st := l.pool.Stats()
+		if err := l.pool.Close(ctx); err != nil {
+			l.log.Warn().Err(err).Msg("at shutdown")
+		}
+		l.log.Info().Int64("hits", st.Hits).Int64("misses", st.Misses).Int64("started", st.Started).Int64("failures", st.Failures).Msg("pool: closed")
+	}
 	if l.ex != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
 		if err := l.ex.Close(ctx); err != nil {
 			l.log.Warn().Err(err).Msg("at shutdown")
 		}

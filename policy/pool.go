@@ -1,0 +1,53 @@
+package policy
+
+import (
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/bridge-mcp/bridge/internal/units"
+)
+
+var poolKeys = []string{"size", "max_age"}
+
+// Pool is the warm pool: containers started ahead of time, each waiting
+// for one run, so that a run does not wait for a container to start.
+type Pool struct {
+	// Size is how many ready containers the bridge keeps; 0 turns the
+	// pool off. 2 (0 to 32).
+	Size int
+	// MaxAge is how long a ready container waits before it is replaced
+	// by a fresh one; 10m (1m to 24h).
+	MaxAge time.Duration
+}
+
+// Bounds of the pool keys.
+const (
+	maxPoolSize   = 32
+	minPoolMaxAge = time.Minute
+	maxPoolMaxAge = 24 * time.Hour
+)
+
+func defaultPool() Pool { return Pool{Size: 2, MaxAge: 10 * time.Minute} }
+
+// pool reads the pool section.
+func (p *parser) pool(k, v *yaml.Node, pl *Pool) {
+	if !p.section(k, v, "pool") {
+		return
+	}
+	p.mapping(v, "pool", poolKeys, func(key string, k, v *yaml.Node) {
+		name := "pool." + key
+		switch key {
+		case "size":
+			pl.Size = int(p.integer(k, v, name, int64(pl.Size), 0, maxPoolSize))
+		case "max_age":
+			if d, ok := p.duration(k, v, name, pl.MaxAge); ok {
+				if d < minPoolMaxAge || d > maxPoolMaxAge {
+					p.errorf(v, "%s: %s is out of range: it must be %s .. %s", name, v.Value, units.FormatDuration(minPoolMaxAge), units.FormatDuration(maxPoolMaxAge))
+				} else {
+					pl.MaxAge = d
+				}
+			}
+		}
+	})
+}
