@@ -202,7 +202,11 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		}
 		return failure(statusUnavailable, msg, start), nil
 	}
-	s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Bool("warm", res.Warm).Msg("run finished")
+	ev := s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Bool("warm", res.Warm)
+	if res.Cold != "" {
+		ev = ev.Str("cold", res.Cold)
+	}
+	ev.Msg("run finished")
 	r := render(res)
 	list, unlisted := col.Artifacts()
 	for _, a := range list {

@@ -389,8 +389,6 @@ func (p *Pool) Run(ctx context.Context, req Request) (res Result, err error) {
 			inst.mu.Lock()
 			inst.start = start // Startup counts from this run's start
 			inst.mu.Unlock()
-		} else if miss != "" {
-			inst.log.Debug().Str("reason", miss).Msg("pool: cold start")
 		}
 		res, err = inst.Exec(ctx, x)
 		p.Release(inst)
@@ -398,7 +396,7 @@ func (p *Pool) Run(ctx context.Context, req Request) (res Result, err error) {
 			inst.log.Warn().Err(err).Msg("pool: a ready container had died; running the code in a fresh one")
 			continue
 		}
-		res.Warm = warm
+		res.Warm, res.Cold = warm, miss
 		res.Duration = time.Since(start)
 		inst.log.Debug().Str("status", string(res.Status)).Bool("warm", warm).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
 		return res, err

@@ -55,6 +55,8 @@ type Result struct {
 	// Warm says the code ran in a container the pool had started ahead
 	// of time.
 	Warm bool `json:"warm,omitempty"`
+	// Cold says why a run of a Pool did not get a ready container.
+	Cold string `json:"cold,omitempty"`
 }
 
 // Request is one piece of code to run.

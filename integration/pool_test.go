@@ -1,0 +1,258 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// The warm pool through `bridge serve`: a pooled container runs code once,
+// a reload that changes the limits replaces the pool's containers, the
+// pool survives its engine going away, and no pooled container outlives
+// the bridge.
+
+// poolBridge starts `bridge serve` on e with a policy file whose pool has
+// size containers (sandboxExtra is added to its sandbox section), and
+// --debug-addr.
+func poolBridge(t *testing.T, e *engine, size int, sandboxExtra string) (cs *mcp.ClientSession, pid int, stderr *syncBuffer, debugAddr, policyFile string) {
+	t.Helper()
+	policyFile = filepath.Join(t.TempDir(), "policy.yaml")
+	writePoolPolicy(t, e, policyFile, size, sandboxExtra)
+	debugAddr = freeLoopbackAddr(t)
+	cs, pid, stderr = connectStdioArgs(t, e, nil, "--policy", policyFile, "--debug-addr", debugAddr)
+	return cs, pid, stderr, debugAddr, policyFile
+}
+
+func writePoolPolicy(t *testing.T, e *engine, path string, size int, sandboxExtra string) {
+	t.Helper()
+	pol := "version: 1\n" + sandboxSection(e) + sandboxExtra + fmt.Sprintf("pool:\n  size: %d\n", size)
+	// Write and rename, so that the bridge never reads half a file.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poolStats reads the pool's state from the bridge's /debug/stats; ok is
+// false before the engine is open.
+func poolStats(t *testing.T, addr string) (sandbox.PoolStats, bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/stats")
+	if err != nil {
+		return sandbox.PoolStats{}, false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Pool *sandbox.PoolStats `json:"pool"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Pool == nil {
+		return sandbox.PoolStats{}, false
+	}
+	return *st.Pool, true
+}
+
+// awaitPool waits until ok says yes of the pool's state.
+func awaitPool(t *testing.T, addr string, within time.Duration, what string, ok func(sandbox.PoolStats) bool) sandbox.PoolStats {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st, have := poolStats(t, addr)
+		if have && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not get %s within %s: %+v", what, within, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A pooled container is never used twice: each run looks for the marker
+// the run before it left in /tmp, and writes its own.
+func TestPoolNeverReused(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, _, stderr, addr, _ := poolBridge(t, e, 2, "")
+		awaitPool(t, addr, 60*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		const runs = 12
+		code := "import os\nm = '/tmp/marker'\nprint('seen' if os.path.exists(m) else 'fresh')\nopen(m, 'w').write('x')\nprint(os.getpid())"
+		for i := range runs {
+			out := mustRun(t, cs, code)
+			if !strings.HasPrefix(out, "fresh\n") {
+				t.Fatalf("run %d found the marker of an earlier run: %q\n%s", i, out, stderr.String())
+			}
+			// As an agent would call: the pool refills between calls.
+			awaitPool(t, addr, 30*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		}
+		st, _ := poolStats(t, addr)
+		if st.Hits < runs {
+			t.Fatalf("only %d of %d runs were warm (else this test proves little): %+v", st.Hits, runs, st)
+		}
+		t.Logf("pool after %d runs: %+v", runs, st)
+	})
+}
+
+// memoryLimitCode prints the memory limit of the container's cgroup, read
+// from inside (cgroup v2, else v1).
+const memoryLimitCode = `import os
+for p in ('/sys/fs/cgroup/memory.max', '/sys/fs/cgroup/memory/memory.limit_in_bytes'):
+    if os.path.exists(p):
+        print(open(p).read().strip())
+        break
+else:
+    print('none')`
+
+// A reload that changes the memory limit drains the pool: the next run,
+// warm, sees the new limit in its cgroup.
+func TestPoolReloadChangesLimits(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, _, stderr, addr, policyFile := poolBridge(t, e, 1, "")
+		awaitPool(t, addr, 60*time.Second, "1 ready", func(s sandbox.PoolStats) bool { return s.Ready == 1 })
+		before := strings.TrimSpace(mustRun(t, cs, memoryLimitCode))
+		st0 := awaitPool(t, addr, 30*time.Second, "1 ready", func(s sandbox.PoolStats) bool { return s.Ready == 1 })
+
+		writePoolPolicy(t, e, policyFile, 1, "  memory: 200Mi\n")
+		// The ready container of the old limits goes, a new one comes.
+		st := awaitPool(t, addr, 60*time.Second, "a container of the new limits", func(s sandbox.PoolStats) bool {
+			return s.Discarded > st0.Discarded && s.Ready == 1
+		})
+		after := strings.TrimSpace(mustRun(t, cs, memoryLimitCode))
+		st2, _ := poolStats(t, addr)
+		if st2.Hits != st.Hits+1 {
+			t.Fatalf("the run after the reload was not warm: %+v then %+v\n%s", st, st2, stderr.String())
+		}
+		if !e.enforced {
+			t.Logf("%s does not enforce memory limits here: limit %s before, %s after", e.name, before, after)
+			return
+		}
+		if want := strconv.Itoa(200 << 20); after != want || before == want {
+			t.Fatalf("cgroup memory limit: %s before the reload, %s after; want %s after", before, after, want)
+		}
+	})
+}
+
+// The engine stops under a full pool and starts again: the pool's failed
+// starts are logged, runs start cold meanwhile, and the pool fills again
+// without a restart of the bridge.
+func TestPoolEngineRestart(t *testing.T) {
+	if rootless() {
+		t.Skip("restarting an engine needs root: the rootful run tests it on docker and podman")
+	}
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, _, stderr, addr, _ := poolBridge(t, e, 2, "")
+		awaitPool(t, addr, 60*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		stopped := true
+		t.Cleanup(func() {
+			if stopped {
+				engineScript(t, "start", e.name)
+			}
+		})
+		engineScript(t, "stop", e.name)
+		awaitPool(t, addr, 60*time.Second, "a failed start", func(s sandbox.PoolStats) bool { return s.Failures > 0 && s.Ready == 0 })
+		engineScript(t, "start", e.name)
+		stopped = false
+		// The first run after: warm if the pool already refilled, else
+		// cold, but it runs.
+		if out := mustRun(t, cs, "print(6*7)"); out != "42\n" {
+			t.Fatalf("after the engine came back: %q\n%s", out, stderr.String())
+		}
+		st := awaitPool(t, addr, 90*time.Second, "2 ready again", func(s sandbox.PoolStats) bool { return s.Ready == 2 && s.LastError == "" })
+		mustRun(t, cs, "print(1)")
+		st2, _ := poolStats(t, addr)
+		if st2.Hits != st.Hits+1 {
+			t.Fatalf("the pool refilled but the run was not warm: %+v then %+v", st, st2)
+		}
+		log := stderr.String()
+		if !strings.Contains(log, "pool: starting a container failed") {
+			t.Fatalf("no log of the pool's failed starts:\n%s", log)
+		}
+		t.Logf("pool after the restart: %+v", st2)
+	})
+}
+
+// No pooled container outlives `bridge serve`: it removes them when stdin
+// ends or on SIGTERM, and after a SIGKILL the next bridge's start does.
+func TestPoolShutdown(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		for _, how := range []string{"stdin EOF", "SIGTERM", "SIGKILL"} {
+			t.Run(how, func(t *testing.T) {
+				policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+				writePoolPolicy(t, e, policyFile, 3, "")
+				addr := freeLoopbackAddr(t)
+				args, env := serveArgs(e)
+				args = append(withoutSandboxFlags(args), "--policy", policyFile, "--debug-addr", addr)
+				cmd := exec.Command(testSuite.bridgeBin, args...)
+				cmd.Env = append(os.Environ(), env...)
+				stdin, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				stderr := &syncBuffer{}
+				cmd.Stderr = stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer cmd.Process.Kill()
+				pid := cmd.Process.Pid
+				awaitPool(t, addr, 60*time.Second, "3 ready", func(s sandbox.PoolStats) bool { return s.Ready == 3 })
+				if n := ownedBy(t, e, pid); n != 3 {
+					t.Fatalf("%d containers of the bridge with a full pool of 3", n)
+				}
+				start := time.Now()
+				switch how {
+				case "stdin EOF":
+					stdin.Close()
+				case "SIGTERM":
+					cmd.Process.Signal(syscall.SIGTERM)
+				case "SIGKILL":
+					cmd.Process.Signal(syscall.SIGKILL)
+				}
+				done := make(chan error, 1)
+				go func() { done <- cmd.Wait() }()
+				select {
+				case err := <-done:
+					if how != "SIGKILL" && err != nil {
+						t.Fatalf("bridge serve exited with %v\n%s", err, stderr.String())
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("bridge serve still runs 10 s after %s", how)
+				}
+				t.Logf("exited %s after %s", time.Since(start).Round(time.Millisecond), how)
+				if how != "SIGKILL" {
+					if n := ownedBy(t, e, pid); n != 0 {
+						t.Fatalf("%d pooled containers left after %s\n%s", n, how, stderr.String())
+					}
+					return
+				}
+				if n := ownedBy(t, e, pid); n == 0 {
+					t.Fatal("nothing left after SIGKILL: this test proves nothing")
+				}
+				// The next bridge reaps them when it opens the engine,
+				// which a pool does at start.
+				_, _, stderr2, addr2, _ := poolBridge(t, e, 1, "")
+				awaitPool(t, addr2, 60*time.Second, "1 ready", func(s sandbox.PoolStats) bool { return s.Ready == 1 })
+				deadline := time.Now().Add(30 * time.Second)
+				for ownedBy(t, e, pid) != 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("the killed bridge's containers are still there:\n%s", stderr2.String())
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+	})
+}
