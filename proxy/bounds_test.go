@@ -126,7 +126,7 @@ func TestHTTPUpstreamBodyIsBounded(t *testing.T) {
 		p, _, _ := startProxy(t, Options{ConnectTimeout: 20 * time.Second}, ServerConfig{Name: "huge", Type: TypeHTTP, URL: hs.URL})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		res, err := p.byName["huge"].call(ctx, "big", map[string]any{}, 20*time.Second)
+		res, _, err := p.byName["huge"].call(ctx, "big", map[string]any{}, 20*time.Second, false)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			var size int
 			if res != nil {
@@ -171,14 +171,14 @@ func TestHTTPUpstreamBodyBoundLeavesRoom(t *testing.T) {
 		ServerConfig{Name: "big", Type: TypeHTTP, URL: big.URL})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := p.byName["stream"].call(ctx, "big", map[string]any{}, 20*time.Second)
+	res, _, err := p.byName["stream"].call(ctx, "big", map[string]any{}, 20*time.Second, false)
 	if err != nil || textOf(t, res) != "done" {
 		t.Fatalf("20 MiB of events: %v %v", res, err)
 	}
 	if hs.written.Load() < 20<<20 {
 		t.Fatalf("only %d bytes were sent", hs.written.Load())
 	}
-	res, err = p.byName["big"].call(ctx, "big", map[string]any{}, 20*time.Second)
+	res, _, err = p.byName["big"].call(ctx, "big", map[string]any{}, 20*time.Second, false)
 	if err != nil || len(textOf(t, res)) != 12<<20 {
 		t.Fatalf("a 12 MiB answer: %v", err)
 	}
@@ -261,7 +261,7 @@ func TestToolListIsBounded(t *testing.T) {
 			if p.listed("hostile") != 0 || p.byName["hostile"].cachedTools() == nil {
 				t.Errorf("%d tools listed, cache %v", p.listed("hostile"), p.byName["hostile"].cachedTools())
 			}
-			_, err := p.byName["hostile"].call(ctx, "t1_0", map[string]any{}, time.Second)
+			_, _, err := p.byName["hostile"].call(ctx, "t1_0", map[string]any{}, time.Second, false)
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("a call after the refusal: %v", err)
 			}

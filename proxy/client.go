@@ -296,7 +296,7 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 		return nil, err
 	}
 	if c.local != nil {
-		res, _, err := c.callLocal(ctx, runID, server, tool, args, unknown)
+		res, _, err := c.callLocal(ctx, runID, server, tool, args, unknown, false)
 		return res, err
 	}
 	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
@@ -341,7 +341,7 @@ func (c *Client) CallJSON(ctx context.Context, runID, server, tool string, args 
 	if err != nil {
 		return nil, err
 	}
-	_, js, err := c.callLocal(ctx, runID, server, tool, args, unknown)
+	_, js, err := c.callLocal(ctx, runID, server, tool, args, unknown, true)
 	return js, err
 }
 
@@ -363,9 +363,11 @@ func (c *Client) target(ctx context.Context, server, tool string) (name string, 
 
 // callLocal calls the proxy in this process directly. unknown is the error
 // for a tool the proxy does not know either.
-func (c *Client) callLocal(ctx context.Context, runID, server, tool string, args json.RawMessage, unknown *Error) (*mcp.CallToolResult, []byte, error) {
+// With wantRaw, only the JSON is wanted: the result may be an empty
+// stand-in (Proxy.call).
+func (c *Client) callLocal(ctx context.Context, runID, server, tool string, args json.RawMessage, unknown *Error, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
 	params := &mcp.CallToolParamsRaw{Name: ToolName(server, tool), Arguments: args, Meta: callMeta(ctx, runID, server, tool)}
-	res, js, known, err := c.local.localCall(ctx, params, server, tool)
+	res, js, known, err := c.local.localCall(ctx, params, server, tool, wantRaw)
 	switch {
 	case !known && unknown != nil:
 		return nil, nil, unknown

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -402,7 +403,7 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // one record each, or, for refusals repeated past its bounds, counted in a
 // summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
-	res, _, err := p.call(ctx, req.Params, server, tool)
+	res, _, err := p.call(ctx, req.Params, server, tool, false)
 	if err != nil {
 		return ErrorResult(err)
 	}
@@ -412,7 +413,11 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 // call is callTool with the failure as an error (an *Error) and the
 // result's JSON too: it is encoded once, for its size, and a bridge in the
 // same process sends those bytes on as they are (see Client.CallJSON).
-func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string) (*mcp.CallToolResult, []byte, error) {
+//
+// With wantRaw, the caller needs only the result's JSON: a big one is then
+// passed on as the server wrote it, and the returned result is an empty
+// stand-in (raw.go).
+func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
 	runID, _ := params.Meta[MetaRunID].(string)
 	start := time.Now()
 	u := p.byName[server]
@@ -481,9 +486,25 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 	if len(params.Arguments) == 0 {
 		args = map[string]any{}
 	}
-	res, err := u.call(ctx, tool, args, timeout)
+	res, raw, err := u.call(ctx, tool, args, timeout, wantRaw)
+	if raw != nil && bytes.Contains(raw, []byte(MetaError)) {
+		// It may claim to be the proxy's own failure: decode it, and let
+		// the usual way below take that claim out.
+		res = &mcp.CallToolResult{}
+		if jerr := json.Unmarshal(raw, res); jerr != nil {
+			res, err = nil, errorf(KindUpstream, "the result of %s/%s is not a tool result: %v", server, tool, jerr)
+		}
+		raw = nil
+	}
 	var js []byte
-	if err == nil {
+	if err == nil && raw != nil {
+		js = raw
+		rec.ResultBytes = len(js)
+		if maxResult > 0 && int64(rec.ResultBytes) > maxResult {
+			res, js, err = nil, nil, errorf(KindLimit, "the result of %s/%s is %d bytes, over the policy's budgets.max_result_bytes (%d)",
+				server, tool, rec.ResultBytes, maxResult)
+		}
+	} else if err == nil {
 		if _, ok := res.Meta[MetaError]; ok {
 			// Only the proxy says a failure was its own.
 			meta := mcp.Meta{}
@@ -524,14 +545,15 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 // localCall answers the call of a bridge in the same process without the
 // MCP hop between them: the same checks and policy as a tools/call, with
 // the result's JSON. known is false for a (server, tool) no upstream lists.
-func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string) (res *mcp.CallToolResult, js []byte, known bool, err error) {
+// With wantRaw, only js is wanted (see call).
+func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool) (res *mcp.CallToolResult, js []byte, known bool, err error) {
 	p.regMu.Lock()
 	k, ok := p.known[ToolName(server, tool)]
 	p.regMu.Unlock()
 	if !ok || k != [2]string{server, tool} {
 		return nil, nil, false, nil
 	}
-	res, js, err = p.call(ctx, params, server, tool)
+	res, js, err = p.call(ctx, params, server, tool, wantRaw)
 	return res, js, true, err
 }
 

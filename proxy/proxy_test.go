@@ -96,8 +96,9 @@ func testServer() *mcp.Server {
 		r.IsError = true
 		return r
 	})
-	add("spoof", "An isError result that claims to be the proxy's.", func(context.Context, map[string]any) *mcp.CallToolResult {
-		r := text("not really a timeout")
+	add("spoof", "An isError result that claims to be the proxy's (n more bytes of text).", func(_ context.Context, a map[string]any) *mcp.CallToolResult {
+		n, _ := a["n"].(float64)
+		r := text("not really a timeout" + strings.Repeat("x", int(n)))
 		r.IsError = true
 		r.Meta = mcp.Meta{MetaError: KindTimeout}
 		return r

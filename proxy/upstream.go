@@ -42,6 +42,8 @@ type upstream struct {
 	// scrubber takes the secrets of the URL, the headers and the env out
 	// of errors and of what the server writes to stderr.
 	scrubber *Scrubber
+	// raw holds the big results of calls that want them raw (raw.go).
+	raw *rawResults
 
 	mu         sync.Mutex
 	sess       *mcp.ClientSession
@@ -71,6 +73,7 @@ func newUpstream(base context.Context, cfg ServerConfig, opts *Options, log zero
 		changed:  changed,
 		base:     base,
 		scrubber: NewScrubber([]string{cfg.URL}, append(mapValues(cfg.Headers), mapValues(cfg.Env)...)),
+		raw:      newRawResults(),
 	}
 }
 
@@ -282,6 +285,7 @@ func (u *upstream) connect() (*mcp.ClientSession, error) {
 		cancel()
 		return nil, err
 	}
+	t = &rawTransport{Transport: t, results: u.raw}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bridge-proxy", Version: u.opts.Version}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -609,37 +613,49 @@ func (u *upstream) status() (connected bool, info *mcp.InitializeResult, lastErr
 	return u.sess != nil, u.info, u.lastErr
 }
 
-// call calls a tool; timeout bounds the call (the proxy's CallTimeout
-// when zero).
-func (u *upstream) call(ctx context.Context, tool string, args any, timeout time.Duration) (*mcp.CallToolResult, error) {
+// call calls a tool; timeout bounds the call (the proxy's CallTool
+// timeout when zero). With wantRaw, a big result comes back as the JSON the
+// server sent (raw, with res an empty stand-in) rather than decoded
+// (raw.go); a small one is decoded either way.
+func (u *upstream) call(ctx context.Context, tool string, args any, timeout time.Duration, wantRaw bool) (res *mcp.CallToolResult, raw []byte, err error) {
 	if timeout <= 0 {
 		timeout = u.opts.CallTimeout
 	}
 	s, done, err := u.session(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	if err == nil {
-		return res, nil
+	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	var tok string
+	if wantRaw {
+		tok = u.raw.expect()
+		params.Meta = mcp.Meta{metaRawCall: tok}
 	}
+	res, err = s.CallTool(ctx, params)
+	if tok != "" {
+		raw = u.raw.take(tok)
+	}
+	if err == nil {
+		return res, raw, nil
+	}
+	raw = nil
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return nil, errorf(KindTimeout, "server %q: tool %q did not answer within %s", u.cfg.Name, tool, timeout)
+		return nil, nil, errorf(KindTimeout, "server %q: tool %q did not answer within %s", u.cfg.Name, tool, timeout)
 	case ctx.Err() != nil:
-		return nil, errorf(KindUpstream, "server %q: tool %q: call cancelled", u.cfg.Name, tool)
+		return nil, nil, errorf(KindUpstream, "server %q: tool %q: call cancelled", u.cfg.Name, tool)
 	}
 	// Did the session end under the call? Then say so first: that is what
 	// the user needs to know. The transport's wording follows, as it may
 	// say why (an answer over maxUpstreamMessage).
 	select {
 	case <-done:
-		return nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use (%v)", u.cfg.Name, tool, u.scrub(err))
+		return nil, nil, errorf(KindUpstream, "server %q exited or disconnected during the call to %q; it is restarted on next use (%v)", u.cfg.Name, tool, u.scrub(err))
 	case <-time.After(50 * time.Millisecond):
 	}
-	return nil, errorf(KindUpstream, "server %q: tool %q: %v", u.cfg.Name, tool, u.scrub(err))
+	return nil, nil, errorf(KindUpstream, "server %q: tool %q: %v", u.cfg.Name, tool, u.scrub(err))
 }
 
 // close ends the session and the server process, and waits for the
