@@ -31,6 +31,16 @@ func engineScript(t *testing.T, action, engine string) {
 	t.Logf("engine.sh %s %s: %s", action, engine, strings.TrimSpace(string(out)))
 }
 
+// coldBridge starts `bridge serve` on e with the warm pool off, so that
+// the one container that appears during a call is the call's: these tests
+// act on it from outside. The pool's own faults are in pool_test.go.
+func coldBridge(t *testing.T, e *engine) (*mcp.ClientSession, int, *syncBuffer) {
+	t.Helper()
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	writePoolPolicy(t, e, policyFile, 0, "")
+	return connectStdioArgs(t, e, nil, "--policy", policyFile)
+}
+
 // startLongRun calls run_python with code that prints "up" and sleeps, and
 // returns once the run's container is running, with a channel for its result.
 func startLongRun(t *testing.T, e *engine, cs *mcp.ClientSession) (<-chan *mcp.CallToolResult, sandbox.Container) {
@@ -108,7 +118,7 @@ func TestFaultEngineRestart(t *testing.T) {
 		t.Skip("restarting an engine needs root: the rootful run tests it on docker and podman")
 	}
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		cs, _, stderr := connectStdioArgs(t, e, nil)
+		cs, _, stderr := coldBridge(t, e)
 		if out := mustRun(t, cs, "print(6*7)"); out != "42\n" {
 			t.Fatalf("before: %q", out)
 		}
@@ -141,7 +151,7 @@ func TestFaultEngineRestart(t *testing.T) {
 // clear message, and the next run works.
 func TestFaultContainerGoneFromOutside(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		cs, _, _ := connectStdioArgs(t, e, nil)
+		cs, _, _ := coldBridge(t, e)
 		for _, how := range []string{"kill", "remove"} {
 			t.Run(how, func(t *testing.T) {
 				done, c := startLongRun(t, e, cs)
