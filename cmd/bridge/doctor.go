@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
@@ -41,6 +42,11 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 			req = "accepts engines that cannot enforce limits (require_enforced_limits: false)"
 		}
 		fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n", file, p.Sandbox.Engine, p.Sandbox.OCIRuntime, req)
+		pool := "off (pool.size 0): every run starts its container"
+		if p.Pool.Size > 0 {
+			pool = fmt.Sprintf("%d ready container(s) kept by bridge serve, each replaced after %s", p.Pool.Size, units.FormatDuration(p.Pool.MaxAge))
+		}
+		fmt.Fprintf(e.stdout, "warm pool: %s\n", pool)
 		writeMounts(e.stdout, p, mountReports(p))
 		fmt.Fprintln(e.stdout)
 	}

@@ -167,6 +167,16 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	}
 	add("reachable", true, fmt.Sprintf("%s %s (API %s), %s, cgroup v%s, OCI runtime %s",
 		info.Name, info.Version, info.APIVersion, mode, info.CgroupVersion, info.OCIRuntime), "")
+	if cs, err := rt.List(ctx, map[string]string{sandbox.LabelManaged: "true"}); err == nil {
+		pooled := 0
+		for _, c := range cs {
+			if c.Labels[sandbox.LabelPooled] == "true" {
+				pooled++
+			}
+		}
+		// Informational: what bridges running now hold on this engine.
+		add("bridge_containers", true, fmt.Sprintf("%d container(s) of bridges on this engine, %d of them started ahead of time by a warm pool (pool.size in the policy)", len(cs), pooled), "")
+	}
 	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
 		enforceHint(info.Enforce.Reason)+"; or accept that with --allow-unenforced-limits")
 	gv := gvisorCheck(info, opts.LookPath)
