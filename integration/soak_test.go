@@ -115,22 +115,6 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 			t.Fatalf("%d of %d concurrent runs failed; first: %v", len(errs), conc, errs[0])
 		}
 
-		// Nothing left behind: containers of this bridge, its run directories.
-		cs2, err := e.rt.List(ctx, map[string]string{sandbox.LabelManaged: "true"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(cs2) != 0 {
-			t.Fatalf("%d containers left after the soak: %v", len(cs2), cs2)
-		}
-		root := sandbox.DefaultRunRoot()
-		if ents, err := os.ReadDir(root); err == nil {
-			for _, d := range ents {
-				if strings.HasPrefix(d.Name(), fmt.Sprintf("run-%d.", pid)) {
-					t.Errorf("run directory left: %s", filepath.Join(root, d.Name()))
-				}
-			}
-		}
 		// Back to the baseline: goroutines and fds exactly (give the last
 		// removals a moment), RSS within a margin (Go returns memory to the
 		// OS lazily; growth per run would show as far more than this).
@@ -152,6 +136,24 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 		const rssMargin = 40 << 20
 		if end.RSS > base.RSS+rssMargin {
 			t.Errorf("RSS grew from %d MiB to %d MiB over the soak", base.RSS>>20, end.RSS>>20)
+		}
+		// Nothing left behind once the bridge is gone: containers of this
+		// bridge (the warm pool's included), its run directories.
+		cs.Close()
+		deadline = time.Now().Add(15 * time.Second)
+		for !exited(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := ownedBy(t, e, pid); n != 0 {
+			t.Fatalf("%d containers left after the soak's bridge exited", n)
+		}
+		root := sandbox.DefaultRunRoot()
+		if ents, err := os.ReadDir(root); err == nil {
+			for _, d := range ents {
+				if strings.HasPrefix(d.Name(), fmt.Sprintf("run-%d.", pid)) {
+					t.Errorf("run directory left: %s", filepath.Join(root, d.Name()))
+				}
+			}
 		}
 		slices.Sort(durs)
 		slices.Sort(cdurs)
