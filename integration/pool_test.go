@@ -88,6 +88,13 @@ func TestPoolNeverReused(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		cs, _, stderr, addr, _ := poolBridge(t, e, 2, "")
 		awaitPool(t, addr, 60*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		w := watchStats(t, addr)
+		mustRun(t, cs, "pass") // the first run's one-off costs are not the baseline
+		awaitPool(t, addr, 30*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		base, err := w.read()
+		if err != nil {
+			t.Fatal(err)
+		}
 		const runs = 12
 		code := "import os\nm = '/tmp/marker'\nprint('seen' if os.path.exists(m) else 'fresh')\nopen(m, 'w').write('x')\nprint(os.getpid())"
 		for i := range runs {
@@ -98,9 +105,26 @@ func TestPoolNeverReused(t *testing.T) {
 			// As an agent would call: the pool refills between calls.
 			awaitPool(t, addr, 30*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
 		}
+		// What the pool holds per run is given back: goroutines and fds
+		// return to the baseline once removals are done.
+		awaitPool(t, addr, 30*time.Second, "no removal in flight", func(s sandbox.PoolStats) bool { return s.Removing == 0 && s.Ready == 2 })
+		var end bridgeStats
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if end, err = w.read(); err != nil {
+				t.Fatal(err)
+			}
+			if end.Goroutines <= base.Goroutines+2 && end.OpenFDs <= base.OpenFDs+2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %d warm runs: %d goroutines (%d before), %d fds (%d before)", runs, end.Goroutines, base.Goroutines, end.OpenFDs, base.OpenFDs)
+			}
+		}
+		t.Logf("bridge: %d goroutines, %d fds, RSS %.1f MB before %d runs; %d, %d, %.1f MB after",
+			base.Goroutines, base.OpenFDs, float64(base.RSS)/1e6, runs, end.Goroutines, end.OpenFDs, float64(end.RSS)/1e6)
 		st, _ := poolStats(t, addr)
-		if st.Hits < runs {
-			t.Fatalf("only %d of %d runs were warm (else this test proves little): %+v", st.Hits, runs, st)
+		if st.Hits < runs+1 {
+			t.Fatalf("only %d of %d runs were warm (else this test proves little): %+v", st.Hits, runs+1, st)
 		}
 		t.Logf("pool after %d runs: %+v", runs, st)
 	})

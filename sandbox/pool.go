@@ -351,39 +351,21 @@ func (p *Pool) Stats() PoolStats {
 	return s
 }
 
-// Executor is the Executor whose containers the pool runs.
-func (p *Pool) Executor() *Executor { return p.e }
-
 // Run runs req in a ready container when the pool has one of its shape,
 // else in a fresh one, and answers before the container's removal is
 // done (Close waits for it). A ready container that died while it waited
 // is replaced by a fresh one, and the code runs there.
 func (p *Pool) Run(ctx context.Context, req Request) (res Result, err error) {
 	start := time.Now()
-	if err := req.Limits.Validate(); err != nil {
-		return res, fmt.Errorf("invalid limits: %w", err)
+	x, err := req.exec()
+	if err != nil {
+		return res, err
 	}
-	res.RunID = req.RunID
-	if res.RunID == "" {
-		res.RunID = NewRunID()
-	} else if !validRunID(res.RunID) {
-		return res, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", res.RunID)
-	}
-	sink := req.Sink
-	if sink == nil {
-		sink = outputSink{f: req.OnOutput}
-	}
-	x := ExecRequest{RunID: res.RunID, Code: req.Code, Timeout: req.Limits.Timeout,
-		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink}
+	res.RunID = x.RunID
 	for attempt := 0; ; attempt++ {
 		inst, warm, miss, err := p.Acquire(ctx, req.Limits, res.RunID)
 		if err != nil {
-			if errors.Is(err, errStartCancelled) {
-				res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
-				res.Duration = time.Since(start)
-				return res, nil
-			}
-			return res, err
+			return startFailed(res, err, start)
 		}
 		if warm {
 			inst.mu.Lock()

@@ -269,23 +269,14 @@ func ensurePrivateDir(dir string) error {
 // or the engine failed mid-run.
 func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error) {
 	start := time.Now()
-	if err := req.Limits.Validate(); err != nil {
-		return res, fmt.Errorf("invalid limits: %w", err)
+	x, err := req.exec()
+	if err != nil {
+		return res, err
 	}
-	res.RunID = req.RunID
-	if res.RunID == "" {
-		res.RunID = NewRunID()
-	} else if !validRunID(res.RunID) {
-		return res, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", res.RunID)
-	}
+	res.RunID = x.RunID
 	inst, err := e.Start(ctx, req.Limits, res.RunID)
 	if err != nil {
-		if errors.Is(err, errStartCancelled) {
-			res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
-			res.Duration = time.Since(start)
-			return res, nil
-		}
-		return res, err
+		return startFailed(res, err, start)
 	}
 	defer func() {
 		if cerr := inst.Close(ctx); cerr != nil && err == nil {
@@ -294,12 +285,38 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 		res.Duration = time.Since(start)
 		inst.log.Debug().Str("status", string(res.Status)).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
 	}()
+	return inst.Exec(ctx, x)
+}
+
+// exec checks req and makes its ExecRequest, with a new run id when req
+// has none.
+func (req Request) exec() (ExecRequest, error) {
+	if err := req.Limits.Validate(); err != nil {
+		return ExecRequest{}, fmt.Errorf("invalid limits: %w", err)
+	}
+	id := req.RunID
+	if id == "" {
+		id = NewRunID()
+	} else if !validRunID(id) {
+		return ExecRequest{}, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", id)
+	}
 	sink := req.Sink
 	if sink == nil {
 		sink = outputSink{f: req.OnOutput}
 	}
-	return inst.Exec(ctx, ExecRequest{RunID: res.RunID, Code: req.Code, Timeout: req.Limits.Timeout,
-		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink})
+	return ExecRequest{RunID: id, Code: req.Code, Timeout: req.Limits.Timeout,
+		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink}, nil
+}
+
+// startFailed is the outcome of a run whose container did not start: a
+// cancelled Result when the caller gave up, else the error.
+func startFailed(res Result, err error, start time.Time) (Result, error) {
+	if errors.Is(err, errStartCancelled) {
+		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+		res.Duration = time.Since(start)
+		return res, nil
+	}
+	return res, err
 }
 
 // outputSink is a Sink that hands output to f (if set) and drops files.
