@@ -55,7 +55,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless test demo lint bench fuzz soak clean need-env
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless test demo lint bench bench-table fuzz soak clean need-env
 
 help:
 	@echo "Targets:"
@@ -68,7 +68,9 @@ help:
 	@echo "  unit         go test $(RACE) (not ./integration/...), Python runner tests"
 	@echo "  integration  end-to-end tests on docker and podman, then as the rootless user"
 	@echo "               (integration-rootful, integration-rootless; ROOTLESS_RUN=PATTERN)"
-	@echo "  bench        benchmarks, integration ones included (runs setup and image)"
+	@echo "  bench        benchmarks, integration ones included (runs setup and image),"
+	@echo "               then the table of docs/performance.md (TestBenchTable)"
+	@echo "  bench-table  setup, image, and only that table, into docs/performance.md"
 	@echo "  fuzz         every fuzz target for $(FUZZTIME) each (make test: $(TEST_FUZZTIME))"
 	@echo "  soak         500 sequential and 200 8-way runs through bridge serve, each engine"
 	@echo "  demo         setup, image, bridge doctor, bridge run examples/hello.py"
@@ -192,6 +194,24 @@ bench:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
 	$(call banner,bench: go test -bench . -benchmem ./...)
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchmem -timeout $(INTEGRATION_TIMEOUT) ./...
+	$(bench_table)
+
+bench-table:
+	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
+	$(bench_table)
+
+# The table of docs/performance.md: TestBenchTable measures every figure of
+# the performance targets side by side on each engine (a few minutes each),
+# writes the table to BENCH_TABLE, and the script puts it between the
+# file's bench-table markers. A failed measurement writes nothing.
+BENCH_TABLE := $(BIN)/bench-table.md
+define bench_table
+$(call banner,bench: the table (TestBenchTable$(comma) BRIDGE_BENCH_TABLE=full) into docs/performance.md)
+rm -f $(BENCH_TABLE)
+. $(ENV_FILE) && BRIDGE_BENCH_TABLE=full BRIDGE_BENCH_OUT=$(CURDIR)/$(BENCH_TABLE) \
+	$(GO) test -count=1 -v -run '^TestBenchTable$$' -timeout $(INTEGRATION_TIMEOUT) ./integration/
+python3 $(ENVDIR)/splice-bench-table.py docs/performance.md $(BENCH_TABLE)
+endef
 
 # Every fuzz target, as PACKAGE:TARGET. Their seed corpora live in each
 # package's testdata/fuzz/TARGET (and in f.Add calls); `make test` fuzzes

@@ -151,19 +151,6 @@ func BenchmarkSandboxToolCall(b *testing.B) {
 	if err := os.WriteFile(cfg, doc, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	codes := map[string]string{
-		"seq": `import time, mcp_tools
-mcp_tools.call("misbehave", "echo", message="warm")
-t = time.perf_counter()
-for i in range(200):
-    mcp_tools.call("misbehave", "echo", message=str(i))
-print((time.perf_counter() - t) / 200 * 1e6)`,
-		"gather": `import asyncio, time, mcp_tools
-mcp_tools.call("misbehave", "echo", message="warm")
-t = time.perf_counter()
-await asyncio.gather(*(mcp_tools.acall("misbehave", "echo", message=str(i)) for i in range(200)))
-print((time.perf_counter() - t) / 200 * 1e6)`,
-	}
 	for _, e := range testSuite.engines {
 		args, env := serveArgs(e)
 		cmd := exec.Command(testSuite.bridgeBin, append(args, "--servers-config", cfg)...)
@@ -175,7 +162,7 @@ print((time.perf_counter() - t) / 200 * 1e6)`,
 		}
 		for _, mode := range []string{"seq", "gather"} {
 			b.Run(e.name+"/"+mode, func(b *testing.B) {
-				p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": codes[mode]}}
+				p := &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": toolCallCode(mode, 200)}}
 				var perCall float64
 				for b.Loop() {
 					res, err := cs.CallTool(context.Background(), p)
@@ -196,6 +183,23 @@ print((time.perf_counter() - t) / 200 * 1e6)`,
 		}
 		cs.Close()
 	}
+}
+
+// toolCallCode is run_python code that calls the misbehave upstream's echo
+// once, untimed, then n times, one after another ("seq") or all at once
+// with asyncio.gather ("gather"), and prints the microseconds a call took,
+// as it measured them.
+func toolCallCode(mode string, n int) string {
+	calls := map[string]string{
+		"seq": `for i in range(N):
+    mcp_tools.call("misbehave", "echo", message=str(i))`,
+		"gather": `await asyncio.gather(*(mcp_tools.acall("misbehave", "echo", message=str(i)) for i in range(N)))`,
+	}[mode]
+	return strings.ReplaceAll(`import asyncio, time, mcp_tools
+mcp_tools.call("misbehave", "echo", message="warm")
+t = time.perf_counter()
+`+calls+`
+print((time.perf_counter() - t) / N * 1e6)`, "N", strconv.Itoa(n))
 }
 
 // BenchmarkArtifacts measures what returning files costs a run, through

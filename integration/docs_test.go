@@ -95,6 +95,8 @@ var docsRules = []docsRule{
 		why: "would write /usr/local/bin on the test machine: TestNewcomerMakeInstall runs `make install PREFIX=<temp>` and `make uninstall` instead"},
 	{match: "make bench", kind: docsNotRunnable,
 		why: "runs setup.sh as root, then every benchmark of this package for minutes: it would recurse into this suite"},
+	{match: "make bench-table", kind: docsNotRunnable,
+		why: "runs setup.sh as root, then TestBenchTable with full counts for minutes an engine: it would recurse into this suite (which runs it with short counts under CI=true)"},
 	{match: "go test -run '^$' -bench Run -count 5 ./integration/ > new.txt", kind: docsNotRunnable,
 		why: "runs this package's benchmarks from the source tree for minutes: it would recurse into this suite"},
 	{match: "go test -run '^$' -bench Variant -count 5 ./integration/ > variants.txt", kind: docsNotRunnable,
