@@ -313,23 +313,17 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 		killedFor = StatusCancelled
 		stop()
 	case <-exitSeen:
-		// The runner reported; give it a moment to end on its own.
+		// The runner reported; give it a moment to hang up on its own.
 		grace := time.NewTimer(e.exitGrace)
 		select {
 		case rr = <-done:
-			if rr.err != nil {
-				kill()
-			}
-			w = awaitExit(i.exited, e.exitGrace, e.killWait, kill)
+			w = i.settle(rr, kill)
 		case <-grace.C:
 			stop()
 		}
 		grace.Stop()
 	case rr = <-done:
-		if rr.err != nil {
-			kill() // a runner that breaks the protocol gets no grace
-		}
-		w = awaitExit(i.exited, e.exitGrace, e.killWait, kill)
+		w = i.settle(rr, kill)
 	case w = <-i.exited:
 		if w.err != nil {
 			// The engine, not the code, failed: say so.
@@ -357,6 +351,22 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 		return res, nil
 	}
 	return e.outcome(ctx, id, rr, w, res, i.limits, log)
+}
+
+// settle is what Exec waits for once the reader ended on its own. A
+// runner that reported its exit and hung up cleanly has said all there
+// is to say: the engine's word on the container's end (tens of ms on
+// either engine) is not awaited, and Close kills whatever is left of it.
+// Otherwise the engine says how it ended; a runner that broke the
+// protocol gets no grace.
+func (i *Instance) settle(rr readResult, kill func()) waitResult {
+	if rr.err == nil && rr.exit != nil {
+		return waitResult{}
+	}
+	if rr.err != nil {
+		kill()
+	}
+	return awaitExit(i.exited, i.e.exitGrace, i.e.killWait, kill)
 }
 
 // Close kills and removes the container, its socket and its directory.

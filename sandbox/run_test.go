@@ -768,6 +768,45 @@ func TestHostileRunnerIsBounded(t *testing.T) {
 	})
 }
 
+// A runner that reported its exit and hung up has said everything: Exec
+// answers then, without waiting for the engine to notice that the
+// container ended (tens of ms on a real engine), and Close removes what is
+// left of it.
+func TestExecAnswersOnTheRunnersReport(t *testing.T) {
+	lingering := make(chan struct{})
+	rt := newFake(func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		_ = r.send(map[string]any{"type": "stdout", "data": "done"})
+		_ = r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0})
+		r.conn.Close()
+		close(lingering)
+		<-ctx.Done() // the process is gone; the engine has not said so yet
+		return ExitState{ExitCode: 0}
+	})
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	ex.exitGrace = 5 * time.Second // a wait for the engine would end in a kill
+	inst, err := ex.Start(context.Background(), testLimits(), "lingers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := inst.Exec(ctx, ExecRequest{RunID: "lingers", Code: "pass", Timeout: 20 * time.Second, OutputBytes: 1 << 10})
+	if err != nil || res.Status != StatusOK || res.Stdout != "done" {
+		t.Fatalf("got %+v, %v", res, err)
+	}
+	<-lingering
+	if inst.ended() {
+		t.Fatal("Exec waited for the container to end")
+	}
+	if err := inst.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestEngineFailuresAreBounded(t *testing.T) {
 	spin := func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
 		if _, err := connectAndExec(ctx, sock, token); err != nil {
