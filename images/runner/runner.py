@@ -323,15 +323,19 @@ class Relay:
         self.send_frame(frame)
 
     def _blocking(self, kind: str, fields: dict[str, Any]) -> Any:
-        done = threading.Event()
+        # A bare lock, taken now and released by the reader with the answer:
+        # the cheapest wake-up between two threads (an Event adds a
+        # Condition and a lock of its own per wait).
+        done = threading.Lock()
+        done.acquire()
         box: list[dict[str, Any]] = []
 
         def deliver(reply: dict[str, Any]) -> None:
             box.append(reply)
-            done.set()
+            done.release()
 
         self._request(kind, fields, deliver)
-        done.wait()
+        done.acquire()
         return tool_outcome(box[0])
 
     async def _awaiting(self, kind: str, fields: dict[str, Any]) -> Any:
