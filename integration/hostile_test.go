@@ -458,6 +458,31 @@ time.sleep(60)
 			check: protocolError("stdout after exit"),
 		},
 		{
+			// The bridge answers once the runner reported and hung up,
+			// without waiting for the engine to see the container end: a
+			// forged report and hang-up end the run at once with what the
+			// code claimed (it controls its own result anyway), and the code
+			// that runs on is killed with its container, which the check for
+			// leftovers after each case sees gone.
+			name: "a forged exit and hang-up, then code that runs on", timeout: 30,
+			code: relayCode(`
+sock.sendall(frame({"type": "stdout", "data": "forged\n"}))
+relay._finished = True  # the runner's reader thread then ends quietly at EOF
+sock.sendall(frame({"type": "exit", "status": "ok", "exit_code": 0, "stdout_cut": 0, "stderr_cut": 0}))
+sock.shutdown(socket.SHUT_RDWR)
+while True:
+    open("/tmp/still-running", "w").write(str(time.time()))
+    time.sleep(0.05)
+`),
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				if !strings.Contains(r.Stdout, "forged") {
+					v.errorf("stdout %q lacks the forged line", r.Stdout)
+				}
+				v.within(r)
+			},
+		},
+		{
 			// The relay listener is closed once the runner connects: every
 			// new connection is refused, and the bridge accepts none.
 			name: "thousands of new connections", timeout: 30,

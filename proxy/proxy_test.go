@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -379,17 +380,41 @@ func TestProxyHTTPUpstreamAndRemoteProxy(t *testing.T) {
 }
 
 // BenchmarkProxyCall measures one tool call through the proxy as the
-// bridge makes it: the in-memory MCP session to the proxy, then the stdio
-// session to a warm upstream process, and back.
+// bridge makes it for the sandbox (CallJSON: the proxy in the same
+// process, called directly, its policy applied), to a warm stdio upstream
+// and back. BenchmarkDirectCall is the same call from a go-sdk client
+// straight to the same upstream: the difference is the proxy's own cost.
 func BenchmarkProxyCall(b *testing.B) {
 	c := benchProxy(b)
 	ctx := context.Background()
 	args := json.RawMessage(`{"message":"hi"}`)
-	if _, err := c.Call(ctx, "bench", "alpha", "echo", args); err != nil {
+	if _, err := c.CallJSON(ctx, "bench", "alpha", "echo", args); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := c.Call(ctx, "bench", "alpha", "echo", args); err != nil {
+		if _, err := c.CallJSON(ctx, "bench", "alpha", "echo", args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDirectCall(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PROXY_TEST_UPSTREAM=1")
+	ctx := context.Background()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	args := json.RawMessage(`{"message":"hi"}`)
+	for b.Loop() {
+		if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: args}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -202,7 +202,7 @@ func (f *fakeRuntime) Close() error { return nil }
 
 // newTestExecutor returns an Executor on rt whose run root is checked to be
 // empty, and rt to hold no container, when the test ends.
-func newTestExecutor(t *testing.T, rt *fakeRuntime, opts ExecutorOptions) *Executor {
+func newTestExecutor(t testing.TB, rt *fakeRuntime, opts ExecutorOptions) *Executor {
 	t.Helper()
 	opts.Image = "test-image"
 	// t.TempDir's long names would pass the 108-byte limit of socket paths.
@@ -238,7 +238,7 @@ func testLimits() Limits {
 
 // pythonRunner runs the real runner (images/runner/runner.py) as a host
 // process in place of a container.
-func pythonRunner(t *testing.T) func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
+func pythonRunner(t testing.TB) func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
