@@ -47,6 +47,15 @@ func (c *runnerConn) exec(m relay.Exec, timeout time.Duration) error {
 	return c.enc.Exec(m)
 }
 
+// interrupt sends a session's runner the interrupt message, bounded by
+// timeout.
+func (c *runnerConn) interrupt(timeout time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	return c.enc.Interrupt()
+}
+
 // writeFrame writes one frame, bounded by timeout.
 func (c *runnerConn) writeFrame(f relay.Frame, timeout time.Duration) error {
 	c.mu.Lock()
@@ -85,11 +94,13 @@ func (rc *runConn) cutOff(err error) {
 
 // serve reads the runner's frames until the connection ends, answering
 // requests concurrently within the run's budget. It closes exitSeen when
-// the exit message arrives; anything after it is a protocol error. Each
+// the exit message arrives; anything after it is a protocol error. In a
+// session it returns at exit instead: the connection stays open for the
+// session's next Exec. Each
 // request's ctx has the run's deadline: no call outlives the run, and the
 // ToolHandler knows how long the run may still call (a remote MCP proxy
 // keeps the run's call budget that long).
-func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, fl FileLimits, exitSeen chan<- struct{}) readResult {
+func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, fl FileLimits, session bool, exitSeen chan<- struct{}) readResult {
 	rc := &runConn{e: e, runID: runID, c: c, slots: make(chan struct{}, maxRequests),
 		pending: newReserve(maxPendingBytes), results: newReserve(maxRunResultBytes),
 		cut: make(chan struct{}), inFlight: map[int64]bool{}}
@@ -183,6 +194,9 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 			}
 			exit = m.Exit
 			close(exitSeen)
+			if session {
+				return readResult{exit: exit}
+			}
 		case relay.TypeHello:
 			return readResult{err: fmt.Errorf("%w: second hello", relay.ErrProtocol)}
 		}

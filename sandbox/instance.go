@@ -54,8 +54,14 @@ type Instance struct {
 	stopWait context.CancelFunc
 
 	mu     sync.Mutex
-	used   bool
+	used   bool // an Exec began
 	closed bool
+	// A session's instance runs one Exec after another: session is set by
+	// its first Exec, busy while one runs, and kept false once an Exec
+	// ended in a way that leaves no interpreter to go on with.
+	session bool
+	busy    bool
+	kept    bool
 }
 
 // ID is the instance's name: the run id it was started under (container
@@ -226,22 +232,46 @@ type ExecRequest struct {
 	Files FileLimits
 	// Sink receives output and files as they arrive; NoSink when nil.
 	Sink Sink
+	// Session keeps the interpreter (variables, imports, /tmp) for the
+	// next Exec of this instance. Its timeout or cancellation interrupts
+	// the code (KeyboardInterrupt) rather than killing the container,
+	// unless the code does not stop within the interrupt grace.
+	Session bool
 }
 
 // Exec runs x.Code in the instance and reports how it ended. An instance
-// runs code once: a second Exec is an error. Failures of the code are in
-// the Result; an error means the code could not be run, or the engine
-// failed mid-run. Exec does not remove the container: Close does.
+// runs code once, unless its first Exec asked for a session (x.Session):
+// then it runs one Exec after another, in the same interpreter, for as
+// long as Kept says so. Failures of the code are in the Result; an error
+// means the code could not be run, or the engine failed mid-run. Exec
+// does not remove the container: Close does.
 func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err error) {
 	e, log := i.e, i.log
 	res.RunID = x.RunID
 	i.mu.Lock()
-	used := i.used || i.closed
-	i.used = true
-	i.mu.Unlock()
-	if used {
-		return res, errors.New("this sandbox instance already ran code or was closed")
+	var refuse string
+	switch {
+	case i.closed:
+		refuse = "this sandbox instance was closed"
+	case i.busy:
+		refuse = "this sandbox instance is running code"
+	case i.used && !(i.session && i.kept && x.Session):
+		refuse = "this sandbox instance already ran code"
 	}
+	first := !i.used
+	if refuse == "" {
+		i.used, i.busy, i.session, i.kept = true, true, x.Session, false
+	}
+	i.mu.Unlock()
+	if refuse != "" {
+		return res, errors.New(refuse)
+	}
+	kept := false // the interpreter is there for the next Exec of a session
+	defer func() {
+		i.mu.Lock()
+		i.busy, i.kept = false, kept && err == nil
+		i.mu.Unlock()
+	}()
 	if x.Timeout <= 0 {
 		return res, fmt.Errorf("timeout must be positive, got %s", x.Timeout)
 	}
@@ -261,7 +291,7 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 	// A runner that never reads must not hold the bridge: the write is
 	// bounded, and cancelling ctx closes the connection.
 	unhook := context.AfterFunc(ctx, func() { conn.Close() })
-	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Files: relay.FileLimits{
+	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Session: x.Session, Files: relay.FileLimits{
 		MaxFiles: x.Files.MaxFiles, MaxFileBytes: x.Files.MaxFileBytes, MaxBytes: x.Files.MaxBytes}}, e.opts.StartTimeout)
 	if !unhook() || ctx.Err() != nil {
 		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
@@ -271,7 +301,9 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 		// The runner cannot run a frame it did not wholly receive.
 		return res, fmt.Errorf("%w: sending code to the runner: %w", errNotHandedOver, err)
 	}
-	res.Startup = time.Since(i.start)
+	if first {
+		res.Startup = time.Since(i.start)
+	}
 	deadline := time.Now().Add(x.Timeout)
 	timeout := time.NewTimer(x.Timeout)
 	defer timeout.Stop()
@@ -283,7 +315,7 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 	// cancels the calls in flight: done when the container is gone.
 	serveCtx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
-	go func() { done <- e.serve(serveCtx, x.RunID, deadline, conn, out, x.Files, exitSeen) }()
+	go func() { done <- e.serve(serveCtx, x.RunID, deadline, conn, out, x.Files, x.Session, exitSeen) }()
 
 	kill := func() {
 		kctx, cancel := context.WithTimeout(engineCtx, 10*time.Second)
@@ -304,14 +336,48 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 		w = awaitExit(i.exited, 0, e.killWait, kill)
 	}
 
+	// interrupt asks a session's code to stop (KeyboardInterrupt) and
+	// reports whether it did within interruptGrace, its interpreter intact;
+	// otherwise the container is killed (stop).
+	interrupt := func() bool {
+		if !x.Session {
+			stop()
+			return false
+		}
+		if err := conn.interrupt(e.writeTimeout); err == nil {
+			grace := time.NewTimer(e.interruptGrace)
+			defer grace.Stop()
+			select {
+			case rr = <-done:
+				if rr.err == nil && rr.exit != nil {
+					return true
+				}
+				kill()
+				conn.Close()
+				w = awaitExit(i.exited, 0, e.killWait, kill)
+				return false
+			case w = <-i.exited:
+				kill()
+				conn.Close()
+				stopServe()
+				rr = <-done
+				return false
+			case <-grace.C:
+			}
+		}
+		stop()
+		return false
+	}
+
 	var killedFor Status
+	interrupted := false
 	select {
 	case <-timeout.C:
 		killedFor = StatusTimeout
-		stop()
+		interrupted = interrupt()
 	case <-ctx.Done():
 		killedFor = StatusCancelled
-		stop()
+		interrupted = interrupt()
 	case <-exitSeen:
 		// The runner reported; give it a moment to hang up on its own.
 		grace := time.NewTimer(e.exitGrace)
@@ -340,17 +406,41 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 		rr = <-done
 	}
 	out.fill(&res)
-	switch killedFor {
-	case StatusTimeout:
+	switch {
+	case interrupted:
+		kept = true
+		res.Status, res.ExitCode = killedFor, -1
+		res.Message = fmt.Sprintf("timed out after %s: the code was interrupted (KeyboardInterrupt) and stopped; the session keeps its state; output until then is kept", x.Timeout)
+		if killedFor == StatusCancelled {
+			res.Message = "cancelled: the code was interrupted (KeyboardInterrupt) and stopped; the session keeps its state"
+		}
+		return res, nil
+	case killedFor == StatusTimeout:
 		res.Status, res.ExitCode = StatusTimeout, -1
 		res.Message = fmt.Sprintf("timed out after %s: the container was killed; output until then is kept", x.Timeout)
+		if x.Session {
+			res.Message = fmt.Sprintf("timed out after %s and did not stop when interrupted: the container was killed and the session's state is lost; output until then is kept", x.Timeout)
+		}
 		return res, nil
-	case StatusCancelled:
+	case killedFor == StatusCancelled:
 		res.Status, res.ExitCode = StatusCancelled, -1
 		res.Message = "cancelled: the container was killed"
+		if x.Session {
+			res.Message = "cancelled, and the code did not stop when interrupted: the container was killed and the session's state is lost"
+		}
 		return res, nil
 	}
+	kept = x.Session && rr.err == nil && rr.exit != nil && !i.ended()
 	return e.outcome(ctx, id, rr, w, res, i.limits, log)
+}
+
+// Kept reports whether the instance holds a session whose interpreter is
+// there for another Exec: its last Exec ended with the runner's report
+// (or an interrupt the code heeded) and the container still runs.
+func (i *Instance) Kept() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.session && i.kept && !i.closed && !i.ended()
 }
 
 // settle is what Exec waits for once the reader ended on its own. A

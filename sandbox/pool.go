@@ -325,6 +325,28 @@ func (p *Pool) Acquire(ctx context.Context, l Limits, name string) (inst *Instan
 	return inst, false, miss, err
 }
 
+// StartSession gives a session its container: a ready one when the pool
+// has one of l's shape, else a new one. The session owns it from then on
+// (Exec with Session, then Close); the pool refills behind it.
+func (p *Pool) StartSession(ctx context.Context, l Limits, name string) (*Instance, error) {
+	start := time.Now()
+	inst, warm, _, err := p.Acquire(ctx, l, name)
+	if err != nil {
+		return nil, err
+	}
+	if warm {
+		inst.mu.Lock()
+		inst.start = start
+		inst.mu.Unlock()
+	}
+	return inst, nil
+}
+
+// StartSession is Start, for a session's container.
+func (e *Executor) StartSession(ctx context.Context, l Limits, name string) (*Instance, error) {
+	return e.Start(ctx, l, name)
+}
+
 // Release removes inst in the background; Close waits for it.
 func (p *Pool) Release(inst *Instance) {
 	p.mu.Lock()

@@ -156,6 +156,9 @@ type Executor struct {
 	// exitGrace, killWait and writeTimeout are exitGraceDefault,
 	// killWaitDefault and writeTimeoutDefault; tests shorten them.
 	exitGrace, killWait, writeTimeout time.Duration
+	// interruptGrace is how long a session's code has to stop once
+	// interrupted (interruptGraceDefault).
+	interruptGrace time.Duration
 	// pending counts the answers of all runs that wait to be written;
 	// results the result capacity reserved by their tool calls in flight.
 	pending *reserve
@@ -206,7 +209,8 @@ func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Execut
 	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runtime: request, effective: effective,
 		runRoot: root, log: opts.Logger, dirPrefix: "run-",
 		exitGrace: exitGraceDefault, killWait: killWaitDefault, writeTimeout: writeTimeoutDefault,
-		pending: newReserve(maxBridgePendingBytes), results: newReserve(maxBridgeResultBytes),
+		interruptGrace: interruptGraceDefault,
+		pending:        newReserve(maxBridgePendingBytes), results: newReserve(maxBridgeResultBytes),
 		removals: newRemovals(rt, opts.Logger)}
 	pid := os.Getpid()
 	if e.owner = processOwner(pid); e.owner != "" {
@@ -498,6 +502,12 @@ func awaitExit(exited <-chan waitResult, grace, killWait time.Duration, kill fun
 		return waitResult{err: fmt.Errorf("the container did not stop within %s of being killed", killWait)}
 	}
 }
+
+// interruptGraceDefault is how long a session's code has, once
+// interrupted for its timeout or a cancellation, to stop and leave its
+// interpreter usable; past it the container is killed and the session's
+// state is lost.
+const interruptGraceDefault = 3 * time.Second
 
 // killWaitDefault bounds the wait for a killed container to be reported
 // stopped.

@@ -29,6 +29,7 @@ import time
 
 # socket.py builds several enum classes when imported; a unix stream socket
 # needs none of them, so use the C module it wraps.
+import _signal
 import _socket
 
 # ast re-exports this flag from _ast; importing ast itself costs more.
@@ -38,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NoReturn
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
 ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
 ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
@@ -146,11 +147,13 @@ def is_int(value: object) -> bool:
 def check_exec(msg: dict[str, Any]) -> None:
     if msg["type"] != "exec":
         raise ProtocolError(f"expected an exec frame, got {msg['type']!r}")
-    check_fields(msg, {"version", "code", "output_limit", "files"})
+    check_fields(msg, {"version", "code", "output_limit", "files"}, frozenset({"session"}))
     if msg["version"] != PROTOCOL_VERSION or not is_int(msg["version"]):
         raise ProtocolError(f"exec speaks protocol version {msg['version']!r}, runner speaks {PROTOCOL_VERSION}")
     if not isinstance(msg["code"], str):
         raise ProtocolError("exec.code is not a string")
+    if not isinstance(msg.get("session", False), bool):
+        raise ProtocolError("exec.session is not a boolean")
     if not is_int(msg["output_limit"]) or msg["output_limit"] < 0:
         raise ProtocolError("exec.output_limit is not a non-negative integer")
     files = msg["files"]
@@ -227,6 +230,16 @@ class Relay:
         self._pending: dict[int, Callable[[dict[str, Any]], None]] = {}
         self._next_id = 1
         self._pid = os.getpid()
+        # A session's state: whether code runs now (an interrupt is only
+        # delivered then, and tool calls only made then), and the next
+        # exec, handed from the reader thread to the main thread.
+        self._state_lock = threading.Lock()
+        self._running = False
+        self._session = False
+        self._next_exec: list[dict[str, Any]] = []
+        self._exec_ready = threading.Lock()
+        self._exec_ready.acquire()
+        self._main_ident = threading.main_thread().ident
 
     def owned_here(self) -> bool:
         """False in a child the code forked: it shares the socket but has no
@@ -295,6 +308,10 @@ class Relay:
         while True:
             try:
                 msg = self.recv()
+                kind = msg["type"]
+                if kind == "exec" or kind == "interrupt":
+                    self._control(msg)
+                    continue
                 check_tool_result(msg)
                 with self._pending_lock:
                     deliver = self._pending.pop(msg["id"], None)
@@ -303,10 +320,50 @@ class Relay:
             except (ProtocolError, ConnectionClosed, OSError) as e:
                 if self._finished:
                     return  # exit is out; main ends the process with the code's status
+                with self._state_lock:
+                    idle = self._session and not self._running
+                if idle and isinstance(e, ConnectionClosed):
+                    os._exit(0)  # the bridge ended the session between two calls
                 if isinstance(e, ProtocolError):
                     die(EXIT_PROTOCOL, f"relay protocol error: {e}")
                 die(EXIT_LOST, f"relay connection lost while the code was running: {e}")
             deliver(msg)
+
+    def _control(self, msg: dict[str, Any]) -> None:
+        """A session's frames from the bridge: the next exec (only between
+        two calls), or an interrupt (acted on only while code runs)."""
+        with self._state_lock:
+            if msg["type"] == "interrupt":
+                check_fields(msg, set())
+                if self._running:
+                    # To the main thread itself, so that a blocking call
+                    # there (sleep, a read) is interrupted too.
+                    _signal.pthread_kill(self._main_ident, _signal.SIGINT)
+                return
+            check_exec(msg)
+            if not self._session or self._running or self._next_exec:
+                raise ProtocolError("exec while code runs, or outside a session")
+            self._next_exec.append(msg)
+        self._exec_ready.release()
+
+    # A session: the main thread runs one exec after another.
+
+    def begin(self, session: bool) -> None:
+        """Code starts running; session says whether another exec may follow."""
+        with self._state_lock:
+            self._session = session
+            self._running = True
+
+    def end(self) -> None:
+        """The code stopped running: interrupts are no longer delivered."""
+        with self._state_lock:
+            self._running = False
+
+    def next_exec(self) -> dict[str, Any]:
+        """Waits for the bridge's next exec of this session."""
+        self._exec_ready.acquire()
+        with self._state_lock:
+            return self._next_exec.pop()
 
     # Tool calls and queries: requests that a tool_result answers.
 
@@ -356,6 +413,8 @@ class Relay:
     def _check_here(self) -> None:
         if not self.owned_here():
             raise RuntimeError("tool calls and queries are only available in the process that runs the code, not in a forked child")
+        if not self._running:
+            raise RuntimeError("tool calls and queries are only available while a call runs, not from a thread left running between a session's calls")
 
     def _tool_call(self, server: str, tool: str, args: dict[str, Any] | None) -> dict[str, Any]:
         self._check_here()
@@ -548,22 +607,40 @@ class Outcome:
         self.exit_code = exit_code
         self.error = error
         self.report = report
+        self.cuts = (0, 0)  # bytes cut from stdout and stderr
 
 
-def run_code(source: str) -> Outcome:
-    # A fresh __main__ module, so classes defined by the code pickle and
-    # dataclasses/typing find their module.
+def new_main() -> Any:
+    """A fresh __main__ module, so classes defined by the code pickle and
+    dataclasses/typing find their module. A session keeps it across calls."""
     main = type(sys)("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
+    return main
+
+
+def code_filename(n: int) -> str:
+    """The name of the nth piece of code of this process in tracebacks:
+    <code>, then <code 2>, <code 3>... for a session's later calls, so that
+    a function from an earlier call shows its own lines."""
+    return CODE_FILENAME if n <= 1 else f"<code {n}>"
+
+
+def is_code_filename(name: str) -> bool:
+    return name == CODE_FILENAME or (name.startswith("<code ") and name.endswith(">"))
+
+
+def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME) -> Outcome:
+    if main is None:
+        main = new_main()
     # Tracebacks, inspect.getsource and pdb read the source from linecache.
     # Split lines as the compiler does (str.splitlines also splits at \f and
     # other characters, which would shift line numbers); mtime None keeps
     # checkcache from dropping an entry that has no file.
     lines = io.StringIO(source, newline=None).readlines()
-    linecache.cache[CODE_FILENAME] = (len(source), None, lines, CODE_FILENAME)
+    linecache.cache[filename] = (len(source), None, lines, filename)
     try:
-        code = compile(source, CODE_FILENAME, "exec", flags=PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        code = compile(source, filename, "exec", flags=PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except BaseException as e:  # SyntaxError, or ValueError for a NUL byte before 3.12
         return failure(e, with_traceback=False)
     try:
@@ -623,7 +700,7 @@ def strip_runner_frames(exc: BaseException) -> None:
         seen.add(id(e))
         tb = e.__traceback__
         if tb is not None and tb.tb_frame.f_globals is runner_globals:
-            while tb is not None and tb.tb_frame.f_code.co_filename != CODE_FILENAME:
+            while tb is not None and not is_code_filename(tb.tb_frame.f_code.co_filename):
                 tb = tb.tb_next
             e.__traceback__ = tb
         todo += [e.__cause__, e.__context__]
@@ -699,7 +776,7 @@ def copy_mpl_cache() -> None:
         diag(f"copying matplotlib's cache: {e}")
 
 
-def send_files(relay: Relay, limits: dict[str, int]) -> int:
+def send_files(relay: Relay, limits: dict[str, int], seen: dict[bytes, tuple[int, int]] | None = None) -> int:
     """Sends the files the code left in OUTPUTS_DIR ("Files out" in
     docs/protocol.md) and returns how many skipped files went unreported.
     An empty folder costs one open and one read of it; otherwise the
@@ -719,7 +796,7 @@ def send_files(relay: Relay, limits: dict[str, int]) -> int:
     spec = importlib.util.spec_from_file_location("_bridge_runner_files", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.send(relay.send, OUTPUTS_DIR, limits)
+    return module.send(relay.send, OUTPUTS_DIR, limits, seen)
 
 
 # --- main ------------------------------------------------------------------
@@ -756,38 +833,72 @@ def main() -> NoReturn:
     except ProtocolError as e:
         die(EXIT_PROTOCOL, f"relay protocol error: {e}")
 
-    capture = Capture(relay, msg["output_limit"])
     relay.start()
     publish(relay)
     # The modules the code may import from the bridge (mcp_tools); -I
     # keeps the runner's own directory off the path.
     sys.path.insert(0, LIB_DIR)
 
-    outcome = run_code(msg["code"])
+    module = new_main()
+    seen: dict[bytes, tuple[int, int]] = {}  # a session's files, as last looked at
+    n = 0
+    while True:
+        n += 1
+        session = msg.get("session", False)
+        outcome = run_once(relay, msg, module, code_filename(n), session)
+        if not relay.owned_here():
+            # A child forked by the code ran to its end. Its output went into the
+            # pipes; the exit frame is the parent's to send.
+            os._exit(outcome.exit_code)
+        stdout_cut, stderr_cut = outcome.cuts
+        files_skipped = 0
+        if outputs:
+            files_skipped = send_files(relay, msg["files"], seen if session else None)
+        exit_msg: dict[str, Any] = {
+            "type": "exit",
+            "status": "ok" if outcome.exit_code == 0 else "error",
+            "exit_code": outcome.exit_code,
+            "stdout_cut": stdout_cut,
+            "stderr_cut": stderr_cut,
+            "files_skipped": files_skipped,
+        }
+        if outcome.error is not None:
+            exit_msg["error"] = outcome.error
+        if not session:
+            relay.finish(exit_msg)
+            # Lingering user threads and children must not keep the run alive, and
+            # nothing the code registered (atexit, finalizers) may write any more.
+            os._exit(outcome.exit_code)
+        # A session: the interpreter, its variables and /tmp stay for the
+        # next call; the bridge ends the session by closing the connection.
+        relay.send(exit_msg)
+        msg = relay.next_exec()
 
+
+def run_once(relay: Relay, msg: dict[str, Any], module: Any, filename: str, session: bool) -> Outcome:
+    """Runs one exec's code with its output captured, and returns how it
+    ended, the bytes cut from stdout and stderr in outcome.cuts. In a
+    session an interrupt from the bridge raises KeyboardInterrupt in the
+    code (the code may have replaced the handler: then it is the code's).
+    Once the code has stopped, a late interrupt is ignored."""
+    capture = Capture(relay, msg["output_limit"])
+    if session:
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    relay.begin(session)
+    try:
+        outcome = run_code(msg["code"], module, filename)
+    except KeyboardInterrupt as e:  # an interrupt just as the code ended
+        outcome = failure(e, with_traceback=False)
+    finally:
+        relay.end()
+        if session:
+            _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     capture.flush()
     if outcome.report:
         write_fd(2, outcome.report)
-    if not relay.owned_here():
-        # A child forked by the code ran to its end. Its output went into the
-        # pipes; the exit frame is the parent's to send.
-        os._exit(outcome.exit_code)
-    stdout_cut, stderr_cut = capture.close()
-    files_skipped = send_files(relay, msg["files"]) if outputs else 0
-    exit_msg: dict[str, Any] = {
-        "type": "exit",
-        "status": "ok" if outcome.exit_code == 0 else "error",
-        "exit_code": outcome.exit_code,
-        "stdout_cut": stdout_cut,
-        "stderr_cut": stderr_cut,
-        "files_skipped": files_skipped,
-    }
-    if outcome.error is not None:
-        exit_msg["error"] = outcome.error
-    relay.finish(exit_msg)
-    # Lingering user threads and children must not keep the run alive, and
-    # nothing the code registered (atexit, finalizers) may write any more.
-    os._exit(outcome.exit_code)
+    if relay.owned_here():
+        outcome.cuts = capture.close()
+    return outcome
 
 
 if __name__ == "__main__":

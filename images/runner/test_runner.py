@@ -27,7 +27,7 @@ RUNNER = Path(__file__).with_name("runner.py")
 TOKEN = "test-token-0123456789"
 TIMEOUT = 20.0  # seconds for any one run
 MAX_FRAME = 16 << 20
-VERSION = 3
+VERSION = 4
 FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
 
 # The runner with its matplotlib cache in a test's temporary directory,
@@ -47,8 +47,11 @@ def frame(msg: Any) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
-def exec_frame(code: str, output_limit: int = 64 << 10, files: dict | None = None) -> bytes:
-    return frame({"type": "exec", "version": VERSION, "code": code, "output_limit": output_limit, "files": files or FILES})
+def exec_frame(code: str, output_limit: int = 64 << 10, files: dict | None = None, session: bool = False) -> bytes:
+    msg = {"type": "exec", "version": VERSION, "code": code, "output_limit": output_limit, "files": files or FILES}
+    if session:
+        msg["session"] = True
+    return frame(msg)
 
 
 # The fields of each frame the runner may send (docs/protocol.md).
@@ -143,6 +146,7 @@ class FakeHost:
         self.first = first
         self.on_frame = on_frame
         self.frames: list[dict] = []
+        self.session = False  # frames may follow exit
         self.file_frames = FileFrames(files or FILES)
         self.error: BaseException | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="bridge-runner-test-")
@@ -195,7 +199,7 @@ class FakeHost:
                 required, optional = RUNNER_FRAMES[msg["type"]]
                 keys = msg.keys() - {"type"}
                 assert required <= keys <= required | optional, f"{msg['type']} frame with fields {sorted(keys)}"
-                if self.frames and self.frames[-1]["type"] == "exit":
+                if self.frames and self.frames[-1]["type"] == "exit" and not self.session:
                     raise AssertionError(f"{msg['type']} frame after exit")
                 self.file_frames.see(msg)
                 self.frames.append(msg)
@@ -311,7 +315,7 @@ class HelloTest(unittest.TestCase):
         self.assertEqual(r.hello.keys(), {"type", "version", "token", "python"})
         self.assertEqual(r.hello["type"], "hello")
         self.assertIs(type(r.hello["version"]), int)
-        self.assertEqual(r.hello["version"], 3)
+        self.assertEqual(r.hello["version"], 4)
         self.assertEqual(r.hello["token"], TOKEN)
         v = sys.version_info
         self.assertEqual(r.hello["python"], f"{v.major}.{v.minor}.{v.micro}")
@@ -596,7 +600,7 @@ class ProtocolTest(unittest.TestCase):
         self.assertLess(r.seconds, 10)
 
     def test_malformed_exec(self) -> None:
-        base = {"type": "exec", "version": 3, "code": "print(1)", "output_limit": 1024, "files": FILES}
+        base = {"type": "exec", "version": 4, "code": "print(1)", "output_limit": 1024, "files": FILES}
         cases = {
             "unknown field": frame({**base, "extra": 1}),
             "missing field": frame({k: v for k, v in base.items() if k != "output_limit"}),
@@ -608,7 +612,7 @@ class ProtocolTest(unittest.TestCase):
             "fractional max_bytes": frame({**base, "files": {**FILES, "max_bytes": 1.5}}),
             "bool max_file_bytes": frame({**base, "files": {**FILES, "max_file_bytes": True}}),
             "null max_files": frame({**base, "files": {**FILES, "max_files": None}}),
-            "version 2": frame({**base, "version": 2}),
+            "version 3": frame({**base, "version": 3}),
             "wrong version": frame({**base, "version": 1}),
             "bool version": frame({**base, "version": True}),
             "code not a string": frame({**base, "code": 1}),
@@ -1075,6 +1079,93 @@ def runner_files() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class SessionTest(unittest.TestCase):
+    """exec with session: one interpreter across calls (docs/protocol.md)."""
+
+    def session(self, codes: list[str], interrupt_after: dict[int, float] | None = None, idle_interrupt: bool = False, gap: float = 0) -> Run:
+        """Runs codes as one session's calls, gap seconds apart, then hangs
+        up. interrupt_after maps a call's index to seconds after its exec
+        when to interrupt it."""
+        interrupt_after = interrupt_after or {}
+        calls = iter(codes[1:])
+        timers: list[threading.Timer] = []
+
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            host.session = True
+            if msg["type"] != "exit":
+                return
+            if idle_interrupt:
+                host.send({"type": "interrupt"})
+            nxt = next(calls, None)
+            if nxt is None:
+                host.close()
+                return
+            index = len(host.frames and [f for f in host.frames if f["type"] == "exit"])
+            if gap:
+                time.sleep(gap)  # on the host's reader thread: nothing else to read meanwhile
+            host.send_raw(exec_frame(nxt, session=True))
+            if index in interrupt_after:
+                t = threading.Timer(interrupt_after[index], lambda: host.send({"type": "interrupt"}))
+                timers.append(t)
+                t.start()
+
+        r = run(first=exec_frame(codes[0], session=True), on_frame=on_frame)
+        for t in timers:
+            t.join()
+        return r
+
+    def test_state_persists(self) -> None:
+        r = self.session(["x = 41\nimport json", "print(json.dumps(x + 1))"])
+        exits = r.of_type("exit")
+        self.assertEqual([e["status"] for e in exits], ["ok", "ok"], r.diag)
+        self.assertEqual(r.stdout, "42\n")
+        self.assertEqual(r.returncode, 0, r.diag)  # the host hung up between calls
+
+    def test_interrupt_keeps_the_interpreter(self) -> None:
+        r = self.session(["x = 1", "import time\nx = 2\ntime.sleep(30)", "print(x)"], interrupt_after={1: 0.3})
+        exits = r.of_type("exit")
+        self.assertEqual([e["status"] for e in exits], ["ok", "error", "ok"], r.diag)
+        self.assertEqual(exits[1]["error"]["type"], "KeyboardInterrupt")
+        self.assertEqual(r.stdout, "2\n")
+        self.assertLess(r.seconds, 10)
+
+    def test_interrupt_between_calls_is_ignored(self) -> None:
+        r = self.session(["x = 1", "print(x)"], idle_interrupt=True)
+        self.assertEqual([e["status"] for e in r.of_type("exit")], ["ok", "ok"], r.diag)
+        self.assertEqual(r.stdout, "1\n")
+
+    def test_tool_calls_between_calls_fail_in_their_thread(self) -> None:
+        code = """import threading, time, _bridge_relay
+errors = []
+def later():
+    time.sleep(0.2)
+    try:
+        _bridge_relay.call_tool("s", "t", {})
+    except RuntimeError as e:
+        errors.append(str(e))
+threading.Thread(target=later).start()
+"""
+        r = self.session([code, "print(errors)"], gap=0.6)
+        self.assertEqual([e["status"] for e in r.of_type("exit")], ["ok", "ok"], r.diag)
+        self.assertIn("only available while a call runs", r.stdout)
+        self.assertEqual(r.of_type("tool_call"), [])
+
+    def test_exec_while_code_runs_is_a_protocol_error(self) -> None:
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "stdout":
+                host.send_raw(exec_frame("print(2)", session=True))
+
+        r = run(first=exec_frame("import time\nprint(1, flush=True)\ntime.sleep(5)", session=True), on_frame=on_frame)
+        self.assertEqual(r.returncode, 2, r.diag)
+        self.assertIn("exec while code runs", r.diag)
+
+    def test_session_must_be_a_boolean(self) -> None:
+        msg = {"type": "exec", "version": VERSION, "code": "pass", "output_limit": 10, "files": FILES, "session": 1}
+        r = run(first=frame(msg))
+        self.assertEqual(r.returncode, 2, r.diag)
+        self.assertIn("exec.session is not a boolean", r.diag)
 
 
 class FileNameTest(unittest.TestCase):

@@ -20,7 +20,7 @@ import (
 )
 
 // Version is the relay protocol version this package speaks.
-const Version = 3
+const Version = 4
 
 // MaxFrameSize is the largest payload a frame may carry, in bytes.
 const MaxFrameSize = 16 << 20
@@ -38,6 +38,7 @@ const (
 	TypeQuery      = "query"
 	TypeExit       = "exit"
 	TypeExec       = "exec"
+	TypeInterrupt  = "interrupt"
 	TypeToolResult = "tool_result"
 	TypeFile       = "file"
 	TypeFileData   = "file_data"
@@ -170,6 +171,9 @@ type Exec struct {
 	Code        string     `json:"code"`
 	OutputLimit int        `json:"output_limit"`
 	Files       FileLimits `json:"files"`
+	// Session keeps the interpreter after the code ends: the runner sends
+	// exit without hanging up and waits for the next exec (docs/protocol.md).
+	Session bool `json:"session,omitempty"`
 }
 
 // ToolError is the error half of a ToolResult.
@@ -884,6 +888,14 @@ func (e *Encoder) Exec(m Exec) error {
 		Type string `json:"type"`
 		Exec
 	}{TypeExec, m})
+}
+
+// Interrupt sends the interrupt message: in a session, the runner raises
+// KeyboardInterrupt in the running code.
+func (e *Encoder) Interrupt() error {
+	return e.write(struct {
+		Type string `json:"type"`
+	}{TypeInterrupt})
 }
 
 // ToolResult sends a tool_result message.

@@ -515,6 +515,12 @@ func TestEncoderRoundTrip(t *testing.T) {
 	if err := enc.ToolResult(ToolResult{ID: 4, Result: json.RawMessage(`{"a":1}`)}); err != nil {
 		t.Fatal(err)
 	}
+	if err := enc.Exec(Exec{Code: "x", Session: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Interrupt(); err != nil {
+		t.Fatal(err)
+	}
 	var got []map[string]any
 	r := bytes.NewReader(buf.Bytes())
 	for {
@@ -534,11 +540,20 @@ func TestEncoderRoundTrip(t *testing.T) {
 		}
 		got = append(got, m)
 	}
-	if len(got) != 3 {
-		t.Fatalf("got %d frames, want 3", len(got))
+	if len(got) != 5 {
+		t.Fatalf("got %d frames, want 5", len(got))
 	}
 	if got[0]["type"] != "exec" || got[0]["code"] != "print('<&>')" || got[0]["version"] != float64(Version) || got[0]["output_limit"] != float64(1024) {
 		t.Errorf("exec frame = %v", got[0])
+	}
+	if _, ok := got[0]["session"]; ok {
+		t.Errorf("exec frame without a session has a session field: %v", got[0])
+	}
+	if got[3]["type"] != "exec" || got[3]["session"] != true {
+		t.Errorf("session exec frame = %v", got[3])
+	}
+	if len(got[4]) != 1 || got[4]["type"] != "interrupt" {
+		t.Errorf("interrupt frame = %v", got[4])
 	}
 	if got[1]["type"] != "tool_result" || got[1]["error"].(map[string]any)["type"] != "tools_unavailable" || got[1]["result"] != nil {
 		t.Errorf("error result frame = %v", got[1])

@@ -32,11 +32,13 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def send(send_frame, folder, limits):
+def send(send_frame, folder, limits, seen=None):
     """Sends the files of folder through send_frame(msg) within limits
     ({max_files, max_file_bytes, max_bytes}); returns how many skipped
-    files went unreported (exit's files_skipped)."""
-    sender = Sender(send_frame, limits)
+    files went unreported (exit's files_skipped). seen, in a session, maps
+    each file already looked at after an earlier call to its (mtime_ns,
+    size): such a file is sent again only if it changed."""
+    sender = Sender(send_frame, limits, seen)
     sender.run(folder)
     return sender.unreported
 
@@ -79,8 +81,9 @@ def open_below(root, parts):
 
 
 class Sender:
-    def __init__(self, send_frame, limits):
+    def __init__(self, send_frame, limits, seen=None):
         self._send = send_frame
+        self._seen = seen
         self._max_files = limits["max_files"]
         self._max_file_bytes = limits["max_file_bytes"]
         self._max_bytes = limits["max_bytes"]
@@ -100,7 +103,11 @@ class Sender:
             found = []
             self._walk(root, (), found, [WALK_MAX_ENTRIES])
             found.sort(key=lambda f: (f[0], f[1]))  # oldest first, ties by name
-            for _mtime, rel, parts, mode, size in found:
+            for mtime, rel, parts, mode, size in found:
+                if self._seen is not None:
+                    if self._seen.get(rel) == (mtime, size):
+                        continue  # unchanged since a call that looked at it
+                    self._seen[rel] = (mtime, size)
                 self._one(root, rel, parts, mode, size)
         finally:
             os.close(root)
