@@ -78,6 +78,8 @@ type Server struct {
 
 	// owners says which client session made each run's stored files.
 	owners owners
+	// sessions are the live sessions, when the policy enables them.
+	sessions *sessions
 
 	mu     sync.Mutex
 	runner Runner
@@ -131,6 +133,7 @@ func New(opts Options) (*Server, error) {
 		queue:  make(chan struct{}, opts.MaxConcurrent+opts.QueueLength),
 		making: make(chan struct{}, 1),
 	}
+	s.sessions = newSessions(opts.Logger)
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: opts.Policy != nil}}
 	if opts.Store != nil {
@@ -144,17 +147,20 @@ func New(opts Options) (*Server, error) {
 		s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
 	}
 	_, maxTimeout := s.limits(nil)
-	s.mcp.AddTool(runPythonTool(maxTimeout), s.handleRunPython)
+	_, sessionsOn := s.sessionConfig()
+	s.mcp.AddTool(runPythonTool(maxTimeout, sessionsOn), s.handleRunPython)
 	if opts.Policy != nil {
-		// The tool's schema states the largest timeout: keep it true.
-		registered := maxTimeout
+		// The tool's schema states the largest timeout and whether
+		// sessions exist: keep it true.
+		registered, registeredSessions := maxTimeout, sessionsOn
 		var mu sync.Mutex
 		opts.Policy.OnChange(func(snap *policy.Snapshot) {
 			mu.Lock()
 			defer mu.Unlock()
-			if m := snap.Policy.Sandbox.MaxTimeout; m != registered {
-				registered = m
-				s.mcp.AddTool(runPythonTool(m), s.handleRunPython)
+			m, on := snap.Policy.Sandbox.MaxTimeout, snap.Policy.Sessions.Enabled
+			if m != registered || on != registeredSessions {
+				registered, registeredSessions = m, on
+				s.mcp.AddTool(runPythonTool(m, on), s.handleRunPython)
 			}
 		})
 	}
@@ -256,18 +262,33 @@ func (s *Server) track(cancel context.CancelFunc) (func(), error) {
 	}, nil
 }
 
-// Shutdown refuses new calls, cancels those in flight, and waits until their
-// containers are removed or ctx ends. It may be called more than once.
+// sessionConfig is the sessions section of the policy in force, and
+// whether sessions are on (never without a policy).
+func (s *Server) sessionConfig() (policy.Sessions, bool) {
+	if s.opts.Policy == nil {
+		return policy.Sessions{}, false
+	}
+	cfg := s.opts.Policy.Current().Policy.Sessions
+	return cfg, cfg.Enabled
+}
+
+// Sessions is how many sessions exist now.
+func (s *Server) Sessions() int { return s.sessions.count() }
+
+// Shutdown refuses new calls, cancels those in flight, ends the sessions,
+// and waits until their containers are removed or ctx ends. It may be
+// called more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
 	s.stopBase()
+	serr := s.sessions.closeAll(ctx)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
+		return serr
 	case <-ctx.Done():
 		return fmt.Errorf("runs still in flight at shutdown: %w", ctx.Err())
 	}

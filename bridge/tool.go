@@ -40,21 +40,35 @@ const (
 	statusUnavailable = "unavailable" // the sandbox could not run the code
 )
 
+// sessionDescription replaces "nothing kept between calls" when the
+// policy enables sessions.
+const sessionDescription = "nothing kept between calls, unless they pass the same session name; reset:true ends it."
+
 // runPythonTool is the tool's definition, with compact hand-written schemas
-// (the SDK emits them byte for byte).
-func runPythonTool(maxTimeout time.Duration) *mcp.Tool {
-	input := fmt.Sprintf(`{"type":"object","properties":{"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d}},"required":["code"],"additionalProperties":false}`,
-		int(maxTimeout/time.Second))
+// (the SDK emits them byte for byte). With sessions, it takes session and
+// reset too.
+func runPythonTool(maxTimeout time.Duration, sessions bool) *mcp.Tool {
+	props := fmt.Sprintf(`"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d}`, int(maxTimeout/time.Second))
+	desc := toolDescription
+	if sessions {
+		props += `,"session":{"type":"string"},"reset":{"type":"boolean"}`
+		desc = strings.Replace(desc, "nothing kept between calls.", sessionDescription, 1)
+	}
+	input := `{"type":"object","properties":{` + props + `},"required":["code"],"additionalProperties":false}`
 	return &mcp.Tool{
 		Name:         ToolName,
-		Description:  toolDescription,
+		Description:  desc,
 		InputSchema:  json.RawMessage(input),
 		OutputSchema: json.RawMessage(outputSchema),
 		Annotations:  &mcp.ToolAnnotations{OpenWorldHint: ptr(false)},
 	}
 }
 
-const outputSchema = `{"type":"object","properties":{"status":{"type":"string"},"exit_code":{"type":"integer"},"stdout":{"type":"string"},"stderr":{"type":"string"},"duration_ms":{"type":"integer"},"stdout_cut":{"type":"integer"},"stderr_cut":{"type":"integer"},"artifacts":{"type":"array"}},"required":["status"]}`
+// outputSchema names the fields an agent reads first; the others
+// (duration_ms, stdout_cut, stderr_cut, message, artifacts, session_ended)
+// are in structuredContent all the same, and in the README: listing them
+// all cost 31 of the tools/list budget's tokens.
+const outputSchema = `{"type":"object","properties":{"status":{"type":"string"},"exit_code":{"type":"integer"},"stdout":{"type":"string"},"stderr":{"type":"string"}},"required":["status"]}`
 
 func ptr[T any](v T) *T { return &v }
 
@@ -69,6 +83,8 @@ type Output struct {
 	StderrCut  int64  `json:"stderr_cut,omitempty"`
 	// Message says, in one line, why a run did not succeed.
 	Message string `json:"message,omitempty"`
+	// SessionEnded says that the call's session ended, and why.
+	SessionEnded string `json:"session_ended,omitempty"`
 	// Artifacts are the files the code left in /tmp/outputs: returned
 	// (inline or by reference) or not, and why.
 	Artifacts []ArtifactOutput `json:"artifacts,omitempty"`
@@ -81,47 +97,91 @@ type Output struct {
 type input struct {
 	Code           *string          `json:"code"`
 	TimeoutSeconds *json.RawMessage `json:"timeout_seconds"`
+	Session        *json.RawMessage `json:"session"`
+	Reset          *json.RawMessage `json:"reset"`
 }
 
-// parseInput checks the call's arguments and returns the code and timeout.
-// parseInput checks a call's arguments; asked says whether it gave
-// timeout_seconds (else timeout is defTimeout).
-func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Duration) (code string, timeout time.Duration, asked bool, err error) {
+// callArgs are a call's checked arguments.
+type callArgs struct {
+	code    string
+	timeout time.Duration
+	asked   bool   // timeout_seconds was given
+	session string // "" without a session
+	reset   bool
+}
+
+// parseInput checks a call's arguments: the timeout is defTimeout unless
+// the call gave timeout_seconds; session and reset are refused unless
+// sessions are on.
+func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Duration, sessions bool) (a callArgs, err error) {
+	code, timeout, asked, in, err := s.parseBase(raw, defTimeout, maxTimeout, sessions)
+	if err != nil {
+		return a, err
+	}
+	a = callArgs{code: code, timeout: timeout, asked: asked}
+	given := func(r *json.RawMessage) bool { return r != nil && string(*r) != "null" }
+	if (given(in.Session) || given(in.Reset)) && !sessions {
+		return a, errors.New("session and reset need sessions, which this bridge's policy does not enable (sessions.enabled); call without them: each call then runs in a fresh container")
+	}
+	if given(in.Session) {
+		if err := json.Unmarshal(*in.Session, &a.session); err != nil {
+			return a, fmt.Errorf("session must be a string naming the session, got %s", *in.Session)
+		}
+		if !sessionNamePattern.MatchString(a.session) {
+			return a, fmt.Errorf("session %q is not a session name: 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit", a.session)
+		}
+	}
+	if given(in.Reset) {
+		if err := json.Unmarshal(*in.Reset, &a.reset); err != nil {
+			return a, fmt.Errorf("reset must be true or false, got %s", *in.Reset)
+		}
+		if a.reset && a.session == "" {
+			return a, errors.New("reset ends a session: pass the session's name with it")
+		}
+	}
+	if strings.TrimSpace(a.code) == "" && !a.reset {
+		return a, errors.New("code is empty: pass the Python source to run")
+	}
+	return a, nil
+}
+
+// parseBase decodes the arguments and checks code and timeout_seconds.
+func (s *Server) parseBase(raw json.RawMessage, defTimeout, maxTimeout time.Duration, sessions bool) (code string, timeout time.Duration, asked bool, in input, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-		return "", 0, false, errors.New(`missing arguments: pass {"code": "<python source>"}`)
+		return "", 0, false, in, errors.New(`missing arguments: pass {"code": "<python source>"}`)
+	}
+	takes := "code and timeout_seconds"
+	if sessions {
+		takes = "code, timeout_seconds, session and reset"
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var in input
 	if err := dec.Decode(&in); err != nil {
 		var ute *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &ute) && ute.Field == "code":
-			return "", 0, false, fmt.Errorf("code must be a string of Python source, got %s", ute.Value)
+			return "", 0, false, in, fmt.Errorf("code must be a string of Python source, got %s", ute.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
-			return "", 0, false, fmt.Errorf("%s: run_python takes only code and timeout_seconds", strings.TrimPrefix(err.Error(), "json: "))
+			return "", 0, false, in, fmt.Errorf("%s: run_python takes only %s", strings.TrimPrefix(err.Error(), "json: "), takes)
 		}
-		return "", 0, false, fmt.Errorf("arguments must be a JSON object with code (string) and optional timeout_seconds (integer): %v", err)
+		return "", 0, false, in, fmt.Errorf("arguments must be a JSON object with code (string) and optional timeout_seconds (integer): %v", err)
 	}
 	if in.Code == nil {
-		return "", 0, false, errors.New("missing required argument code (the Python source to run)")
-	}
-	if strings.TrimSpace(*in.Code) == "" {
-		return "", 0, false, errors.New("code is empty: pass the Python source to run")
+		return "", 0, false, in, errors.New("missing required argument code (the Python source to run)")
 	}
 	timeout = defTimeout
 	if in.TimeoutSeconds != nil && string(*in.TimeoutSeconds) != "null" {
 		var f float64
 		if err := json.Unmarshal(*in.TimeoutSeconds, &f); err != nil || f != math.Trunc(f) {
-			return "", 0, false, fmt.Errorf("timeout_seconds must be a whole number of seconds, got %s", *in.TimeoutSeconds)
+			return "", 0, false, in, fmt.Errorf("timeout_seconds must be a whole number of seconds, got %s", *in.TimeoutSeconds)
 		}
 		maxS := int64(maxTimeout / time.Second)
 		if f < 1 || f > float64(maxS) {
-			return "", 0, false, fmt.Errorf("timeout_seconds must be between 1 and %d, got %s", maxS, *in.TimeoutSeconds)
+			return "", 0, false, in, fmt.Errorf("timeout_seconds must be between 1 and %d, got %s", maxS, *in.TimeoutSeconds)
 		}
 		timeout, asked = time.Duration(f)*time.Second, true
 	}
-	return *in.Code, timeout, asked, nil
+	return *in.Code, timeout, asked, in, nil
 }
 
 // handleRunPython is the tool's handler.
@@ -130,9 +190,23 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	// The input is checked against the policy in force now; the run is
 	// pinned to the policy in force when it gets a slot (below).
 	limits, maxTimeout := s.limits(nil)
-	code, timeout, asked, err := s.parseInput(req.Params.Arguments, limits.Timeout, maxTimeout)
+	scfg, sessionsOn := s.sessionConfig()
+	a, err := s.parseInput(req.Params.Arguments, limits.Timeout, maxTimeout, sessionsOn)
 	if err != nil {
 		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
+	}
+	code, timeout, asked := a.code, a.timeout, a.asked
+	key := sessionKey{client: req.Session, name: a.session}
+	if a.reset {
+		existed := s.sessions.reset(key)
+		if strings.TrimSpace(code) == "" {
+			msg := fmt.Sprintf("session %q ended: its container is removed", a.session)
+			if !existed {
+				msg = fmt.Sprintf("there was no session %q to end", a.session)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}},
+				StructuredContent: Output{Status: string(sandbox.StatusOK), DurationMS: time.Since(start).Milliseconds(), Message: msg}}, nil
+		}
 	}
 	// A place in the queue, or busy at once.
 	select {
@@ -177,9 +251,15 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	prog := newProgress(ctx, req, s.opts.ProgressInterval, start)
 	defer prog.stop()
 	var res sandbox.Result
+	// A session's call is audited with the session's id, known once the
+	// call is in the session.
+	auditStart := func(string) {}
 	if snap != nil {
 		audit := s.opts.Policy.Audit()
-		audit.RunStart(runID, snap.Gen, snap.Policy.Sandbox, timeout)
+		auditStart = func(session string) { audit.RunStart(runID, session, snap.Gen, snap.Policy.Sandbox, timeout) }
+		if a.session == "" {
+			auditStart("")
+		}
 		defer func() {
 			status := string(res.Status)
 			if status == "" {
@@ -189,8 +269,18 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		}()
 	}
 	col := artifacts.NewCollector(runID, s.artifactLimits(snap), s.opts.Store)
-	res, err = runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID,
-		Sink: runSink{Collector: col, output: prog.output}, Files: col.FileLimits()})
+	sink := runSink{Collector: col, output: prog.output}
+	var sessionEnded string
+	if a.session != "" {
+		var refusal *mcp.CallToolResult
+		res, sessionEnded, refusal, err = s.runInSession(ctx, key, scfg, runner, limits, auditStart, sandbox.ExecRequest{
+			RunID: runID, Code: code, Timeout: timeout, OutputBytes: limits.OutputBytes, Files: col.FileLimits(), Sink: sink, Session: true}, start)
+		if refusal != nil {
+			return refusal, nil
+		}
+	} else {
+		res, err = runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, Sink: sink, Files: col.FileLimits()})
+	}
 	if err != nil {
 		s.log.Error().Err(err).Msg("run failed")
 		msg := "the sandbox could not run the code: " + err.Error()
@@ -217,8 +307,44 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	}
 	out := r.StructuredContent.(Output)
 	renderArtifacts(r, &out, list, unlisted+int(res.FilesSkipped))
+	if sessionEnded != "" {
+		note := fmt.Sprintf("session %q ended: %s; its state is lost, and the next call with this session starts a new one", a.session, sessionEnded)
+		out.SessionEnded = note
+		r.Content = append(r.Content, &mcp.TextContent{Text: "[" + note + "]"})
+	}
 	r.StructuredContent = out
 	return r, nil
+}
+
+// runInSession runs x in the client's session key, starting the session
+// when it does not exist. ended says why the session ended with this call
+// ("" if it lives on); refusal is the answer to a call that could not get
+// into the session (busy, too many sessions, shutting down).
+func (s *Server) runInSession(ctx context.Context, key sessionKey, cfg policy.Sessions, runner Runner, limits sandbox.Limits, auditStart func(session string), x sandbox.ExecRequest, start time.Time) (res sandbox.Result, ended string, refusal *mcp.CallToolResult, err error) {
+	starter, ok := runner.(SessionStarter)
+	if !ok {
+		return res, "", failure(statusUnavailable, "this bridge's sandbox cannot keep sessions: call without session", start), nil
+	}
+	sess, _, err := s.sessions.open(ctx, key, cfg, func(id string) (*sandbox.Instance, error) {
+		return starter.StartSession(ctx, limits, id)
+	})
+	switch {
+	case errors.Is(err, ErrBusy):
+		return res, "", failure(statusBusy, err.Error(), start), nil
+	case ctx.Err() != nil:
+		return res, "", failure(string(sandbox.StatusCancelled), "cancelled while waiting for the session", start), nil
+	case errors.Is(err, errSessionsClosed):
+		return res, "", failure(statusUnavailable, err.Error(), start), nil
+	case errors.Is(err, errTooManySessions):
+		return res, "", failure(statusBusy, err.Error(), start), nil
+	case err != nil:
+		return res, "", nil, err
+	}
+	auditStart(sess.id)
+	res, err = sess.inst.Exec(ctx, x)
+	res.Duration = time.Since(start)
+	ended = s.sessions.done(sess, cfg)
+	return res, ended, nil, err
 }
 
 // artifactLimits are the limits on the files a run sends back: the

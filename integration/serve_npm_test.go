@@ -259,6 +259,13 @@ func TestToolsListTokenBudget(t *testing.T) {
 		if none != with3 {
 			t.Fatalf("tools/list costs %d tokens with no upstream servers and %d with three: it must not change", none, with3)
 		}
+		// With sessions on, the tool takes two more arguments and says
+		// what a session is: still within the budget.
+		pol := filepath.Join(t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(pol, []byte("version: 1\n"+sandboxSection(e)+"sessions:\n  enabled: true\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("tools/list: %d tokens with sessions off, %d on", none, toolsListTokens(t, npm, e, "--policy", pol))
 	})
 }
 
@@ -282,7 +289,7 @@ func toolsListTokens(t *testing.T, npm string, e *engine, extra ...string) int {
 		t.Fatalf("connecting to bridge serve: %v\nstderr:\n%s", err, stderr.String())
 	}
 	defer cs.Close()
-	if len(extra) > 0 {
+	if slices.Contains(extra, "--servers-config") {
 		// The servers are connected and their tools listed in the sandbox.
 		res, out := callRunPython(t, ctx, cs, "import mcp_tools\nprint(sum(len(mcp_tools.tools(s['name'])) for s in mcp_tools.servers()))", nil)
 		if res.IsError || out.Status != "ok" {

@@ -85,8 +85,16 @@ func withoutSandboxFlags(args []string) []string {
 // learns the address from its log, and connects over streamable HTTP.
 func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientSession, int) {
 	t.Helper()
+	cs, pid, _ := connectHTTPArgs(t, e, opts)
+	return cs, pid
+}
+
+// connectHTTPArgs is connectHTTP with extra arguments to bridge serve; it
+// also returns the address it serves on, for more clients.
+func connectHTTPArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ...string) (*mcp.ClientSession, int, string) {
+	t.Helper()
 	args, env := serveArgs(e)
-	args = append(args, "--http", "127.0.0.1:0")
+	args = append(append(args, "--http", "127.0.0.1:0"), extra...)
 	cmd := exec.Command(testSuite.bridgeBin, args...)
 	cmd.Env = append(os.Environ(), append(env, "BRIDGE_LOG_LEVEL=info")...)
 	pr, pw := io.Pipe()
@@ -143,7 +151,7 @@ func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientS
 		t.Fatalf("connecting over HTTP: %v", err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs, cmd.Process.Pid
+	return cs, cmd.Process.Pid, a
 }
 
 // ownedBy counts the containers on e that the bridge process pid made.
@@ -195,6 +203,7 @@ type callOutput struct {
 	Stdout     string `json:"stdout"`
 	Stderr     string `json:"stderr"`
 	DurationMS int64  `json:"duration_ms"`
+	Message    string `json:"message"`
 }
 
 func callRunPython(t *testing.T, ctx context.Context, cs *mcp.ClientSession, code string, progressToken any) (*mcp.CallToolResult, callOutput) {

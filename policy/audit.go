@@ -132,10 +132,14 @@ func (a *Auditor) Call(c Call) {
 }
 
 // RunStart records a run's start with the limits applied to it.
-func (a *Auditor) RunStart(runID string, gen int, s Sandbox, timeout time.Duration) {
+func (a *Auditor) RunStart(runID, session string, gen int, s Sandbox, timeout time.Duration) {
 	ev, done := a.event()
 	defer done()
-	ev.Str("event", "run_start").Str("run_id", runID).Int("policy_generation", gen).
+	ev = ev.Str("event", "run_start").Str("run_id", runID)
+	if session != "" {
+		ev = ev.Str("session", session)
+	}
+	ev.Int("policy_generation", gen).
 		Str("oci_runtime", s.OCIRuntime).Dur("timeout", timeout).Int64("memory", s.Memory).Float64("cpus", s.CPUs).Int64("pids", s.Pids).
 		Int64("tmpfs_size", s.TmpfsSize).Int64("output_limit", s.OutputLimit).Send()
 }

@@ -51,6 +51,13 @@ func Format(p *Policy) string {
 	w(1, "size: %d", p.Pool.Size)
 	w(1, "max_age: %s", units.FormatDuration(p.Pool.MaxAge))
 
+	w(0, "sessions:")
+	w(1, "enabled: %t", p.Sessions.Enabled)
+	w(1, "max: %d", p.Sessions.Max)
+	w(1, "idle_timeout: %s", units.FormatDuration(p.Sessions.IdleTimeout))
+	w(1, "max_lifetime: %s", units.FormatDuration(p.Sessions.MaxLifetime))
+	w(1, "max_calls: %d", p.Sessions.MaxCalls)
+
 	if len(p.Mounts) == 0 {
 		w(0, "mounts: []")
 	} else {

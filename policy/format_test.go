@@ -33,6 +33,12 @@ sandbox:
 pool:
   size: 2
   max_age: 10m
+sessions:
+  enabled: false
+  max: 4
+  idle_timeout: 10m
+  max_lifetime: 1h
+  max_calls: 200
 mounts: []
 artifacts:
   max_files: 20
@@ -107,6 +113,12 @@ sandbox:
 pool:
   size: 2
   max_age: 10m
+sessions:
+  enabled: false
+  max: 4
+  idle_timeout: 10m
+  max_lifetime: 1h
+  max_calls: 200
 mounts: []
 artifacts:
   max_files: 20

@@ -110,6 +110,7 @@ func Default() *Policy {
 			RequireEnforcedLimits: true,
 		},
 		Pool:      defaultPool(),
+		Sessions:  defaultSessions(),
 		Artifacts: defaultArtifacts(),
 		Tools: Tools{
 			Servers: []string{"*"},
@@ -181,7 +182,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys        = []string{"version", "sandbox", "pool", "mounts", "artifacts", "tools", "budgets", "audit"}
+	topKeys        = []string{"version", "sandbox", "pool", "sessions", "mounts", "artifacts", "tools", "budgets", "audit"}
 	sandboxKeys    = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
 	toolsKeys      = []string{"servers", "default", "rules"}
 	ruleKeys       = []string{"server", "tool", "annotations", "action", "reason"}
@@ -382,6 +383,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.sandbox(k, v, &pol.Sandbox)
 		case "pool":
 			p.pool(k, v, &pol.Pool)
+		case "sessions":
+			p.sessions(k, v, &pol.Sessions)
 		case "mounts":
 			p.mounts(k, v, &pol.Mounts)
 		case "artifacts":

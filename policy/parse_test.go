@@ -185,6 +185,12 @@ budgets:
     - rate: 3600/h
 audit:
   file: /var/log/bridge/audit.jsonl
+sessions:
+  enabled: true
+  max: 8
+  idle_timeout: 30s
+  max_lifetime: 2h
+  max_calls: 50
 `
 	p := mustParse(t, src)
 	tr, fa := true, false
@@ -192,7 +198,8 @@ audit:
 		Source: "t.yaml",
 		Sandbox: Sandbox{Engine: "podman", OCIRuntime: "runsc", Image: "localhost/runner:dev", Variant: "slim", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
 			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0},
-		Pool: Pool{Size: 5, MaxAge: 2 * time.Hour},
+		Pool:     Pool{Size: 5, MaxAge: 2 * time.Hour},
+		Sessions: Sessions{Enabled: true, Max: 8, IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, MaxCalls: 50},
 		Artifacts: Artifacts{MaxFiles: 0, MaxBytesInline: 8 << 20, MaxBytesTotal: 12 << 20, Dir: artifactsDir(t, "/var/tmp/bridge-artifacts"), ByReference: "all",
 			MaxBytesStored: 64 << 30, MaxBytesKept: 64 << 30, Expiry: 720 * time.Hour},
 		Tools: Tools{Servers: []string{"github", "fs-*"}, Default: Deny, Rules: []Rule{
@@ -261,8 +268,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, mounts, artifacts, tools, budgets, audit), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, mounts, artifacts, tools, budgets, audit), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit), got a string "hello"`}},
 		{"two documents", "version: 1\n---\nversion: 1\n", []string{"3:1: a second YAML document (after ---): a policy file holds one document"}},
 		{"too large", big, []string{fmt.Sprintf("1:1: the file is %d bytes; a policy file may have at most 1048576 (1 MiB)", len(big))}},
 		{"unclosed list", "version: 1\nsandbox:\n  cpus: [1\n", []string{"3: invalid YAML: did not find expected ',' or ']'"}},
@@ -284,7 +291,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, mounts, artifacts, tools, budgets, audit; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -301,9 +308,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, mounts, artifacts, tools, budgets, audit`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, mounts, artifacts, tools, budgets, audit`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -551,7 +558,7 @@ func TestDocsDefaults(t *testing.T) {
 	}
 	doc := string(data)
 	formatted := Format(Default())
-	for _, section := range []string{"sandbox", "pool", "artifacts", "tools", "budgets", "audit"} {
+	for _, section := range []string{"sandbox", "pool", "sessions", "artifacts", "tools", "budgets", "audit"} {
 		i := strings.Index(doc, "### `"+section+"`")
 		if i < 0 {
 			t.Fatalf("docs/policy.md has no section %s", section)
@@ -592,7 +599,7 @@ func TestDocsDefaults(t *testing.T) {
 			t.Errorf("docs/policy.md: no table under %s", section)
 		}
 	}
-	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") {
 				t.Errorf("docs/policy.md does not mention `%s`", k)

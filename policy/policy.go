@@ -24,8 +24,9 @@ type Policy struct {
 	// Source is the file it was read from ("" for the built-in default).
 	Source string
 
-	Sandbox Sandbox
-	Pool    Pool
+	Sandbox  Sandbox
+	Pool     Pool
+	Sessions Sessions
 	// Mounts are the host folders every run reads, under DataDir.
 	Mounts    []Mount
 	Artifacts Artifacts

@@ -157,7 +157,7 @@ func TestStoreReloadNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = s.ReloadNow()
-	s.Audit().RunStart("r1", 1, p.Sandbox, time.Second)
+	s.Audit().RunStart("r1", "", 1, p.Sandbox, time.Second)
 	b, err := os.ReadFile(audit)
 	if err != nil || !strings.Contains(string(b), `"run_id":"r1"`) {
 		t.Fatalf("after rotation the audit file has %q (%v)", b, err)

@@ -47,6 +47,12 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 			pool = fmt.Sprintf("%d ready container(s) kept by bridge serve, each replaced after %s", p.Pool.Size, units.FormatDuration(p.Pool.MaxAge))
 		}
 		fmt.Fprintf(e.stdout, "warm pool: %s\n", pool)
+		sessions := "off (sessions.enabled false): every call runs in a fresh container"
+		if s := p.Sessions; s.Enabled {
+			sessions = fmt.Sprintf("on: at most %d at once, each ended after %s idle, %s or %d calls",
+				s.Max, units.FormatDuration(s.IdleTimeout), units.FormatDuration(s.MaxLifetime), s.MaxCalls)
+		}
+		fmt.Fprintf(e.stdout, "sessions: %s\n", sessions)
 		writeMounts(e.stdout, p, mountReports(p))
 		fmt.Fprintln(e.stdout)
 	}

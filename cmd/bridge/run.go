@@ -84,7 +84,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	runID := sandbox.NewRunID()
 	run := store.Begin(runID)
 	defer store.End(runID)
-	store.Audit().RunStart(runID, run.Snap.Gen, pol.Sandbox, limits.Timeout)
+	store.Audit().RunStart(runID, "", run.Snap.Gen, pol.Sandbox, limits.Timeout)
 	start := time.Now()
 	var mu sync.Mutex
 	res, err := ex.Run(ctx, sandbox.Request{

@@ -1,0 +1,285 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/policy"
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// SessionStarter starts the container of a new session: the Runner
+// implements it when sessions are possible (*sandbox.Pool takes a warm
+// container when it has one, *sandbox.Executor starts one).
+type SessionStarter interface {
+	StartSession(ctx context.Context, l sandbox.Limits, name string) (*sandbox.Instance, error)
+}
+
+var (
+	_ SessionStarter = (*sandbox.Pool)(nil)
+	_ SessionStarter = (*sandbox.Executor)(nil)
+)
+
+// sessionNamePattern is what a session name may be: the agent picks it.
+var sessionNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// sessionBusyWait bounds how long a call waits for its session's previous
+// call to end before it is answered busy.
+const sessionBusyWait = 10 * time.Second
+
+// sessionKey names a session: the client session that made it, and the
+// name it gave. Another client naming it finds nothing.
+type sessionKey struct {
+	client *mcp.ServerSession
+	name   string
+}
+
+// session is one container and interpreter kept across calls.
+type session struct {
+	key sessionKey
+	// id names the session's container (its run id) and its log lines.
+	id      string
+	created time.Time
+	// lock is held by the call running in the session, and by its start.
+	lock chan struct{}
+
+	// Under sessions.mu.
+	inst  *sandbox.Instance // nil until started
+	calls int
+	ended bool
+	timer *time.Timer // idle timeout, then max lifetime
+}
+
+// sessions are the live sessions of a Server.
+type sessions struct {
+	log zerolog.Logger
+
+	mu       sync.Mutex
+	m        map[sessionKey]*session
+	watching map[*mcp.ServerSession]bool // clients whose end ends their sessions
+	closed   bool
+	removing sync.WaitGroup // containers of ended sessions being removed
+}
+
+func newSessions(log zerolog.Logger) *sessions {
+	return &sessions{log: log, m: map[sessionKey]*session{}, watching: map[*mcp.ServerSession]bool{}}
+}
+
+// errSessionsClosed is open's refusal once the bridge shuts down;
+// errTooManySessions when sessions.max exist.
+var (
+	errSessionsClosed  = errors.New("the bridge is shutting down")
+	errTooManySessions = errors.New("too many sessions")
+)
+
+// open finds the client's session name, or makes it, and returns it with
+// its lock held (the caller runs in it, then calls done). A new session's
+// container is started by start; created says whether it was.
+func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, start func(id string) (*sandbox.Instance, error)) (s *session, created bool, err error) {
+	for {
+		ss.mu.Lock()
+		if ss.closed {
+			ss.mu.Unlock()
+			return nil, false, errSessionsClosed
+		}
+		s = ss.m[key]
+		if s == nil {
+			if len(ss.m) >= cfg.Max {
+				ss.mu.Unlock()
+				return nil, false, fmt.Errorf("%w: %d sessions exist, the most the policy allows (sessions.max): end one with reset, or call without session", errTooManySessions, cfg.Max)
+			}
+			s = &session{key: key, id: sandbox.NewRunID(), created: time.Now(), lock: make(chan struct{}, 1)}
+			s.lock <- struct{}{} // the start holds it
+			ss.m[key] = s
+			ss.watch(key.client)
+			ss.mu.Unlock()
+			inst, err := start(s.id)
+			ss.mu.Lock()
+			if err != nil {
+				s.ended = true
+				delete(ss.m, key)
+				ss.mu.Unlock()
+				<-s.lock
+				return nil, false, err
+			}
+			s.inst = inst
+			closed := ss.closed || s.ended
+			ss.mu.Unlock()
+			if closed { // shut down meanwhile: end removed it from the map
+				ss.remove(s, inst)
+				<-s.lock
+				return nil, false, errSessionsClosed
+			}
+			ss.log.Info().Str("session", s.id).Str("name", key.name).Msg("session started")
+			return s, true, nil
+		}
+		ss.mu.Unlock()
+
+		wait := time.NewTimer(sessionBusyWait)
+		select {
+		case s.lock <- struct{}{}:
+			wait.Stop()
+		case <-wait.C:
+			return nil, false, fmt.Errorf("%w: session %q is still running another call (one call at a time per session); try again when it has answered", ErrBusy, key.name)
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, false, ctx.Err()
+		}
+		ss.mu.Lock()
+		gone := s.ended
+		if !gone && s.timer != nil {
+			s.timer.Stop() // no idle timeout while a call runs
+		}
+		ss.mu.Unlock()
+		if !gone {
+			return s, false, nil
+		}
+		<-s.lock // it ended while we waited: make a new one
+	}
+}
+
+// done is called when a call in s ended: it releases the session for the
+// next call, or ends it, and says why it ended ("" if it lives on).
+func (ss *sessions) done(s *session, cfg policy.Sessions) (ended string) {
+	defer func() { <-s.lock }()
+	ss.mu.Lock()
+	s.calls++
+	switch {
+	case s.ended:
+		ended = "the bridge ended it"
+	case !s.inst.Kept():
+		ended = "its interpreter is gone"
+	case s.calls >= cfg.MaxCalls:
+		ended = fmt.Sprintf("it made the %d calls a session may make (sessions.max_calls)", cfg.MaxCalls)
+	case time.Since(s.created) >= cfg.MaxLifetime:
+		ended = fmt.Sprintf("it reached the %s a session may live (sessions.max_lifetime)", cfg.MaxLifetime)
+	}
+	if ended != "" {
+		ss.endLocked(s, ended)
+		ss.mu.Unlock()
+		return ended
+	}
+	// Idle for IdleTimeout, or its lifetime's end, whichever comes first.
+	wait := min(cfg.IdleTimeout, cfg.MaxLifetime-time.Since(s.created))
+	why := fmt.Sprintf("idle for %s (sessions.idle_timeout)", cfg.IdleTimeout)
+	if wait < cfg.IdleTimeout {
+		why = fmt.Sprintf("it reached the %s a session may live (sessions.max_lifetime)", cfg.MaxLifetime)
+	}
+	s.timer = time.AfterFunc(wait, func() { ss.expire(s, why) })
+	ss.mu.Unlock()
+	return ""
+}
+
+// expire ends s from its timer, unless a call is running in it (that
+// call's end sets the next timer).
+func (ss *sessions) expire(s *session, why string) {
+	select {
+	case s.lock <- struct{}{}:
+	default:
+		return
+	}
+	ss.mu.Lock()
+	ss.endLocked(s, why)
+	ss.mu.Unlock()
+	<-s.lock
+}
+
+// reset ends the client's session name, if there is one; a call running
+// in it is cut short. It reports whether there was one.
+func (ss *sessions) reset(key sessionKey) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.m[key]
+	if s == nil {
+		return false
+	}
+	ss.endLocked(s, "reset by the agent")
+	return true
+}
+
+// endLocked ends s: it leaves the map at once, and its container is
+// removed in the background (closeAll waits for that). ss.mu is held.
+func (ss *sessions) endLocked(s *session, why string) {
+	if s.ended {
+		return
+	}
+	s.ended = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if ss.m[s.key] == s {
+		delete(ss.m, s.key)
+	}
+	if s.inst != nil {
+		ss.log.Info().Str("session", s.id).Str("name", s.key.name).Int("calls", s.calls).Str("why", why).Msg("session ended")
+		ss.remove(s, s.inst)
+	}
+}
+
+// remove closes inst in the background.
+func (ss *sessions) remove(s *session, inst *sandbox.Instance) {
+	ss.removing.Add(1)
+	go func() {
+		defer ss.removing.Done()
+		if err := inst.Close(context.Background()); err != nil {
+			ss.log.Warn().Err(err).Str("session", s.id).Msg("removing a session's container")
+		}
+	}()
+}
+
+// watch ends the client's sessions when its MCP session ends (the stdio
+// client exits, an HTTP client's session is deleted or expires). ss.mu is
+// held. A nil client (a test calling the handler directly) is not watched.
+func (ss *sessions) watch(client *mcp.ServerSession) {
+	if client == nil || ss.watching[client] {
+		return
+	}
+	ss.watching[client] = true
+	go func() {
+		_ = client.Wait()
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		delete(ss.watching, client)
+		for key, s := range ss.m {
+			if key.client == client {
+				ss.endLocked(s, "its client disconnected")
+			}
+		}
+	}()
+}
+
+// count is how many sessions exist.
+func (ss *sessions) count() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.m)
+}
+
+// closeAll ends every session and waits until their containers are
+// removed or ctx ends. No session starts afterwards.
+func (ss *sessions) closeAll(ctx context.Context) error {
+	ss.mu.Lock()
+	ss.closed = true
+	for _, s := range ss.m {
+		ss.endLocked(s, "the bridge is shutting down")
+	}
+	ss.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		ss.removing.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sessions' containers were not all removed in time (the next start of the bridge removes them): %w", ctx.Err())
+	}
+}

@@ -1,0 +1,186 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// sessionPolicy writes a policy with sessions on (idle_timeout idle) and
+// no warm pool (so that the bridge's containers are its sessions' and
+// runs'), and returns its path.
+func sessionPolicy(t *testing.T, e *engine, idle string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	pol := "version: 1\n" + sandboxSection(e) + "pool:\n  size: 0\nsessions:\n  enabled: true\n  idle_timeout: " + idle + "\n"
+	if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sessionCall calls run_python with args and returns its result, text and
+// structuredContent.
+func sessionCall(t *testing.T, cs *mcp.ClientSession, args map[string]any) (callOutput, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: args})
+	if err != nil {
+		t.Fatalf("tools/call %v: %v", args, err)
+	}
+	var out callOutput
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("structuredContent %s: %v", b, err)
+	}
+	return out, contentText(res)
+}
+
+// TestSessions: through a real MCP client over stdio, a session keeps its
+// interpreter across calls and nothing else sees it; a timeout the code
+// survives keeps it, code that ignores the interrupt loses it, an idle
+// session is removed, and nothing is left when the bridge exits.
+func TestSessions(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs, pid, stderr := connectStdioArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10s"))
+		run := func(args map[string]any) (callOutput, string) { return sessionCall(t, cs, args) }
+
+		if out, text := run(map[string]any{"code": "x = 41\nopen('/tmp/kept', 'w').write('yes')", "session": "a"}); out.Status != "ok" {
+			t.Fatalf("first call: %+v %s", out, text)
+		}
+		if out, text := run(map[string]any{"code": "print(x + 1, open('/tmp/kept').read())", "session": "a"}); out.Stdout != "42 yes\n" {
+			t.Fatalf("second call in a: %+v %s", out, text)
+		}
+		// Neither a fresh run nor another session sees a's state.
+		if out, _ := run(map[string]any{"code": "import os\nprint('x' in globals(), os.path.exists('/tmp/kept'))"}); out.Stdout != "False False\n" {
+			t.Errorf("a call without session: %+v", out)
+		}
+		if out, _ := run(map[string]any{"code": "import os\nprint('x' in globals(), os.path.exists('/tmp/kept'))", "session": "b"}); out.Stdout != "False False\n" {
+			t.Errorf("session b: %+v", out)
+		}
+
+		// A timeout interrupts the code; it stops, and the state stays.
+		out, text := run(map[string]any{"code": "import time\nx = 41\ntime.sleep(60)", "session": "a", "timeout_seconds": 2})
+		if out.Status != "timeout" || !strings.Contains(out.Message, "keeps its state") {
+			t.Fatalf("interrupted call: %+v %s", out, text)
+		}
+		if out, text := run(map[string]any{"code": "print(x)", "session": "a"}); out.Stdout != "41\n" {
+			t.Fatalf("after the interrupt: %+v %s", out, text)
+		}
+
+		// Code that ignores KeyboardInterrupt loses the session, plainly.
+		out, text = run(map[string]any{"code": "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass",
+			"session": "a", "timeout_seconds": 1})
+		if out.Status != "timeout" || !strings.Contains(out.Message, "state is lost") || !strings.Contains(text, `session "a" ended`) {
+			t.Fatalf("ignored the interrupt: %+v %s", out, text)
+		}
+		if out, _ := run(map[string]any{"code": "print('x' in globals())", "session": "a"}); out.Stdout != "False\n" {
+			t.Errorf("a new session a: %+v", out)
+		}
+
+		// Running out of memory ends the session, as plainly.
+		if e.enforced {
+			if out, text := run(map[string]any{"code": "y = 1", "session": "m"}); out.Status != "ok" {
+				t.Fatalf("session m: %+v %s", out, text)
+			}
+			out, text := run(map[string]any{"code": "data = 'x' * (1 << 30)", "session": "m"})
+			if out.Status != "memory" || !strings.Contains(text, `session "m" ended`) || !strings.Contains(text, "state is lost") {
+				t.Errorf("out of memory in a session: %+v %s", out, text)
+			}
+			if out, _ := run(map[string]any{"code": "print('y' in globals())", "session": "m"}); out.Stdout != "False\n" {
+				t.Errorf("session m after running out of memory: %+v", out)
+			}
+			if out, _ := run(map[string]any{"code": "", "session": "m", "reset": true}); out.Status != "ok" {
+				t.Errorf("reset m: %+v", out)
+			}
+		}
+
+		// The code shares the runner's process and its relay socket: a
+		// thread it leaves behind writes garbage to the socket between two
+		// calls. The next call ends in a protocol error, the session with
+		// it, and the bridge goes on.
+		out, text = run(map[string]any{"code": `import threading, time, _bridge_relay
+sock = _bridge_relay.query.__self__._sock
+def later():
+    time.sleep(0.5)
+    sock.sendall(b"\x00\x00\x00\x05junk!")
+threading.Thread(target=later, daemon=True).start()`, "session": "h"})
+		if out.Status != "ok" {
+			t.Fatalf("session h: %+v %s", out, text)
+		}
+		time.Sleep(time.Second)
+		out, text = run(map[string]any{"code": "print('next')", "session": "h"})
+		if out.Status != "error" || !strings.Contains(out.Message, "relay protocol error") || !strings.Contains(text, `session "h" ended`) {
+			t.Errorf("after garbage between calls: %+v %s", out, text)
+		}
+		if out, _ := run(map[string]any{"code": "print('fine')", "session": "h"}); out.Stdout != "fine\n" {
+			t.Errorf("a new session h: %+v", out)
+		}
+		if out, _ := run(map[string]any{"code": "", "session": "h", "reset": true}); out.Status != "ok" {
+			t.Errorf("reset h: %+v", out)
+		}
+
+		// reset ends a session and removes its container: a and b had one.
+		waitFor(t, 30*time.Second, "two session containers", func() bool { return len(ownedIDs(t, e, pid)) == 2 })
+		if out, text := run(map[string]any{"code": "", "session": "b", "reset": true}); out.Status != "ok" || !strings.Contains(text, `session "b" ended`) {
+			t.Errorf("reset: %+v %s", out, text)
+		}
+		waitFor(t, 30*time.Second, "b's container removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+
+		// Idle for 10 s (idle_timeout): a's container goes too.
+		waitFor(t, 40*time.Second, "the idle session's container removed", func() bool { return len(ownedIDs(t, e, pid)) == 0 })
+		if !strings.Contains(stderr.String(), `"why":"idle for 10s (sessions.idle_timeout)"`) {
+			t.Errorf("no idle end in the log:\n%s", stderr.String())
+		}
+		stopBridge(t, e, cs, pid)
+	})
+}
+
+// TestSessionsBelongToTheirClient: over HTTP, a second client naming the
+// first client's session gets a session of its own.
+func TestSessionsBelongToTheirClient(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		first, pid, addr := connectHTTPArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10m"))
+		second, err := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil).
+			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Close()
+		if out, text := sessionCall(t, first, map[string]any{"code": "secret = 'first'", "session": "shared"}); out.Status != "ok" {
+			t.Fatalf("first: %+v %s", out, text)
+		}
+		if out, _ := sessionCall(t, second, map[string]any{"code": "print(globals().get('secret'))", "session": "shared"}); out.Stdout != "None\n" {
+			t.Errorf("the second client saw the first's session: %+v", out)
+		}
+		if out, _ := sessionCall(t, first, map[string]any{"code": "print(secret)", "session": "shared"}); out.Stdout != "first\n" {
+			t.Errorf("the first client lost its session: %+v", out)
+		}
+		// The second client's end ends its session, not the first's.
+		waitFor(t, 30*time.Second, "two session containers", func() bool { return len(ownedIDs(t, e, pid)) == 2 })
+		second.Close()
+		waitFor(t, 30*time.Second, "the second client's session removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+		if out, _ := sessionCall(t, first, map[string]any{"code": "print(secret)", "session": "shared"}); out.Stdout != "first\n" {
+			t.Errorf("the first client's session after the second left: %+v", out)
+		}
+	})
+}
+
+// waitFor polls cond every 100 ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,78 @@
+package policy
+
+import (
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/bridge-mcp/bridge/internal/units"
+)
+
+var sessionsKeys = []string{"enabled", "max", "idle_timeout", "max_lifetime", "max_calls"}
+
+// Sessions are opt-in: with them, run_python takes a session name, and the
+// calls that give the same one run in one container and interpreter, which
+// keeps variables, imports and /tmp between them. Each session belongs to
+// the MCP client session that made it.
+type Sessions struct {
+	// Enabled turns sessions on; off by default, and every call then runs
+	// in a fresh container.
+	Enabled bool
+	// Max is how many sessions may exist at once, over all clients; 4
+	// (1 to 64). Each holds a container.
+	Max int
+	// IdleTimeout ends a session no call used for that long; 10m (10s to
+	// 24h).
+	IdleTimeout time.Duration
+	// MaxLifetime ends a session that old, idle or not; 1h (1m to 7 days).
+	MaxLifetime time.Duration
+	// MaxCalls ends a session after that many calls; 200 (1 to 100000).
+	MaxCalls int
+}
+
+// Bounds of the sessions keys.
+const (
+	maxSessions        = 64
+	minSessionIdle     = 10 * time.Second
+	maxSessionIdle     = 24 * time.Hour
+	minSessionLifetime = time.Minute
+	maxSessionLifetime = 7 * 24 * time.Hour
+	maxSessionCalls    = 100000
+)
+
+func defaultSessions() Sessions {
+	return Sessions{Max: 4, IdleTimeout: 10 * time.Minute, MaxLifetime: time.Hour, MaxCalls: 200}
+}
+
+// sessions reads the sessions section.
+func (p *parser) sessions(k, v *yaml.Node, s *Sessions) {
+	if !p.section(k, v, "sessions") {
+		return
+	}
+	inRange := func(v *yaml.Node, name string, d, lo, hi time.Duration, set *time.Duration) {
+		if d < lo || d > hi {
+			p.errorf(v, "%s: %s is out of range: it must be %s .. %s", name, v.Value, units.FormatDuration(lo), units.FormatDuration(hi))
+			return
+		}
+		*set = d
+	}
+	p.mapping(v, "sessions", sessionsKeys, func(key string, k, v *yaml.Node) {
+		name := "sessions." + key
+		switch key {
+		case "enabled":
+			s.Enabled = p.boolean(k, v, name, s.Enabled)
+		case "max":
+			s.Max = int(p.integer(k, v, name, int64(s.Max), 1, maxSessions))
+		case "idle_timeout":
+			if d, ok := p.duration(k, v, name, s.IdleTimeout); ok {
+				inRange(v, name, d, minSessionIdle, maxSessionIdle, &s.IdleTimeout)
+			}
+		case "max_lifetime":
+			if d, ok := p.duration(k, v, name, s.MaxLifetime); ok {
+				inRange(v, name, d, minSessionLifetime, maxSessionLifetime, &s.MaxLifetime)
+			}
+		case "max_calls":
+			s.MaxCalls = int(p.integer(k, v, name, int64(s.MaxCalls), 1, maxSessionCalls))
+		}
+	})
+}
