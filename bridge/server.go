@@ -288,6 +288,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		// A session whose container was still starting is removed by the
+		// call that started it, which has ended now.
+		if err := s.sessions.wait(ctx); err != nil {
+			return err
+		}
 		return serr
 	case <-ctx.Done():
 		return fmt.Errorf("runs still in flight at shutdown: %w", ctx.Err())

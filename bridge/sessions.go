@@ -31,7 +31,8 @@ var (
 var sessionNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // sessionBusyWait bounds how long a call waits for its session's previous
-// call to end before it is answered busy.
+// call to end before it is answered busy (the call's own timeout, if
+// shorter, bounds it too).
 const sessionBusyWait = 10 * time.Second
 
 // sessionKey names a session: the client session that made it, and the
@@ -54,6 +55,7 @@ type session struct {
 	inst  *sandbox.Instance // nil until started
 	calls int
 	ended bool
+	why   string      // why it ended
 	timer *time.Timer // idle timeout, then max lifetime
 }
 
@@ -77,12 +79,13 @@ func newSessions(log zerolog.Logger) *sessions {
 var (
 	errSessionsClosed  = errors.New("the bridge is shutting down")
 	errTooManySessions = errors.New("too many sessions")
+	errSessionEnded    = errors.New("session ended")
 )
 
 // open finds the client's session name, or makes it, and returns it with
 // its lock held (the caller runs in it, then calls done). A new session's
 // container is started by start; created says whether it was.
-func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, start func(id string) (*sandbox.Instance, error)) (s *session, created bool, err error) {
+func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, busyWait time.Duration, start func(id string) (*sandbox.Instance, error)) (s *session, created bool, err error) {
 	for {
 		ss.mu.Lock()
 		if ss.closed {
@@ -104,25 +107,27 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 			ss.mu.Lock()
 			if err != nil {
 				s.ended = true
-				delete(ss.m, key)
+				if ss.m[key] == s { // a reset meanwhile may have let another take the name
+					delete(ss.m, key)
+				}
 				ss.mu.Unlock()
 				<-s.lock
 				return nil, false, err
 			}
 			s.inst = inst
-			closed := ss.closed || s.ended
+			ended, why := s.ended, s.why
 			ss.mu.Unlock()
-			if closed { // shut down meanwhile: end removed it from the map
+			if ended { // reset, its client gone or shut down meanwhile: endLocked could not remove it
 				ss.remove(s, inst)
 				<-s.lock
-				return nil, false, errSessionsClosed
+				return nil, false, fmt.Errorf("%w: the session ended while its container started (%s)", errSessionEnded, why)
 			}
 			ss.log.Info().Str("session", s.id).Str("name", key.name).Msg("session started")
 			return s, true, nil
 		}
 		ss.mu.Unlock()
 
-		wait := time.NewTimer(sessionBusyWait)
+		wait := time.NewTimer(busyWait)
 		select {
 		case s.lock <- struct{}{}:
 			wait.Stop()
@@ -148,12 +153,11 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 // done is called when a call in s ended: it releases the session for the
 // next call, or ends it, and says why it ended ("" if it lives on).
 func (ss *sessions) done(s *session, cfg policy.Sessions) (ended string) {
-	defer func() { <-s.lock }()
 	ss.mu.Lock()
 	s.calls++
 	switch {
 	case s.ended:
-		ended = "the bridge ended it"
+		ended = s.why
 	case !s.inst.Kept():
 		ended = "its interpreter is gone"
 	case s.calls >= cfg.MaxCalls:
@@ -164,17 +168,39 @@ func (ss *sessions) done(s *session, cfg policy.Sessions) (ended string) {
 	if ended != "" {
 		ss.endLocked(s, ended)
 		ss.mu.Unlock()
+		<-s.lock
 		return ended
 	}
+	ss.mu.Unlock()
+	<-s.lock
 	// Idle for IdleTimeout, or its lifetime's end, whichever comes first.
+	// Armed once the lock is free, so that expire finds it so; a call that
+	// took it meanwhile stopped no timer, and its own end arms the next.
 	wait := min(cfg.IdleTimeout, cfg.MaxLifetime-time.Since(s.created))
 	why := fmt.Sprintf("idle for %s (sessions.idle_timeout)", cfg.IdleTimeout)
 	if wait < cfg.IdleTimeout {
 		why = fmt.Sprintf("it reached the %s a session may live (sessions.max_lifetime)", cfg.MaxLifetime)
 	}
-	s.timer = time.AfterFunc(wait, func() { ss.expire(s, why) })
+	t := time.AfterFunc(wait, func() { ss.expire(s, why) })
+	ss.mu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.timer = t
+	if s.ended {
+		t.Stop()
+	}
 	ss.mu.Unlock()
 	return ""
+}
+
+// release gives back s's lock when the call that opened it runs nothing
+// (it was cancelled meanwhile); the idle timer is armed as after a call.
+func (ss *sessions) release(s *session, cfg policy.Sessions) {
+	ss.mu.Lock()
+	s.calls-- // done counts it
+	ss.mu.Unlock()
+	ss.done(s, cfg)
 }
 
 // expire ends s from its timer, unless a call is running in it (that
@@ -210,7 +236,7 @@ func (ss *sessions) endLocked(s *session, why string) {
 	if s.ended {
 		return
 	}
-	s.ended = true
+	s.ended, s.why = true, why
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -271,6 +297,12 @@ func (ss *sessions) closeAll(ctx context.Context) error {
 		ss.endLocked(s, "the bridge is shutting down")
 	}
 	ss.mu.Unlock()
+	return ss.wait(ctx)
+}
+
+// wait waits until the containers of ended sessions are removed, or ctx
+// ends.
+func (ss *sessions) wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		ss.removing.Wait()

@@ -325,25 +325,35 @@ func (s *Server) runInSession(ctx context.Context, key sessionKey, cfg policy.Se
 	if !ok {
 		return res, "", failure(statusUnavailable, "this bridge's sandbox cannot keep sessions: call without session", start), nil
 	}
-	sess, _, err := s.sessions.open(ctx, key, cfg, func(id string) (*sandbox.Instance, error) {
+	sess, _, err := s.sessions.open(ctx, key, cfg, min(sessionBusyWait, x.Timeout), func(id string) (*sandbox.Instance, error) {
 		return starter.StartSession(ctx, limits, id)
 	})
 	switch {
+	case err == nil && ctx.Err() != nil:
+		// In the session, but the call was cancelled meanwhile: run nothing.
+		s.sessions.release(sess, cfg)
+		return res, "", failure(string(sandbox.StatusCancelled), "cancelled while waiting for the session", start), nil
+	case err == nil:
 	case errors.Is(err, ErrBusy):
 		return res, "", failure(statusBusy, err.Error(), start), nil
 	case ctx.Err() != nil:
 		return res, "", failure(string(sandbox.StatusCancelled), "cancelled while waiting for the session", start), nil
-	case errors.Is(err, errSessionsClosed):
+	case errors.Is(err, errSessionsClosed), errors.Is(err, errSessionEnded):
 		return res, "", failure(statusUnavailable, err.Error(), start), nil
 	case errors.Is(err, errTooManySessions):
 		return res, "", failure(statusBusy, err.Error(), start), nil
-	case err != nil:
+	default:
 		return res, "", nil, err
 	}
 	auditStart(sess.id)
 	res, err = sess.inst.Exec(ctx, x)
 	res.Duration = time.Since(start)
 	ended = s.sessions.done(sess, cfg)
+	if err != nil && ended != "" && sess.inst.Closed() {
+		// The session was ended under the call (reset, its client gone,
+		// shutdown): that is what happened, not an engine failure.
+		res.Status, res.ExitCode, res.Message, err = sandbox.StatusCancelled, -1, "the session ended during the call", nil
+	}
 	return res, ended, nil, err
 }
 

@@ -49,7 +49,15 @@ func sessionCall(t *testing.T, cs *mcp.ClientSession, args map[string]any) (call
 // session is removed, and nothing is left when the bridge exits.
 func TestSessions(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		cs, pid, stderr := connectStdioArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10s"))
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers := filepath.Join(t.TempDir(), "servers.json")
+		writeServers(t, servers, map[string]any{
+			"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
+		})
+		cs, pid, stderr := connectStdioArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10s"), "--servers-config", servers)
 		run := func(args map[string]any) (callOutput, string) { return sessionCall(t, cs, args) }
 
 		if out, text := run(map[string]any{"code": "x = 41\nopen('/tmp/kept', 'w').write('yes')", "session": "a"}); out.Status != "ok" {
@@ -58,6 +66,13 @@ func TestSessions(t *testing.T) {
 		if out, text := run(map[string]any{"code": "print(x + 1, open('/tmp/kept').read())", "session": "a"}); out.Stdout != "42 yes\n" {
 			t.Fatalf("second call in a: %+v %s", out, text)
 		}
+		// A session's tool calls go through the policy like a run's, each
+		// call audited with the session's id.
+		if out, text := run(map[string]any{"code": "import mcp_tools\nprint(mcp_tools.call('misbehave', 'echo', message='from a')['message'])", "session": "a"}); out.Stdout != "from a\n" {
+			t.Fatalf("a tool call in session a: %+v %s", out, text)
+		}
+		checkSessionAudit(t, stderr.String())
+
 		// Neither a fresh run nor another session sees a's state.
 		if out, _ := run(map[string]any{"code": "import os\nprint('x' in globals(), os.path.exists('/tmp/kept'))"}); out.Stdout != "False False\n" {
 			t.Errorf("a call without session: %+v", out)
@@ -83,6 +98,33 @@ func TestSessions(t *testing.T) {
 		}
 		if out, _ := run(map[string]any{"code": "print('x' in globals())", "session": "a"}); out.Stdout != "False\n" {
 			t.Errorf("a new session a: %+v", out)
+		}
+
+		// One call at a time: a second call to a busy session waits (here
+		// up to its own 2 s timeout), then is told so.
+		first := make(chan callOutput, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{
+				"code": "import time\nprint('start', flush=True)\ntime.sleep(6)\nprint('done')", "session": "c"}})
+			var out callOutput
+			if err == nil {
+				b, _ := json.Marshal(res.StructuredContent)
+				_ = json.Unmarshal(b, &out)
+			}
+			first <- out
+		}()
+		time.Sleep(2 * time.Second) // the first call is in the session
+		out, text = run(map[string]any{"code": "print('second')", "session": "c", "timeout_seconds": 2})
+		if out.Status != "busy" || !strings.Contains(out.Message, `session "c" is still running another call`) {
+			t.Errorf("a second call to a busy session: %+v %s", out, text)
+		}
+		if out := <-first; out.Status != "ok" || out.Stdout != "start\ndone\n" {
+			t.Errorf("the first call: %+v", out)
+		}
+		if out, _ := run(map[string]any{"code": "", "session": "c", "reset": true}); out.Status != "ok" {
+			t.Errorf("reset c: %+v", out)
 		}
 
 		// Running out of memory ends the session, as plainly.
@@ -127,7 +169,13 @@ threading.Thread(target=later, daemon=True).start()`, "session": "h"})
 			t.Errorf("reset h: %+v", out)
 		}
 
-		// reset ends a session and removes its container: a and b had one.
+		// reset ends a session and removes its container. a and b are the
+		// sessions left (used now, so that neither is idle yet).
+		for _, name := range []string{"a", "b"} {
+			if out, text := run(map[string]any{"code": "pass", "session": name}); out.Status != "ok" {
+				t.Fatalf("session %s: %+v %s", name, out, text)
+			}
+		}
 		waitFor(t, 30*time.Second, "two session containers", func() bool { return len(ownedIDs(t, e, pid)) == 2 })
 		if out, text := run(map[string]any{"code": "", "session": "b", "reset": true}); out.Status != "ok" || !strings.Contains(text, `session "b" ended`) {
 			t.Errorf("reset: %+v %s", out, text)
@@ -171,6 +219,51 @@ func TestSessionsBelongToTheirClient(t *testing.T) {
 			t.Errorf("the first client's session after the second left: %+v", out)
 		}
 	})
+}
+
+// checkSessionAudit finds, in the bridge's log, a tool_call record of the
+// echo call whose run's run_start record names a session, the same
+// session as the calls of session a before it.
+func checkSessionAudit(t *testing.T, log string) {
+	t.Helper()
+	sessionOf := map[string]string{} // run id -> session id
+	var echoRun string
+	for _, line := range strings.Split(log, "\n") {
+		var rec struct {
+			Audit, Event, RunID, Session, Server, Tool string
+		}
+		var raw map[string]any
+		if json.Unmarshal([]byte(line), &raw) != nil || raw["audit"] != "bridge" {
+			continue
+		}
+		rec.Event, _ = raw["event"].(string)
+		rec.RunID, _ = raw["run_id"].(string)
+		rec.Session, _ = raw["session"].(string)
+		rec.Server, _ = raw["server"].(string)
+		rec.Tool, _ = raw["tool"].(string)
+		switch {
+		case rec.Event == "run_start":
+			sessionOf[rec.RunID] = rec.Session
+		case rec.Event == "tool_call" && rec.Server == "misbehave" && rec.Tool == "echo":
+			echoRun = rec.RunID
+		}
+	}
+	if echoRun == "" {
+		t.Fatalf("no tool_call audit record for misbehave/echo:\n%s", log)
+	}
+	id := sessionOf[echoRun]
+	if id == "" {
+		t.Fatalf("the echo call's run %s has no session in its run_start record:\n%s", echoRun, log)
+	}
+	n := 0
+	for _, s := range sessionOf {
+		if s == id {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Errorf("%d runs audited with session %s, want the 3 calls of session a", n, id)
+	}
 }
 
 // waitFor polls cond every 100 ms until it holds or timeout passes.

@@ -434,6 +434,13 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 	return e.outcome(ctx, id, rr, w, res, i.limits, log)
 }
 
+// Closed reports whether Close was called.
+func (i *Instance) Closed() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.closed
+}
+
 // Kept reports whether the instance holds a session whose interpreter is
 // there for another Exec: its last Exec ended with the runner's report
 // (or an interrupt the code heeded) and the container still runs.

@@ -262,13 +262,23 @@ class Relay:
         self.send_frame(encode_frame(msg))
 
     def send_frame(self, frame: bytes) -> None:
-        with self._send_lock:
-            if self._finished:
-                return  # nothing may follow exit
-            try:
-                self._sock.sendall(frame)
-            except OSError as e:
-                die(EXIT_LOST, f"relay connection lost: {e}")
+        # In a session, an interrupt (SIGINT to the main thread) must not
+        # land inside sendall and leave half a frame on the socket: it is
+        # held until the frame is out, then raised.
+        hold = self._session and threading.get_ident() == self._main_ident
+        if hold:
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+        try:
+            with self._send_lock:
+                if self._finished:
+                    return  # nothing may follow exit
+                try:
+                    self._sock.sendall(frame)
+                except OSError as e:
+                    die(EXIT_LOST, f"relay connection lost: {e}")
+        finally:
+            if hold:
+                _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGINT})
 
     def finish(self, msg: dict[str, Any]) -> None:
         """Sends the last frame; later sends are dropped."""
@@ -508,17 +518,24 @@ class Forwarder:
         self._thread.start()
 
     def _run(self) -> None:
-        while True:
-            try:
-                data = os.read(self._fd, READ_CHUNK)
-            except OSError:
-                data = b""
-            with self._lock:
-                if self._stopped:
+        try:
+            while True:
+                try:
+                    data = os.read(self._fd, READ_CHUNK)
+                except OSError:
+                    data = b""
+                with self._lock:
+                    if self._stopped:
+                        return
+                    self._emit(self._decoder.decode(data, final=not data))
+                if not data:
                     return
-                self._emit(self._decoder.decode(data, final=not data))
-            if not data:
-                return
+        finally:
+            # A session makes a pipe per call: give its end back.
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
 
     def _emit(self, text: str) -> None:
         if not text:
@@ -579,6 +596,7 @@ class Capture:
         so a lingering thread can't write into a file that reuses the fd."""
         os.dup2(self._devnull, 1)
         os.dup2(self._devnull, 2)
+        os.close(self._devnull)  # fds 0, 1 and 2 hold it now
         deadline = time.monotonic() + DRAIN_SECONDS
         for f in self._forwarders:
             f.stop(deadline)
@@ -889,10 +907,15 @@ def run_once(relay: Relay, msg: dict[str, Any], module: Any, filename: str, sess
         outcome = run_code(msg["code"], module, filename)
     except KeyboardInterrupt as e:  # an interrupt just as the code ended
         outcome = failure(e, with_traceback=False)
-    finally:
-        relay.end()
-        if session:
-            _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    # A late interrupt may still be raised while these run: retry them.
+    while relay.owned_here():
+        try:
+            relay.end()
+            if session:
+                _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+            break
+        except KeyboardInterrupt:
+            pass
     capture.flush()
     if outcome.report:
         write_fd(2, outcome.report)

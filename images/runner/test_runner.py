@@ -1123,6 +1123,15 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(r.stdout, "42\n")
         self.assertEqual(r.returncode, 0, r.diag)  # the host hung up between calls
 
+    def test_calls_do_not_leak_descriptors(self) -> None:
+        calls = ["import os\nfds = [len(os.listdir('/proc/self/fd'))]"]
+        calls += ["print(1)\nfds.append(len(os.listdir('/proc/self/fd')))"] * 30
+        calls += ["print(fds[1], fds[-1])"]
+        r = self.session(calls)
+        self.assertTrue(all(e["status"] == "ok" for e in r.of_type("exit")), r.diag)
+        first, last = r.stdout.splitlines()[-1].split()
+        self.assertEqual(first, last, "descriptors grew over 30 calls")
+
     def test_interrupt_keeps_the_interpreter(self) -> None:
         r = self.session(["x = 1", "import time\nx = 2\ntime.sleep(30)", "print(x)"], interrupt_after={1: 0.3})
         exits = r.of_type("exit")
@@ -1130,6 +1139,32 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(exits[1]["error"]["type"], "KeyboardInterrupt")
         self.assertEqual(r.stdout, "2\n")
         self.assertLess(r.seconds, 10)
+
+    def test_interrupt_never_tears_a_frame(self) -> None:
+        # The host stops reading while a big tool call is being sent, and
+        # interrupts meanwhile: the frame still arrives whole, and the code
+        # gets its KeyboardInterrupt after it.
+        code = """import _bridge_relay
+print("go", flush=True)
+try:
+    _bridge_relay.call_tool("s", "t", {"x": "a" * (8 << 20)})
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            host.session = True
+            if msg["type"] == "stdout" and "go" in msg["data"]:
+                threading.Timer(0.2, lambda: host.send({"type": "interrupt"})).start()
+                time.sleep(0.6)  # not reading: the runner's sendall blocks
+            elif msg["type"] == "exit":
+                host.close()
+
+        r = run(first=exec_frame(code, session=True), on_frame=on_frame)
+        calls = r.of_type("tool_call")
+        self.assertEqual(len(calls), 1, r.diag)
+        self.assertEqual(len(calls[0]["args"]["x"]), 8 << 20)
+        self.assertIn("interrupted", r.stdout, r.diag)
 
     def test_interrupt_between_calls_is_ignored(self) -> None:
         r = self.session(["x = 1", "print(x)"], idle_interrupt=True)
