@@ -1,0 +1,285 @@
+// Package skills keeps the Python modules that runs save for later runs
+// ("skills"): one JSON file per skill in a folder the operator chooses,
+// written atomically, checked before anything is written.
+package skills
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits bound what a store holds.
+type Limits struct {
+	// MaxCount is how many skills the folder may hold.
+	MaxCount int
+	// MaxBytes bounds one skill's source, in bytes.
+	MaxBytes int
+}
+
+// DefaultLimits are 100 skills of at most 64 KiB each.
+func DefaultLimits() Limits { return Limits{MaxCount: 100, MaxBytes: 64 << 10} }
+
+// Skill is one saved skill.
+type Skill struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Signature is the function's, when a function was saved, e.g.
+	// "(path, limit=10)"; empty for a module saved from source.
+	Signature string `json:"signature,omitempty"`
+	// Servers are the upstream servers its code calls, as far as a look at
+	// the source can tell.
+	Servers []string  `json:"servers,omitempty"`
+	Saved   time.Time `json:"saved"`
+	Source  string    `json:"source"`
+}
+
+// maxDescription bounds a description, in bytes.
+const maxDescription = 1 << 10
+
+// fileSuffix names a skill's file: NAME.skill.json.
+const fileSuffix = ".skill.json"
+
+var namePattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// ErrExists is Save's error for a name taken, without overwrite.
+var ErrExists = errors.New("a skill of that name exists")
+
+// ErrNotFound is the error for a name no skill has.
+var ErrNotFound = errors.New("no such skill")
+
+// CheckName says what is wrong with name as a skill's name, or nil.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("a skill needs a name")
+	case !namePattern.MatchString(name):
+		return fmt.Errorf("skill name %q is not valid: 1 to 64 lower-case letters, digits and '_', starting with a letter", clip(name, 80))
+	case reserved[name]:
+		return fmt.Errorf("skill name %q is taken by Python, its standard library or mcp_tools: pick another", name)
+	}
+	return nil
+}
+
+// Check says what is wrong with s as a skill to save under lim, or nil.
+func Check(s Skill, lim Limits) error {
+	if err := CheckName(s.Name); err != nil {
+		return err
+	}
+	switch {
+	case strings.TrimSpace(s.Source) == "":
+		return errors.New("the skill's source is empty")
+	case len(s.Source) > lim.MaxBytes:
+		return fmt.Errorf("the skill's source is %d bytes, over the %d a skill may have (skills.max_bytes)", len(s.Source), lim.MaxBytes)
+	case !utf8.ValidString(s.Source) || strings.ContainsRune(s.Source, 0):
+		return errors.New("the skill's source is not UTF-8 text")
+	case len(s.Description) > maxDescription || !utf8.ValidString(s.Description):
+		return fmt.Errorf("the description is over %d bytes, or not UTF-8", maxDescription)
+	case len(s.Servers) > 64:
+		return errors.New("a skill lists at most 64 servers")
+	}
+	return nil
+}
+
+// Store is a folder of skills. It is safe for concurrent use, and for
+// several processes: a save is one rename (or one link, without
+// overwrite), so a reader sees a whole skill or none.
+type Store struct {
+	dir    string
+	limits Limits
+	mu     sync.Mutex // serializes saves of this process (the count cap)
+}
+
+// Open returns the store in dir, creating the folder (mode 0700) if
+// needed.
+func Open(dir string, lim Limits) (*Store, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("the skills folder %q is not an absolute path", dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the skills folder: %w", err)
+	}
+	return &Store{dir: dir, limits: lim}, nil
+}
+
+// Dir is the store's folder.
+func (st *Store) Dir() string { return st.dir }
+
+func (st *Store) path(name string) string { return filepath.Join(st.dir, name+fileSuffix) }
+
+// Save writes s (s.Saved is set now). Without overwrite, a name taken is
+// ErrExists; either way nothing is written unless s passes Check and the
+// count cap, and a reader never sees half a file.
+func (st *Store) Save(s Skill, overwrite bool) error {
+	if err := Check(s, st.limits); err != nil {
+		return err
+	}
+	s.Saved = time.Now().UTC().Truncate(time.Second)
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	final := st.path(s.Name)
+	_, statErr := os.Lstat(final)
+	exists := statErr == nil
+	if exists && !overwrite {
+		return fmt.Errorf("%w: %q (pass overwrite=True to replace it)", ErrExists, s.Name)
+	}
+	if !exists {
+		names, err := st.names()
+		if err != nil {
+			return err
+		}
+		if len(names) >= st.limits.MaxCount {
+			return fmt.Errorf("the skills folder holds %d skills, the most it may (skills.max_count): remove one with `bridge skills rm NAME`", len(names))
+		}
+	}
+	tmp, err := os.CreateTemp(st.dir, ".save-*")
+	if err != nil {
+		return fmt.Errorf("saving the skill: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("saving the skill: %w", err)
+	}
+	if overwrite {
+		err = os.Rename(tmp.Name(), final)
+	} else {
+		// A link fails if the name exists: of two processes saving the
+		// same name, exactly one wins.
+		err = os.Link(tmp.Name(), final)
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%w: %q (pass overwrite=True to replace it)", ErrExists, s.Name)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("saving the skill: %w", err)
+	}
+	return nil
+}
+
+// Get reads the skill name.
+func (st *Store) Get(name string) (Skill, error) {
+	if err := CheckName(name); err != nil {
+		return Skill{}, err
+	}
+	data, err := os.ReadFile(st.path(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return Skill{}, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	if err != nil {
+		return Skill{}, err
+	}
+	var s Skill
+	if err := json.Unmarshal(data, &s); err != nil || s.Name != name {
+		return Skill{}, fmt.Errorf("the skill file %s is damaged: remove it with `bridge skills rm %s`", st.path(name), name)
+	}
+	return s, nil
+}
+
+// List returns every skill, by name, without its source.
+func (st *Store) List() ([]Skill, error) {
+	names, err := st.names()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Skill, 0, len(names))
+	for _, n := range names {
+		s, err := st.Get(n)
+		if err != nil {
+			continue // damaged, or removed meanwhile
+		}
+		s.Source = ""
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Remove deletes the skill name.
+func (st *Store) Remove(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	err := os.Remove(st.path(name))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return err
+}
+
+// names are the skills' names, sorted.
+func (st *Store) names() ([]string, error) {
+	entries, err := os.ReadDir(st.dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the skills folder: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), fileSuffix); ok && e.Type().IsRegular() && namePattern.MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// reserved are the names a skill may not take: Python's keywords, the
+// standard library's modules (Python 3.11, lower-case, public) and the
+// bridge's own modules. A test holds the standard library's list equal
+// to the runner's Python.
+var reserved = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range strings.Fields(keywords + " " + stdlibModules + " " + bridgeModules) {
+		m[n] = true
+	}
+	return m
+}()
+
+const keywords = "and as assert async await break class continue def del elif else except finally for from global if import in is lambda nonlocal not or pass raise return try while with yield"
+
+const bridgeModules = "mcp_tools skills"
+
+const stdlibModules = `
+	abc aifc antigravity argparse array ast asynchat asyncio asyncore atexit audioop base64
+	bdb binascii bisect builtins bz2 calendar cgi cgitb chunk cmath cmd code codecs codeop
+	collections colorsys compileall concurrent configparser contextlib contextvars copy
+	copyreg crypt csv ctypes curses dataclasses datetime dbm decimal difflib dis distutils
+	doctest email encodings ensurepip enum errno faulthandler fcntl filecmp fileinput fnmatch
+	fractions ftplib functools gc genericpath getopt getpass gettext glob graphlib grp gzip
+	hashlib heapq hmac html http idlelib imaplib imghdr imp importlib inspect io ipaddress
+	itertools json keyword lib2to3 linecache locale logging lzma mailbox mailcap marshal math
+	mimetypes mmap modulefinder msilib msvcrt multiprocessing netrc nis nntplib nt ntpath
+	nturl2path numbers opcode operator optparse os ossaudiodev pathlib pdb pickle pickletools
+	pipes pkgutil platform plistlib poplib posix posixpath pprint profile pstats pty pwd
+	py_compile pyclbr pydoc pydoc_data pyexpat queue quopri random re readline reprlib
+	resource rlcompleter runpy sched secrets select selectors shelve shlex shutil signal site
+	smtpd smtplib sndhdr socket socketserver spwd sqlite3 sre_compile sre_constants sre_parse
+	ssl stat statistics string stringprep struct subprocess sunau symtable sys sysconfig
+	syslog tabnanny tarfile telnetlib tempfile termios textwrap this threading time timeit
+	tkinter token tokenize tomllib trace traceback tracemalloc tty turtle turtledemo types
+	typing unicodedata unittest urllib uu uuid venv warnings wave weakref webbrowser winreg
+	winsound wsgiref xdrlib xml xmlrpc zipapp zipfile zipimport zlib zoneinfo
+`

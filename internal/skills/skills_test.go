@@ -1,0 +1,183 @@
+package skills
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func newStore(t *testing.T, lim Limits) *Store {
+	t.Helper()
+	st, err := Open(filepath.Join(t.TempDir(), "skills"), lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// files are the names in the store's folder, temporary files included.
+func files(t *testing.T, st *Store) []string {
+	t.Helper()
+	entries, err := os.ReadDir(st.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestSaveGetListRemove(t *testing.T) {
+	st := newStore(t, DefaultLimits())
+	s := Skill{Name: "top_repos", Description: "the n most starred", Signature: "(n=5)", Servers: []string{"github"}, Source: "def top_repos(n=5):\n    return n\n"}
+	if err := st.Save(s, false); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Get("top_repos")
+	if err != nil || got.Source != s.Source || got.Signature != "(n=5)" || got.Saved.IsZero() || got.Servers[0] != "github" {
+		t.Fatalf("Get: %+v %v", got, err)
+	}
+	if err := st.Save(s, false); !errors.Is(err, ErrExists) {
+		t.Errorf("second save without overwrite: %v", err)
+	}
+	s.Source = "def top_repos(n=10):\n    return n\n"
+	if err := st.Save(s, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.Get("top_repos"); !strings.Contains(got.Source, "n=10") {
+		t.Errorf("overwrite did not replace: %q", got.Source)
+	}
+	list, err := st.List()
+	if err != nil || len(list) != 1 || list[0].Name != "top_repos" || list[0].Source != "" {
+		t.Errorf("List: %+v %v", list, err)
+	}
+	if err := st.Remove("top_repos"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Get("top_repos"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Remove: %v", err)
+	}
+	if err := st.Remove("top_repos"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Remove: %v", err)
+	}
+	if f := files(t, st); len(f) != 0 {
+		t.Errorf("files left: %v", f)
+	}
+}
+
+// Every bad save is refused with a clear error and writes nothing.
+func TestSaveRefusals(t *testing.T) {
+	st := newStore(t, Limits{MaxCount: 2, MaxBytes: 100})
+	ok := "def f():\n    pass\n"
+	for _, c := range []struct {
+		s    Skill
+		want string
+	}{
+		{Skill{Name: "", Source: ok}, "needs a name"},
+		{Skill{Name: "../x", Source: ok}, "not valid"},
+		{Skill{Name: "X", Source: ok}, "not valid"},
+		{Skill{Name: "_private", Source: ok}, "not valid"},
+		{Skill{Name: strings.Repeat("a", 300), Source: ok}, "not valid"},
+		{Skill{Name: "os", Source: ok}, "taken by Python"},
+		{Skill{Name: "json", Source: ok}, "taken by Python"},
+		{Skill{Name: "mcp_tools", Source: ok}, "mcp_tools"},
+		{Skill{Name: "lambda", Source: ok}, "taken by Python"},
+		{Skill{Name: "big", Source: strings.Repeat("#", 101)}, "over the 100"},
+		{Skill{Name: "empty", Source: "  \n"}, "empty"},
+		{Skill{Name: "nul", Source: "x = 1\x00"}, "not UTF-8 text"},
+		{Skill{Name: "desc", Source: ok, Description: strings.Repeat("d", 2000)}, "description"},
+	} {
+		err := st.Save(c.s, false)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Save(%.40q): %v, want an error with %q", c.s.Name, err, c.want)
+		}
+	}
+	if f := files(t, st); len(f) != 0 {
+		t.Errorf("refused saves wrote %v", f)
+	}
+	// The count cap; overwriting one that exists is still allowed.
+	for _, n := range []string{"a1", "a2"} {
+		if err := st.Save(Skill{Name: n, Source: ok}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Save(Skill{Name: "a3", Source: ok}, false); err == nil || !strings.Contains(err.Error(), "skills.max_count") {
+		t.Errorf("third skill under a cap of 2: %v", err)
+	}
+	if err := st.Save(Skill{Name: "a2", Source: ok + "# v2\n"}, true); err != nil {
+		t.Errorf("overwrite at the cap: %v", err)
+	}
+}
+
+// Two processes saving the same name at once: one wins, the other is told
+// the name exists, and the file is whole. Here, many goroutines with a
+// store each, as separate processes would have.
+func TestConcurrentSavesOneWins(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "skills")
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := Open(dir, DefaultLimits())
+			if err == nil {
+				err = st.Save(Skill{Name: "same", Source: strings.Repeat("x = 1\n", 2000) + "# writer " + string(rune('a'+i)) + "\n"}, false)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, ErrExists):
+			t.Errorf("a losing save: %v", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d saves won, want exactly 1", won)
+	}
+	st, _ := Open(dir, DefaultLimits())
+	s, err := st.Get("same")
+	if err != nil || !strings.HasPrefix(s.Source, "x = 1\n") || !strings.Contains(s.Source, "# writer ") {
+		t.Fatalf("the winner's file: %v", err)
+	}
+	if f := files(t, st); len(f) != 1 {
+		t.Errorf("files: %v, want only the skill", f)
+	}
+}
+
+// The standard library's names here are those of the runner's Python
+// (3.11), as python3 on this machine lists them.
+func TestStdlibNamesMatchPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 not found")
+		}
+		t.Skip("python3 not found")
+	}
+	out, err := exec.Command(py, "-c", "import sys\nif sys.version_info[:2] != (3, 11): print('SKIP', sys.version)\nelse: print(' '.join(sorted(n for n in sys.stdlib_module_names if not n.startswith('_') and n == n.lower())))").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(string(out), "SKIP") {
+		t.Skipf("python3 is not 3.11: %s", out)
+	}
+	want := strings.Fields(string(out))
+	got := strings.Fields(stdlibModules)
+	sort.Strings(got)
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("stdlibModules differ from python3's:\n got %v\nwant %v", got, want)
+	}
+}
