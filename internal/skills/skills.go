@@ -149,7 +149,7 @@ func (st *Store) Save(s Skill, overwrite bool) error {
 		return fmt.Errorf("saving the skill: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err == nil {
+	if _, err = tmp.Write(data); err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
