@@ -78,8 +78,11 @@ func (f *fakeRuntime) BuildImage(context.Context, BuildOptions) error {
 }
 
 func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, error) {
-	if f.createErr != nil {
-		return "", f.createErr
+	f.mu.Lock()
+	createErr := f.createErr // a test may change it under f.mu while a pool fills
+	f.mu.Unlock()
+	if createErr != nil {
+		return "", createErr
 	}
 	if f.createSlow {
 		<-ctx.Done()
