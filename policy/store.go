@@ -171,10 +171,12 @@ func (s *Store) reload(force bool) (bool, error) {
 	for _, w := range restartOnly(old.Policy, p) {
 		s.log.Warn().Str("policy", s.path).Msg("policy: " + w + " changed; it takes effect when the bridge restarts")
 	}
-	s.log.Info().Str("policy", s.path).Int("generation", snap.Gen).Msg("policy: reloaded")
+	// The subscribers first (the proxy's tool list, the pool, the tool's
+	// schema), then the line that says the new policy is in force.
 	for _, f := range subs {
 		f(snap)
 	}
+	s.log.Info().Str("policy", s.path).Int("generation", snap.Gen).Msg("policy: reloaded")
 	return true, nil
 }
 

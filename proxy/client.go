@@ -40,6 +40,7 @@ type Client struct {
 // snapshot is what the proxy offered at one point in time.
 type snapshot struct {
 	gen      uint64
+	syncs    uint64 // the local proxy's, when fetched
 	at       time.Time
 	catalog  *Catalog
 	servers  []ServerStatus
@@ -104,8 +105,12 @@ func (c *Client) Close() error { return c.sess.Close() }
 // the proxy's tools changed since, or if some server was missing and
 // incompleteTTL has passed. Concurrent callers share one fetch.
 func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
+	var syncs uint64
+	if c.local != nil {
+		syncs = c.local.syncs.Load()
+	}
 	c.mu.Lock()
-	if s := c.cached; s != nil && s.gen == c.gen && (s.complete || time.Since(s.at) < incompleteTTL) {
+	if s := c.cached; s != nil && s.gen == c.gen && s.syncs == syncs && (s.complete || time.Since(s.at) < incompleteTTL) {
 		c.mu.Unlock()
 		return s, nil
 	}
@@ -140,6 +145,7 @@ func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.syncs = syncs
 	c.cached = s
 	return s, nil
 }

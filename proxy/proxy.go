@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -68,6 +69,10 @@ type Proxy struct {
 	byName map[string]*upstream
 
 	regMu sync.Mutex
+	// syncs counts the changes to the tools offered: a client in this
+	// process checks it, since the list_changed notification that tells
+	// it the same arrives later.
+	syncs atomic.Uint64
 	reg   map[string]registered // by proxy tool name: the listed tools
 	known map[string][2]string  // by proxy tool name: every upstream tool, listed or denied
 }
@@ -282,6 +287,7 @@ func (p *Proxy) refresh(ctx context.Context, u *upstream) {
 func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
+	defer p.syncs.Add(1)
 	var pol *policy.Policy
 	if p.opts.Policy != nil {
 		pol = p.opts.Policy.Current().Policy
