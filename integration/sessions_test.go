@@ -57,8 +57,18 @@ func TestSessions(t *testing.T) {
 		writeServers(t, servers, map[string]any{
 			"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
 		})
-		cs, pid, stderr := connectStdioArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10s"), "--servers-config", servers)
+		debugAddr := freeLoopbackAddr(t)
+		cs, pid, stderr := connectStdioArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10s"), "--servers-config", servers, "--debug-addr", debugAddr)
 		run := func(args map[string]any) (callOutput, string) { return sessionCall(t, cs, args) }
+		// The bridge's own costs before any session, to compare with once
+		// they all ended.
+		if out, text := run(map[string]any{"code": "import mcp_tools\nmcp_tools.call('misbehave', 'echo', message='warm')"}); out.Status != "ok" {
+			t.Fatalf("a first run: %+v %s", out, text)
+		}
+		waitFor(t, 30*time.Second, "the first run's container removed", func() bool { return len(ownedIDs(t, e, pid)) == 0 })
+		time.Sleep(time.Second)
+		base := debugStats(t, debugAddr)
+		var peak bridgeStats
 
 		if out, text := run(map[string]any{"code": "x = 41\nopen('/tmp/kept', 'w').write('yes')", "session": "a"}); out.Status != "ok" {
 			t.Fatalf("first call: %+v %s", out, text)
@@ -182,8 +192,20 @@ threading.Thread(target=later, daemon=True).start()`, "session": "h"})
 		}
 		waitFor(t, 30*time.Second, "b's container removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
 
+		peak = peak.max(debugStats(t, debugAddr))
+
 		// Idle for 10 s (idle_timeout): a's container goes too.
 		waitFor(t, 40*time.Second, "the idle session's container removed", func() bool { return len(ownedIDs(t, e, pid)) == 0 })
+		// With no session left, the bridge is back to its costs before
+		// them: one goroutine more at most (the watch on this client,
+		// which made sessions, until it disconnects).
+		var now bridgeStats
+		waitFor(t, 15*time.Second, "goroutines and fds back to the baseline", func() bool {
+			now = debugStats(t, debugAddr)
+			return now.Goroutines <= base.Goroutines+1 && now.OpenFDs <= base.OpenFDs
+		})
+		t.Logf("bridge before sessions: %d goroutines, %d fds, RSS %.1f MiB; with sessions (sampled): %d goroutines, RSS %.1f MiB; after: %d goroutines, %d fds, RSS %.1f MiB",
+			base.Goroutines, base.OpenFDs, float64(base.RSS)/(1<<20), peak.Goroutines, float64(peak.RSS)/(1<<20), now.Goroutines, now.OpenFDs, float64(now.RSS)/(1<<20))
 		if !strings.Contains(stderr.String(), `"why":"idle for 10s (sessions.idle_timeout)"`) {
 			t.Errorf("no idle end in the log:\n%s", stderr.String())
 		}
