@@ -16,16 +16,13 @@ import (
 )
 
 // SessionStarter starts the container of a new session: the Runner
-// implements it when sessions are possible (*sandbox.Pool takes a warm
-// container when it has one, *sandbox.Executor starts one).
+// implements it when sessions are possible (*sandbox.Pool, which takes a
+// warm container when it has one).
 type SessionStarter interface {
 	StartSession(ctx context.Context, l sandbox.Limits, name string) (*sandbox.Instance, error)
 }
 
-var (
-	_ SessionStarter = (*sandbox.Pool)(nil)
-	_ SessionStarter = (*sandbox.Executor)(nil)
-)
+var _ SessionStarter = (*sandbox.Pool)(nil)
 
 // sessionNamePattern is what a session name may be: the agent picks it.
 var sessionNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -84,19 +81,19 @@ var (
 
 // open finds the client's session name, or makes it, and returns it with
 // its lock held (the caller runs in it, then calls done). A new session's
-// container is started by start; created says whether it was.
-func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, busyWait time.Duration, start func(id string) (*sandbox.Instance, error)) (s *session, created bool, err error) {
+// container is started by start.
+func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, busyWait time.Duration, start func(id string) (*sandbox.Instance, error)) (s *session, err error) {
 	for {
 		ss.mu.Lock()
 		if ss.closed {
 			ss.mu.Unlock()
-			return nil, false, errSessionsClosed
+			return nil, errSessionsClosed
 		}
 		s = ss.m[key]
 		if s == nil {
 			if len(ss.m) >= cfg.Max {
 				ss.mu.Unlock()
-				return nil, false, fmt.Errorf("%w: %d sessions exist, the most the policy allows (sessions.max): end one with reset, or call without session", errTooManySessions, cfg.Max)
+				return nil, fmt.Errorf("%w: %d sessions exist, the most the policy allows (sessions.max): end one with reset, or call without session", errTooManySessions, cfg.Max)
 			}
 			s = &session{key: key, id: sandbox.NewRunID(), created: time.Now(), lock: make(chan struct{}, 1)}
 			s.lock <- struct{}{} // the start holds it
@@ -112,7 +109,7 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 				}
 				ss.mu.Unlock()
 				<-s.lock
-				return nil, false, err
+				return nil, err
 			}
 			s.inst = inst
 			ended, why := s.ended, s.why
@@ -120,10 +117,10 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 			if ended { // reset, its client gone or shut down meanwhile: endLocked could not remove it
 				ss.remove(s, inst)
 				<-s.lock
-				return nil, false, fmt.Errorf("%w: the session ended while its container started (%s)", errSessionEnded, why)
+				return nil, fmt.Errorf("%w: the session ended while its container started (%s)", errSessionEnded, why)
 			}
 			ss.log.Info().Str("session", s.id).Str("name", key.name).Msg("session started")
-			return s, true, nil
+			return s, nil
 		}
 		ss.mu.Unlock()
 
@@ -132,10 +129,10 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 		case s.lock <- struct{}{}:
 			wait.Stop()
 		case <-wait.C:
-			return nil, false, fmt.Errorf("%w: session %q is still running another call (one call at a time per session); try again when it has answered", ErrBusy, key.name)
+			return nil, fmt.Errorf("%w: session %q is still running another call (one call at a time per session); try again when it has answered", ErrBusy, key.name)
 		case <-ctx.Done():
 			wait.Stop()
-			return nil, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 		ss.mu.Lock()
 		gone := s.ended
@@ -144,17 +141,20 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 		}
 		ss.mu.Unlock()
 		if !gone {
-			return s, false, nil
+			return s, nil
 		}
 		<-s.lock // it ended while we waited: make a new one
 	}
 }
 
-// done is called when a call in s ended: it releases the session for the
-// next call, or ends it, and says why it ended ("" if it lives on).
-func (ss *sessions) done(s *session, cfg policy.Sessions) (ended string) {
+// done is called when the call that opened s ended (ran: it ran code in
+// it): it releases the session for the next call, or ends it, and says why
+// it ended ("" if it lives on).
+func (ss *sessions) done(s *session, cfg policy.Sessions, ran bool) (ended string) {
 	ss.mu.Lock()
-	s.calls++
+	if ran {
+		s.calls++
+	}
 	switch {
 	case s.ended:
 		ended = s.why
@@ -192,15 +192,6 @@ func (ss *sessions) done(s *session, cfg policy.Sessions) (ended string) {
 	}
 	ss.mu.Unlock()
 	return ""
-}
-
-// release gives back s's lock when the call that opened it runs nothing
-// (it was cancelled meanwhile); the idle timer is armed as after a call.
-func (ss *sessions) release(s *session, cfg policy.Sessions) {
-	ss.mu.Lock()
-	s.calls-- // done counts it
-	ss.mu.Unlock()
-	ss.done(s, cfg)
 }
 
 // expire ends s from its timer, unless a call is running in it (that

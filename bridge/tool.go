@@ -325,13 +325,13 @@ func (s *Server) runInSession(ctx context.Context, key sessionKey, cfg policy.Se
 	if !ok {
 		return res, "", failure(statusUnavailable, "this bridge's sandbox cannot keep sessions: call without session", start), nil
 	}
-	sess, _, err := s.sessions.open(ctx, key, cfg, min(sessionBusyWait, x.Timeout), func(id string) (*sandbox.Instance, error) {
+	sess, err := s.sessions.open(ctx, key, cfg, min(sessionBusyWait, x.Timeout), func(id string) (*sandbox.Instance, error) {
 		return starter.StartSession(ctx, limits, id)
 	})
 	switch {
 	case err == nil && ctx.Err() != nil:
 		// In the session, but the call was cancelled meanwhile: run nothing.
-		s.sessions.release(sess, cfg)
+		s.sessions.done(sess, cfg, false)
 		return res, "", failure(string(sandbox.StatusCancelled), "cancelled while waiting for the session", start), nil
 	case err == nil:
 	case errors.Is(err, ErrBusy):
@@ -348,7 +348,7 @@ func (s *Server) runInSession(ctx context.Context, key sessionKey, cfg policy.Se
 	auditStart(sess.id)
 	res, err = sess.inst.Exec(ctx, x)
 	res.Duration = time.Since(start)
-	ended = s.sessions.done(sess, cfg)
+	ended = s.sessions.done(sess, cfg, true)
 	if err != nil && ended != "" && sess.inst.Closed() {
 		// The session was ended under the call (reset, its client gone,
 		// shutdown): that is what happened, not an engine failure.

@@ -252,17 +252,16 @@ func checkSessionAudit(t *testing.T, log string) {
 	var echoRun string
 	for _, line := range strings.Split(log, "\n") {
 		var rec struct {
-			Audit, Event, RunID, Session, Server, Tool string
+			Audit   string `json:"audit"`
+			Event   string `json:"event"`
+			RunID   string `json:"run_id"`
+			Session string `json:"session"`
+			Server  string `json:"server"`
+			Tool    string `json:"tool"`
 		}
-		var raw map[string]any
-		if json.Unmarshal([]byte(line), &raw) != nil || raw["audit"] != "bridge" {
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Audit != "bridge" {
 			continue
 		}
-		rec.Event, _ = raw["event"].(string)
-		rec.RunID, _ = raw["run_id"].(string)
-		rec.Session, _ = raw["session"].(string)
-		rec.Server, _ = raw["server"].(string)
-		rec.Tool, _ = raw["tool"].(string)
 		switch {
 		case rec.Event == "run_start":
 			sessionOf[rec.RunID] = rec.Session

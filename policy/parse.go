@@ -977,6 +977,19 @@ func (p *parser) duration(k, v *yaml.Node, name string, def time.Duration) (time
 	return d, true
 }
 
+// durationIn reads a duration between lo and hi; def when it is not one.
+func (p *parser) durationIn(k, v *yaml.Node, name string, def, lo, hi time.Duration) time.Duration {
+	d, ok := p.duration(k, v, name, def)
+	if !ok {
+		return def
+	}
+	if d < lo || d > hi {
+		p.errorf(v, "%s: %s is out of range: it must be %s .. %s", name, v.Value, units.FormatDuration(lo), units.FormatDuration(hi))
+		return def
+	}
+	return d
+}
+
 // rateValue reads "N/s", "N/m" or "N/h" as calls per second.
 func (p *parser) rateValue(k, v *yaml.Node, name string) float64 {
 	const want = "a rate such as 10/s, 600/m or 3600/h"

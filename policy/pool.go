@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/bridge-mcp/bridge/internal/units"
 )
 
 var poolKeys = []string{"size", "max_age"}
@@ -41,13 +39,7 @@ func (p *parser) pool(k, v *yaml.Node, pl *Pool) {
 		case "size":
 			pl.Size = int(p.integer(k, v, name, int64(pl.Size), 0, maxPoolSize))
 		case "max_age":
-			if d, ok := p.duration(k, v, name, pl.MaxAge); ok {
-				if d < minPoolMaxAge || d > maxPoolMaxAge {
-					p.errorf(v, "%s: %s is out of range: it must be %s .. %s", name, v.Value, units.FormatDuration(minPoolMaxAge), units.FormatDuration(maxPoolMaxAge))
-				} else {
-					pl.MaxAge = d
-				}
-			}
+			pl.MaxAge = p.durationIn(k, v, name, pl.MaxAge, minPoolMaxAge, maxPoolMaxAge)
 		}
 	})
 }

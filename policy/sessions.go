@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/bridge-mcp/bridge/internal/units"
 )
 
 var sessionsKeys = []string{"enabled", "max", "idle_timeout", "max_lifetime", "max_calls"}
@@ -49,13 +47,6 @@ func (p *parser) sessions(k, v *yaml.Node, s *Sessions) {
 	if !p.section(k, v, "sessions") {
 		return
 	}
-	inRange := func(v *yaml.Node, name string, d, lo, hi time.Duration, set *time.Duration) {
-		if d < lo || d > hi {
-			p.errorf(v, "%s: %s is out of range: it must be %s .. %s", name, v.Value, units.FormatDuration(lo), units.FormatDuration(hi))
-			return
-		}
-		*set = d
-	}
 	p.mapping(v, "sessions", sessionsKeys, func(key string, k, v *yaml.Node) {
 		name := "sessions." + key
 		switch key {
@@ -64,13 +55,9 @@ func (p *parser) sessions(k, v *yaml.Node, s *Sessions) {
 		case "max":
 			s.Max = int(p.integer(k, v, name, int64(s.Max), 1, maxSessions))
 		case "idle_timeout":
-			if d, ok := p.duration(k, v, name, s.IdleTimeout); ok {
-				inRange(v, name, d, minSessionIdle, maxSessionIdle, &s.IdleTimeout)
-			}
+			s.IdleTimeout = p.durationIn(k, v, name, s.IdleTimeout, minSessionIdle, maxSessionIdle)
 		case "max_lifetime":
-			if d, ok := p.duration(k, v, name, s.MaxLifetime); ok {
-				inRange(v, name, d, minSessionLifetime, maxSessionLifetime, &s.MaxLifetime)
-			}
+			s.MaxLifetime = p.durationIn(k, v, name, s.MaxLifetime, minSessionLifetime, maxSessionLifetime)
 		case "max_calls":
 			s.MaxCalls = int(p.integer(k, v, name, int64(s.MaxCalls), 1, maxSessionCalls))
 		}

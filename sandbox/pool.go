@@ -342,11 +342,6 @@ func (p *Pool) StartSession(ctx context.Context, l Limits, name string) (*Instan
 	return inst, nil
 }
 
-// StartSession is Start, for a session's container.
-func (e *Executor) StartSession(ctx context.Context, l Limits, name string) (*Instance, error) {
-	return e.Start(ctx, l, name)
-}
-
 // Release removes inst in the background; Close waits for it.
 func (p *Pool) Release(inst *Instance) {
 	p.mu.Lock()
@@ -385,7 +380,17 @@ func (p *Pool) Run(ctx context.Context, req Request) (res Result, err error) {
 	}
 	res.RunID = x.RunID
 	for attempt := 0; ; attempt++ {
-		inst, warm, miss, err := p.Acquire(ctx, req.Limits, res.RunID)
+		var inst *Instance
+		var warm bool
+		var miss string
+		if attempt == 0 {
+			inst, warm, miss, err = p.Acquire(ctx, req.Limits, res.RunID)
+		} else {
+			// The ready one had died: the others may have too (an engine
+			// restart), so the code gets a container started for it.
+			miss = "a ready container had died"
+			inst, err = p.e.Start(ctx, req.Limits, res.RunID)
+		}
 		if err != nil {
 			return startFailed(res, err, start)
 		}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
@@ -217,6 +218,7 @@ func TestPoolBacksOffAndRecovers(t *testing.T) {
 // goes to a fresh container.
 func TestPoolDeadReadyContainer(t *testing.T) {
 	real := pythonRunner(t)
+	dropped := make(chan struct{}, 8)
 	rt := newFake(func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
 		if spec.Labels[LabelPooled] != "true" {
 			return real(ctx, sock, token, spec)
@@ -229,12 +231,13 @@ func TestPoolDeadReadyContainer(t *testing.T) {
 		_ = r.send(hello(token))
 		time.Sleep(50 * time.Millisecond)
 		r.conn.Close()
+		dropped <- struct{}{}
 		<-ctx.Done()
 		return ExitState{ExitCode: 137}
 	})
 	p := newTestPool(t, rt, 1, testLimits())
 	waitReady(t, p, 1)
-	time.Sleep(100 * time.Millisecond)
+	<-dropped // the ready container's runner has hung up, not a sleep's guess
 	res, err := p.Run(context.Background(), Request{Code: "print(7)", Limits: testLimits()})
 	if err != nil || res.Status != StatusOK || res.Stdout != "7\n" || res.Warm {
 		t.Fatalf("%+v, %v: want the code run cold", res, err)
@@ -266,4 +269,30 @@ func TestPoolCloseRemovesAllAndLeavesNoGoroutine(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A session's first call takes a ready container; the pool refills behind
+// it, and the session's later calls run in that same container.
+func TestPoolServesASessionsFirstCall(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	p := newTestPool(t, rt, 1, testLimits())
+	waitReady(t, p, 1)
+	inst, err := p.StartSession(context.Background(), testLimits(), "sess")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close(context.Background())
+	if s := p.Stats(); s.Hits != 1 || s.Misses != 0 {
+		t.Fatalf("stats %+v: want the session served warm", s)
+	}
+	for i, code := range []string{"x = 41", "print(x + 1)"} {
+		res, err := inst.Exec(context.Background(), ExecRequest{RunID: fmt.Sprintf("r%d", i), Code: code, Timeout: 10 * time.Second, OutputBytes: 1 << 10, Session: true})
+		if err != nil || res.Status != StatusOK {
+			t.Fatalf("call %d: %+v, %v", i, res, err)
+		}
+		if i == 1 && res.Stdout != "42\n" {
+			t.Fatalf("the second call printed %q", res.Stdout)
+		}
+	}
+	waitReady(t, p, 1) // refilled, while the session keeps its own
 }
