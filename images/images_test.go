@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	assets "github.com/bridge-mcp/bridge"
+	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // `bridge image build` makes the variants' images: the hints name the
@@ -95,11 +97,11 @@ func TestNames(t *testing.T) {
 			t.Errorf("%s has no stage %s", assets.RunnerDockerfile, v)
 		}
 		// Every variant carries the labels doctor reads.
-		if !strings.Contains(string(df), LabelProtocol+`="3"`) || !strings.Contains(string(df), LabelVariant+`="`+v+`"`) {
+		if !strings.Contains(string(df), LabelProtocol+`="`+strconv.Itoa(relay.Version)+`"`) || !strings.Contains(string(df), LabelVariant+`="`+v+`"`) {
 			t.Errorf("%s does not label %s with %s and %s", assets.RunnerDockerfile, v, LabelProtocol, LabelVariant)
 		}
 	}
-	if n := strings.Count(string(df), LabelProtocol+`="3"`); n != len(Variants()) {
+	if n := strings.Count(string(df), LabelProtocol+`="`+strconv.Itoa(relay.Version)+`"`); n != len(Variants()) {
 		t.Errorf("%s sets %s %d times, want once a variant", assets.RunnerDockerfile, LabelProtocol, n)
 	}
 	if _, ok := IsBuilt("localhost/other:1"); ok {
