@@ -58,6 +58,13 @@ func Format(p *Policy) string {
 	w(1, "max_lifetime: %s", units.FormatDuration(p.Sessions.MaxLifetime))
 	w(1, "max_calls: %d", p.Sessions.MaxCalls)
 
+	w(0, "skills:")
+	w(1, "dir: %s", strconv.Quote(p.Skills.Dir))
+	w(1, "save: %t", p.Skills.Save)
+	w(1, "read_only: %t", p.Skills.ReadOnly)
+	w(1, "max_count: %d", p.Skills.MaxCount)
+	w(1, "max_bytes: %s", units.FormatSize(p.Skills.MaxBytes))
+
 	if len(p.Mounts) == 0 {
 		w(0, "mounts: []")
 	} else {

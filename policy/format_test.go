@@ -39,6 +39,12 @@ sessions:
   idle_timeout: 10m
   max_lifetime: 1h
   max_calls: 200
+skills:
+  dir: ""
+  save: true
+  read_only: false
+  max_count: 100
+  max_bytes: 64Ki
 mounts: []
 artifacts:
   max_files: 20
@@ -119,6 +125,12 @@ sessions:
   idle_timeout: 10m
   max_lifetime: 1h
   max_calls: 200
+skills:
+  dir: ""
+  save: true
+  read_only: false
+  max_count: 100
+  max_bytes: 64Ki
 mounts: []
 artifacts:
   max_files: 20

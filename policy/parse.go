@@ -111,6 +111,7 @@ func Default() *Policy {
 		},
 		Pool:      defaultPool(),
 		Sessions:  defaultSessions(),
+		Skills:    defaultSkills(),
 		Artifacts: defaultArtifacts(),
 		Tools: Tools{
 			Servers: []string{"*"},
@@ -182,7 +183,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys        = []string{"version", "sandbox", "pool", "sessions", "mounts", "artifacts", "tools", "budgets", "audit"}
+	topKeys        = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "audit"}
 	sandboxKeys    = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
 	toolsKeys      = []string{"servers", "default", "rules"}
 	ruleKeys       = []string{"server", "tool", "annotations", "action", "reason"}
@@ -385,6 +386,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.pool(k, v, &pol.Pool)
 		case "sessions":
 			p.sessions(k, v, &pol.Sessions)
+		case "skills":
+			p.skills(k, v, &pol.Skills)
 		case "mounts":
 			p.mounts(k, v, &pol.Mounts)
 		case "artifacts":

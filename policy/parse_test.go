@@ -191,6 +191,11 @@ sessions:
   idle_timeout: 30s
   max_lifetime: 2h
   max_calls: 50
+skills:
+  dir: /var/tmp/bridge-skills
+  save: false
+  max_count: 7
+  max_bytes: 2Ki
 `
 	p := mustParse(t, src)
 	tr, fa := true, false
@@ -200,6 +205,7 @@ sessions:
 			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0},
 		Pool:     Pool{Size: 5, MaxAge: 2 * time.Hour},
 		Sessions: Sessions{Enabled: true, Max: 8, IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, MaxCalls: 50},
+		Skills:   Skills{Dir: artifactsDir(t, "/var/tmp/bridge-skills"), Save: false, MaxCount: 7, MaxBytes: 2 << 10},
 		Artifacts: Artifacts{MaxFiles: 0, MaxBytesInline: 8 << 20, MaxBytesTotal: 12 << 20, Dir: artifactsDir(t, "/var/tmp/bridge-artifacts"), ByReference: "all",
 			MaxBytesStored: 64 << 30, MaxBytesKept: 64 << 30, Expiry: 720 * time.Hour},
 		Tools: Tools{Servers: []string{"github", "fs-*"}, Default: Deny, Rules: []Rule{
@@ -268,8 +274,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit), got a string "hello"`}},
 		// The pool's and the sessions' bounds.
 		{"pool max_age too short", "version: 1\npool:\n  max_age: 30s\n", []string{"3:12: pool.max_age: 30s is out of range: it must be 60s .. 24h"}},
 		{"pool size too big", "version: 1\npool:\n  size: 33\n", []string{"3:9: pool.size: 33 is out of range"}},
@@ -277,6 +283,12 @@ func TestParseErrors(t *testing.T) {
 		{"sessions lifetime too long", "version: 1\nsessions:\n  max_lifetime: 200h\n", []string{"3:17: sessions.max_lifetime: 200h is out of range: it must be 60s .. 168h"}},
 		{"sessions lifetime no unit", "version: 1\nsessions:\n  max_lifetime: 60\n", []string{"3:17: sessions.max_lifetime: want a duration such as 30s, 5m or 1h30m, got a number 60"}},
 		{"sessions max zero", "version: 1\nsessions:\n  max: 0\n", []string{"3:8: sessions.max: 0 is out of range"}},
+		{"skills dir relative", "version: 1\nskills:\n  dir: skills\n", []string{`3:8: skills.dir: "skills" is a relative path: give an absolute path, or one starting with ~/`}},
+		{"skills dir forbidden", "version: 1\nskills:\n  dir: /var/lib/docker/skills\n", []string{"3:8: skills.dir: /var/lib/docker/skills is inside /var/lib/docker, Docker's storage"}},
+		{"skills max_bytes too big", "version: 1\nskills:\n  max_bytes: 2Mi\n", []string{"3:14: skills.max_bytes: 2Mi is out of range"}},
+		{"skills max_count zero", "version: 1\nskills:\n  max_count: 0\n", []string{"3:14: skills.max_count: 0 is out of range"}},
+		{"skills save and read_only", "version: 1\nskills:\n  save: true\n  read_only: true\n", []string{"4:14: skills.save is true but skills.read_only is true"}},
+		{"skills unknown key", "version: 1\nskills:\n  folder: /x\n", []string{`3:3: unknown key "folder" in skills`}},
 		{"sessions enabled string", "version: 1\nsessions:\n  enabled: yes please\n", []string{"3:12: sessions.enabled"}},
 		{"two documents", "version: 1\n---\nversion: 1\n", []string{"3:1: a second YAML document (after ---): a policy file holds one document"}},
 		{"too large", big, []string{fmt.Sprintf("1:1: the file is %d bytes; a policy file may have at most 1048576 (1 MiB)", len(big))}},
@@ -299,7 +311,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -316,9 +328,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, mounts, artifacts, tools, budgets, audit`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -566,7 +578,7 @@ func TestDocsDefaults(t *testing.T) {
 	}
 	doc := string(data)
 	formatted := Format(Default())
-	for _, section := range []string{"sandbox", "pool", "sessions", "artifacts", "tools", "budgets", "audit"} {
+	for _, section := range []string{"sandbox", "pool", "sessions", "skills", "artifacts", "tools", "budgets", "audit"} {
 		i := strings.Index(doc, "### `"+section+"`")
 		if i < 0 {
 			t.Fatalf("docs/policy.md has no section %s", section)
@@ -607,7 +619,7 @@ func TestDocsDefaults(t *testing.T) {
 			t.Errorf("docs/policy.md: no table under %s", section)
 		}
 	}
-	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, skillsKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") {
 				t.Errorf("docs/policy.md does not mention `%s`", k)

@@ -27,6 +27,7 @@ type Policy struct {
 	Sandbox  Sandbox
 	Pool     Pool
 	Sessions Sessions
+	Skills   Skills
 	// Mounts are the host folders every run reads, under DataDir.
 	Mounts    []Mount
 	Artifacts Artifacts
