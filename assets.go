@@ -8,7 +8,7 @@ import "embed"
 // RunnerContext holds Dockerfile.runner, the runner and its lib/ (the mcp_tools
 // package), at the paths the Dockerfile expects relative to the build context.
 //
-//go:embed Dockerfile.runner images/runner/runner.py images/runner/lib/mcp_tools/*.py
+//go:embed Dockerfile.runner images/runner/runner.py images/runner/lib/mcp_tools/*.py images/runner/lib/skills.py
 var RunnerContext embed.FS
 
 // RunnerDockerfile is the path of the Dockerfile inside RunnerContext.

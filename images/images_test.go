@@ -268,3 +268,29 @@ func TestCustomDockerfile(t *testing.T) {
 		t.Errorf("the final stage installs pip:\n%s", final)
 	}
 }
+
+// Every module of the runner's lib folder is in the image's build context:
+// a file left out of the embed pattern would be missing in the sandbox
+// while the in-process tests pass.
+func TestRunnerContextHasTheLib(t *testing.T) {
+	lib := filepath.Join("..", "images", "runner", "lib")
+	err := filepath.WalkDir(lib, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "__pycache__" {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".py") {
+			return nil
+		}
+		rel, _ := filepath.Rel("..", p)
+		if _, err := assets.RunnerContext.Open(filepath.ToSlash(rel)); err != nil {
+			t.Errorf("%s is not in the runner's build context (assets.go's embed pattern): %v", rel, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

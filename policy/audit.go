@@ -131,6 +131,18 @@ func (a *Auditor) Call(c Call) {
 	ev.Send()
 }
 
+// SkillSave records a run's attempt to save a skill: outcome is "saved",
+// "replaced" or "refused", and why says why it was refused.
+func (a *Auditor) SkillSave(runID, name string, bytes int, outcome, why string) {
+	ev, done := a.event()
+	defer done()
+	ev = ev.Str("event", "skill_save").Str("run_id", runID).Str("skill", name).Int("source_bytes", bytes).Str("outcome", outcome)
+	if why != "" {
+		ev = ev.Str("reason", why)
+	}
+	ev.Send()
+}
+
 // RunStart records a run's start with the limits applied to it.
 func (a *Auditor) RunStart(runID, session string, gen int, s Sandbox, timeout time.Duration) {
 	ev, done := a.event()

@@ -8,6 +8,7 @@
 //	bridge policy check [FILE]    validate a policy and print it with defaults filled in
 //	bridge policy explain S T     which rule decides whether the code may call server S's tool T
 //	bridge run [flags] FILE|-     run a Python file in the sandbox
+//	bridge skills list|show|rm    the skills that runs saved for later runs
 //	bridge doctor [flags]         check the container engines and prove the sandbox holds
 //	bridge image build [flags]    build a runner image (--variant slim or datascience; --apt, --wheels)
 //	bridge image name [flags]     print the runner image build makes
@@ -122,6 +123,7 @@ func commands() []command {
 		{"run", "run a Python file (or - for stdin) in the sandbox", cmdRun},
 		{"doctor", "check the container engines and prove the sandbox holds", cmdDoctor},
 		{"policy", "check a policy file (policy check) or explain a decision (policy explain SERVER TOOL)", cmdPolicy},
+		{"skills", "list, show or remove the skills that runs saved (skills list, skills show NAME, skills rm NAME)", cmdSkills},
 		{"image", "build a runner image: slim, datascience, or with your packages (image build); print its name (image name)", cmdImage},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) (int, error) {
 			fmt.Fprintln(e.stdout, "bridge", versionString())

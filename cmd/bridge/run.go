@@ -60,6 +60,8 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if up != nil {
 		tools = bridge.ToolHandler(up, 0, e.log)
 	}
+	// The skills are there with or without upstreams.
+	tools = withSkills(tools, store, e.log)
 
 	rt, err := sandbox.OpenFor(ctx, pol.Sandbox.Engine, pol.Sandbox.OCIRuntime, e.log)
 	if err != nil {

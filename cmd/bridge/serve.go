@@ -84,6 +84,8 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if up != nil {
 		tools = bridge.ToolHandler(up, 0, log)
 	}
+	// The skills are there with or without upstreams.
+	tools = withSkills(tools, store, log)
 
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says

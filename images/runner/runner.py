@@ -39,7 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NoReturn
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
 ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
 ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
@@ -214,7 +214,7 @@ def _settle(fut: Any, reply: dict[str, Any]) -> None:
 
 # The operations a query may ask for. Any other op is a protocol error to
 # the bridge, which would end the run, so query() refuses it first.
-QUERY_OPS = frozenset({"servers", "tools", "search"})
+QUERY_OPS = frozenset({"servers", "tools", "search", "skills", "skill_source", "save_skill"})
 
 
 class Relay:

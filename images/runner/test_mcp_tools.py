@@ -966,3 +966,205 @@ class ShowTest(unittest.TestCase):
         with open(path, "rb") as f:
             self.assertEqual(_show.image_type(f.read(16)), ".png")
         plt.close(fig)
+
+
+class SkillRelay(FakeRelay):
+    """FakeRelay with a skills folder in memory, checked as the bridge
+    would check it (only the parts these tests need)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: dict[str, dict] = {}
+        self.save_error: RelayError | None = None
+
+    def query(self, op: str, args: dict | None = None) -> Any:
+        if op == "save_skill":
+            self.queries.append((op, args))
+            if self.save_error is not None:
+                raise self.save_error
+            if args["name"] in self.saved and not args["overwrite"]:
+                raise RelayError("skill_exists", f"a skill of that name exists: {args['name']!r} (pass overwrite=True to replace it)")
+            replaced = args["name"] in self.saved
+            self.saved[args["name"]] = dict(args, saved="2026-11-24T10:00:00Z")
+            return {"name": args["name"], "bytes": len(args["source"]), "replaced": replaced}
+        if op == "skills":
+            self.queries.append((op, args))
+            return [{k: v for k, v in s.items() if k != "source" and k != "overwrite"} for _, s in sorted(self.saved.items())]
+        if op == "skill_source":
+            self.queries.append((op, args))
+            if args["name"] not in self.saved:
+                raise RelayError("unknown_skill", f"no skill is named {args['name']!r}: mcp_tools.skills() lists the skills there are")
+            return {k: v for k, v in self.saved[args["name"]].items() if k != "overwrite"}
+        return super().query(op, args)
+
+
+def define(source: str, filename: str = "<code>") -> dict:
+    """Runs source as the runner runs the code: a __main__ namespace, its
+    lines in linecache under the code's name."""
+    import linecache
+
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    exec(compile(source, filename, "exec"), ns)
+    return ns
+
+
+class SkillsTest(Base):
+    def setUp(self) -> None:
+        super().setUp()
+        self.relay = SkillRelay()
+        sys.modules["_bridge_relay"] = self.relay.module()
+        for name in [n for n in sys.modules if n.startswith("skills.")]:
+            del sys.modules[name]
+
+    def saves(self) -> list:
+        return [a for op, a in self.relay.queries if op == "save_skill"]
+
+    def test_function_saved_with_what_it_uses(self) -> None:
+        ns = define(
+            "import json\n"
+            "import os.path as osp\n"
+            "from textwrap import shorten\n"
+            "import mcp_tools\n"
+            "from mcp_tools.server_everything import echo\n"
+            "LIMIT = 3\n"
+            "NAMES = ('a', 'b')\n"
+            "big_local_table = object()  # not used by the skill: not carried\n"
+            "def helper(x):\n"
+            "    return shorten(x, 20)\n"
+            "\n"
+            "def summarize(text, n=LIMIT) -> str:\n"
+            "    '''Sums things up.'''\n"
+            "    big_local_table = [1, 2]\n"
+            "    r = mcp_tools.call('everything', 'echo', message=text)\n"
+            "    echo(message='x')\n"
+            "    return json.dumps([helper(r), osp.basename('/a/b'), n, NAMES, len(big_local_table)])\n"
+        )
+        got = mcp_tools.save_skill("summarize", ns["summarize"], description="Sums a text up")
+        self.assertEqual(got["signature"], "(text, n=LIMIT) -> str")
+        self.assertEqual(got["servers"], ["everything", "server-everything"])
+        self.assertFalse(got["replaced"])
+        [sent] = self.saves()
+        src = sent["source"]
+        self.assertEqual(sent["description"], "Sums a text up")
+        for line in ("import json", "import posixpath as osp", "from textwrap import shorten", "import mcp_tools", "LIMIT = 3", "NAMES = ('a', 'b')", "def helper(x):", "def summarize("):
+            self.assertIn(line, src)
+        self.assertNotIn("object()", src)
+        self.assertLess(src.index("def helper"), src.index("def summarize"))
+        # The module it makes works on its own, in a fresh namespace.
+        from skills import summarize
+
+        self.assertEqual(json_loads(summarize("hello")), ['Echo: hello', "b", 3, ["a", "b"], 2])
+        self.assertEqual(summarize.__module__, "skills.summarize")
+        self.assertIn("Sums things up", inspect.getsource(summarize))
+
+    def test_saved_under_another_name(self) -> None:
+        ns = define("def _double(x):\n    return 2 * x\n")
+        got = mcp_tools.save_skill("double_it", ns["_double"])
+        self.assertEqual(got["signature"], "(x)")
+        self.assertTrue(self.saves()[0]["source"].endswith("\ndouble_it = _double\n"))
+        from skills import double_it
+
+        self.assertEqual(double_it(21), 42)
+
+    def test_module_source_and_module_import(self) -> None:
+        mcp_tools.save_skill("textkit", "def words(s):\n    return s.split()\n\ndef count(s):\n    return len(words(s))\n")
+        self.assertEqual(self.saves()[0]["signature"], "")
+        import skills
+
+        kit = skills.textkit
+        self.assertIsInstance(kit, types.ModuleType)
+        self.assertEqual(kit.count("a b c"), 3)
+        # Read once per interpreter.
+        self.assertIs(skills.textkit, kit)
+        self.assertEqual(sum(1 for op, _ in self.relay.queries if op == "skill_source"), 1)
+        # Saving again makes the next import read it again.
+        mcp_tools.save_skill("textkit", "def count(s):\n    return -1\n", overwrite=True)
+        self.assertEqual(skills.textkit.count("a b"), -1)
+
+    def test_refused_before_sending(self) -> None:
+        ns = define(
+            "import threading\n"
+            "lock = threading.Lock()\n"
+            "def locked():\n"
+            "    with lock:\n"
+            "        return 1\n"
+            "def outer():\n"
+            "    y = 1\n"
+            "    def inner():\n"
+            "        return y\n"
+            "    return inner\n"
+        )
+        cases = [
+            (lambda: mcp_tools.save_skill("l", lambda x: x), "not a lambda"),
+            (lambda: mcp_tools.save_skill("locked", ns["locked"]), "uses the global 'lock'"),
+            (lambda: mcp_tools.save_skill("inner", ns["outer"]()), "inside another function"),
+            (lambda: mcp_tools.save_skill("broken", "def f(:\n"), "does not compile (line 1)"),
+            (lambda: mcp_tools.save_skill("../x", "x = 1"), "not valid"),
+            (lambda: mcp_tools.save_skill("", "x = 1"), "not valid"),
+            (lambda: mcp_tools.save_skill("a" * 300, "x = 1"), "not valid"),
+            (lambda: mcp_tools.save_skill("len_", len), "not builtin_function_or_method"),
+        ]
+        for call, want in cases:
+            with self.subTest(want=want):
+                with self.assertRaises((mcp_tools.SkillError, TypeError)) as cm:
+                    call()
+                self.assertIn(want.replace("not builtin", "builtin"), str(cm.exception))
+        self.assertEqual(self.saves(), [])
+
+    def test_bridge_refusals_raise_skill_error(self) -> None:
+        self.relay.save_error = RelayError("denied", "skills cannot be saved here: the policy turns saving off (skills.save: false)")
+        with self.assertRaises(mcp_tools.SkillError) as cm:
+            mcp_tools.save_skill("fine", "x = 1\n")
+        self.assertEqual(cm.exception.type, "denied")
+        self.assertIn("skills.save: false", str(cm.exception))
+        self.relay.save_error = None
+        mcp_tools.save_skill("fine", "x = 1\n")
+        with self.assertRaises(mcp_tools.SkillError) as cm:
+            mcp_tools.save_skill("fine", "x = 2\n")
+        self.assertEqual(cm.exception.type, "skill_exists")
+
+    def test_unknown_skill_is_an_import_error(self) -> None:
+        with self.assertRaises(ImportError) as cm:
+            from skills import nothing_here  # noqa: F401
+        self.assertIn("no skill is named 'nothing_here'", str(cm.exception))
+        import skills
+
+        self.assertFalse(hasattr(skills, "__wrapped__"))
+        self.assertFalse(hasattr(skills, "Bad"))
+
+    def test_traceback_shows_the_skills_lines(self) -> None:
+        mcp_tools.save_skill("boom", "def boom():\n    raise ValueError('from the skill')\n")
+        from skills import boom
+
+        try:
+            boom()
+        except ValueError as e:
+            import traceback
+
+            text = "".join(traceback.format_exception(e))
+        self.assertIn('File "<skill boom>", line 2, in boom', text)
+        self.assertIn("raise ValueError('from the skill')", text)
+
+    def test_listing_and_search(self) -> None:
+        mcp_tools.save_skill("top_repos", "def top_repos(n=5):\n    return n\n", description="The n most starred repositories.")
+        got = mcp_tools.skills()
+        self.assertEqual(
+            got,
+            [{"name": "top_repos", "description": "The n most starred repositories.", "signature": "(n=5)", "servers": [],
+              "saved": "2026-11-24T10:00:00Z", "import": "from skills import top_repos"}],
+        )
+        self.relay.search_results = [
+            {"skill": "top_repos", "description": "The n most starred repositories. More.", "signature": "(n=5)", "score": 2.5},
+            {"server": "everything", "tool": "echo", "description": "Echoes", "params": ["message"], "score": 1.0},
+        ]
+        hits = mcp_tools.search("starred repositories")
+        self.assertEqual(hits[0], {"skill": "top_repos", "description": "The n most starred repositories.", "signature": "(n=5)",
+                                   "import": "from skills import top_repos", "score": 2.5})
+        self.assertEqual(hits[1]["tool"], "echo")
+
+
+def json_loads(s: str) -> Any:
+    import json
+
+    return json.loads(s)

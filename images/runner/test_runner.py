@@ -27,7 +27,7 @@ RUNNER = Path(__file__).with_name("runner.py")
 TOKEN = "test-token-0123456789"
 TIMEOUT = 20.0  # seconds for any one run
 MAX_FRAME = 16 << 20
-VERSION = 4
+VERSION = 5
 FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
 
 # The runner with its matplotlib cache in a test's temporary directory,
@@ -315,7 +315,7 @@ class HelloTest(unittest.TestCase):
         self.assertEqual(r.hello.keys(), {"type", "version", "token", "python"})
         self.assertEqual(r.hello["type"], "hello")
         self.assertIs(type(r.hello["version"]), int)
-        self.assertEqual(r.hello["version"], 4)
+        self.assertEqual(r.hello["version"], VERSION)
         self.assertEqual(r.hello["token"], TOKEN)
         v = sys.version_info
         self.assertEqual(r.hello["python"], f"{v.major}.{v.minor}.{v.micro}")
@@ -600,7 +600,7 @@ class ProtocolTest(unittest.TestCase):
         self.assertLess(r.seconds, 10)
 
     def test_malformed_exec(self) -> None:
-        base = {"type": "exec", "version": 4, "code": "print(1)", "output_limit": 1024, "files": FILES}
+        base = {"type": "exec", "version": VERSION, "code": "print(1)", "output_limit": 1024, "files": FILES}
         cases = {
             "unknown field": frame({**base, "extra": 1}),
             "missing field": frame({k: v for k, v in base.items() if k != "output_limit"}),
@@ -612,7 +612,7 @@ class ProtocolTest(unittest.TestCase):
             "fractional max_bytes": frame({**base, "files": {**FILES, "max_bytes": 1.5}}),
             "bool max_file_bytes": frame({**base, "files": {**FILES, "max_file_bytes": True}}),
             "null max_files": frame({**base, "files": {**FILES, "max_files": None}}),
-            "version 3": frame({**base, "version": 3}),
+            "version 4": frame({**base, "version": 4}),
             "wrong version": frame({**base, "version": 1}),
             "bool version": frame({**base, "version": True}),
             "code not a string": frame({**base, "code": 1}),

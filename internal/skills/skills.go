@@ -42,8 +42,13 @@ type Skill struct {
 	Source  string    `json:"source"`
 }
 
-// maxDescription bounds a description, in bytes.
-const maxDescription = 1 << 10
+// Bounds of what a skill says of itself, in bytes and entries.
+const (
+	maxDescription = 1 << 10
+	maxSignature   = 512
+	maxServers     = 64
+	maxServerName  = 256
+)
 
 // fileSuffix names a skill's file: NAME.skill.json.
 const fileSuffix = ".skill.json"
@@ -78,13 +83,20 @@ func Check(s Skill, lim Limits) error {
 	case strings.TrimSpace(s.Source) == "":
 		return errors.New("the skill's source is empty")
 	case len(s.Source) > lim.MaxBytes:
-		return fmt.Errorf("the skill's source is %d bytes, over the %d a skill may have (skills.max_bytes)", len(s.Source), lim.MaxBytes)
+		return fmt.Errorf("%w: %d bytes, over the %d a skill may have (skills.max_bytes)", ErrTooLarge, len(s.Source), lim.MaxBytes)
 	case !utf8.ValidString(s.Source) || strings.ContainsRune(s.Source, 0):
 		return errors.New("the skill's source is not UTF-8 text")
 	case len(s.Description) > maxDescription || !utf8.ValidString(s.Description):
 		return fmt.Errorf("the description is over %d bytes, or not UTF-8", maxDescription)
-	case len(s.Servers) > 64:
-		return errors.New("a skill lists at most 64 servers")
+	case len(s.Signature) > maxSignature || !utf8.ValidString(s.Signature):
+		return fmt.Errorf("the signature is over %d bytes, or not UTF-8", maxSignature)
+	case len(s.Servers) > maxServers:
+		return fmt.Errorf("a skill lists at most %d servers", maxServers)
+	}
+	for _, srv := range s.Servers {
+		if srv == "" || len(srv) > maxServerName || !utf8.ValidString(srv) {
+			return fmt.Errorf("a server a skill calls must be a name of 1 to %d bytes of UTF-8", maxServerName)
+		}
 	}
 	return nil
 }
@@ -98,34 +110,44 @@ type Store struct {
 	mu     sync.Mutex // serializes saves of this process (the count cap)
 }
 
-// Open returns the store in dir, creating the folder (mode 0700) if
-// needed.
+// Open returns the store in dir. The folder need not exist: it reads as
+// empty, and the first Save creates it (mode 0700).
 func Open(dir string, lim Limits) (*Store, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("the skills folder %q is not an absolute path", dir)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the skills folder: %w", err)
+	if lim.MaxCount <= 0 || lim.MaxBytes <= 0 {
+		return nil, fmt.Errorf("skills limits must be positive, got %+v", lim)
 	}
-	return &Store{dir: dir, limits: lim}, nil
+	return &Store{dir: filepath.Clean(dir), limits: lim}, nil
 }
+
+// Limits are the store's limits.
+func (st *Store) Limits() Limits { return st.limits }
 
 // Dir is the store's folder.
 func (st *Store) Dir() string { return st.dir }
 
 func (st *Store) path(name string) string { return filepath.Join(st.dir, name+fileSuffix) }
 
-// Save writes s (s.Saved is set now). Without overwrite, a name taken is
-// ErrExists; either way nothing is written unless s passes Check and the
-// count cap, and a reader never sees half a file.
-func (st *Store) Save(s Skill, overwrite bool) error {
+// ErrFull is Save's error when the folder holds MaxCount skills.
+var ErrFull = errors.New("the skills folder is full")
+
+// ErrTooLarge is Check's error for a source over MaxBytes.
+var ErrTooLarge = errors.New("the skill's source is too large")
+
+// Save writes s (s.Saved is set now) and says whether it replaced a skill.
+// Without overwrite, a name taken is ErrExists; either way nothing is
+// written unless s passes Check and the count cap, and a reader never sees
+// half a file.
+func (st *Store) Save(s Skill, overwrite bool) (replaced bool, err error) {
 	if err := Check(s, st.limits); err != nil {
-		return err
+		return false, err
 	}
 	s.Saved = time.Now().UTC().Truncate(time.Second)
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
-		return err
+		return false, err
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -133,20 +155,23 @@ func (st *Store) Save(s Skill, overwrite bool) error {
 	_, statErr := os.Lstat(final)
 	exists := statErr == nil
 	if exists && !overwrite {
-		return fmt.Errorf("%w: %q (pass overwrite=True to replace it)", ErrExists, s.Name)
+		return false, fmt.Errorf("%w: %q (pass overwrite=True to replace it)", ErrExists, s.Name)
 	}
 	if !exists {
 		names, err := st.names()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(names) >= st.limits.MaxCount {
-			return fmt.Errorf("the skills folder holds %d skills, the most it may (skills.max_count): remove one with `bridge skills rm NAME`", len(names))
+			return false, fmt.Errorf("%w: %d of %d (skills.max_count): remove one with `bridge skills rm NAME`, or raise the limit", ErrFull, len(names), st.limits.MaxCount)
 		}
+	}
+	if err := os.MkdirAll(st.dir, 0o700); err != nil {
+		return false, fmt.Errorf("creating the skills folder: %w", err)
 	}
 	tmp, err := os.CreateTemp(st.dir, ".save-*")
 	if err != nil {
-		return fmt.Errorf("saving the skill: %w", err)
+		return false, fmt.Errorf("saving the skill: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err = tmp.Write(data); err == nil {
@@ -156,7 +181,7 @@ func (st *Store) Save(s Skill, overwrite bool) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("saving the skill: %w", err)
+		return false, fmt.Errorf("saving the skill: %w", err)
 	}
 	if overwrite {
 		err = os.Rename(tmp.Name(), final)
@@ -165,13 +190,13 @@ func (st *Store) Save(s Skill, overwrite bool) error {
 		// same name, exactly one wins.
 		err = os.Link(tmp.Name(), final)
 		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("%w: %q (pass overwrite=True to replace it)", ErrExists, s.Name)
+			return false, fmt.Errorf("%w: %q (pass overwrite=True to replace it)", ErrExists, s.Name)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("saving the skill: %w", err)
+		return false, fmt.Errorf("saving the skill: %w", err)
 	}
-	return nil
+	return exists, nil
 }
 
 // Get reads the skill name.
@@ -226,6 +251,9 @@ func (st *Store) Remove(name string) error {
 // names are the skills' names, sorted.
 func (st *Store) names() ([]string, error) {
 	entries, err := os.ReadDir(st.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // nothing saved yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the skills folder: %w", err)
 	}

@@ -24,7 +24,7 @@ func newStore(t *testing.T, lim Limits) *Store {
 func files(t *testing.T, st *Store) []string {
 	t.Helper()
 	entries, err := os.ReadDir(st.Dir())
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
 	var out []string
@@ -37,19 +37,19 @@ func files(t *testing.T, st *Store) []string {
 func TestSaveGetListRemove(t *testing.T) {
 	st := newStore(t, DefaultLimits())
 	s := Skill{Name: "top_repos", Description: "the n most starred", Signature: "(n=5)", Servers: []string{"github"}, Source: "def top_repos(n=5):\n    return n\n"}
-	if err := st.Save(s, false); err != nil {
+	if _, err := st.Save(s, false); err != nil {
 		t.Fatal(err)
 	}
 	got, err := st.Get("top_repos")
 	if err != nil || got.Source != s.Source || got.Signature != "(n=5)" || got.Saved.IsZero() || got.Servers[0] != "github" {
 		t.Fatalf("Get: %+v %v", got, err)
 	}
-	if err := st.Save(s, false); !errors.Is(err, ErrExists) {
+	if _, err := st.Save(s, false); !errors.Is(err, ErrExists) {
 		t.Errorf("second save without overwrite: %v", err)
 	}
 	s.Source = "def top_repos(n=10):\n    return n\n"
-	if err := st.Save(s, true); err != nil {
-		t.Fatal(err)
+	if replaced, err := st.Save(s, true); err != nil || !replaced {
+		t.Fatalf("overwrite: replaced %v, %v", replaced, err)
 	}
 	if got, _ := st.Get("top_repos"); !strings.Contains(got.Source, "n=10") {
 		t.Errorf("overwrite did not replace: %q", got.Source)
@@ -93,8 +93,10 @@ func TestSaveRefusals(t *testing.T) {
 		{Skill{Name: "empty", Source: "  \n"}, "empty"},
 		{Skill{Name: "nul", Source: "x = 1\x00"}, "not UTF-8 text"},
 		{Skill{Name: "desc", Source: ok, Description: strings.Repeat("d", 2000)}, "description"},
+		{Skill{Name: "sig", Source: ok, Signature: "(" + strings.Repeat("a, ", 200) + ")"}, "signature"},
+		{Skill{Name: "srv", Source: ok, Servers: []string{""}}, "server"},
 	} {
-		err := st.Save(c.s, false)
+		_, err := st.Save(c.s, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Save(%.40q): %v, want an error with %q", c.s.Name, err, c.want)
 		}
@@ -104,14 +106,14 @@ func TestSaveRefusals(t *testing.T) {
 	}
 	// The count cap; overwriting one that exists is still allowed.
 	for _, n := range []string{"a1", "a2"} {
-		if err := st.Save(Skill{Name: n, Source: ok}, false); err != nil {
+		if _, err := st.Save(Skill{Name: n, Source: ok}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.Save(Skill{Name: "a3", Source: ok}, false); err == nil || !strings.Contains(err.Error(), "skills.max_count") {
+	if _, err := st.Save(Skill{Name: "a3", Source: ok}, false); err == nil || !strings.Contains(err.Error(), "skills.max_count") {
 		t.Errorf("third skill under a cap of 2: %v", err)
 	}
-	if err := st.Save(Skill{Name: "a2", Source: ok + "# v2\n"}, true); err != nil {
+	if _, err := st.Save(Skill{Name: "a2", Source: ok + "# v2\n"}, true); err != nil {
 		t.Errorf("overwrite at the cap: %v", err)
 	}
 }
@@ -129,7 +131,7 @@ func TestConcurrentSavesOneWins(t *testing.T) {
 			defer wg.Done()
 			st, err := Open(dir, DefaultLimits())
 			if err == nil {
-				err = st.Save(Skill{Name: "same", Source: strings.Repeat("x = 1\n", 2000) + "# writer " + string(rune('a'+i)) + "\n"}, false)
+				_, err = st.Save(Skill{Name: "same", Source: strings.Repeat("x = 1\n", 2000) + "# writer " + string(rune('a'+i)) + "\n"}, false)
 			}
 			errs[i] = err
 		}()
@@ -179,5 +181,37 @@ func TestStdlibNamesMatchPython(t *testing.T) {
 	sort.Strings(got)
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("stdlibModules differ from python3's:\n got %v\nwant %v", got, want)
+	}
+}
+
+// A folder that does not exist yet reads as empty; the first save makes
+// it, for this user only.
+func TestFolderMadeOnFirstSave(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "skills")
+	st, err := Open(dir, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := st.List(); err != nil || len(list) != 0 {
+		t.Fatalf("List of a missing folder: %v, %v", list, err)
+	}
+	if _, err := st.Get("nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("reading made the folder: %v", err)
+	}
+	if replaced, err := st.Save(Skill{Name: "first", Source: "x = 1\n"}, false); err != nil || replaced {
+		t.Fatalf("Save: %v, %v", replaced, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("folder: %v, %v", fi, err)
+	}
+	if _, err := st.Save(Skill{Name: "big", Source: strings.Repeat("#", 70<<10)}, false); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("oversized: %v", err)
+	}
+	if _, err := Open("relative/skills", DefaultLimits()); err == nil {
+		t.Error("a relative folder was accepted")
 	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // Version is the relay protocol version this package speaks.
-const Version = 4
+const Version = 5
 
 // MaxFrameSize is the largest payload a frame may carry, in bytes.
 const MaxFrameSize = 16 << 20
@@ -69,8 +69,9 @@ type ToolCall struct {
 	Args   json.RawMessage `json:"args"`
 }
 
-// Query asks the bridge about the tools the code may use: which servers
-// there are, a server's tools, or a search across them (see QueryOps).
+// Query asks the bridge about the tools the code may use (which servers
+// there are, a server's tools, a search across them and the skills), or
+// has it save a skill: one of the Op constants.
 type Query struct {
 	ID   int64           `json:"id"`
 	Op   string          `json:"op"`
@@ -82,7 +83,21 @@ const (
 	OpServers = "servers"
 	OpTools   = "tools"
 	OpSearch  = "search"
+	// OpSkills lists the saved skills, OpSkillSource reads one, and
+	// OpSaveSkill saves one (docs/protocol.md, "Skills").
+	OpSkills      = "skills"
+	OpSkillSource = "skill_source"
+	OpSaveSkill   = "save_skill"
 )
+
+// IsQueryOp reports whether op is an operation a Query may ask for.
+func IsQueryOp(op string) bool {
+	switch op {
+	case OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill:
+		return true
+	}
+	return false
+}
 
 // ErrorInfo describes an exception raised by the code. As decoded, Type is
 // at most 256 bytes, and Message and Traceback keep at most 64 KiB of their
@@ -192,6 +207,10 @@ const (
 	ErrUpstream         = "upstream" // the upstream failed, crashed or is unreachable
 	ErrTimeout          = "timeout"  // the call ran past its timeout
 	ErrInvalid          = "invalid"  // the request itself is wrong (bad query arguments)
+	// The skill operations' own errors.
+	ErrUnknownSkill      = "unknown_skill"      // no skill has that name
+	ErrSkillExists       = "skill_exists"       // a save without overwrite found the name taken
+	ErrSkillsUnavailable = "skills_unavailable" // the skills folder cannot be read or written
 )
 
 // ToolResult answers a ToolCall or a Query. Exactly one of Result and Error is set.
@@ -507,8 +526,8 @@ func (q *Query) check() error {
 	switch {
 	case q.ID <= 0:
 		return fmt.Errorf("id must be a positive integer, got %d", q.ID)
-	case q.Op != OpServers && q.Op != OpTools && q.Op != OpSearch:
-		return fmt.Errorf("op must be %s, %s or %s, got %q", OpServers, OpTools, OpSearch, truncate(q.Op, 40))
+	case !IsQueryOp(q.Op):
+		return fmt.Errorf("op must be %s, %s, %s, %s, %s or %s, got %q", OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill, truncate(q.Op, 40))
 	}
 	return nil
 }

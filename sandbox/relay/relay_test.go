@@ -97,7 +97,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"unknown field", frame(`{"type":"stdout","data":"x","extra":1}`), `unknown field "extra"`},
 		{"wrong field type", frame(`{"type":"stdout","data":5}`), "cannot unmarshal number"},
 		{"trailing data", frame(`{"type":"stdout","data":"x"} {}`), "not a JSON object"},
-		{"query unknown op", frame(`{"type":"query","id":1,"op":"exec","args":{}}`), `op must be servers, tools or search, got "exec"`},
+		{"query unknown op", frame(`{"type":"query","id":1,"op":"exec","args":{}}`), `op must be servers, tools, search, skills, skill_source or save_skill, got "exec"`},
 		{"query without args", frame(`{"type":"query","id":1,"op":"servers"}`), `missing`},
 		{"query id zero", frame(`{"type":"query","id":0,"op":"servers","args":{}}`), `id must be a positive integer`},
 		{"query args not object", frame(`{"type":"query","id":1,"op":"servers","args":[]}`), `args`},
@@ -699,7 +699,7 @@ func checkInvariants(t *testing.T, m Message) {
 	case TypeQuery:
 		q := m.Query
 		if q == nil || q.ID <= 0 || len(q.Args) == 0 || q.Args[0] != '{' || !json.Valid(q.Args) ||
-			(q.Op != OpServers && q.Op != OpTools && q.Op != OpSearch) {
+			!IsQueryOp(q.Op) {
 			t.Fatalf("query passed checks it should fail: %+v", q)
 		}
 	case TypeFile:

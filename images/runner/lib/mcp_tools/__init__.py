@@ -8,11 +8,13 @@
     mcp_tools.show(fig)                    # a figure, image or table, shown
 
 servers(), tools(server), describe(server, tool) and search(query) tell what
-there is; call() and acall() call a tool and decode its result; call_raw()
-and acall_raw() return the raw MCP result. Errors are MCPToolsError and its
-subclasses. show(x) saves a figure or image into the outputs folder
-($BRIDGE_OUTPUTS, /tmp/outputs), whose files come back with the result, and
-prints a table as Markdown. The reference is docs/sandbox-api.md in the
+there is (search finds saved skills too); call() and acall() call a tool and
+decode its result; call_raw() and acall_raw() return the raw MCP result.
+Errors are MCPToolsError and its subclasses. show(x) saves a figure or image
+into the outputs folder ($BRIDGE_OUTPUTS, /tmp/outputs), whose files come
+back with the result, and prints a table as Markdown. save_skill(name, fn)
+keeps a function for later runs, which import it with `from skills import
+name`; skills() lists them. The reference is docs/sandbox-api.md in the
 bridge's repository.
 """
 
@@ -37,6 +39,7 @@ from ._core import (
 )
 from ._help import help
 from ._show import show
+from ._skills import SkillError, save_skill, skills
 
 __all__ = list(_core.PUBLIC)
 

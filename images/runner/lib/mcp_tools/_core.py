@@ -136,6 +136,9 @@ PUBLIC = (
     "acall_raw",
     "help",
     "show",
+    "save_skill",
+    "skills",
+    "SkillError",
     "MCPToolsError",
     "ToolError",
     "UnknownServerError",
@@ -156,7 +159,7 @@ MODULE_DUNDERS = frozenset(
 # Every attribute the mcp_tools package has or may get: a server's module
 # alias must be none of them. The bridge computes module aliases with the
 # same list (test_mcp_tools checks that it covers the package).
-RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "_runner_files", "_show", "__pycache__"}
+RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "_runner_files", "_show", "_skills", "__pycache__"}
 
 
 def alias(name, reserved=frozenset()):
@@ -368,9 +371,11 @@ def describe(server, tool):
 
 
 def search(query, limit=5):
-    """The tools that best match query (words saying what you want to
-    do), best first: a list of {server, tool, description, params, score},
-    description being one line and params the parameter names."""
+    """The tools and saved skills that best match query (words saying what
+    you want to do), best first: a list of {server, tool, description,
+    params, score} for a tool, {skill, description, signature, import,
+    score} for a skill; description is one line, params the parameter
+    names."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, not {type(query).__name__}")
     if type(limit) is not int or limit < 1:
@@ -378,17 +383,31 @@ def search(query, limit=5):
     got = ask("search", {"query": query, "limit": limit})
     if not isinstance(got, list):
         raise _bad_answer("the search query", got)
-    return [
-        {
-            "server": r.get("server"),
-            "tool": r.get("tool"),
-            "description": summary(r.get("description")),
-            "params": list(r.get("params") or []),
-            "score": r.get("score"),
-        }
-        for r in got
-        if isinstance(r, dict)
-    ]
+    out = []
+    for r in got:
+        if not isinstance(r, dict):
+            continue
+        if isinstance(r.get("skill"), str):
+            out.append(
+                {
+                    "skill": r["skill"],
+                    "description": summary(r.get("description")),
+                    "signature": r.get("signature") or "",
+                    "import": f"from skills import {r['skill']}",
+                    "score": r.get("score"),
+                }
+            )
+            continue
+        out.append(
+            {
+                "server": r.get("server"),
+                "tool": r.get("tool"),
+                "description": summary(r.get("description")),
+                "params": list(r.get("params") or []),
+                "score": r.get("score"),
+            }
+        )
+    return out
 
 
 def merge_arguments(args, kwargs):

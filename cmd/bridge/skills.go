@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bridge-mcp/bridge/internal/skills"
+	"github.com/bridge-mcp/bridge/policy"
+)
+
+const skillsUsage = "Usage:\n" +
+	"  bridge skills list [--policy FILE] [--json]   the saved skills: name, signature, servers, saved, description\n" +
+	"  bridge skills show [--policy FILE] NAME       one skill: what it says of itself, then its source\n" +
+	"  bridge skills rm [--policy FILE] NAME...      remove skills\n" +
+	"The folder is the policy's skills.dir (docs/policy.md); docs/sandbox-api.md says how code saves and imports them.\n"
+
+func cmdSkills(_ context.Context, e *env, args []string) (int, error) {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(e.stdout, skillsUsage)
+		return 0, nil
+	}
+	if len(args) == 0 {
+		return exitUsage, usagef("want `bridge skills list`, `bridge skills show NAME` or `bridge skills rm NAME...`")
+	}
+	switch args[0] {
+	case "list", "ls":
+		return skillsList(e, args[1:])
+	case "show":
+		return skillsShow(e, args[1:])
+	case "rm", "remove":
+		return skillsRemove(e, args[1:])
+	}
+	return exitUsage, usagef("unknown subcommand %q: want list, show or rm", args[0])
+}
+
+// skillsStore opens the skills folder of the policy at path (the default
+// place when "").
+func skillsStore(e *env, path string) (*skills.Store, policy.Skills, error) {
+	p, _, err := loadPolicy(e, path, nil, nil)
+	if err != nil {
+		return nil, policy.Skills{}, err
+	}
+	cfg := p.Skills
+	dir, err := cfg.Folder()
+	if err != nil {
+		return nil, cfg, err
+	}
+	st, err := skills.Open(dir, skills.Limits{MaxCount: cfg.MaxCount, MaxBytes: int(cfg.MaxBytes)})
+	return st, cfg, err
+}
+
+func skillsList(e *env, args []string) (int, error) {
+	fs := newFlagSet(e, "skills list", "[flags]", "Lists the skills that runs saved, from the policy's skills folder.")
+	path := fs.String("policy", "", "the policy `FILE` (default: "+defaultPolicyPath()+" if it exists, else the built-in defaults)")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	args, err := parseFlags(fs, args)
+	if err != nil {
+		return exitUsage, err
+	}
+	if len(args) != 0 {
+		return exitUsage, usagef("takes no arguments, got %s", quoteArgs(args))
+	}
+	st, _, err := skillsStore(e, *path)
+	if err != nil {
+		return exitUsage, err
+	}
+	list, err := st.List()
+	if err != nil {
+		return 1, err
+	}
+	if *asJSON {
+		if list == nil {
+			list = []skills.Skill{}
+		}
+		out, err := json.MarshalIndent(list, "", "  ")
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintln(e.stdout, string(out))
+		return 0, nil
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(e.stderr, "no skills in %s\n", st.Dir())
+		return 0, nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSIGNATURE\tSERVERS\tSAVED\tDESCRIPTION")
+	for _, s := range list {
+		servers := strings.Join(s.Servers, ",")
+		if servers == "" {
+			servers = "-"
+		}
+		sig := s.Signature
+		if sig == "" {
+			sig = "(module)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, oneLine(sig, 40), oneLine(servers, 30), s.Saved.Local().Format(time.DateTime), oneLine(s.Description, 60))
+	}
+	tw.Flush()
+	fmt.Fprintf(e.stderr, "%d skills in %s\n", len(list), st.Dir())
+	return 0, nil
+}
+
+func skillsShow(e *env, args []string) (int, error) {
+	fs := newFlagSet(e, "skills show", "[flags] NAME", "Prints one skill: its name, description, signature, the servers it calls and\nwhen it was saved, then its source.")
+	path := fs.String("policy", "", "the policy `FILE` (default: "+defaultPolicyPath()+" if it exists, else the built-in defaults)")
+	args, err := parseFlags(fs, args)
+	if err != nil {
+		return exitUsage, err
+	}
+	if len(args) != 1 {
+		return exitUsage, usagef("want one NAME, got %s", quoteArgs(args))
+	}
+	st, _, err := skillsStore(e, *path)
+	if err != nil {
+		return exitUsage, err
+	}
+	s, err := st.Get(args[0])
+	if err != nil {
+		return 1, notFoundHint(err, st)
+	}
+	fmt.Fprintf(e.stdout, "# skill %s, saved %s\n", s.Name, s.Saved.Local().Format(time.DateTime))
+	if s.Description != "" {
+		fmt.Fprintf(e.stdout, "# %s\n", oneLine(s.Description, 200))
+	}
+	if s.Signature != "" {
+		fmt.Fprintf(e.stdout, "# from skills import %s; %s%s\n", s.Name, s.Name, s.Signature)
+	}
+	if len(s.Servers) > 0 {
+		fmt.Fprintf(e.stdout, "# calls: %s\n", strings.Join(s.Servers, ", "))
+	}
+	fmt.Fprintln(e.stdout)
+	fmt.Fprint(e.stdout, s.Source)
+	if !strings.HasSuffix(s.Source, "\n") {
+		fmt.Fprintln(e.stdout)
+	}
+	return 0, nil
+}
+
+func skillsRemove(e *env, args []string) (int, error) {
+	fs := newFlagSet(e, "skills rm", "[flags] NAME...", "Removes skills from the policy's skills folder. Runs already started keep\nthe ones they imported.")
+	path := fs.String("policy", "", "the policy `FILE` (default: "+defaultPolicyPath()+" if it exists, else the built-in defaults)")
+	args, err := parseFlags(fs, args)
+	if err != nil {
+		return exitUsage, err
+	}
+	if len(args) == 0 {
+		return exitUsage, usagef("want one NAME or more")
+	}
+	st, cfg, err := skillsStore(e, *path)
+	if err != nil {
+		return exitUsage, err
+	}
+	if cfg.ReadOnly {
+		return 1, fmt.Errorf("the policy makes the skills folder %s read-only (skills.read_only): change it where it comes from", st.Dir())
+	}
+	code := 0
+	for _, name := range args {
+		if err := st.Remove(name); err != nil {
+			fmt.Fprintf(e.stderr, "bridge skills: %v\n", notFoundHint(err, st))
+			code = 1
+			continue
+		}
+		fmt.Fprintf(e.stdout, "removed %s\n", name)
+	}
+	return code, nil
+}
+
+// notFoundHint adds where the skills were looked for to a not-found error.
+func notFoundHint(err error, st *skills.Store) error {
+	if errors.Is(err, skills.ErrNotFound) {
+		return fmt.Errorf("%w in %s: `bridge skills list` lists them", err, st.Dir())
+	}
+	return err
+}
+
+// oneLine is s on one line, cut to n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

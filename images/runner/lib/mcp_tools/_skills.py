@@ -1,0 +1,402 @@
+"""Skills: Python modules that runs save for later runs.
+
+mcp_tools.save_skill(name, fn_or_source) sends a module's source to the
+bridge, which checks it and keeps it in the operator's skills folder;
+`from skills import name` in a later run asks the bridge for it and runs it
+as the module skills.<name>. The code never sees the folder: every skill
+comes and goes over the relay, whole.
+
+A function defined in the run's own code is saved with what it needs from
+the code's globals: the modules it uses (as imports), the functions and
+classes of the code it calls (their source), and constants (their repr).
+Its source comes from linecache, where the runner keeps the code it runs.
+"""
+
+import ast
+import builtins
+import inspect
+import keyword
+import re
+import sys
+import textwrap
+import types
+
+from . import _core
+
+# The bridge checks names (internal/skills.CheckName); this is the same
+# pattern, for an error before anything is sent.
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
+_MAX_DESCRIPTION = 1024
+_MAX_SIGNATURE = 512
+_MAX_CONSTANT = 16 << 10  # bytes of one constant's repr carried into a skill
+_CALLS = frozenset({"call", "acall", "call_raw", "acall_raw"})
+
+
+class SkillError(_core.MCPToolsError):
+    """A skill could not be saved or loaded; the message says why. `type`
+    is the bridge's error type: invalid, denied, limit, skill_exists,
+    unknown_skill, skills_unavailable."""
+
+    type = "skill"
+
+
+def _ask(op, args):
+    r = _core.relay()
+    try:
+        return r.query(op, args)
+    except r.ToolError as e:
+        raise SkillError(e.message, type=e.type) from None
+
+
+# --- saving ----------------------------------------------------------------
+
+
+def save_skill(name, fn_or_source, description="", overwrite=False):
+    """Saves a skill that later runs import with `from skills import name`.
+
+    fn_or_source is a function defined in this code (saved with the
+    imports, helper functions and constants it uses from the code's
+    globals) or a module's source as a string. description says what it
+    does: skills() and search() show it. A name that is taken is refused
+    unless overwrite=True. Returns {name, bytes, replaced, signature,
+    servers}. Raises SkillError when the bridge refuses (the name, the
+    size, the folder's count, or a policy that turns saving off) and
+    nothing is saved then."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a string, not {type(name).__name__}")
+    if not isinstance(description, str):
+        raise TypeError(f"description must be a string, not {type(description).__name__}")
+    if type(overwrite) is not bool:
+        raise TypeError(f"overwrite must be True or False, not {overwrite!r}")
+    if not _NAME.match(name):
+        raise SkillError(
+            f"skill name {name[:80]!r} is not valid: 1 to 64 lower-case letters, digits and '_', starting with a letter",
+            type="invalid",
+        )
+    if isinstance(fn_or_source, str):
+        source = fn_or_source
+    elif isinstance(fn_or_source, types.FunctionType):
+        source = function_module(fn_or_source, name)
+    else:
+        raise TypeError(
+            f"save_skill takes a function defined with def, or a module's source as a string, not {type(fn_or_source).__name__}"
+        )
+    filename = f"<skill {name}>"
+    try:
+        tree = ast.parse(source, filename)
+        compile(tree, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
+        raise SkillError(f"the skill's source does not compile{where}: {e.msg if isinstance(e, SyntaxError) else e}", type="invalid") from None
+    signature = signature_of(tree, name)
+    servers = servers_called(tree)
+    got = _ask(
+        "save_skill",
+        {
+            "name": name,
+            "source": source,
+            "description": description[:_MAX_DESCRIPTION],
+            "signature": signature,
+            "servers": servers,
+            "overwrite": overwrite,
+        },
+    )
+    forget(name)
+    replaced = bool(got.get("replaced")) if isinstance(got, dict) else False
+    return {"name": name, "bytes": len(source.encode()), "replaced": replaced, "signature": signature, "servers": servers}
+
+
+def function_module(fn, name):
+    """The source of a module that defines fn (and name, if fn has another
+    name) with what fn needs from its code's globals."""
+    if fn.__name__ == "<lambda>":
+        raise SkillError("save a function defined with def, not a lambda", type="invalid")
+    if "<locals>" in fn.__qualname__:
+        raise SkillError(
+            f"{fn.__name__} is defined inside another function: define it at the top level of the code to save it",
+            type="invalid",
+        )
+    if fn.__closure__:
+        free = ", ".join(fn.__code__.co_freevars)
+        raise SkillError(f"{fn.__name__} uses variables of an enclosing scope ({free}): pass them as arguments", type="invalid")
+    parts = _Parts(fn.__globals__)
+    parts.add_definition(fn.__name__, fn)
+    source = parts.render()
+    if name != fn.__name__:
+        source += f"\n{name} = {fn.__name__}\n"
+    return source
+
+
+class _Parts:
+    """What a saved function needs, collected from its globals."""
+
+    def __init__(self, globals_):
+        self.globals = globals_
+        self.imports = {}  # name -> import line
+        self.constants = {}  # name -> assignment line
+        self.definitions = []  # source of functions and classes, dependencies first
+        self.seen = set()
+
+    def add_definition(self, name, obj):
+        if name in self.seen:
+            return
+        self.seen.add(name)
+        try:
+            src = textwrap.dedent(inspect.getsource(obj))
+        except (OSError, TypeError):
+            raise SkillError(
+                f"the source of {name} cannot be found: save a function defined in this run's code, or pass the module's source as a string",
+                type="invalid",
+            ) from None
+        for used in sorted(_global_names(obj, src)):
+            self.add_global(used, name)
+        self.definitions.append(src)
+
+    def add_global(self, name, user):
+        if name in self.seen or name in self.imports or name in self.constants:
+            return
+        if name not in self.globals:
+            return  # a builtin, an attribute name, or a NameError as before
+        value = self.globals[name]
+        if getattr(builtins, name, _MISSING) is value:
+            return
+        if isinstance(value, types.ModuleType):
+            mod = value.__name__
+            self.imports[name] = f"import {mod}" if mod == name else f"import {mod} as {name}"
+            return
+        if isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == "__main__":
+            if isinstance(value, types.FunctionType) and (value.__closure__ or "<locals>" in value.__qualname__):
+                raise SkillError(f"{user} uses {name}, which is not defined at the top level of the code", type="invalid")
+            self.add_definition(name, value)
+            return
+        line = _import_line(name, value)
+        if line:
+            self.imports[name] = line
+            return
+        line = _constant_line(name, value)
+        if line:
+            self.constants[name] = line
+            return
+        raise SkillError(
+            f"{user} uses the global {name!r}, a {type(value).__name__}, which a skill cannot carry: "
+            "pass it as an argument, or save the module's source as a string",
+            type="invalid",
+        )
+
+    def render(self):
+        head = [self.imports[n] for n in sorted(self.imports)] + [self.constants[n] for n in sorted(self.constants)]
+        out = "\n".join(head)
+        if out:
+            out += "\n\n\n"
+        return out + "\n\n".join(d.rstrip("\n") + "\n" for d in self.definitions)
+
+
+_MISSING = object()
+
+
+def _global_names(obj, src):
+    """The names obj's definition reads as globals: its source compiled
+    alone, every code object in it walked for the instructions that load a
+    global or module-level name (decorators, defaults, bases and class
+    bodies included). Local variables are never among them."""
+    import dis
+
+    try:
+        code = compile(src, "<skill part>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return set()
+    names = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+                names.add(ins.argval)
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names
+
+
+def _import_line(name, value):
+    """`from module import x as name` when value is module.x, importable."""
+    mod = getattr(value, "__module__", None)
+    attr = getattr(value, "__name__", None)
+    if not isinstance(mod, str) or not isinstance(attr, str) or mod == "__main__":
+        return None
+    try:
+        if getattr(sys.modules.get(mod), attr, _MISSING) is not value:
+            return None
+    except Exception:
+        return None
+    return f"from {mod} import {attr}" if attr == name else f"from {mod} import {attr} as {name}"
+
+
+def _constant_line(name, value):
+    """`name = <repr>` for a value that a literal gives back equal."""
+    try:
+        text = repr(value)
+        if len(text) > _MAX_CONSTANT or ast.literal_eval(text) != value:
+            return None
+    except Exception:
+        return None
+    return f"{name} = {text}"
+
+
+def signature_of(tree, name):
+    """The signature of the module's function name (or of the function a
+    trailing `name = other` names), as "(a, b=1) -> int"; "" for none."""
+    target = name
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == name
+            and isinstance(node.value, ast.Name)
+        ):
+            target = node.value.id
+    for node in reversed(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == target:
+            sig = f"({ast.unparse(node.args)})"
+            if node.returns is not None:
+                sig += f" -> {ast.unparse(node.returns)}"
+            if isinstance(node, ast.AsyncFunctionDef):
+                sig = "async " + sig
+            return sig if len(sig.encode()) <= _MAX_SIGNATURE else sig[: _MAX_SIGNATURE // 4] + "...)"
+    return ""
+
+
+def servers_called(tree):
+    """The upstream servers the source calls, as far as reading it tells:
+    call("server", ...) and its kin with a literal server name, and the
+    server modules it imports or reaches as mcp_tools.<module>."""
+    found = []
+    modules = []
+
+    def add(lst, v):
+        if v not in lst:
+            lst.append(v)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            first = node.args[0]
+            if fname in _CALLS and isinstance(first, ast.Constant) and isinstance(first.value, str):
+                add(found, first.value)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "mcp_tools":
+            if node.attr not in _core.RESERVED:
+                add(modules, node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "mcp_tools":
+                for a in node.names:
+                    if a.name not in _core.RESERVED:
+                        add(modules, a.name)
+            elif node.module.startswith("mcp_tools."):
+                add(modules, node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("mcp_tools."):
+                    add(modules, a.name.split(".")[1])
+    if modules:
+        try:
+            by_module = {s["module"]: s["name"] for s in _core.server_list()}
+        except _core.MCPToolsError:
+            by_module = {}
+        for m in modules:
+            add(found, by_module.get(m, m))
+    return found[:64]
+
+
+# --- listing and loading ---------------------------------------------------
+
+
+def skills():
+    """The saved skills: a list of {name, description, signature, servers,
+    saved, import}, by name. `from skills import <name>` imports one."""
+    got = _ask("skills", {})
+    if not isinstance(got, list):
+        raise SkillError(f"the bridge answered the skills query with {type(got).__name__}, not a list", type="invalid")
+    return [
+        {
+            "name": s.get("name"),
+            "description": s.get("description") or "",
+            "signature": s.get("signature") or "",
+            "servers": list(s.get("servers") or []),
+            "saved": s.get("saved"),
+            "import": f"from skills import {s.get('name')}",
+        }
+        for s in got
+        if isinstance(s, dict) and isinstance(s.get("name"), str)
+    ]
+
+
+def module_name(name):
+    return "skills." + name
+
+
+def forget(name):
+    """Drops a loaded skill, so that the next import reads it again."""
+    sys.modules.pop(module_name(name), None)
+
+
+def load(name):
+    """The module of skill name, run once per interpreter."""
+    full = module_name(name)
+    mod = sys.modules.get(full)
+    if mod is not None:
+        return mod
+    try:
+        got = _ask("skill_source", {"name": name})
+    except SkillError as e:
+        if e.type == "unknown_skill":
+            raise ImportError(e.message, name=full) from None
+        raise ImportError(f"skill {name!r} cannot be read: {e.message}", name=full) from None
+    source = got.get("source") if isinstance(got, dict) else None
+    if not isinstance(source, str):
+        raise ImportError(f"the bridge sent no source for skill {name!r}", name=full)
+    filename = f"<skill {name}>"
+    # Tracebacks and inspect.getsource (so a skill can be saved again,
+    # under another name or in another skill) read it from linecache.
+    import io
+    import linecache
+
+    lines = io.StringIO(source, newline=None).readlines()
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        raise ImportError(f"skill {name!r} does not compile ({e}): save it again, or remove it with `bridge skills rm {name}` on the host", name=full) from None
+    mod = types.ModuleType(full, got.get("description") or None)
+    mod.__file__ = filename
+    mod.__skill__ = {k: got.get(k) for k in ("name", "description", "signature", "servers", "saved")}
+    sys.modules[full] = mod
+    try:
+        exec(code, mod.__dict__)
+    except BaseException:
+        sys.modules.pop(full, None)
+        raise
+    return mod
+
+
+def attribute(name):
+    """skills.<name>: the skill's function of the same name if its module
+    defines one, else the module."""
+    if not _NAME.match(name) or keyword.iskeyword(name):
+        raise AttributeError(f"module 'skills' has no attribute {name!r}")
+    mod = load(name)
+    value = mod.__dict__.get(name)
+    if callable(value) and not isinstance(value, types.ModuleType):
+        return value
+    return mod
+
+
+def names():
+    try:
+        return [s["name"] for s in skills()]
+    except Exception:
+        return []
+
+
+for _obj in (SkillError, save_skill, skills):
+    _obj.__module__ = "mcp_tools"  # as tracebacks and help() name them
+del _obj
