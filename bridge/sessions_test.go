@@ -100,7 +100,7 @@ func TestSessionSchemaFollowsPolicy(t *testing.T) {
 		t.Fatalf("reload: %v %v", changed, err)
 	}
 	in, desc := schema()
-	if !strings.Contains(in, `"session":{"type":"string"}`) || !strings.Contains(in, `"reset":{"type":"boolean"}`) || !strings.Contains(desc, "unless they pass the same session name") {
+	if !strings.Contains(in, `"session":{"type":"string"}`) || !strings.Contains(in, `"reset":{"type":"boolean"}`) || !strings.Contains(desc, "unless they share a session name") {
 		t.Errorf("sessions on: %s\n%s", in, desc)
 	}
 }

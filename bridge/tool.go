@@ -29,7 +29,7 @@ const toolDescription = "Run Python 3 in a fresh isolated container: no network,
 	"You get back what the code prints (print only what you need) and the files it saves in /tmp/outputs " +
 	"(`mcp_tools.show(fig)` saves a chart). " +
 	"`import mcp_tools` reaches the user's other MCP servers: `search(\"...\")`, " +
-	"`call(server, tool, **args)`; `help()` prints the manual."
+	"`call(server, tool, **args)`, `save_skill(name, fn)` for later runs; `help()` prints the manual."
 
 const instructions = "Use run_python to compute, transform and filter data in a sandbox, and to use the tools of the user's other MCP servers from code; print only the result you need."
 
@@ -42,7 +42,7 @@ const (
 
 // sessionDescription replaces "nothing kept between calls" when the
 // policy enables sessions.
-const sessionDescription = "nothing kept between calls, unless they pass the same session name; reset:true ends it."
+const sessionDescription = "nothing kept between calls unless they share a session name (reset:true ends it)."
 
 // runPythonTool is the tool's definition, with compact hand-written schemas
 // (the SDK emits them byte for byte). With sessions, it takes session and

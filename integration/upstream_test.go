@@ -321,7 +321,9 @@ func TestSandboxAPIDocExamples(t *testing.T) {
 	}
 	u := startUpstreams(t)
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		cs, _, _ := connectStdioArgs(t, e, nil, "--servers-config", u.config)
+		// The skills examples save into a folder of this engine's own.
+		pol := skillsPolicy(t, e, filepath.Join(t.TempDir(), "skills"), "")
+		cs, _, _ := connectStdioArgs(t, e, nil, "--servers-config", u.config, "--policy", pol)
 		for _, ex := range examples {
 			t.Run(fmt.Sprintf("line %d", ex.line), func(t *testing.T) {
 				out, _ := runCode(t, cs, ex.code)

@@ -30,6 +30,8 @@ MCP tools, through `import mcp_tools` (help(mcp_tools.call) and so on for more):
   await mcp_tools.acall(...)              the same, awaitable: asyncio.gather
   mcp_tools.call_raw / acall_raw          the raw MCP CallToolResult dict
   from mcp_tools.<module> import <tool>   one function per tool; help() it
+  mcp_tools.save_skill("name", fn, "what it does")  keep fn for later runs
+  from skills import name                 a saved skill; mcp_tools.skills() lists them
 A result is its structuredContent if any, else its content (JSON text parsed;
 one item alone, several in a list). A tool that fails raises ToolError; all
 errors are mcp_tools.MCPToolsError (UnknownToolError, ToolTimeoutError...).
