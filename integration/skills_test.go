@@ -141,6 +141,10 @@ func TestSkills(t *testing.T) {
 			!strings.Contains(list, "Echoes a message, loudly") {
 			t.Errorf("bridge skills list: exit %d\n%s%s", code, list, errOut)
 		}
+		doc, _, _ := bridgeCLI(t, env, "", "doctor", "--policy", pol, "--runtime", e.cand.Engine)
+		if !strings.Contains(doc, "skills: 1 of at most 100 in "+dir+"; runs may save more") {
+			t.Errorf("bridge doctor does not say where the skills are:\n%s", doc)
+		}
 		show, _, code := bridgeCLI(t, env, "", "skills", "show", "--policy", pol, "shout")
 		if code != 0 || !strings.Contains(show, "def _loud(s):") || !strings.Contains(show, `EXCLAIM = '!'`) {
 			t.Errorf("bridge skills show: exit %d\n%s", code, show)

@@ -53,6 +53,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 				s.Max, units.FormatDuration(s.IdleTimeout), units.FormatDuration(s.MaxLifetime), s.MaxCalls)
 		}
 		fmt.Fprintf(e.stdout, "sessions: %s\n", sessions)
+		fmt.Fprintf(e.stdout, "skills: %s\n", skillsLine(p.Skills))
 		writeMounts(e.stdout, p, mountReports(p))
 		fmt.Fprintln(e.stdout)
 	}

@@ -188,3 +188,29 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
+
+// skillsLine says, for doctor, where the skills are, how many, and whether
+// runs may save more.
+func skillsLine(cfg policy.Skills) string {
+	dir, err := cfg.Folder()
+	if err != nil {
+		return err.Error()
+	}
+	n := "none saved yet"
+	st, err := skills.Open(dir, skills.Limits{MaxCount: cfg.MaxCount, MaxBytes: int(cfg.MaxBytes)})
+	if err == nil {
+		if list, lerr := st.List(); lerr != nil {
+			n = lerr.Error()
+		} else if len(list) > 0 {
+			n = fmt.Sprintf("%d of at most %d", len(list), cfg.MaxCount)
+		}
+	}
+	save := "runs may save more"
+	switch {
+	case cfg.ReadOnly:
+		save = "read-only: runs import them, nothing is written"
+	case !cfg.Save:
+		save = "saving off (skills.save false): runs import them only"
+	}
+	return fmt.Sprintf("%s in %s; %s", n, dir, save)
+}
