@@ -26,12 +26,37 @@ type SkillsOptions struct {
 	// Config is the skills section that applies to the run runID (the
 	// policy it is pinned to).
 	Config func(runID string) policy.Skills
-	// Audit, if set, records every save, saved or refused.
-	Audit *policy.Auditor
+	// Audit, if set, records every save, saved or refused, within the
+	// bounds of a run's audit records (*policy.Store is one).
+	Audit SkillAuditor
 	// MaxResult bounds one answer, as ToolHandler's maxResult.
 	MaxResult int
 	Logger    zerolog.Logger
 }
+
+// SkillAuditor records skill saves.
+type SkillAuditor interface {
+	// SkillSave records one: outcome "saved", "replaced" or "refused",
+	// kind the error type of a refusal.
+	SkillSave(runID, name string, bytes int, outcome, kind, why string)
+}
+
+var _ SkillAuditor = (*policy.Store)(nil)
+
+// Bounds of a skill operation's arguments, checked before they are
+// decoded: a name's question, and a save (its source may be JSON-escaped
+// up to 6 bytes a byte, plus what describes it).
+const (
+	maxSkillQueryArgs = 4 << 10
+	saveArgsOverhead  = 96 << 10
+	// maxSearchLimit is the most hits one search answers, tools and
+	// skills together.
+	maxSearchLimit = 50
+	// settleListing is how old the folder's modification time must be for
+	// a listing to be kept: a save within the same clock tick as a listing
+	// would otherwise leave a stale one behind the same time.
+	settleListing = 2 * time.Second
+)
 
 // WithSkills answers the code's skill operations (skills, skill_source,
 // save_skill: docs/protocol.md) from the policy's skills folder, adds the
@@ -107,6 +132,9 @@ func (h *skillHandler) Query(ctx context.Context, runID string, q relay.Query) r
 	default:
 		return h.inner.Query(ctx, runID, q)
 	}
+	if r, ok := h.tooBig(runID, q); !ok {
+		return r
+	}
 	var tools relay.ToolResult
 	if q.Op == relay.OpSearch {
 		tools = h.inner.Query(ctx, runID, q)
@@ -139,6 +167,23 @@ func (h *skillHandler) Query(ctx context.Context, runID string, q relay.Query) r
 			q.Op, units.Bytes(int64(len(r.Result))), units.Bytes(int64(h.opts.MaxResult)))}}
 	}
 	return r
+}
+
+// tooBig refuses a skill operation whose arguments are over their bound,
+// before they are decoded.
+func (h *skillHandler) tooBig(runID string, q relay.Query) (relay.ToolResult, bool) {
+	limit := maxSkillQueryArgs
+	switch q.Op {
+	case relay.OpSearch:
+		limit = maxQueryBytes*6 + maxSkillQueryArgs
+	case relay.OpSaveSkill:
+		limit = 6*int(h.opts.Config(runID).MaxBytes) + saveArgsOverhead
+	}
+	if len(q.Args) <= limit {
+		return relay.ToolResult{}, true
+	}
+	return skillError(relay.ErrLimit, "the arguments to %s are %s, over the %s it takes",
+		q.Op, units.Bytes(int64(len(q.Args))), units.Bytes(int64(limit))), false
 }
 
 // open returns the store of cfg's folder and limits.
@@ -187,9 +232,11 @@ func (h *skillHandler) listing(st *skills.Store) (*skillIndex, error) {
 		docs = append(docs, proxy.CatalogTool{Server: skillsServer, Name: s.Name, Title: s.Signature, Description: s.Description})
 	}
 	idx = &skillIndex{dir: st.Dir(), mod: mod, list: list, cat: proxy.NewCatalog(docs)}
-	h.mu.Lock()
-	h.index = idx
-	h.mu.Unlock()
+	if time.Since(mod) >= settleListing {
+		h.mu.Lock()
+		h.index = idx
+		h.mu.Unlock()
+	}
 	return idx, nil
 }
 
@@ -288,7 +335,7 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 	refuse := func(kind, format string, args ...any) relay.ToolResult {
 		r := skillError(kind, format, args...)
 		if h.opts.Audit != nil {
-			h.opts.Audit.SkillSave(runID, name, len(*a.Source), "refused", r.Error.Message)
+			h.opts.Audit.SkillSave(runID, name, len(*a.Source), "refused", kind, r.Error.Message)
 		}
 		return r
 	}
@@ -309,8 +356,10 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 		return refuse(relay.ErrSkillExists, "%v", err)
 	case errors.Is(err, skills.ErrFull), errors.Is(err, skills.ErrTooLarge):
 		return refuse(relay.ErrLimit, "%v", err)
-	case err != nil:
+	case errors.Is(err, skills.ErrInvalid):
 		return refuse(relay.ErrInvalid, "%v", err)
+	case err != nil:
+		return refuse(relay.ErrSkillsUnavailable, "%v", err)
 	}
 	h.forget()
 	outcome := "saved"
@@ -318,7 +367,7 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 		outcome = "replaced"
 	}
 	if h.opts.Audit != nil {
-		h.opts.Audit.SkillSave(runID, s.Name, len(s.Source), outcome, "")
+		h.opts.Audit.SkillSave(runID, s.Name, len(s.Source), outcome, "", "")
 	}
 	h.opts.Logger.Debug().Str("run_id", runID).Str("skill", s.Name).Int("bytes", len(s.Source)).Str("outcome", outcome).Msg("skill saved")
 	return answer(savedSkill{Name: s.Name, Bytes: len(s.Source), Replaced: replaced})
@@ -335,9 +384,12 @@ func (h *skillHandler) search(cfg policy.Skills, args json.RawMessage, tools rel
 	if err := json.Unmarshal(args, &a); err != nil {
 		return invalid(`search needs {"query": TEXT, "limit": N}`)
 	}
+	if len(a.Query) > maxQueryBytes {
+		return invalid("the search query is %d bytes; a few words say more (at most %d bytes)", len(a.Query), maxQueryBytes)
+	}
 	limit := 5
 	if a.Limit != nil && *a.Limit > 0 {
-		limit = *a.Limit
+		limit = min(*a.Limit, maxSearchLimit)
 	}
 	var hits []json.RawMessage
 	var scores []float64

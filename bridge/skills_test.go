@@ -1,9 +1,9 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,22 +17,29 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
-// skillsFor is a handler over dir with cfg's other keys, auditing into
-// the returned buffer.
-func skillsFor(t *testing.T, inner sandbox.ToolHandler, cfg *policy.Skills) (sandbox.ToolHandler, *bytes.Buffer) {
+// skillsFor is a handler with cfg, auditing into the returned buffer
+// through a policy store (with no run begun: refusals are bounded per
+// window).
+func skillsFor(t *testing.T, inner sandbox.ToolHandler, cfg *policy.Skills) (sandbox.ToolHandler, *syncBuffer) {
+	h, audit, _ := skillsWithStore(t, inner, cfg)
+	return h, audit
+}
+
+func skillsWithStore(t *testing.T, inner sandbox.ToolHandler, cfg *policy.Skills) (sandbox.ToolHandler, *syncBuffer, *policy.Store) {
 	t.Helper()
-	var audit bytes.Buffer
-	au, err := policy.OpenAuditor(policy.Audit{}, zerolog.New(&audit))
+	audit := &syncBuffer{}
+	store, err := policy.NewStore(policy.Default(), "", zerolog.New(audit))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() })
 	var mu sync.Mutex
 	h := WithSkills(inner, SkillsOptions{
 		Config: func(string) policy.Skills { mu.Lock(); defer mu.Unlock(); return *cfg },
-		Audit:  au,
+		Audit:  store,
 		Logger: zerolog.Nop(),
 	})
-	return h, &audit
+	return h, audit, store
 }
 
 func skillsConfig(t *testing.T) *policy.Skills {
@@ -266,6 +273,124 @@ func TestSkillsListingFollowsTheFolder(t *testing.T) {
 		var list []skillInfo
 		if err := json.Unmarshal(r.Result, &list); err != nil || len(list) != i+1 {
 			t.Fatalf("after saving %s elsewhere: %s", name, r.Result)
+		}
+	}
+}
+
+// BenchmarkSkillSource is the bridge's side of `from skills import NAME`:
+// reading one skill of 16 KiB and encoding the answer.
+func BenchmarkSkillSource(b *testing.B) {
+	cfg := policy.Default().Skills
+	cfg.Dir = filepath.Join(b.TempDir(), "skills")
+	h := WithSkills(nil, SkillsOptions{Config: func(string) policy.Skills { return cfg }})
+	src := strings.Repeat("x = 1  # padding the skill to 16 KiB\n", 16<<10/38)
+	args, _ := json.Marshal(saveArgs("bench", src))
+	if r := h.Query(context.Background(), "run", relay.Query{ID: 1, Op: relay.OpSaveSkill, Args: args}); r.Error != nil {
+		b.Fatal(r.Error)
+	}
+	q := relay.Query{ID: 1, Op: relay.OpSkillSource, Args: json.RawMessage(`{"name":"bench"}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := h.Query(context.Background(), "run", q); r.Error != nil {
+			b.Fatal(r.Error)
+		}
+	}
+}
+
+// BenchmarkSkillSave is one save with overwrite of a 16 KiB skill: checks,
+// a temporary file, fsync and a rename.
+func BenchmarkSkillSave(b *testing.B) {
+	cfg := policy.Default().Skills
+	cfg.Dir = filepath.Join(b.TempDir(), "skills")
+	h := WithSkills(nil, SkillsOptions{Config: func(string) policy.Skills { return cfg }})
+	a := saveArgs("bench", strings.Repeat("x = 1  # padding the skill to 16 KiB\n", 16<<10/38))
+	a["overwrite"] = true
+	args, _ := json.Marshal(a)
+	q := relay.Query{ID: 1, Op: relay.OpSaveSkill, Args: args}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := h.Query(context.Background(), "run", q); r.Error != nil {
+			b.Fatal(r.Error)
+		}
+	}
+}
+
+// BenchmarkSkillSearch is a search over 100 skills (the default cap) with
+// no upstreams, the listing cached.
+func BenchmarkSkillSearch(b *testing.B) {
+	cfg := policy.Default().Skills
+	cfg.Dir = filepath.Join(b.TempDir(), "skills")
+	h := WithSkills(searchTools{}, SkillsOptions{Config: func(string) policy.Skills { return cfg }})
+	for i := range 100 {
+		a := saveArgs(fmt.Sprintf("skill_%d", i), "x = 1\n")
+		a["description"] = fmt.Sprintf("Report number %d of the weekly sales by region", i)
+		args, _ := json.Marshal(a)
+		if r := h.Query(context.Background(), "run", relay.Query{ID: 1, Op: relay.OpSaveSkill, Args: args}); r.Error != nil {
+			b.Fatal(r.Error)
+		}
+	}
+	q := relay.Query{ID: 1, Op: relay.OpSearch, Args: json.RawMessage(`{"query":"weekly sales region","limit":5}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := h.Query(context.Background(), "run", q); r.Error != nil {
+			b.Fatal(r.Error)
+		}
+	}
+}
+
+// A run that loops on a refused save fills no disk: 20 refusals of a kind
+// are written, the rest counted in one summary when the run ends.
+func TestSkillsRefusalsAuditedWithinBounds(t *testing.T) {
+	cfg := skillsConfig(t)
+	cfg.Save = false
+	h, audit, store := skillsWithStore(t, nil, cfg)
+	store.Begin("run-1")
+	for range 50 {
+		if r := ask(t, h, relay.OpSaveSkill, saveArgs("again", "x = 1\n")); r.Error == nil || r.Error.Type != relay.ErrDenied {
+			t.Fatalf("save with saving off: %+v", r.Error)
+		}
+	}
+	store.End("run-1")
+	log := audit.String()
+	if n := strings.Count(log, `"event":"skill_save"`); n != policy.AuditRepeats {
+		t.Errorf("%d skill_save records, want %d", n, policy.AuditRepeats)
+	}
+	if !strings.Contains(log, `"event":"tool_call_summary","run_id":"run-1","server":"skills","tool":"save_skill","decision":"deny","rule":"denied","repeated":30`) {
+		t.Errorf("no summary of the 30 others:\n%s", log)
+	}
+}
+
+// Arguments over their bound are refused before they are decoded; a
+// folder that cannot be written is skills_unavailable.
+func TestSkillsArgumentBoundsAndFolderErrors(t *testing.T) {
+	cfg := skillsConfig(t)
+	h, _ := skillsFor(t, nil, cfg)
+	huge := strings.Repeat(`"",`, 2<<20)
+	for _, c := range []struct{ op, args string }{
+		{relay.OpSaveSkill, `{"name":"x","source":"x = 1","servers":[` + huge + `""]}`},
+		{relay.OpSearch, `{"query":"` + strings.Repeat("w ", 1<<20) + `","limit":5}`},
+		{relay.OpSkillSource, `{"name":"` + strings.Repeat("a", 8<<10) + `"}`},
+	} {
+		r := h.Query(context.Background(), "run-1", relay.Query{ID: 1, Op: c.op, Args: json.RawMessage(c.args)})
+		if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "over the") {
+			t.Errorf("%s with %d bytes of arguments: %+v", c.op, len(c.args), r.Error)
+		}
+	}
+	r := ask(t, h, relay.OpSearch, map[string]any{"query": strings.Repeat("w", 2000), "limit": 5})
+	if r.Error == nil || r.Error.Type != relay.ErrInvalid || !strings.Contains(r.Error.Message, "a few words") {
+		t.Errorf("a 2000-byte query: %+v", r.Error)
+	}
+	// The folder's path is a file.
+	if err := os.WriteFile(cfg.Dir, []byte("not a folder"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{relay.OpSaveSkill, relay.OpSkills} {
+		args := map[string]any{}
+		if op == relay.OpSaveSkill {
+			args = saveArgs("fine", "x = 1\n")
+		}
+		if r := ask(t, h, op, args); r.Error == nil || r.Error.Type != relay.ErrSkillsUnavailable {
+			t.Errorf("%s with a file for a folder: %+v", op, r.Error)
 		}
 	}
 }

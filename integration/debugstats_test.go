@@ -27,6 +27,21 @@ type bridgeStats struct {
 	HeapAlloc  uint64 `json:"heap_alloc_bytes"`
 	RSS        int64  `json:"rss_bytes"`
 	OpenFDs    int    `json:"open_fds"`
+	// Pool is the warm pool's state, once the engine is open.
+	Pool *struct {
+		Size     int `json:"size"`
+		Ready    int `json:"ready"`
+		Starting int `json:"starting"`
+		Removing int `json:"removing"`
+	} `json:"pool"`
+}
+
+// poolSettled reports whether the warm pool is full and idle (or absent):
+// the moment a baseline of goroutines and fds may be taken, since each
+// ready container holds its connection's.
+func (s bridgeStats) poolSettled() bool {
+	p := s.Pool
+	return p == nil || (p.Ready == p.Size && p.Starting == 0 && p.Removing == 0)
 }
 
 // max returns the field-wise maximum of s and o.
@@ -267,4 +282,16 @@ func containersOf(t *testing.T, e *engine, pid int) []sandbox.Container {
 		}
 	}
 	return mine
+}
+
+// settledStats reads the bridge's stats once its warm pool is full and
+// idle, so that two readings compare like with like.
+func settledStats(t *testing.T, addr string) bridgeStats {
+	t.Helper()
+	var st bridgeStats
+	waitFor(t, 30*time.Second, "the warm pool full and idle", func() bool {
+		st = debugStats(t, addr)
+		return st.poolSettled()
+	})
+	return st
 }

@@ -244,7 +244,7 @@ except ImportError as e:
 		// Load on the bridge from the code's side: 200 saves and reads of a
 		// skill at the size cap, over the raw relay. The bridge's memory
 		// and goroutines stay where they were.
-		before := debugStats(t, debugAddr)
+		before := settledStats(t, debugAddr)
 		out, _ = run(`import _bridge_relay as r
 src = "# " + "x" * 4000 + "\n"
 for i in range(200):
@@ -255,7 +255,7 @@ print("done")
 		if out.Stdout != "done\n" {
 			t.Fatalf("the save loop: %+v", out)
 		}
-		after := debugStats(t, debugAddr)
+		after := settledStats(t, debugAddr)
 		t.Logf("bridge before/after 400 skill operations: goroutines %d/%d, heap %d/%d KiB, RSS %d/%d MiB",
 			before.Goroutines, after.Goroutines, before.HeapAlloc>>10, after.HeapAlloc>>10, before.RSS>>20, after.RSS>>20)
 		if after.RSS-before.RSS > 32<<20 || after.Goroutines > before.Goroutines+4 {

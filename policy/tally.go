@@ -161,3 +161,23 @@ func (s *Store) Record(r *Run, c Call) {
 func (a *Auditor) summarize(r *Run, final bool) {
 	a.summaries(r.ID, r.tally.take(final))
 }
+
+// SkillSave audits a skill save of run runID within the same bounds as
+// its tool calls: saves are written one by one; refusals up to
+// AuditRepeats of each kind (kind: the error type), the rest counted and
+// summarized (tool_call_summary, server "skills", tool "save_skill") when
+// the run ends. outcome is "saved", "replaced" or "refused".
+func (s *Store) SkillSave(runID, name string, bytes int, outcome, kind, why string) {
+	c := Call{RunID: runID, Server: "skills", Tool: "save_skill", Allowed: outcome != "refused", Rule: kind}
+	write := true
+	if r := s.Run(runID); r != nil {
+		write = r.tally.admit(c)
+	} else if !c.Allowed {
+		var due []tallyKind
+		write, due = s.unrun.admitWindow(c, s.now())
+		s.audit.summaries("", due)
+	}
+	if write {
+		s.audit.SkillSave(runID, name, bytes, outcome, why)
+	}
+}

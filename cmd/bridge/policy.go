@@ -383,16 +383,13 @@ func remoteProxyPolicy(proxyURL string, p *policy.Policy) error {
 }
 
 // withSkills answers the code's skill operations from the skills folder of
-// the policy each run is pinned to, and passes the rest to tools.
+// the policy in force, and passes the rest to tools.
 func withSkills(tools sandbox.ToolHandler, store *policy.Store, log zerolog.Logger) sandbox.ToolHandler {
 	return bridge.WithSkills(tools, bridge.SkillsOptions{
-		Config: func(runID string) policy.Skills {
-			if r := store.Run(runID); r != nil {
-				return r.Snap.Policy.Skills
-			}
-			return store.Current().Policy.Skills
-		},
-		Audit:  store.Audit(),
+		// The policy in force now, not the one the run is pinned to: turning
+		// saving off applies to runs already going.
+		Config: func(string) policy.Skills { return store.Current().Policy.Skills },
+		Audit:  store,
 		Logger: log,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/bridge-mcp/bridge/internal/skills"
 	"github.com/bridge-mcp/bridge/policy"
@@ -125,6 +126,9 @@ func skillsShow(e *env, args []string) (int, error) {
 		return 1, notFoundHint(err, st)
 	}
 	fmt.Fprintf(e.stdout, "# skill %s, saved %s\n", s.Name, s.Saved.Local().Format(time.DateTime))
+	if src := visible(s.Source); src != s.Source {
+		fmt.Fprintln(e.stdout, "# WARNING: the source holds control characters, shown below as escapes (\\x1b...): bridge itself refuses such a save, so this file was written by other means")
+	}
 	if s.Description != "" {
 		fmt.Fprintf(e.stdout, "# %s\n", oneLine(s.Description, 200))
 	}
@@ -132,11 +136,12 @@ func skillsShow(e *env, args []string) (int, error) {
 		fmt.Fprintf(e.stdout, "# from skills import %s; %s%s\n", s.Name, s.Name, s.Signature)
 	}
 	if len(s.Servers) > 0 {
-		fmt.Fprintf(e.stdout, "# calls: %s\n", strings.Join(s.Servers, ", "))
+		fmt.Fprintf(e.stdout, "# calls: %s\n", oneLine(strings.Join(s.Servers, ", "), 400))
 	}
 	fmt.Fprintln(e.stdout)
-	fmt.Fprint(e.stdout, s.Source)
-	if !strings.HasSuffix(s.Source, "\n") {
+	src := visible(s.Source)
+	fmt.Fprint(e.stdout, src)
+	if !strings.HasSuffix(src, "\n") {
 		fmt.Fprintln(e.stdout)
 	}
 	return 0, nil
@@ -179,9 +184,34 @@ func notFoundHint(err error, st *skills.Store) error {
 	return err
 }
 
-// oneLine is s on one line, cut to n runes.
+// visible is s with every control character but line feed and tab (and
+// the carriage return of a CRLF) written as an escape: a skill's text must
+// not drive the operator's terminal (move the cursor, erase a line) while
+// it is reviewed.
+func visible(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' }) < 0 &&
+		!strings.Contains(strings.ReplaceAll(s, "\r\n", ""), "\r") {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r == '\r' && strings.HasPrefix(s[i+1:], "\n"):
+			b.WriteRune(r)
+		case unicode.IsControl(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// oneLine is s on one line, its control characters escaped, cut to n runes.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = visible(strings.Join(strings.Fields(s), " "))
 	r := []rune(s)
 	if len(r) > n {
 		return string(r[:n-1]) + "…"

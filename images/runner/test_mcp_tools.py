@@ -999,14 +999,19 @@ class SkillRelay(FakeRelay):
 
 
 def define(source: str, filename: str = "<code>") -> dict:
-    """Runs source as the runner runs the code: a __main__ namespace, its
-    lines in linecache under the code's name."""
+    """Runs source as the runner runs the code: in a __main__ module that is
+    sys.modules["__main__"] (SkillsTest puts the real one back), its lines
+    in linecache under the code's name."""
     import linecache
 
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    ns = {"__name__": "__main__", "__builtins__": __builtins__}
-    exec(compile(source, filename, "exec"), ns)
-    return ns
+    main = sys.modules["__main__"]
+    if getattr(main, "__bridge_test_main__", False) is False:
+        main = types.ModuleType("__main__")
+        main.__bridge_test_main__ = True
+        sys.modules["__main__"] = main
+    exec(compile(source, filename, "exec", dont_inherit=True), main.__dict__)
+    return main.__dict__
 
 
 class SkillsTest(Base):
@@ -1014,8 +1019,13 @@ class SkillsTest(Base):
         super().setUp()
         self.relay = SkillRelay()
         sys.modules["_bridge_relay"] = self.relay.module()
+        self._main = sys.modules["__main__"]
         for name in [n for n in sys.modules if n.startswith("skills.")]:
             del sys.modules[name]
+
+    def tearDown(self) -> None:
+        sys.modules["__main__"] = self._main
+        super().tearDown()
 
     def saves(self) -> list:
         return [a for op, a in self.relay.queries if op == "save_skill"]
@@ -1162,6 +1172,104 @@ class SkillsTest(Base):
         self.assertEqual(hits[0], {"skill": "top_repos", "description": "The n most starred repositories.", "signature": "(n=5)",
                                    "import": "from skills import top_repos", "score": 2.5})
         self.assertEqual(hits[1]["tool"], "echo")
+
+
+class SkillsCarryTest(SkillsTest):
+    """What a saved function carries, in the cases that are easy to get wrong."""
+
+    def test_classes_of_the_code(self) -> None:
+        ns = define(
+            "from dataclasses import dataclass\n"
+            "@dataclass\n"
+            "class Point:\n"
+            "    x: int\n"
+            "    y: int\n"
+            "class Box:\n"
+            "    def __init__(self, p):\n"
+            "        self.p = p\n"
+            "    def area(self):\n"
+            "        return self.p.x * self.p.y\n"
+            "def area(x, y):\n"
+            "    return Box(Point(x, y)).area()\n"
+        )
+        mcp_tools.save_skill("area", ns["area"])
+        src = self.saves()[0]["source"]
+        self.assertIn("from dataclasses import dataclass", src)
+        self.assertIn("@dataclass\nclass Point:", src)
+        self.assertIn("class Box:", src)
+        from skills import area
+
+        self.assertEqual(area(3, 4), 12)
+
+    def test_a_class_of_a_later_session_call(self) -> None:
+        define("class Unit:\n    n = 1\n", "<code>")
+        ns = define("class Unit:\n    n = 2\ndef unit():\n    return Unit.n\n", "<code 2>")
+        mcp_tools.save_skill("unit", ns["unit"])
+        from skills import unit
+
+        self.assertEqual(unit(), 2)
+
+    def test_a_skill_built_on_a_skill(self) -> None:
+        mcp_tools.save_skill("base", "def _h(x):\n    return x + 1\ndef base(x):\n    return _h(x) * 2\n")
+        ns = define("from skills import base\ndef twice(x):\n    return base(base(x))\n")
+        mcp_tools.save_skill("twice", ns["twice"])
+        self.assertIn("def _h(x):", self.saves()[1]["source"])
+        forget_all()
+        from skills import twice
+
+        self.assertEqual(twice(1), 10)
+        # A skill saved again under another name, with its helper.
+        mcp_tools.save_skill("twice_again", twice)
+        forget_all()
+        from skills import twice_again
+
+        self.assertEqual(twice_again(1), 10)
+        # A skill module used as a global is refused, with what to do.
+        mcp_tools.save_skill("kit", "def a():\n    return 1\n")
+        ns = define("import skills\nfrom skills import kit\ndef uses_kit():\n    return kit.a()\n")
+        with self.assertRaises(mcp_tools.SkillError) as cm:
+            mcp_tools.save_skill("uses_kit", ns["uses_kit"])
+        self.assertIn("import it inside the function (from skills import kit)", str(cm.exception))
+
+    def test_the_name_may_not_be_a_carried_global(self) -> None:
+        ns = define("import textwrap as tw\ndef helper(s):\n    return s\ndef work(s):\n    return helper(tw.dedent(s))\n")
+        for name in ("helper", "tw"):
+            with self.subTest(name=name):
+                with self.assertRaises(mcp_tools.SkillError) as cm:
+                    mcp_tools.save_skill(name, ns["work"])
+                self.assertIn("also a global that work uses", str(cm.exception))
+        self.assertEqual(self.saves(), [])
+
+    def test_odd_globals(self) -> None:
+        ns = define(
+            "from __future__ import annotations\n"
+            "import functools\n"
+            "@functools.lru_cache\n"
+            "def cached(x):\n"
+            "    return x\n"
+            "def me() -> SomeTypeNotDefined:\n"
+            "    return __name__\n"
+            "def uses_cached():\n"
+            "    return cached(1)\n"
+        )
+        mcp_tools.save_skill("me", ns["me"], description="é" * 600)
+        sent = self.saves()[0]
+        self.assertTrue(sent["source"].startswith("from __future__ import annotations\n"))
+        self.assertNotIn("__name__ =", sent["source"])
+        self.assertLessEqual(len(sent["description"].encode()), 1024)
+        from skills import me
+
+        self.assertEqual(me(), "skills.me")
+        for fn, want in ((ns["cached"], "is decorated"), (ns["uses_cached"], "uses cached, which is decorated")):
+            with self.assertRaises(mcp_tools.SkillError) as cm:
+                mcp_tools.save_skill("odd", fn)
+            self.assertIn(want, str(cm.exception))
+
+
+def forget_all() -> None:
+    """As a new run: no skill module loaded."""
+    for name in [n for n in sys.modules if n.startswith("skills.")]:
+        del sys.modules[name]
 
 
 def json_loads(s: str) -> Any:

@@ -7,13 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -61,15 +64,29 @@ var ErrExists = errors.New("a skill of that name exists")
 // ErrNotFound is the error for a name no skill has.
 var ErrNotFound = errors.New("no such skill")
 
+// ErrInvalid wraps what Check and CheckName find wrong with a skill (but
+// a source over the size cap, which is ErrTooLarge).
+var ErrInvalid = errors.New("invalid skill")
+
+// invalidf is an error that wraps ErrInvalid, printed without it.
+func invalidf(format string, args ...any) error {
+	return invalidError{fmt.Sprintf(format, args...)}
+}
+
+type invalidError struct{ msg string }
+
+func (e invalidError) Error() string      { return e.msg }
+func (invalidError) Is(target error) bool { return target == ErrInvalid }
+
 // CheckName says what is wrong with name as a skill's name, or nil.
 func CheckName(name string) error {
 	switch {
 	case name == "":
-		return errors.New("a skill needs a name")
+		return invalidf("a skill needs a name")
 	case !namePattern.MatchString(name):
-		return fmt.Errorf("skill name %q is not valid: 1 to 64 lower-case letters, digits and '_', starting with a letter", clip(name, 80))
+		return invalidf("skill name %q is not valid: 1 to 64 lower-case letters, digits and '_', starting with a letter", clip(name, 80))
 	case reserved[name]:
-		return fmt.Errorf("skill name %q is taken by Python, its standard library or mcp_tools: pick another", name)
+		return invalidf("skill name %q is taken by Python, its standard library or mcp_tools: pick another", name)
 	}
 	return nil
 }
@@ -81,24 +98,43 @@ func Check(s Skill, lim Limits) error {
 	}
 	switch {
 	case strings.TrimSpace(s.Source) == "":
-		return errors.New("the skill's source is empty")
+		return invalidf("the skill's source is empty")
 	case len(s.Source) > lim.MaxBytes:
 		return fmt.Errorf("%w: %d bytes, over the %d a skill may have (skills.max_bytes)", ErrTooLarge, len(s.Source), lim.MaxBytes)
-	case !utf8.ValidString(s.Source) || strings.ContainsRune(s.Source, 0):
-		return errors.New("the skill's source is not UTF-8 text")
-	case len(s.Description) > maxDescription || !utf8.ValidString(s.Description):
-		return fmt.Errorf("the description is over %d bytes, or not UTF-8", maxDescription)
-	case len(s.Signature) > maxSignature || !utf8.ValidString(s.Signature):
-		return fmt.Errorf("the signature is over %d bytes, or not UTF-8", maxSignature)
+	case !utf8.ValidString(s.Source):
+		return invalidf("the skill's source is not UTF-8 text")
+	case strings.IndexFunc(s.Source, badInSource) >= 0:
+		return invalidf("the skill's source holds a control character (such as NUL or ESC) outside a tab or line end: write it as an escape in a string, e.g. \\x1b")
+	case len(s.Description) > maxDescription || !plainText(s.Description):
+		return invalidf("the description must be at most %d bytes of UTF-8 text without control characters", maxDescription)
+	case len(s.Signature) > maxSignature || !plainText(s.Signature):
+		return invalidf("the signature must be at most %d bytes of UTF-8 text without control characters", maxSignature)
 	case len(s.Servers) > maxServers:
-		return fmt.Errorf("a skill lists at most %d servers", maxServers)
+		return invalidf("a skill lists at most %d servers", maxServers)
 	}
 	for _, srv := range s.Servers {
-		if srv == "" || len(srv) > maxServerName || !utf8.ValidString(srv) {
-			return fmt.Errorf("a server a skill calls must be a name of 1 to %d bytes of UTF-8", maxServerName)
+		if srv == "" || len(srv) > maxServerName || !plainText(srv) {
+			return invalidf("a server a skill calls must be a name of 1 to %d bytes of text", maxServerName)
 		}
 	}
 	return nil
+}
+
+// badInSource reports the characters a skill's source may not hold: the
+// C0 and C1 controls and DEL, but tab, line feed, carriage return and form
+// feed. They would reach the operator's terminal through `bridge skills
+// show` and could hide lines from the review it is for.
+func badInSource(r rune) bool {
+	switch r {
+	case '\t', '\n', '\r', '\f':
+		return false
+	}
+	return unicode.IsControl(r)
+}
+
+// plainText is UTF-8 without any control character.
+func plainText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 // Store is a folder of skills. It is safe for concurrent use, and for
@@ -204,7 +240,7 @@ func (st *Store) Get(name string) (Skill, error) {
 	if err := CheckName(name); err != nil {
 		return Skill{}, err
 	}
-	data, err := os.ReadFile(st.path(name))
+	data, err := st.read(st.path(name))
 	if errors.Is(err, os.ErrNotExist) {
 		return Skill{}, fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
@@ -216,6 +252,31 @@ func (st *Store) Get(name string) (Skill, error) {
 		return Skill{}, fmt.Errorf("the skill file %s is damaged: remove it with `bridge skills rm %s`", st.path(name), name)
 	}
 	return s, nil
+}
+
+// maxFile bounds the bytes read of one skill's file: a source at the
+// largest cap, JSON-escaped, with room for the rest.
+const maxFile = 6<<20 + 64<<10
+
+// read reads a skill's file: a regular file, not a link (nor a FIFO that
+// would block), of at most maxFile bytes.
+func (st *Store) read(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%s is a symbolic link, not a skill's file: remove it", path)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxFile {
+		return nil, fmt.Errorf("%s is not a skill's file (not a regular file, or over %d bytes): remove it", path, maxFile)
+	}
+	return io.ReadAll(io.LimitReader(f, maxFile))
 }
 
 // List returns every skill, by name, without its source.

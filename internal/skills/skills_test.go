@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -91,7 +92,11 @@ func TestSaveRefusals(t *testing.T) {
 		{Skill{Name: "lambda", Source: ok}, "taken by Python"},
 		{Skill{Name: "big", Source: strings.Repeat("#", 101)}, "over the 100"},
 		{Skill{Name: "empty", Source: "  \n"}, "empty"},
-		{Skill{Name: "nul", Source: "x = 1\x00"}, "not UTF-8 text"},
+		{Skill{Name: "nul", Source: "x = 1\x00"}, "control character"},
+		{Skill{Name: "esc", Source: "x = 1  # \x1b[2K\x1b[1A hidden\n"}, "control character"},
+		{Skill{Name: "bad_utf8", Source: "x = '\xff'\n"}, "not UTF-8 text"},
+		{Skill{Name: "desc_esc", Source: ok, Description: "fine\x1b[2K"}, "description"},
+		{Skill{Name: "srv_esc", Source: ok, Servers: []string{"a\x1bb"}}, "server"},
 		{Skill{Name: "desc", Source: ok, Description: strings.Repeat("d", 2000)}, "description"},
 		{Skill{Name: "sig", Source: ok, Signature: "(" + strings.Repeat("a, ", 200) + ")"}, "signature"},
 		{Skill{Name: "srv", Source: ok, Servers: []string{""}}, "server"},
@@ -213,5 +218,32 @@ func TestFolderMadeOnFirstSave(t *testing.T) {
 	}
 	if _, err := Open("relative/skills", DefaultLimits()); err == nil {
 		t.Error("a relative folder was accepted")
+	}
+}
+
+// A file at a skill's name that is not a regular file is refused, not
+// followed or read.
+func TestGetRefusesOddFiles(t *testing.T) {
+	st := newStore(t, DefaultLimits())
+	if _, err := st.Save(Skill{Name: "real", Source: "x = 1\n"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(st.path("real"), st.path("link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Get("link"); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("Get of a symlink: %v", err)
+	}
+	if err := syscall.Mkfifo(st.path("fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Get("fifo"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("Get of a FIFO: %v", err)
+	}
+	if _, err := st.Save(Skill{Name: "x1", Source: "\tx = 1\r\n\f"}, false); err != nil {
+		t.Errorf("tabs, CR and form feeds are fine: %v", err)
+	}
+	if err := CheckName("../x"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("CheckName's error does not wrap ErrInvalid: %v", err)
 	}
 }

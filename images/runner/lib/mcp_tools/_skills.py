@@ -75,6 +75,11 @@ def save_skill(name, fn_or_source, description="", overwrite=False):
         )
     if isinstance(fn_or_source, str):
         source = fn_or_source
+    elif callable(fn_or_source) and hasattr(fn_or_source, "__wrapped__"):
+        raise SkillError(
+            f"{getattr(fn_or_source, '__name__', 'that function')} is decorated: save the function without its decorator, or the module's source as a string",
+            type="invalid",
+        )
     elif isinstance(fn_or_source, types.FunctionType):
         source = function_module(fn_or_source, name)
     else:
@@ -95,7 +100,7 @@ def save_skill(name, fn_or_source, description="", overwrite=False):
         {
             "name": name,
             "source": source,
-            "description": description[:_MAX_DESCRIPTION],
+            "description": description.encode()[:_MAX_DESCRIPTION].decode(errors="ignore"),
             "signature": signature,
             "servers": servers,
             "overwrite": overwrite,
@@ -111,6 +116,11 @@ def function_module(fn, name):
     name) with what fn needs from its code's globals."""
     if fn.__name__ == "<lambda>":
         raise SkillError("save a function defined with def, not a lambda", type="invalid")
+    if hasattr(fn, "__wrapped__"):
+        raise SkillError(
+            f"{fn.__name__} is decorated: save the function without its decorator, or the module's source as a string",
+            type="invalid",
+        )
     if "<locals>" in fn.__qualname__:
         raise SkillError(
             f"{fn.__name__} is defined inside another function: define it at the top level of the code to save it",
@@ -119,63 +129,100 @@ def function_module(fn, name):
     if fn.__closure__:
         free = ", ".join(fn.__code__.co_freevars)
         raise SkillError(f"{fn.__name__} uses variables of an enclosing scope ({free}): pass them as arguments", type="invalid")
-    parts = _Parts(fn.__globals__)
+    parts = _Parts()
     parts.add_definition(fn.__name__, fn)
     source = parts.render()
     if name != fn.__name__:
+        if name in parts.names:
+            raise SkillError(
+                f"the skill's name {name!r} is also a global that {fn.__name__} uses: save it under another name",
+                type="invalid",
+            )
         source += f"\n{name} = {fn.__name__}\n"
     return source
 
 
-class _Parts:
-    """What a saved function needs, collected from its globals."""
+def _defined_in_code(value):
+    """Whether value is a function or class of the run's code or of a
+    skill: carried by its source."""
+    module = getattr(value, "__module__", None)
+    return isinstance(value, (types.FunctionType, type)) and isinstance(module, str) and (module == "__main__" or module.startswith("skills."))
 
-    def __init__(self, globals_):
-        self.globals = globals_
+
+_CO_FUTURE_ANNOTATIONS = 0x1000000  # __future__.annotations.compiler_flag
+
+
+class _Parts:
+    """What a saved function needs, collected from the globals of each
+    definition it carries (the run's code, or a skill it imported)."""
+
+    def __init__(self):
         self.imports = {}  # name -> import line
         self.constants = {}  # name -> assignment line
         self.definitions = []  # source of functions and classes, dependencies first
-        self.seen = set()
+        self.objects = {}  # name -> the object carried under it
+        self.future_annotations = False
+
+    @property
+    def names(self):
+        return set(self.objects)
+
+    def claim(self, name, value, user):
+        """Takes name for value; False if it already has it."""
+        had = self.objects.get(name, _MISSING)
+        if had is value:
+            return False
+        if had is not _MISSING:
+            raise SkillError(f"{user} uses {name!r}, and another global of that name is carried already: rename one of them", type="invalid")
+        self.objects[name] = value
+        return True
 
     def add_definition(self, name, obj):
-        if name in self.seen:
+        if not self.claim(name, obj, name):
             return
-        self.seen.add(name)
-        try:
-            src = textwrap.dedent(inspect.getsource(obj))
-        except (OSError, TypeError):
-            raise SkillError(
-                f"the source of {name} cannot be found: save a function defined in this run's code, or pass the module's source as a string",
-                type="invalid",
-            ) from None
-        for used in sorted(_global_names(obj, src)):
-            self.add_global(used, name)
+        src = _source(obj)
+        code = getattr(obj, "__code__", None)
+        if code is not None and code.co_flags & _CO_FUTURE_ANNOTATIONS:
+            self.future_annotations = True
+        globals_ = getattr(obj, "__globals__", None)
+        if globals_ is None:  # a class: its methods' globals, else its module's
+            methods = [v for v in vars(obj).values() if isinstance(v, types.FunctionType) and v.__module__ == obj.__module__]
+            globals_ = methods[0].__globals__ if methods else getattr(sys.modules.get(obj.__module__), "__dict__", {})
+        for used in sorted(_global_names(src)):
+            self.add_global(used, name, globals_)
         self.definitions.append(src)
 
-    def add_global(self, name, user):
-        if name in self.seen or name in self.imports or name in self.constants:
-            return
-        if name not in self.globals:
-            return  # a builtin, an attribute name, or a NameError as before
-        value = self.globals[name]
+    def add_global(self, name, user, globals_):
+        if name.startswith("__") and name.endswith("__"):
+            return  # __name__, __file__...: the skill's module has its own
+        if name not in globals_:
+            return  # a builtin, a name bound in a class body, or a NameError as before
+        value = globals_[name]
         if getattr(builtins, name, _MISSING) is value:
             return
         if isinstance(value, types.ModuleType):
             mod = value.__name__
-            self.imports[name] = f"import {mod}" if mod == name else f"import {mod} as {name}"
+            if mod.startswith("skills."):
+                raise SkillError(
+                    f"{user} uses the skill module {name!r}: import it inside the function (from skills import {mod[7:]})",
+                    type="invalid",
+                )
+            if self.claim(name, value, user):
+                self.imports[name] = f"import {mod}" if mod == name else f"import {mod} as {name}"
             return
-        if isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == "__main__":
+        if callable(value) and hasattr(value, "__wrapped__") and _defined_in_code(inspect.unwrap(value)):
+            raise SkillError(f"{user} uses {name}, which is decorated: a skill cannot carry it; save the module's source as a string", type="invalid")
+        if _defined_in_code(value):
             if isinstance(value, types.FunctionType) and (value.__closure__ or "<locals>" in value.__qualname__):
                 raise SkillError(f"{user} uses {name}, which is not defined at the top level of the code", type="invalid")
+            if getattr(value, "__name__", name) != name:
+                raise SkillError(f"{user} uses {name}, another name of {value.__name__}: use {value.__name__} itself", type="invalid")
             self.add_definition(name, value)
             return
-        line = _import_line(name, value)
+        line = _import_line(name, value) or _constant_line(name, value)
         if line:
-            self.imports[name] = line
-            return
-        line = _constant_line(name, value)
-        if line:
-            self.constants[name] = line
+            if self.claim(name, value, user):
+                (self.imports if line.startswith(("from ", "import ")) else self.constants)[name] = line
             return
         raise SkillError(
             f"{user} uses the global {name!r}, a {type(value).__name__}, which a skill cannot carry: "
@@ -185,16 +232,67 @@ class _Parts:
 
     def render(self):
         head = [self.imports[n] for n in sorted(self.imports)] + [self.constants[n] for n in sorted(self.constants)]
+        if self.future_annotations:
+            head.insert(0, "from __future__ import annotations")
         out = "\n".join(head)
         if out:
             out += "\n\n\n"
         return out + "\n\n".join(d.rstrip("\n") + "\n" for d in self.definitions)
 
 
+def _source(obj):
+    """obj's source, dedented. inspect finds a function's by its code; a
+    class of the run's code is looked for in the code's lines, since the
+    runner's __main__ has no file to find it in."""
+    try:
+        return textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError):
+        pass
+    if isinstance(obj, type):
+        src = _class_source(obj)
+        if src is not None:
+            return src
+    raise SkillError(
+        f"the source of {obj.__name__} cannot be found: save a function defined in this run's code, or pass the module's source as a string",
+        type="invalid",
+    )
+
+
+def _class_source(cls):
+    """The source of the top-level class cls in the code the runner ran:
+    the file of one of its methods if it has one, else the latest piece of
+    code that defines a class of that name."""
+    import linecache
+
+    files = []
+    for v in vars(cls).values():
+        f = getattr(v, "__func__", v)
+        code = getattr(f, "__code__", None) or getattr(getattr(v, "fget", None), "__code__", None)
+        if code is not None and code.co_filename in linecache.cache:
+            files.append((code.co_filename, code.co_firstlineno))
+            break
+    if not files:
+        names = [n for n in linecache.cache if n == "<code>" or (n.startswith("<code ") and n.endswith(">"))]
+        names.sort(key=lambda n: 0 if n == "<code>" else int(n[6:-1]) if n[6:-1].isdigit() else -1, reverse=True)
+        files = [(n, None) for n in names]
+    for filename, line in files:
+        lines = linecache.getlines(filename)
+        try:
+            tree = ast.parse("".join(lines))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if line is None or first <= line <= node.end_lineno:
+                    return textwrap.dedent("".join(lines[first - 1 : node.end_lineno]))
+    return None
+
+
 _MISSING = object()
 
 
-def _global_names(obj, src):
+def _global_names(src):
     """The names obj's definition reads as globals: its source compiled
     alone, every code object in it walked for the instructions that load a
     global or module-level name (decorators, defaults, bases and class
