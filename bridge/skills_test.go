@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -330,12 +331,23 @@ func BenchmarkSkillSearch(b *testing.B) {
 		}
 	}
 	q := relay.Query{ID: 1, Op: relay.OpSearch, Args: json.RawMessage(`{"query":"weekly sales region","limit":5}`)}
-	b.ReportAllocs()
-	for b.Loop() {
-		if r := h.Query(context.Background(), "run", q); r.Error != nil {
-			b.Fatal(r.Error)
+	search := func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if r := h.Query(context.Background(), "run", q); r.Error != nil {
+				b.Fatal(r.Error)
+			}
 		}
 	}
+	// Just saved: the folder changed within settleListing, so every search
+	// lists it and builds the index again.
+	b.Run("fresh", search)
+	// Settled: the listing and index are kept.
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(cfg.Dir, old, old); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("cached", search)
 }
 
 // A run that loops on a refused save fills no disk: 20 refusals of a kind

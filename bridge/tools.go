@@ -55,7 +55,7 @@ var moduleReserved = func() map[string]bool {
 	for _, n := range strings.Fields(`servers tools describe search call acall call_raw acall_raw help
 		MCPToolsError ToolError UnknownServerError UnknownToolError UpstreamError ToolTimeoutError
 		ToolDeniedError LimitExceededError ToolsUnavailableError show save_skill skills SkillError
-		_core _help _modules _show _skills _runner_files __pycache__
+		_core _help _modules _show _skills _carry _runner_files __pycache__
 		__all__ __builtins__ __cached__ __dir__ __doc__ __file__ __getattr__ __loader__ __name__
 		__package__ __path__ __spec__`) {
 		m[n] = true

@@ -159,7 +159,7 @@ MODULE_DUNDERS = frozenset(
 # Every attribute the mcp_tools package has or may get: a server's module
 # alias must be none of them. The bridge computes module aliases with the
 # same list (test_mcp_tools checks that it covers the package).
-RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "_runner_files", "_show", "_skills", "__pycache__"}
+RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "_runner_files", "_show", "_skills", "_carry", "__pycache__"}
 
 
 def alias(name, reserved=frozenset()):
