@@ -68,20 +68,9 @@ func (p *parser) artifacts(k, v *yaml.Node, a *Artifacts) {
 		case "max_bytes_total":
 			a.MaxBytesTotal = p.size(k, v, name, a.MaxBytesTotal, 0, maxArtifactTotal)
 		case "dir":
-			s, ok := p.str(k, v, name)
-			if !ok || s == "" {
-				break
+			if dir, ok := p.ownFolder(k, v, name, "the files", "~/.local/state/bridge/artifacts"); ok {
+				a.Dir = dir
 			}
-			dir, note, err := hostDir(s, false)
-			if err != nil {
-				p.errorf(v, "%s: %v", name, err)
-				break
-			}
-			if why := refusal(dir); why != "" {
-				p.errorf(v, "%s: %s%s: give the bridge a folder of its own for the files, e.g. ~/.local/state/bridge/artifacts", name, why, note)
-				break
-			}
-			a.Dir = dir
 		case "by_reference":
 			if s, ok := p.enum(k, v, name, []string{artifactsLarge, artifactsAll}); ok {
 				a.ByReference = s

@@ -10,6 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/bridge-mcp/bridge/internal/paths"
 )
 
@@ -181,4 +183,25 @@ func resolve(p string, mustExist bool) (string, error) {
 		return "", err
 	}
 	return filepath.Join(rp, filepath.Base(p)), nil
+}
+
+// ownFolder reads the key name as a host folder the bridge keeps what (its
+// files, its skills) in: absolute or ~/..., symlinks resolved, not one of
+// the forbidden places. It need not exist. ok is false when the value is
+// "" or was reported as wrong.
+func (p *parser) ownFolder(k, v *yaml.Node, name, what, example string) (string, bool) {
+	s, ok := p.str(k, v, name)
+	if !ok || s == "" {
+		return "", false
+	}
+	dir, note, err := hostDir(s, false)
+	if err != nil {
+		p.errorf(v, "%s: %v", name, err)
+		return "", false
+	}
+	if why := refusal(dir); why != "" {
+		p.errorf(v, "%s: %s%s: give the bridge a folder of its own for %s, e.g. %s", name, why, note, what, example)
+		return "", false
+	}
+	return dir, true
 }

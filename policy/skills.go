@@ -71,20 +71,9 @@ func (p *parser) skills(k, v *yaml.Node, s *Skills) {
 		name := "skills." + key
 		switch key {
 		case "dir":
-			str, ok := p.str(k, v, name)
-			if !ok || str == "" {
-				break
+			if dir, ok := p.ownFolder(k, v, name, "the skills", "~/.local/state/bridge/skills"); ok {
+				s.Dir = dir
 			}
-			dir, note, err := hostDir(str, false)
-			if err != nil {
-				p.errorf(v, "%s: %v", name, err)
-				break
-			}
-			if why := refusal(dir); why != "" {
-				p.errorf(v, "%s: %s%s: give the skills a folder of their own, e.g. ~/.local/state/bridge/skills", name, why, note)
-				break
-			}
-			s.Dir = dir
 		case "save":
 			s.Save = p.boolean(k, v, name, s.Save)
 			saveNode = v
