@@ -132,7 +132,8 @@ func (h *skillHandler) Query(ctx context.Context, runID string, q relay.Query) r
 	default:
 		return h.inner.Query(ctx, runID, q)
 	}
-	if r, ok := h.tooBig(runID, q); !ok {
+	cfg := h.opts.Config(runID)
+	if r, ok := tooBig(cfg, q); !ok {
 		return r
 	}
 	var tools relay.ToolResult
@@ -146,7 +147,6 @@ func (h *skillHandler) Query(ctx context.Context, runID string, q relay.Query) r
 	// metered like the catalog's.
 	var r relay.ToolResult
 	err := sandbox.HostMeterFrom(ctx).Do(func() {
-		cfg := h.opts.Config(runID)
 		switch q.Op {
 		case relay.OpSkills:
 			r = h.list(cfg)
@@ -171,18 +171,18 @@ func (h *skillHandler) Query(ctx context.Context, runID string, q relay.Query) r
 
 // tooBig refuses a skill operation whose arguments are over their bound,
 // before they are decoded.
-func (h *skillHandler) tooBig(runID string, q relay.Query) (relay.ToolResult, bool) {
+func tooBig(cfg policy.Skills, q relay.Query) (relay.ToolResult, bool) {
 	limit := maxSkillQueryArgs
 	switch q.Op {
 	case relay.OpSearch:
 		limit = maxQueryBytes*6 + maxSkillQueryArgs
 	case relay.OpSaveSkill:
-		limit = 6*int(h.opts.Config(runID).MaxBytes) + saveArgsOverhead
+		limit = 6*int(cfg.MaxBytes) + saveArgsOverhead
 	}
 	if len(q.Args) <= limit {
 		return relay.ToolResult{}, true
 	}
-	return skillError(relay.ErrLimit, "the arguments to %s are %s, over the %s it takes",
+	return toolError(relay.ErrLimit, "the arguments to %s are %s, over the %s it takes",
 		q.Op, units.Bytes(int64(len(q.Args))), units.Bytes(int64(limit))), false
 }
 
@@ -240,12 +240,6 @@ func (h *skillHandler) listing(st *skills.Store) (*skillIndex, error) {
 	return idx, nil
 }
 
-func (h *skillHandler) forget() {
-	h.mu.Lock()
-	h.index = nil
-	h.mu.Unlock()
-}
-
 func info(s skills.Skill) skillInfo {
 	servers := s.Servers
 	if servers == nil {
@@ -253,10 +247,6 @@ func info(s skills.Skill) skillInfo {
 	}
 	return skillInfo{Name: s.Name, Description: s.Description, Signature: s.Signature, Servers: servers,
 		Saved: s.Saved.UTC().Format(time.RFC3339)}
-}
-
-func skillError(kind, format string, args ...any) relay.ToolResult {
-	return relay.ToolResult{Error: &relay.ToolError{Type: kind, Message: fmt.Sprintf(format, args...)}}
 }
 
 func answer(v any) relay.ToolResult {
@@ -270,11 +260,11 @@ func answer(v any) relay.ToolResult {
 func (h *skillHandler) list(cfg policy.Skills) relay.ToolResult {
 	st, err := h.open(cfg)
 	if err != nil {
-		return skillError(relay.ErrSkillsUnavailable, "%v", err)
+		return toolError(relay.ErrSkillsUnavailable, "%v", err)
 	}
 	idx, err := h.listing(st)
 	if err != nil {
-		return skillError(relay.ErrSkillsUnavailable, "%v", err)
+		return toolError(relay.ErrSkillsUnavailable, "%v", err)
 	}
 	out := make([]skillInfo, 0, len(idx.list))
 	for _, s := range idx.list {
@@ -291,11 +281,11 @@ func (h *skillHandler) source(cfg policy.Skills, args json.RawMessage) relay.Too
 		return invalid(`skill_source needs {"name": NAME}`)
 	}
 	if err := skills.CheckName(*a.Name); err != nil {
-		return skillError(relay.ErrUnknownSkill, "%v", err)
+		return toolError(relay.ErrUnknownSkill, "%v", err)
 	}
 	st, err := h.open(cfg)
 	if err != nil {
-		return skillError(relay.ErrSkillsUnavailable, "%v", err)
+		return toolError(relay.ErrSkillsUnavailable, "%v", err)
 	}
 	s, err := st.Get(*a.Name)
 	if errors.Is(err, skills.ErrNotFound) {
@@ -309,10 +299,10 @@ func (h *skillHandler) source(cfg policy.Skills, args json.RawMessage) relay.Too
 				msg += " (did you mean " + strings.Join(c, ", ") + "?)"
 			}
 		}
-		return skillError(relay.ErrUnknownSkill, "%s: mcp_tools.skills() lists the skills there are", msg)
+		return toolError(relay.ErrUnknownSkill, "%s: mcp_tools.skills() lists the skills there are", msg)
 	}
 	if err != nil {
-		return skillError(relay.ErrSkillsUnavailable, "%v", err)
+		return toolError(relay.ErrSkillsUnavailable, "%v", err)
 	}
 	out := info(s)
 	out.Source = &s.Source
@@ -333,7 +323,7 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 	}
 	name := clipName(*a.Name)
 	refuse := func(kind, format string, args ...any) relay.ToolResult {
-		r := skillError(kind, format, args...)
+		r := toolError(kind, format, args...)
 		if h.opts.Audit != nil {
 			h.opts.Audit.SkillSave(runID, name, len(*a.Source), "refused", kind, r.Error.Message)
 		}
@@ -361,7 +351,8 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 	case err != nil:
 		return refuse(relay.ErrSkillsUnavailable, "%v", err)
 	}
-	h.forget()
+	// The listing needs no dropping: the save changed the folder's
+	// modification time.
 	outcome := "saved"
 	if replaced {
 		outcome = "replaced"
@@ -391,44 +382,37 @@ func (h *skillHandler) search(cfg policy.Skills, args json.RawMessage, tools rel
 	if a.Limit != nil && *a.Limit > 0 {
 		limit = min(*a.Limit, maxSearchLimit)
 	}
-	var hits []json.RawMessage
-	var scores []float64
+	// Tool hits as the inner handler answered them, skill hits beside
+	// them, then best first over both.
+	type hit struct {
+		v     any
+		score float64
+	}
+	var hits []hit
 	if tools.Error == nil {
-		var toolHits []json.RawMessage
+		var toolHits []searchHit
 		if err := json.Unmarshal(tools.Result, &toolHits); err != nil {
 			return failed(err)
 		}
-		for _, raw := range toolHits {
-			var s struct {
-				Score float64 `json:"score"`
-			}
-			_ = json.Unmarshal(raw, &s)
-			hits, scores = append(hits, raw), append(scores, s.Score)
+		for _, t := range toolHits {
+			hits = append(hits, hit{t, t.Score})
 		}
 	}
 	if st, err := h.open(cfg); err == nil {
 		if idx, err := h.listing(st); err == nil {
-			for _, hit := range idx.cat.Search(a.Query, limit) {
-				js, err := json.Marshal(skillHit{Skill: hit.Tool.Name, Description: proxy.Summary(hit.Tool.Description),
-					Signature: hit.Tool.Title, Score: hit.Score})
-				if err != nil {
-					return failed(err)
-				}
-				hits, scores = append(hits, js), append(scores, hit.Score)
+			for _, sh := range idx.cat.Search(a.Query, limit) {
+				hits = append(hits, hit{skillHit{Skill: sh.Tool.Name, Description: proxy.Summary(sh.Tool.Description),
+					Signature: sh.Tool.Title, Score: sh.Score}, sh.Score})
 			}
 		}
 	}
 	if tools.Error != nil && len(hits) == 0 {
 		return tools // no upstreams, and no skill matched: say why there are no tools
 	}
-	order := make([]int, len(hits))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(i, j int) bool { return scores[order[i]] > scores[order[j]] })
-	out := make([]json.RawMessage, 0, min(limit, len(order)))
-	for _, i := range order[:min(limit, len(order))] {
-		out = append(out, hits[i])
+	sort.SliceStable(hits, func(i, j int) bool { return hits[i].score > hits[j].score })
+	out := make([]any, 0, min(limit, len(hits)))
+	for _, x := range hits[:min(limit, len(hits))] {
+		out = append(out, x.v)
 	}
 	return answer(out)
 }

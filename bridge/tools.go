@@ -117,7 +117,12 @@ func failed(err error) relay.ToolResult {
 }
 
 func invalid(format string, args ...any) relay.ToolResult {
-	return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrInvalid, Message: fmt.Sprintf(format, args...)}}
+	return toolError(relay.ErrInvalid, format, args...)
+}
+
+// toolError is an answer that failed with kind and a message.
+func toolError(kind, format string, args ...any) relay.ToolResult {
+	return relay.ToolResult{Error: &relay.ToolError{Type: kind, Message: fmt.Sprintf(format, args...)}}
 }
 
 // The answers to queries, as docs/protocol.md describes them.

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/bridge-mcp/bridge/internal/skills"
+	"github.com/bridge-mcp/bridge/policy"
+	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // skillsPolicyFile writes a policy whose skills folder is dir (with extra
@@ -83,5 +88,40 @@ func TestSkillsCommands(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "skills", "frob"); code != 2 || !strings.Contains(errOut, `unknown subcommand "frob"`) {
 		t.Errorf("skills frob: %d %q", code, errOut)
+	}
+}
+
+// Saving follows the policy in force, not the one a run is pinned to: a
+// reload that turns saving off stops runs already going.
+func TestSkillsFollowThePolicyInForce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "skills")
+	path := skillsPolicyFile(t, dir, "")
+	pol, err := policy.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := policy.NewStore(pol, path, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	h := withSkills(nil, store, zerolog.Nop())
+	store.Begin("run-1")
+	defer store.End("run-1")
+	save := func(name string) *relay.ToolError {
+		args, _ := json.Marshal(map[string]any{"name": name, "source": "x = 1\n", "description": "", "signature": "", "servers": []string{}, "overwrite": false})
+		return h.Query(context.Background(), "run-1", relay.Query{ID: 1, Op: relay.OpSaveSkill, Args: args}).Error
+	}
+	if err := save("before"); err != nil {
+		t.Fatalf("save with saving on: %+v", err)
+	}
+	if err := os.WriteFile(path, []byte("version: 1\nskills:\n  dir: "+dir+"\n  save: false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := store.ReloadNow(); err != nil || !changed {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
+	if err := save("after"); err == nil || err.Type != relay.ErrDenied {
+		t.Errorf("save by a run begun before saving was turned off: %+v", err)
 	}
 }

@@ -1,7 +1,9 @@
 """What mcp_tools.save_skill carries of a function: the source of a module
-that defines it with what it uses from its code's globals, and what the
-skill says of itself (its signature, the servers it calls). Imported only
-when code saves a skill."""
+that defines it with what it uses from its code's globals (the modules, as
+imports; the functions and classes of the code or of skills, as their
+source, read from linecache, where the runner keeps the code it runs;
+constants, as their repr), and what the skill says of itself (its
+signature, the servers it calls). Imported only when code saves a skill."""
 
 import ast
 import builtins
@@ -11,7 +13,23 @@ import textwrap
 import types
 
 from . import _core
-from ._skills import _CALLS, _MAX_CONSTANT, _MAX_SIGNATURE, SkillError
+from ._skills import SkillError
+
+_MAX_SIGNATURE = 512  # bytes of a signature (the bridge's bound)
+_MAX_CONSTANT = 16 << 10  # bytes of one constant's repr carried into a skill
+_CALLS = frozenset({"call", "acall", "call_raw", "acall_raw"})
+
+
+def parse(source, name):
+    """source's syntax tree, once it compiles as skill name's module."""
+    filename = f"<skill {name}>"
+    try:
+        tree = ast.parse(source, filename)
+        compile(tree, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
+        raise SkillError(f"the skill's source does not compile{where}: {e.msg if isinstance(e, SyntaxError) else e}", type="invalid") from None
+    return tree
 
 
 def function_module(fn, name):
@@ -19,11 +37,6 @@ def function_module(fn, name):
     name) with what fn needs from its code's globals."""
     if fn.__name__ == "<lambda>":
         raise SkillError("save a function defined with def, not a lambda", type="invalid")
-    if hasattr(fn, "__wrapped__"):
-        raise SkillError(
-            f"{fn.__name__} is decorated: save the function without its decorator, or the module's source as a string",
-            type="invalid",
-        )
     if "<locals>" in fn.__qualname__:
         raise SkillError(
             f"{fn.__name__} is defined inside another function: define it at the top level of the code to save it",

@@ -4,12 +4,8 @@ mcp_tools.save_skill(name, fn_or_source) sends a module's source to the
 bridge, which checks it and keeps it in the operator's skills folder;
 `from skills import name` in a later run asks the bridge for it and runs it
 as the module skills.<name>. The code never sees the folder: every skill
-comes and goes over the relay, whole.
-
-A function defined in the run's own code is saved with what it needs from
-the code's globals: the modules it uses (as imports), the functions and
-classes of the code it calls (their source), and constants (their repr).
-Its source comes from linecache, where the runner keeps the code it runs.
+comes and goes over the relay, whole. What a saved function carries with
+it is _carry's work, imported by the first save.
 """
 
 import keyword
@@ -23,9 +19,6 @@ from . import _core
 # pattern, for an error before anything is sent.
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
 _MAX_DESCRIPTION = 1024
-_MAX_SIGNATURE = 512
-_MAX_CONSTANT = 16 << 10  # bytes of one constant's repr carried into a skill
-_CALLS = frozenset({"call", "acall", "call_raw", "acall_raw"})
 
 
 class SkillError(_core.MCPToolsError):
@@ -86,13 +79,7 @@ def save_skill(name, fn_or_source, description="", overwrite=False):
         raise TypeError(
             f"save_skill takes a function defined with def, or a module's source as a string, not {type(fn_or_source).__name__}"
         )
-    filename = f"<skill {name}>"
-    try:
-        tree = _carry.ast.parse(source, filename)
-        compile(tree, filename, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as e:
-        where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
-        raise SkillError(f"the skill's source does not compile{where}: {e.msg if isinstance(e, SyntaxError) else e}", type="invalid") from None
+    tree = _carry.parse(source, name)
     signature = _carry.signature_of(tree, name)
     servers = _carry.servers_called(tree)
     got = _ask(
