@@ -49,14 +49,7 @@ func sessionCall(t *testing.T, cs *mcp.ClientSession, args map[string]any) (call
 // session is removed, and nothing is left when the bridge exits.
 func TestSessions(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers := filepath.Join(t.TempDir(), "servers.json")
-		writeServers(t, servers, map[string]any{
-			"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
-		})
+		servers := misbehaveServers(t)
 		debugAddr := freeLoopbackAddr(t)
 		cs, pid, stderr := connectStdioArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10s"), "--servers-config", servers, "--debug-addr", debugAddr)
 		run := func(args map[string]any) (callOutput, string) { return sessionCall(t, cs, args) }

@@ -84,14 +84,7 @@ for case, (name, source) in cases.items():
 // policy that turns saving off refuses it while imports still work.
 func TestSkills(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		self, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers := filepath.Join(t.TempDir(), "servers.json")
-		writeServers(t, servers, map[string]any{
-			"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
-		})
+		servers := misbehaveServers(t)
 		dir := filepath.Join(t.TempDir(), "skills")
 		pol := skillsPolicy(t, e, dir, "")
 		debugAddr := freeLoopbackAddr(t)

@@ -32,15 +32,8 @@ func soakSize() (sequential, concurrent int) {
 // goroutines, open files, memory.
 func TestSoak(t *testing.T) {
 	seq, conc := soakSize()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		cfg := filepath.Join(t.TempDir(), "servers.json")
-		writeServers(t, cfg, map[string]any{
-			"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
-		})
+		cfg := misbehaveServers(t)
 		addr := freeLoopbackAddr(t)
 		cs, pid, _ := connectStdioArgs(t, e, nil, "--servers-config", cfg, "--debug-addr", addr,
 			"--max-concurrent", "8", "--queue", "16")

@@ -74,6 +74,22 @@ func startUpstreams(t *testing.T) upstreams {
 	return u
 }
 
+// misbehaveServers writes a servers config with one server, "misbehave":
+// this test binary as the test upstream (integration/testupstream), and
+// returns its path.
+func misbehaveServers(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "servers.json")
+	writeServers(t, path, map[string]any{
+		"misbehave": map[string]any{"command": self, "env": map[string]string{upstreamEnv: "1"}},
+	})
+	return path
+}
+
 func writeServers(t *testing.T, path string, servers map[string]any) {
 	t.Helper()
 	b, err := json.MarshalIndent(map[string]any{"mcpServers": servers}, "", "  ")
