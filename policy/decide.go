@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/bridge-mcp/bridge/internal/units"
 )
 
 // ToolAnnotations are the MCP hints a tool declares; nil = not declared.
@@ -23,13 +25,16 @@ type Tool struct {
 // said so.
 type Decision struct {
 	Allow bool
+	// Ask says the human must be asked first (action ask); Allow is then
+	// false, and the answer, or Tools.AskFallback, decides.
+	Ask bool
 	// Rule is the index in Tools.Rules of the deciding rule; RuleDefault
 	// (-1) when no rule matched; RuleServers (-2) when the server matches
 	// no glob of Tools.Servers.
 	Rule int
 	// Reason is, for a deny, what the code is told: the rule's reason, or
-	// a generated one naming the part of the policy that denied. It is ""
-	// for an allow.
+	// a generated one naming the part of the policy that denied; for an
+	// ask, what the human is told. It is "" for an allow.
 	Reason string
 }
 
@@ -166,9 +171,46 @@ func source(declared bool) string {
 // without an action, which Parse rejects, denies.
 func allows(a Action) bool { return a == Allow }
 
-// defaultAllows reports whether Tools.Default allows: "allow" or unset.
-func (p *Policy) defaultAllows() bool {
-	return p == nil || p.Tools.Default == "" || p.Tools.Default == Allow
+// defaultAction is Tools.Default, Allow when unset.
+func (p *Policy) defaultAction() Action {
+	if p == nil || p.Tools.Default == "" {
+		return Allow
+	}
+	return p.Tools.Default
+}
+
+// decision is what action a says, decided by the rule or default named.
+func (p *Policy) decision(a Action, rule int, reason string, t Tool) Decision {
+	d := Decision{Allow: allows(a), Ask: a == Ask, Rule: rule}
+	switch {
+	case d.Allow:
+	case reason != "":
+		d.Reason = reason
+	case d.Ask && rule == RuleDefault:
+		d.Reason = fmt.Sprintf("the policy asks before any call no rule matches: server %q, tool %q", t.Server, t.Name)
+	case d.Ask:
+		d.Reason = fmt.Sprintf("policy rule %s asks before calls of server %q, tool %q", p.RuleName(d), t.Server, t.Name)
+	case rule == RuleDefault:
+		d.Reason = "denied by policy: no rule matched and the default is deny"
+	default:
+		d.Reason = fmt.Sprintf("denied by policy rule %s: server %q, tool %q", p.RuleName(d), t.Server, t.Name)
+	}
+	return d
+}
+
+// Listed reports whether the code may see the tool d is about: allowed, or
+// allowed once the human says so.
+func (d Decision) Listed() bool { return d.Allow || d.Ask }
+
+// Verdict is d in one word: "allow", "ask" or "deny".
+func (d Decision) Verdict() string {
+	switch {
+	case d.Allow:
+		return "allow"
+	case d.Ask:
+		return "ask"
+	}
+	return "deny"
 }
 
 // Decide says whether the code may call t. Tools.Servers is checked first
@@ -177,8 +219,9 @@ func (p *Policy) defaultAllows() bool {
 // when its server and tool globs match (an empty glob is "*") and every
 // annotation condition it sets equals the tool's value: declared, or else
 // the MCP default (readOnlyHint false, destructiveHint true,
-// idempotentHint false, openWorldHint true). Only "allow" allows: a rule
-// or default with any other action denies. A nil *Policy allows everything.
+// idempotentHint false, openWorldHint true). Only "allow" allows; "ask"
+// sets Ask (the caller asks the human); any other action denies. A nil
+// *Policy allows everything.
 func (p *Policy) Decide(t Tool) Decision {
 	if !p.ServerAllowed(t.Server) {
 		return Decision{Rule: RuleServers, Reason: fmt.Sprintf("server %q is not in the policy's tools.servers", t.Server)}
@@ -189,22 +232,11 @@ func (p *Policy) Decide(t Tool) Decision {
 	ann, _ := t.Annotations.effective()
 	for i := range p.Tools.Rules {
 		r := &p.Tools.Rules[i]
-		if !matchRule(r, t.Server, t.Name, &ann, nil, nil) {
-			continue
+		if matchRule(r, t.Server, t.Name, &ann, nil, nil) {
+			return p.decision(r.Action, i, r.Reason, t)
 		}
-		d := Decision{Allow: allows(r.Action), Rule: i}
-		if !d.Allow {
-			d.Reason = r.Reason
-			if d.Reason == "" {
-				d.Reason = fmt.Sprintf("denied by policy rule %s: server %q, tool %q", p.RuleName(d), t.Server, t.Name)
-			}
-		}
-		return d
 	}
-	if p.defaultAllows() {
-		return Decision{Allow: true, Rule: RuleDefault}
-	}
-	return Decision{Rule: RuleDefault, Reason: "denied by policy: no rule matched and the default is deny"}
+	return p.decision(p.defaultAction(), RuleDefault, "", t)
 }
 
 // RuleName names the part of the policy that made d, for logs and audit:
@@ -235,14 +267,14 @@ func (p *Policy) RuleName(d Decision) string {
 func (p *Policy) Explain(t Tool) string {
 	d := p.Decide(t)
 	var b strings.Builder
-	verdict := "deny"
-	if d.Allow {
-		verdict = "allow"
-	}
-	fmt.Fprintf(&b, "%s: server %q, tool %q\n", verdict, t.Server, t.Name)
+	fmt.Fprintf(&b, "%s: server %q, tool %q\n", d.Verdict(), t.Server, t.Name)
 	fmt.Fprintf(&b, "decided by: %s\n", p.RuleName(d))
 	if !d.Allow {
 		fmt.Fprintf(&b, "reason: %s\n", d.Reason)
+	}
+	if d.Ask {
+		fmt.Fprintf(&b, "ask: the human is asked through the MCP client (elicitation) and has %s (tools.ask_timeout) to answer, else denied; %s\n",
+			units.FormatDuration(p.Tools.AskTimeout), p.askFallbackText())
 	}
 	b.WriteString("annotations:")
 	ann, declared := t.Annotations.effective()
@@ -291,25 +323,27 @@ func (p *Policy) Explain(t Tool) string {
 			fmt.Fprintf(&b, "%s %s: no match: %s\n", name, describeRule(r), strings.Join(why, "; "))
 			continue
 		}
-		action := "deny"
-		if allows(r.Action) {
-			action = "allow"
-		}
-		fmt.Fprintf(&b, "%s %s: match: %s\n", name, describeRule(r), action)
+		fmt.Fprintf(&b, "%s %s: match: %s\n", name, describeRule(r), d.Verdict())
 		if rest := len(rules) - i - 1; rest > 0 {
 			fmt.Fprintf(&b, "(%d later rule%s not tried)\n", rest, plural(rest))
 		}
 		return b.String()
 	}
-	def := "deny"
-	if p.defaultAllows() {
-		def = "allow"
-	}
+	def := d.Verdict()
 	if p == nil || p.Tools.Default == "" {
 		def += " (not set)"
 	}
 	fmt.Fprintf(&b, "tools.default: no rule matched: %s\n", def)
 	return b.String()
+}
+
+// askFallbackText says what an ask does when the human cannot be asked.
+func (p *Policy) askFallbackText() string {
+	what := "denied"
+	if p.Tools.AskFallback == Allow {
+		what = "allowed"
+	}
+	return "a client without elicitation: " + what + " (tools.ask_fallback: " + string(p.Tools.AskFallback) + ")"
 }
 
 // describeRule is a rule's conditions, written as in the file:

@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 )
 
 func bp(v bool) *bool { return &v }
@@ -368,4 +369,84 @@ func FuzzGlob(f *testing.F) {
 			t.Fatalf("glob(%q, %q) = %v; path.Match: %v, %v", p, n, g, want, err)
 		}
 	})
+}
+
+func TestDecideAsk(t *testing.T) {
+	p := &Policy{Tools: Tools{
+		Servers: []string{"*"},
+		Default: Ask,
+		Rules: []Rule{
+			{Server: "pay", Tool: "refund*", Action: Ask, Reason: "refunds move money", Line: 4},
+			{Server: "pay", Tool: "charge", Action: Ask, Line: 7},
+			{Server: "pay", Action: Allow, Line: 9},
+		},
+		AskFallback: Deny, AskTimeout: 30 * time.Second, AskRemember: RememberRun,
+	}}
+	for _, c := range []struct {
+		t       Tool
+		verdict string
+		listed  bool
+		rule    int
+		reason  string
+	}{
+		{tool("pay", "refund_order"), "ask", true, 0, "refunds move money"},
+		{tool("pay", "charge"), "ask", true, 1, `policy rule tools.rules[1] (line 7) asks before calls of server "pay", tool "charge"`},
+		{tool("pay", "balance"), "allow", true, 2, ""},
+		{tool("crm", "read"), "ask", true, RuleDefault, `the policy asks before any call no rule matches: server "crm", tool "read"`},
+	} {
+		d := p.Decide(c.t)
+		if d.Verdict() != c.verdict || d.Listed() != c.listed || d.Rule != c.rule || d.Reason != c.reason {
+			t.Errorf("%v: got %s listed=%t rule %d reason %q; want %s %t %d %q", c.t, d.Verdict(), d.Listed(), d.Rule, d.Reason, c.verdict, c.listed, c.rule, c.reason)
+		}
+		if d.Ask && d.Allow {
+			t.Errorf("%v: Ask and Allow both set", c.t)
+		}
+	}
+	deny := &Policy{Tools: Tools{Servers: []string{"x"}, Rules: []Rule{{Action: Ask}}}}
+	if d := deny.Decide(tool("y", "t")); d.Listed() || d.Verdict() != "deny" {
+		t.Errorf("a server outside tools.servers: got %s, listed %t", d.Verdict(), d.Listed())
+	}
+
+	out := p.Explain(tool("pay", "refund_order"))
+	for _, want := range []string{
+		`ask: server "pay", tool "refund_order"`,
+		"decided by: tools.rules[0] (line 4)",
+		"reason: refunds move money",
+		"has 30s (tools.ask_timeout) to answer, else denied; a client without elicitation: denied (tools.ask_fallback: deny)",
+		`tools.rules[0] (line 4) {server: "pay", tool: "refund*", action: ask}: match: ask`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Explain lacks %q:\n%s", want, out)
+		}
+	}
+	p.Tools.AskFallback = Allow
+	if out := p.Explain(tool("crm", "x")); !strings.Contains(out, "tools.default: no rule matched: ask\n") || !strings.Contains(out, "client without elicitation: allowed (tools.ask_fallback: allow)") {
+		t.Errorf("Explain of the default ask:\n%s", out)
+	}
+}
+
+func TestTokenizeMatches(t *testing.T) {
+	p := mustParse(t, "version: 1\ntokenize:\n  results:\n    - {server: crm}\n    - {server: \"db-*\", tool: \"get_*\"}\n  restore:\n    - {server: mailer, tool: send}\n")
+	tk := &p.Tokenize
+	if !tk.On() || len(tk.Kinds) != 4 || tk.MaxValues != 10000 {
+		t.Fatalf("tokenize: %+v", tk)
+	}
+	for _, c := range []struct {
+		server, tool        string
+		tokenizes, restores bool
+	}{
+		{"crm", "anything", true, false},
+		{"db-eu", "get_user", true, false},
+		{"db-eu", "put_user", false, false},
+		{"mailer", "send", false, true},
+		{"mailer", "send_all", false, false},
+	} {
+		if tk.Tokenizes(c.server, c.tool) != c.tokenizes || tk.Restores(c.server, c.tool) != c.restores {
+			t.Errorf("%s/%s: tokenizes %t restores %t; want %t %t", c.server, c.tool,
+				tk.Tokenizes(c.server, c.tool), tk.Restores(c.server, c.tool), c.tokenizes, c.restores)
+		}
+	}
+	if off := Default().Tokenize; off.On() {
+		t.Error("the default policy tokenizes")
+	}
 }

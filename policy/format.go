@@ -103,6 +103,9 @@ func Format(p *Policy) string {
 			w(3, "reason: %s", strconv.Quote(r.Reason))
 		}
 	}
+	w(1, "ask_fallback: %s", word(string(t.AskFallback)))
+	w(1, "ask_timeout: %s", units.FormatDuration(t.AskTimeout))
+	w(1, "ask_remember: %s", word(t.AskRemember))
 
 	bu := &p.Budgets
 	w(0, "budgets:")
@@ -123,6 +126,33 @@ func Format(p *Policy) string {
 			w(3, "burst: %d", r.Burst)
 		}
 	}
+
+	tk := &p.Tokenize
+	w(0, "tokenize:")
+	w(1, "kinds: %s", formatList(tk.Kinds))
+	if len(tk.Patterns) == 0 {
+		w(1, "patterns: []")
+	} else {
+		w(1, "patterns:")
+		for _, pt := range tk.Patterns {
+			w(2, "- name: %s", word(pt.Name))
+			w(3, "regex: %s", strconv.Quote(pt.Regex))
+		}
+	}
+	for _, l := range []struct {
+		key  string
+		list []ToolMatch
+	}{{"results", tk.Results}, {"restore", tk.Restore}} {
+		if len(l.list) == 0 {
+			w(1, "%s: []", l.key)
+			continue
+		}
+		w(1, "%s:", l.key)
+		for _, m := range l.list {
+			w(2, "- {server: %s, tool: %s}", strconv.Quote(m.Server), strconv.Quote(m.Tool))
+		}
+	}
+	w(1, "max_values: %d", tk.MaxValues)
 
 	w(0, "audit:")
 	w(1, "file: %s", strconv.Quote(p.Audit.File))

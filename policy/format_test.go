@@ -59,12 +59,21 @@ tools:
   servers: ["*"]
   default: allow
   rules: []
+  ask_fallback: deny
+  ask_timeout: 2m
+  ask_remember: run
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi
   max_result_bytes: 8Mi
   call_timeout: 60s
   rates: []
+tokenize:
+  kinds: ["email", "phone", "iban", "card"]
+  patterns: []
+  results: []
+  restore: []
+  max_values: 10000
 audit:
   file: ""
 `
@@ -155,6 +164,9 @@ tools:
       annotations: {readOnlyHint: true, openWorldHint: false}
       action: allow
       reason: ""
+  ask_fallback: deny
+  ask_timeout: 2m
+  ask_remember: run
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi
@@ -166,6 +178,12 @@ budgets:
       per: server
       rate: 1/m
       burst: 1
+tokenize:
+  kinds: ["email", "phone", "iban", "card"]
+  patterns: []
+  results: []
+  restore: []
+  max_values: 10000
 audit:
   file: ""
 `

@@ -48,6 +48,8 @@ const (
 	maxCallsPerRun   = 1_000_000_000
 	maxPerSecond     = 1e9
 	maxBurst         = 1_000_000_000
+	minAskTimeout    = time.Second
+	maxAskTimeout    = time.Hour
 )
 
 // Problem is one thing wrong with a policy file. Line and Column are
@@ -113,9 +115,13 @@ func Default() *Policy {
 		Sessions:  defaultSessions(),
 		Skills:    defaultSkills(),
 		Artifacts: defaultArtifacts(),
+		Tokenize:  defaultTokenize(),
 		Tools: Tools{
-			Servers: []string{"*"},
-			Default: Allow,
+			Servers:     []string{"*"},
+			Default:     Allow,
+			AskFallback: Deny,
+			AskTimeout:  2 * time.Minute,
+			AskRemember: RememberRun,
 		},
 		Budgets: Budgets{
 			MaxCallsPerRun:   1000,
@@ -183,9 +189,9 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys        = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "audit"}
+	topKeys        = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "tokenize", "audit"}
 	sandboxKeys    = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
-	toolsKeys      = []string{"servers", "default", "rules"}
+	toolsKeys      = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember"}
 	ruleKeys       = []string{"server", "tool", "annotations", "action", "reason"}
 	annotationKeys = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 	budgetsKeys    = []string{"max_calls_per_run", "max_argument_bytes", "max_result_bytes", "call_timeout", "rates"}
@@ -200,7 +206,7 @@ var sectionOf = func() map[string]string {
 	for _, s := range []struct {
 		name string
 		keys []string
-	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}} {
+	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}, {"tokenize", tokenizeKeys}} {
 		for _, k := range s.keys {
 			if _, ok := m[k]; !ok {
 				m[k] = s.name
@@ -396,6 +402,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.tools(k, v, &pol.Tools)
 		case "budgets":
 			p.budgets(k, v, &pol.Budgets)
+		case "tokenize":
+			p.tokenize(k, v, &pol.Tokenize)
 		case "audit":
 			p.audit(k, v, &pol.Audit)
 		}
@@ -680,8 +688,18 @@ func (p *parser) tools(k, v *yaml.Node, t *Tools) {
 				t.Servers = servers
 			}
 		case "default":
-			if a, ok := p.enum(k, v, name, []string{"allow", "deny"}); ok {
+			if a, ok := p.enum(k, v, name, []string{"allow", "deny", "ask"}); ok {
 				t.Default = Action(a)
+			}
+		case "ask_fallback":
+			if a, ok := p.enum(k, v, name, []string{"deny", "allow"}); ok {
+				t.AskFallback = Action(a)
+			}
+		case "ask_timeout":
+			t.AskTimeout = p.durationIn(k, v, name, t.AskTimeout, minAskTimeout, maxAskTimeout)
+		case "ask_remember":
+			if r, ok := p.enum(k, v, name, []string{RememberOff, RememberRun, RememberConnection}); ok {
+				t.AskRemember = r
 			}
 		case "rules":
 			p.items(k, v, name, "a list of rules", func(item *yaml.Node, name string) {
@@ -728,7 +746,7 @@ func (p *parser) rule(n *yaml.Node, name string) (Rule, bool) {
 		case "annotations":
 			p.annotations(k, v, kname, &r.Annotations)
 		case "action":
-			if a, ok := p.enum(k, v, kname, []string{"allow", "deny"}); ok {
+			if a, ok := p.enum(k, v, kname, []string{"allow", "deny", "ask"}); ok {
 				r.Action = Action(a)
 			}
 		case "reason":
@@ -736,7 +754,7 @@ func (p *parser) rule(n *yaml.Node, name string) (Rule, bool) {
 		}
 	})
 	if seen["action"] == nil {
-		p.errorf(n, "%s: missing action: every rule says allow or deny", name)
+		p.errorf(n, "%s: missing action: every rule says allow, deny or ask", name)
 	}
 	return r, true
 }

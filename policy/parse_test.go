@@ -30,6 +30,16 @@ func normalized(p *Policy) *Policy {
 	for i := range q.Mounts {
 		q.Mounts[i].Line, q.Mounts[i].Column = 0, 0
 	}
+	q.Tokenize.Patterns = append([]TokenPattern(nil), p.Tokenize.Patterns...)
+	for i := range q.Tokenize.Patterns {
+		q.Tokenize.Patterns[i].Line, q.Tokenize.Patterns[i].Column = 0, 0
+	}
+	for _, l := range []*[]ToolMatch{&q.Tokenize.Results, &q.Tokenize.Restore} {
+		*l = append([]ToolMatch(nil), *l...)
+		for i := range *l {
+			(*l)[i].Line, (*l)[i].Column = 0, 0
+		}
+	}
 	return &q
 }
 
@@ -109,8 +119,8 @@ func TestExampleFileCommentedRules(t *testing.T) {
 	}
 	src := regexp.MustCompile(`(?m)^(    )# ((?:- |  )[a-zA-Z].*)$`).ReplaceAllString(string(data), "$1$2")
 	p := mustParse(t, src)
-	if len(p.Tools.Rules) != 4 || len(p.Budgets.Rates) != 1 {
-		t.Fatalf("uncommented example: %d rules, %d rates; want 4 and 1:\n%s", len(p.Tools.Rules), len(p.Budgets.Rates), Format(p))
+	if len(p.Tools.Rules) != 5 || len(p.Budgets.Rates) != 1 {
+		t.Fatalf("uncommented example: %d rules, %d rates; want 5 and 1:\n%s", len(p.Tools.Rules), len(p.Budgets.Rates), Format(p))
 	}
 	tr, fa := true, false
 	want := []Rule{
@@ -118,6 +128,7 @@ func TestExampleFileCommentedRules(t *testing.T) {
 		{Server: "*", Tool: "*", Annotations: Annotations{DestructiveHint: &tr, ReadOnlyHint: &fa}, Action: Deny, Reason: "destructive tools are off in this sandbox"},
 		{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr}, Action: Allow},
 		{Server: "*", Tool: "*", Action: Deny, Reason: "only read-only tools may be called"},
+		{Server: "payments", Tool: "*", Action: Ask, Reason: "payments move money"},
 	}
 	if got := normalized(p).Tools.Rules; !reflect.DeepEqual(got, want) {
 		t.Errorf("rules = %+v\nwant %+v", got, want)
@@ -196,7 +207,18 @@ skills:
   save: false
   max_count: 7
   max_bytes: 2Ki
+tokenize:
+  kinds: [card, email]
+  patterns:
+    - {name: customer_id, regex: "CUST-[0-9]{6}"}
+  results:
+    - {server: crm}
+  restore:
+    - server: mail*
+      tool: send
+  max_values: 50
 `
+	src = strings.Replace(src, "budgets:\n", "  ask_fallback: allow\n  ask_timeout: 30s\n  ask_remember: connection\nbudgets:\n", 1)
 	p := mustParse(t, src)
 	tr, fa := true, false
 	want := &Policy{
@@ -212,13 +234,17 @@ skills:
 			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 32, Column: 7},
 			{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, DestructiveHint: &fa, IdempotentHint: &tr, OpenWorldHint: &fa},
 				Action: Allow, Line: 36, Column: 9},
-		}},
+		}, AskFallback: Allow, AskTimeout: 30 * time.Second, AskRemember: RememberConnection},
 		Budgets: Budgets{MaxCallsPerRun: 0, MaxArgumentBytes: 4 << 20, MaxResultBytes: 1, CallTimeout: 500 * time.Millisecond, Rates: []Rate{
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 48, Column: 7},
-			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 49, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 54, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 55, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 51, Column: 7},
+			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 52, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 57, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 58, Column: 7},
 		}},
+		Tokenize: Tokenize{Kinds: []string{"card", "email"}, MaxValues: 50,
+			Patterns: []TokenPattern{{Name: "customer_id", Regex: "CUST-[0-9]{6}", Line: 75, Column: 7}},
+			Results:  []ToolMatch{{Server: "crm", Tool: "*", Line: 77, Column: 7}},
+			Restore:  []ToolMatch{{Server: "mail*", Tool: "send", Line: 79, Column: 7}}},
 		Audit: Audit{File: "/var/log/bridge/audit.jsonl"},
 	}
 	if !reflect.DeepEqual(p, want) {
@@ -274,8 +300,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit), got a string "hello"`}},
 		// The pool's and the sessions' bounds.
 		{"pool max_age too short", "version: 1\npool:\n  max_age: 30s\n", []string{"3:12: pool.max_age: 30s is out of range: it must be 60s .. 24h"}},
 		{"pool size too big", "version: 1\npool:\n  size: 33\n", []string{"3:9: pool.size: 33 is out of range"}},
@@ -311,7 +337,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -328,9 +354,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, audit`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -360,8 +386,28 @@ func TestParseErrors(t *testing.T) {
 		{"variant and image", "version: 1\nsandbox:\n  variant: datascience\n  image: localhost/mine:1\n",
 			[]string{`3:12: sandbox.variant: datascience names an image this bridge builds, but sandbox.image names the image to run (localhost/mine:1): remove one of the two`}},
 
+		// Asking the human, and tokenization.
+		{"ask fallback ask", "version: 1\ntools:\n  ask_fallback: ask\n", []string{`3:17: tools.ask_fallback: "ask" is not one of deny, allow`}},
+		{"ask timeout range", "version: 1\ntools:\n  ask_timeout: 2h\n", []string{`3:16: tools.ask_timeout: 2h is out of range: it must be 1s .. 1h`}},
+		{"ask timeout short", "version: 1\ntools:\n  ask_timeout: 10ms\n", []string{`3:16: tools.ask_timeout: 10ms is out of range: it must be 1s .. 1h`}},
+		{"ask remember", "version: 1\ntools:\n  ask_remember: session\n", []string{`3:17: tools.ask_remember: "session" is not one of off, run, connection`}},
+		{"ask remember typo", "version: 1\ntools:\n  ask_remember: rnu\n", []string{`3:17: tools.ask_remember: "rnu" is not one of off, run, connection; did you mean "run"?`}},
+		{"tokenize kind", "version: 1\ntokenize:\n  kinds: [email, ssn]\n", []string{`3:18: tokenize.kinds[1]: "ssn" is not one of email, phone, iban, card`}},
+		{"tokenize kind twice", "version: 1\ntokenize:\n  kinds: [card, card]\n", []string{`3:17: tokenize.kinds[1]: card is listed twice`}},
+		{"tokenize kinds scalar", "version: 1\ntokenize:\n  kinds: email\n", []string{`3:10: tokenize.kinds: want a list of kinds, some of ["email", "phone", "iban", "card"], got a string "email"`}},
+		{"pattern name", "version: 1\ntokenize:\n  patterns:\n    - {name: Customer, regex: \"C[0-9]+\"}\n", []string{`4:14: tokenize.patterns[0].name: "Customer" is not a pattern name: 1 to 32 lower-case letters, digits or '_', starting with a letter`}},
+		{"pattern builtin name", "version: 1\ntokenize:\n  patterns:\n    - {name: email, regex: \"x@y\"}\n", []string{`4:14: tokenize.patterns[0].name: "email" is a built-in kind: list it in tokenize.kinds, or name the pattern otherwise`}},
+		{"pattern bad regex", "version: 1\ntokenize:\n  patterns:\n    - {name: id, regex: \"ID-(\"}\n", []string{`4:25: tokenize.patterns[0].regex: not a regular expression (RE2 syntax): error parsing regexp: missing closing ): ` + "`ID-(`"}},
+		{"pattern empty match", "version: 1\ntokenize:\n  patterns:\n    - {name: id, regex: \"[0-9]*\"}\n", []string{`4:25: tokenize.patterns[0].regex: "[0-9]*" matches the empty string; it must match a value`}},
+		{"pattern missing regex", "version: 1\ntokenize:\n  patterns:\n    - {name: id}\n", []string{`4:7: tokenize.patterns[0]: missing regex: a pattern has a name and a regex`}},
+		{"pattern twice", "version: 1\ntokenize:\n  patterns:\n    - {name: id, regex: \"I[0-9]\"}\n    - {name: id, regex: \"J[0-9]\"}\n", []string{`5:14: tokenize.patterns[1].name: a pattern named "id" is defined already`}},
+		{"results not a list", "version: 1\ntokenize:\n  results: crm\n", []string{`3:12: tokenize.results: want a list of tools ({server, tool}), got a string "crm"`}},
+		{"results item", "version: 1\ntokenize:\n  results: [crm]\n", []string{`3:13: tokenize.results[0]: want a mapping with server and tool globs, got a string "crm"`}},
+		{"restore unknown key", "version: 1\ntokenize:\n  restore:\n    - {server: a, tools: b}\n", []string{`4:19: unknown key "tools" in tokenize.restore[0]; known keys: server, tool; did you mean "tool"?`}},
+		{"max values", "version: 1\ntokenize:\n  max_values: 0\n", []string{`3:15: tokenize.max_values: 0 is out of range: it must be 1 .. 1000000`}},
+
 		// Required keys.
-		{"missing action", "version: 1\ntools:\n  rules:\n    - server: x\n", []string{`4:7: tools.rules[0]: missing action: every rule says allow or deny`}},
+		{"missing action", "version: 1\ntools:\n  rules:\n    - server: x\n", []string{`4:7: tools.rules[0]: missing action: every rule says allow, deny or ask`}},
 		{"missing rate", "version: 1\nbudgets:\n  rates:\n    - burst: 3\n", []string{`4:7: budgets.rates[0]: missing rate: say how many calls, e.g. rate: 10/s`}},
 
 		// Enums.
@@ -372,10 +418,10 @@ func TestParseErrors(t *testing.T) {
 		{"oci runtime path", "version: 1\nsandbox:\n  oci_runtime: /usr/bin/runsc\n", []string{`3:16: sandbox.oci_runtime: "/usr/bin/runsc" is not one of default, runc, runsc`}},
 		{"oci runtime empty", "version: 1\nsandbox:\n  oci_runtime: \"\"\n", []string{`3:16: sandbox.oci_runtime: "" is not one of default, runc, runsc`}},
 		{"oci runtime bool", "version: 1\nsandbox:\n  oci_runtime: true\n", []string{`3:16: sandbox.oci_runtime: want one of default, runc, runsc, got a boolean true`}},
-		{"default", "version: 1\ntools:\n  default: block\n", []string{`3:12: tools.default: "block" is not one of allow, deny`}},
-		{"action", "version: 1\ntools:\n  rules:\n    - action: alow\n", []string{`4:15: tools.rules[0].action: "alow" is not one of allow, deny; did you mean "allow"?`}},
+		{"default", "version: 1\ntools:\n  default: block\n", []string{`3:12: tools.default: "block" is not one of allow, deny, ask`}},
+		{"action", "version: 1\ntools:\n  rules:\n    - action: alow\n", []string{`4:15: tools.rules[0].action: "alow" is not one of allow, deny, ask; did you mean "allow"?`}},
 		{"per", "version: 1\nbudgets:\n  rates:\n    - rate: 1/s\n      per: run\n", []string{`5:12: budgets.rates[0].per: "run" is not one of tool, server`}},
-		{"bool enum", "version: 1\ntools:\n  default: true\n", []string{`3:12: tools.default: want one of allow, deny, got a boolean true`}},
+		{"bool enum", "version: 1\ntools:\n  default: true\n", []string{`3:12: tools.default: want one of allow, deny, ask, got a boolean true`}},
 
 		// Globs.
 		{"bad glob", "version: 1\ntools:\n  rules:\n    - tool: \"get_[\"\n      action: deny\n", []string{`4:13: tools.rules[0].tool: invalid glob "get_[": unclosed [ or a \ at the end (globs use * ? [abc] [a-z] [^a], \ escapes)`}},
@@ -474,7 +520,7 @@ tools:
 	want := `/etc/bridge/policy.yaml:3:21: budgets.max_result_bytes: 9Mi is out of range: it must be 1 .. 8Mi
 /etc/bridge/policy.yaml:5:9: sandbox.cpus: want a number, got a string "many"
 /etc/bridge/policy.yaml:6:11: sandbox.memory: 1Mi is out of range: the minimum is 16Mi
-/etc/bridge/policy.yaml:9:15: tools.rules[0].action: "maybe" is not one of allow, deny`
+/etc/bridge/policy.yaml:9:15: tools.rules[0].action: "maybe" is not one of allow, deny, ask`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got\n%v\nwant\n%s", err, want)
 	}

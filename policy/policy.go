@@ -33,6 +33,7 @@ type Policy struct {
 	Artifacts Artifacts
 	Tools     Tools
 	Budgets   Budgets
+	Tokenize  Tokenize
 	Audit     Audit
 
 	sum [32]byte // of the file's bytes, when Load read it
@@ -76,7 +77,27 @@ type Tools struct {
 	Rules []Rule
 	// Default is the action when no rule matches; default Allow.
 	Default Action
+	// AskFallback decides a call that a rule says to ask about when the
+	// human cannot be asked: the client did not declare MCP elicitation,
+	// or the run has no client (bridge run). Deny (the default) or Allow.
+	AskFallback Action
+	// AskTimeout is how long an ask waits for the human's answer; no
+	// answer by then denies the call. Default 2m; the run's own timeout
+	// keeps counting meanwhile.
+	AskTimeout time.Duration
+	// AskRemember is the longest the human may have an answer remembered:
+	// RememberOff (every call asks), RememberRun (the default: the rest of
+	// the run, or of its session) or RememberConnection (the rest of the
+	// client's connection, across runs).
+	AskRemember string
 }
+
+// Values of Tools.AskRemember.
+const (
+	RememberOff        = "off"
+	RememberRun        = "run"
+	RememberConnection = "connection"
+)
 
 // Action is what a rule does with a tool call.
 type Action string
@@ -85,6 +106,9 @@ type Action string
 const (
 	Allow Action = "allow"
 	Deny  Action = "deny"
+	// Ask asks the human, through the MCP client, before each call (see
+	// Tools.AskFallback, AskTimeout and AskRemember).
+	Ask Action = "ask"
 )
 
 // Rule matches tools by server and tool name globs and by annotations.
@@ -97,7 +121,8 @@ type Rule struct {
 	// false, openWorldHint true).
 	Annotations Annotations
 	Action      Action
-	// Reason, if set, is shown to the code when the rule denies a call.
+	// Reason, if set, is shown to the code when the rule denies a call,
+	// and to the human when it asks.
 	Reason string
 
 	// Line and Column locate the rule in its file (1-based; 0 for rules

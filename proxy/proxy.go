@@ -306,7 +306,7 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 			continue
 		}
 		p.known[name] = [2]string{server, t.Name}
-		if pol != nil && !pol.Decide(toolPolicy(server, t)).Allow {
+		if pol != nil && !pol.Decide(toolPolicy(server, t)).Listed() {
 			continue // denied tools are not listed
 		}
 		def := *t

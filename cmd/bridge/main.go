@@ -75,6 +75,7 @@ func versionString() string {
 // Exit codes of the bridge itself; a run's own exit code passes through.
 const (
 	exitUsage    = 2   // bad flags or arguments
+	exitAsk      = 3   // policy explain: the policy asks the human
 	exitBridge   = 125 // the bridge could not run the code at all
 	exitTimeout  = 124 // the code ran past its timeout
 	exitCanceled = 130 // interrupted

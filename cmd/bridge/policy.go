@@ -310,7 +310,10 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	if !strings.HasSuffix(p.Explain(t), "\n") {
 		fmt.Fprintln(e.stdout)
 	}
-	if !p.Decide(t).Allow {
+	switch d := p.Decide(t); {
+	case d.Ask:
+		return exitAsk, nil
+	case !d.Allow:
 		return 1, nil
 	}
 	return 0, nil
