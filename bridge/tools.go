@@ -138,6 +138,7 @@ type (
 		Description  string          `json:"description"`
 		InputSchema  json.RawMessage `json:"input_schema"`
 		OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+		Returns      string          `json:"returns,omitempty"` // proxy.ResultShape(OutputSchema)
 		Annotations  json.RawMessage `json:"annotations,omitempty"`
 	}
 	searchHit struct {
@@ -146,6 +147,7 @@ type (
 		Description string   `json:"description"`
 		Score       float64  `json:"score"`
 		Params      []string `json:"params"`
+		Returns     string   `json:"returns,omitempty"` // proxy.ResultShape of the tool's output schema
 	}
 )
 
@@ -232,7 +234,8 @@ func (h *toolHandler) query(ctx context.Context, q relay.Query) relay.ToolResult
 				in = json.RawMessage(`{"type":"object"}`)
 			}
 			list = append(list, toolInfo{Name: t.Name, Title: t.Title, Description: t.Description,
-				InputSchema: in, OutputSchema: t.OutputSchema, Annotations: t.Annotations})
+				InputSchema: in, OutputSchema: t.OutputSchema, Annotations: t.Annotations,
+				Returns: proxy.ResultShape(t.OutputSchema)})
 		}
 		out = list
 	case relay.OpSearch:
@@ -262,7 +265,8 @@ func (h *toolHandler) query(ctx context.Context, q relay.Query) relay.ToolResult
 				params = []string{}
 			}
 			list = append(list, searchHit{Server: hit.Tool.Server, Tool: hit.Tool.Name,
-				Description: proxy.Summary(hit.Tool.Description), Score: hit.Score, Params: params})
+				Description: proxy.Summary(hit.Tool.Description), Score: hit.Score, Params: params,
+				Returns: proxy.ResultShape(hit.Tool.OutputSchema)})
 		}
 		out = list
 	default:

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/relay"
@@ -130,6 +131,51 @@ func TestToolHandlerQueries(t *testing.T) {
 	}
 	if e := query(t, h, "search", `{"limit":3}`, &hits); e == nil || e.Type != relay.ErrInvalid {
 		t.Fatalf("search without a query: %+v", e)
+	}
+}
+
+// A tool with an output schema has its result's shape, "returns", in the
+// tools and search answers, also with skills merged in; a tool without has
+// no "returns".
+func TestToolHandlerResultShapes(t *testing.T) {
+	up := newFake()
+	up.catalog = proxy.NewCatalog([]proxy.CatalogTool{
+		{Server: "server-everything", Name: "list_users", Description: "Lists the users.",
+			OutputSchema: json.RawMessage(`{"type":"object","properties":{"users":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"email":{"type":"string"}},"required":["id"]}},"next":{"type":["string","null"]}},"required":["users"]}`)},
+		{Server: "server-everything", Name: "echo", Description: "Echoes the users' input."},
+	})
+	const want = `{users: [{id: int, email?: str}], next?: str | None}`
+	returns := func(list []map[string]any) map[string]any {
+		out := map[string]any{}
+		for _, x := range list {
+			name, _ := x["name"].(string)
+			if name == "" {
+				name, _ = x["tool"].(string)
+			}
+			out[name] = x["returns"]
+			if _, ok := x["returns"]; !ok {
+				out[name] = "absent"
+			}
+		}
+		return out
+	}
+	h := ToolHandler(up, 0, zerolog.Nop())
+	var tools []map[string]any
+	if e := query(t, h, "tools", `{"server":"server-everything"}`, &tools); e != nil {
+		t.Fatal(e)
+	}
+	if got := returns(tools); got["list_users"] != want || got["echo"] != "absent" {
+		t.Errorf("tools: returns %v", got)
+	}
+	cfg := skillsConfig(t)
+	for _, h := range []sandbox.ToolHandler{h, WithSkills(h, SkillsOptions{Config: func(string) policy.Skills { return *cfg }})} {
+		var hits []map[string]any
+		if e := query(t, h, "search", `{"query":"users","limit":5}`, &hits); e != nil {
+			t.Fatal(e)
+		}
+		if got := returns(hits); len(got) != 2 || got["list_users"] != want || got["echo"] != "absent" {
+			t.Errorf("search (%T): returns %v", h, got)
+		}
 	}
 }
 

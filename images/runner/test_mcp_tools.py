@@ -86,6 +86,7 @@ CLASS = {
         "required": ["from"],
     },
     "output_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    "returns": "{n?: int}",  # the bridge's proxy.ResultShape of output_schema
 }
 FREE = {
     "name": "free",
@@ -266,7 +267,7 @@ class ListingTest(Base):
     def test_describe(self) -> None:
         d = mcp_tools.describe("server-everything", "class")
         self.assertEqual(
-            d.keys(), {"server", "name", "title", "description", "input_schema", "output_schema", "annotations", "module_function"}
+            d.keys(), {"server", "name", "title", "description", "input_schema", "output_schema", "returns", "annotations", "module_function"}
         )
         self.assertEqual(d["server"], "server-everything")
         self.assertEqual(d["name"], "class")
@@ -274,6 +275,7 @@ class ListingTest(Base):
         self.assertEqual(d["description"], CLASS["description"])
         self.assertEqual(d["input_schema"], CLASS["input_schema"])
         self.assertEqual(d["output_schema"], CLASS["output_schema"])
+        self.assertEqual(d["returns"], "{n?: int}")
         self.assertIsNone(d["annotations"])
         self.assertEqual(d["module_function"], "mcp_tools.server_everything.class_")
         d["input_schema"]["properties"].clear()  # a copy
@@ -281,9 +283,20 @@ class ListingTest(Base):
 
         e = mcp_tools.describe("everything", "echo")
         self.assertEqual((e["title"], e["annotations"]), ("Echo Tool", {"readOnlyHint": True}))
+        self.assertEqual((e["output_schema"], e["returns"]), (None, None))
         self.assertEqual(mcp_tools.describe("everything", "get_sum")["name"], "get-sum")  # by function name
         self.assertEqual(mcp_tools.describe("help", "a_b")["module_function"], "mcp_tools.help_.a_b")
         self.assertEqual(mcp_tools.describe("help", "a-b")["module_function"], "mcp_tools.help_.a_b_")
+
+    def test_describe_returns_from_an_older_host(self) -> None:
+        # A bridge that sends no "returns" (or not a text) leaves it None.
+        old = {k: v for k, v in CLASS.items() if k != "returns"}
+        self.relay.tools = {"old": [old, dict(old, name="empty", returns=""), dict(old, name="odd", returns={"n": "int"})]}
+        for tool in ("class", "empty", "odd"):
+            with self.subTest(tool=tool):
+                d = mcp_tools.describe("old", tool)
+                self.assertEqual(d["output_schema"], CLASS["output_schema"])
+                self.assertIsNone(d["returns"])
 
     def test_describe_unknown_tool(self) -> None:
         with self.assertRaises(mcp_tools.UnknownToolError) as cm:
@@ -314,6 +327,21 @@ class ListingTest(Base):
                 mcp_tools.search("x", limit=bad)
         with self.assertRaises(TypeError):
             mcp_tools.search(["x"])
+
+    def test_search_returns(self) -> None:
+        self.relay.search_results = [
+            {"server": "s", "tool": "list", "description": "Lists.", "score": 2.0, "params": [], "returns": "{items: [{id: int}], total: int}"},
+            {"server": "s", "tool": "echo", "description": "Echoes.", "score": 1.5, "params": ["message"]},
+            {"server": "s", "tool": "empty", "description": "", "score": 1.0, "params": [], "returns": ""},
+            {"server": "s", "tool": "odd", "description": "", "score": 0.5, "params": [], "returns": None},
+            {"skill": "top", "description": "Top.", "signature": "()", "score": 0.2, "returns": "int"},
+        ]
+        got = mcp_tools.search("list")
+        self.assertEqual(list(got[0]), ["server", "tool", "description", "params", "returns", "score"])
+        self.assertEqual(got[0]["returns"], "{items: [{id: int}], total: int}")
+        for hit in got[1:]:
+            with self.subTest(hit=hit):
+                self.assertNotIn("returns", hit)  # only a tool with a shape has the key
 
     def test_query_errors(self) -> None:
         self.relay.query_error = RelayError("timeout", "the bridge did not answer")
@@ -588,12 +616,23 @@ class ModuleTest(Base):
         self.assertIn("max_count (property 'max-count'): integer, optional, default 10", doc)
         self.assertIn('type_ (property \'type\'): one of "a", "b", optional', doc)
         self.assertIn("await class_.acall(...)", doc)
-        self.assertIn("output schema", doc)
+        self.assertIn("\n\nReturns: {n?: int}\n\nCalls the tool 'class'", doc)
+        self.assertIn("Its output schema: mcp_tools.describe('server-everything', 'class')['output_schema'].", doc)
+        self.assertNotIn("Returns:", echo.__doc__)  # no output schema
         self.assertIn(doc, class_.acall.__doc__)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             help(class_)  # pydoc uses the signature
         self.assertIn("class_(from_: str, *, max_count: int | None = None, to: str | None = None", out.getvalue())
+
+    def test_doc_from_an_older_host(self) -> None:
+        # Without "returns" from the bridge the docstring has no Returns line,
+        # only where the output schema is.
+        self.relay.tools = {"everything": [{k: v for k, v in CLASS.items() if k != "returns"}]}
+        from mcp_tools.everything import class_
+
+        self.assertNotIn("Returns:", class_.__doc__)
+        self.assertIn("Its output schema: mcp_tools.describe('everything', 'class')['output_schema'].", class_.__doc__)
 
     def test_acall(self) -> None:
         from mcp_tools.everything import echo

@@ -341,8 +341,11 @@ def tools(server):
 
 def describe(server, tool):
     """Everything about one tool: a dict {server, name, title, description,
-    input_schema, output_schema, annotations, module_function}. tool may
-    also be the tool's function name (its Python alias)."""
+    input_schema, output_schema, returns, annotations, module_function}.
+    returns is the shape of the tool's result in brief, from its output
+    schema, such as "{items: [{id: int, tags?: [str]}], total: int}" ("?":
+    optional), or None when it has none. tool may also be the tool's
+    function name (its Python alias)."""
     if not isinstance(tool, str):
         raise TypeError(f"tool must be a string, not {type(tool).__name__}")
     entries = tool_list(server)
@@ -365,17 +368,26 @@ def describe(server, tool):
         "description": found.get("description") or "",
         "input_schema": _copy(schema) if isinstance(schema, dict) else {"type": "object"},
         "output_schema": _copy(found.get("output_schema")),
+        "returns": returns_of(found),
         "annotations": _copy(found.get("annotations")),
         "module_function": f"mcp_tools.{module_of(server)}.{names[found['name']]}",
     }
 
 
+def returns_of(entry):
+    """The shape of a tool's result, as the bridge sent it with the tool or
+    search hit (entry), or None."""
+    r = entry.get("returns")
+    return r if isinstance(r, str) and r else None
+
+
 def search(query, limit=5):
     """The tools and saved skills that best match query (words saying what
     you want to do), best first: a list of {server, tool, description,
-    params, score} for a tool, {skill, description, signature, import,
-    score} for a skill; description is one line, params the parameter
-    names."""
+    params, returns?, score} for a tool, {skill, description, signature,
+    import, score} for a skill; description is one line, params the
+    parameter names, returns the shape of the result (as describe() has
+    it), there only for a tool with an output schema."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, not {type(query).__name__}")
     if type(limit) is not int or limit < 1:
@@ -398,15 +410,17 @@ def search(query, limit=5):
                 }
             )
             continue
-        out.append(
-            {
-                "server": r.get("server"),
-                "tool": r.get("tool"),
-                "description": summary(r.get("description")),
-                "params": list(r.get("params") or []),
-                "score": r.get("score"),
-            }
-        )
+        hit = {
+            "server": r.get("server"),
+            "tool": r.get("tool"),
+            "description": summary(r.get("description")),
+            "params": list(r.get("params") or []),
+        }
+        returns = returns_of(r)
+        if returns is not None:
+            hit["returns"] = returns
+        hit["score"] = r.get("score")
+        out.append(hit)
     return out
 
 

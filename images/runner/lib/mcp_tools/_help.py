@@ -24,7 +24,7 @@ MCP tools, through `import mcp_tools` (help(mcp_tools.call) and so on for more):
   mcp_tools.search("what to do", limit=5)  find tools: server, tool, params
   mcp_tools.servers()                     connected servers: name, module
   mcp_tools.tools(server)                 a server's tools: name, summary
-  mcp_tools.describe(server, tool)        a tool's description, input schema
+  mcp_tools.describe(server, tool)        a tool in full, with its result shape
   mcp_tools.call(server, tool, {{"arg": 1}}) or call(server, tool, arg=1)
                                           calls the tool, returns the result
   await mcp_tools.acall(...)              the same, awaitable: asyncio.gather

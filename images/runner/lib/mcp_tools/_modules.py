@@ -178,6 +178,9 @@ def docstring(server, entry, name, order, params, props, required, var_keyword):
             lines.append(f"  {label}: {info}")
         if var_keyword:
             lines.append(f"  **{var_keyword}: further properties, passed as given")
+    returns = _core.returns_of(entry)
+    if returns:
+        lines += ["", f"Returns: {returns}"]
     lines += [
         "",
         f"Calls the tool {tool!r} of the MCP server {server!r} and returns the decoded",
