@@ -80,6 +80,11 @@ type Server struct {
 	owners owners
 	// sessions are the live sessions, when the policy enables them.
 	sessions *sessions
+	// detached are the runs that ask their human through results.
+	detached detachedRuns
+	// approved are the calls each client's human allowed for the rest of
+	// its connection (tools.ask_remember: connection).
+	approved connApprovals
 
 	mu     sync.Mutex
 	runner Runner

@@ -47,6 +47,8 @@ type session struct {
 	created time.Time
 	// lock is held by the call running in the session, and by its start.
 	lock chan struct{}
+	// approved are the calls the human allowed for the rest of the session.
+	approved approvals
 
 	// Under sessions.mu.
 	inst  *sandbox.Instance // nil until started

@@ -90,6 +90,10 @@ type Output struct {
 	Artifacts []ArtifactOutput `json:"artifacts,omitempty"`
 	// ArtifactsUnlisted counts the files not returned beyond those listed.
 	ArtifactsUnlisted int `json:"artifacts_unlisted,omitempty"`
+	// ToolCalls are the run's tool calls, in the order they were answered
+	// (the first maxTraceEntries); ToolCallsCut counts the others.
+	ToolCalls    []TraceEntry `json:"tool_calls,omitempty"`
+	ToolCallsCut int          `json:"tool_calls_cut,omitempty"`
 }
 
 // input is what a call may pass. Decoding is strict: unknown fields and
@@ -187,6 +191,10 @@ func (s *Server) parseBase(raw json.RawMessage, defTimeout, maxTimeout time.Dura
 // handleRunPython is the tool's handler.
 func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	start := time.Now()
+	if req.Params.RequestState != "" {
+		// The answers to a detached run's questions (detached.go).
+		return s.resume(ctx, req, start), nil
+	}
 	// The input is checked against the policy in force now; the run is
 	// pinned to the policy in force when it gets a slot (below).
 	limits, maxTimeout := s.limits(nil)
@@ -195,11 +203,10 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	if err != nil {
 		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
 	}
-	code, timeout, asked := a.code, a.timeout, a.asked
 	key := sessionKey{client: req.Session, name: a.session}
 	if a.reset {
 		existed := s.sessions.reset(key)
-		if strings.TrimSpace(code) == "" {
+		if strings.TrimSpace(a.code) == "" {
 			msg := fmt.Sprintf("session %q ended: its container is removed", a.session)
 			if !existed {
 				msg = fmt.Sprintf("there was no session %q to end", a.session)
@@ -208,31 +215,46 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 				StructuredContent: Output{Status: string(sandbox.StatusOK), DurationMS: time.Since(start).Milliseconds(), Message: msg}}, nil
 		}
 	}
+	rs := s.newRunState(req, a.session != "")
+	run := func(ctx context.Context) *mcp.CallToolResult {
+		return s.execute(ctx, req, a, key, scfg, rs, start)
+	}
+	if rs.mode == askResult {
+		return s.startDetached(ctx, req, rs, run), nil
+	}
+	return run(ctx), nil
+}
+
+// execute runs a call's code: a queue place, a run slot, the runner, then
+// the run, alone or in the call's session, and its result.
+func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callArgs, key sessionKey, scfg policy.Sessions, rs *runState, start time.Time) *mcp.CallToolResult {
+	code, timeout, asked := a.code, a.timeout, a.asked
+	limits, _ := s.limits(nil)
 	// A place in the queue, or busy at once.
 	select {
 	case s.queue <- struct{}{}:
 		defer func() { <-s.queue }()
 	default:
-		return failure(statusBusy, fmt.Sprintf("%v: %d runs in progress and %d waiting; try again shortly", ErrBusy, s.opts.MaxConcurrent, s.opts.QueueLength), start), nil
+		return failure(statusBusy, fmt.Sprintf("%v: %d runs in progress and %d waiting; try again shortly", ErrBusy, s.opts.MaxConcurrent, s.opts.QueueLength), start)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	untrack, err := s.track(cancel)
 	if err != nil {
-		return failure(statusUnavailable, err.Error(), start), nil
+		return failure(statusUnavailable, err.Error(), start)
 	}
 	defer untrack()
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
 	case <-ctx.Done():
-		return failure(string(sandbox.StatusCancelled), "cancelled while waiting for a free slot", start), nil
+		return failure(string(sandbox.StatusCancelled), "cancelled while waiting for a free slot", start)
 	}
 
 	runner, err := s.getRunner(ctx)
 	if err != nil {
 		s.log.Error().Err(err).Msg("sandbox unavailable")
-		return failure(statusUnavailable, "the sandbox is unavailable: "+err.Error()+" (the operator can run `bridge doctor`)", start), nil
+		return failure(statusUnavailable, "the sandbox is unavailable: "+err.Error()+" (the operator can run `bridge doctor`)", start)
 	}
 	runID := sandbox.NewRunID()
 	var snap *policy.Snapshot
@@ -248,8 +270,12 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		limits, timeout = pinned, min(timeout, pinnedMax)
 	}
 	limits.Timeout = timeout
-	prog := newProgress(ctx, req, s.opts.ProgressInterval, start)
+	// A detached run's first call has returned: its progress token is
+	// spent.
+	prog := newProgress(ctx, req, s.opts.ProgressInterval, start, rs.mode != askResult)
 	defer prog.stop()
+	rs.waiting = prog.wait
+	ctx = withRunState(ctx, rs)
 	var res sandbox.Result
 	// A session's call is audited with the session's id, known once the
 	// call is in the session.
@@ -276,7 +302,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		res, sessionEnded, refusal, err = s.runInSession(ctx, key, scfg, runner, limits, auditStart, sandbox.ExecRequest{
 			RunID: runID, Code: code, Timeout: timeout, OutputBytes: limits.OutputBytes, Files: col.FileLimits(), Sink: sink, Session: true}, start)
 		if refusal != nil {
-			return refusal, nil
+			return refusal
 		}
 	} else {
 		res, err = runner.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, Sink: sink, Files: col.FileLimits()})
@@ -290,7 +316,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 			s.forgetRunner(runner)
 			msg += " (the operator can run `bridge doctor`)"
 		}
-		return failure(statusUnavailable, msg, start), nil
+		return failure(statusUnavailable, msg, start)
 	}
 	ev := s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Bool("warm", res.Warm)
 	if res.Cold != "" {
@@ -307,13 +333,18 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	}
 	out := r.StructuredContent.(Output)
 	renderArtifacts(r, &out, list, unlisted+int(res.FilesSkipped))
+	var traceLine string
+	out.ToolCalls, out.ToolCallsCut, traceLine = rs.summary()
+	if traceLine != "" {
+		r.Content = append(r.Content, &mcp.TextContent{Text: traceLine})
+	}
 	if sessionEnded != "" {
 		note := fmt.Sprintf("session %q ended: %s; its state is lost, and the next call with this session starts a new one", a.session, sessionEnded)
 		out.SessionEnded = note
 		r.Content = append(r.Content, &mcp.TextContent{Text: "[" + note + "]"})
 	}
 	r.StructuredContent = out
-	return r, nil
+	return r
 }
 
 // runInSession runs x in the client's session key, starting the session
@@ -346,6 +377,11 @@ func (s *Server) runInSession(ctx context.Context, key sessionKey, cfg policy.Se
 		return res, "", nil, err
 	}
 	auditStart(sess.id)
+	if rs := runStateFrom(ctx); rs != nil {
+		rs.mu.Lock()
+		rs.run = &sess.approved
+		rs.mu.Unlock()
+	}
 	res, err = sess.inst.Exec(ctx, x)
 	res.Duration = time.Since(start)
 	ended = s.sessions.done(sess, cfg, true)
@@ -440,12 +476,21 @@ type progress struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 	active  bool
+	// waiting, while set, is what the run waits for (an answer).
+	waiting string
 }
 
-func newProgress(ctx context.Context, req *mcp.CallToolRequest, every time.Duration, start time.Time) *progress {
+// wait says what the run waits for, "" when it no longer does.
+func (p *progress) wait(what string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiting = what
+}
+
+func newProgress(ctx context.Context, req *mcp.CallToolRequest, every time.Duration, start time.Time, on bool) *progress {
 	p := &progress{done: make(chan struct{})}
 	token := req.Params.GetProgressToken()
-	if token == nil || req.Session == nil {
+	if token == nil || req.Session == nil || !on {
 		return p
 	}
 	p.active = true
@@ -459,6 +504,9 @@ func newProgress(ctx context.Context, req *mcp.CallToolRequest, every time.Durat
 			case <-t.C:
 				p.mu.Lock()
 				msg := p.last
+				if p.waiting != "" {
+					msg = p.waiting
+				}
 				p.mu.Unlock()
 				elapsed := time.Since(start).Seconds()
 				if msg == "" {

@@ -91,20 +91,49 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: err.Error()}}
 	}
 	start := time.Now()
-	js, err := h.up.CallJSON(ctx, runID, call.Server, call.Tool, call.Args)
-	if err != nil {
+	var rep proxy.CallReport
+	js, err := h.up.CallJSON(proxy.WithReport(ctx, &rep), runID, call.Server, call.Tool, call.Args)
+	var r relay.ToolResult
+	switch {
+	case err != nil:
 		var pe *proxy.Error
 		if errors.As(err, &pe) && (pe.Kind == proxy.KindUnknownSrv || pe.Kind == proxy.KindUnknownTool) {
 			meter.Charge(time.Since(start))
 		}
-		return failed(err)
-	}
-	if len(js) > h.maxResult {
-		return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
+		r = failed(err)
+	case len(js) > h.maxResult:
+		r = relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: fmt.Sprintf(
 			"the result of %s/%s is %s, over the %s a tool result may have in the sandbox; ask the tool for less (a page, a filter)",
 			call.Server, call.Tool, units.Bytes(int64(len(js))), units.Bytes(int64(h.maxResult)))}}
+	default:
+		r = relay.ToolResult{Result: js}
 	}
-	return relay.ToolResult{Result: js}
+	traceCall(ctx, call, rep, r, len(js), time.Since(start))
+	return r
+}
+
+// traceCall adds the call to its run's trace (runState).
+func traceCall(ctx context.Context, call relay.ToolCall, rep proxy.CallReport, r relay.ToolResult, resultBytes int, took time.Duration) {
+	rs := runStateFrom(ctx)
+	if rs == nil {
+		return
+	}
+	e := TraceEntry{Server: call.Server, Tool: call.Tool, Answer: rep.Asked,
+		DurationMS: float64(took.Microseconds()) / 1000, ArgumentBytes: len(call.Args), ResultBytes: resultBytes}
+	switch rep.Decision {
+	case "allow":
+		e.Decision = "allowed"
+	case "deny":
+		e.Decision = "denied"
+	case "ask":
+		e.Decision = "asked"
+	default:
+		e.Decision = "refused"
+	}
+	if r.Error != nil {
+		e.Error = r.Error.Type
+	}
+	rs.record(e)
 }
 
 func failed(err error) relay.ToolResult {

@@ -107,10 +107,14 @@ type Call struct {
 	RunID, Server, Tool string
 	Allowed             bool
 	Rule                string // the part of the policy that decided (RuleName), or the limit that stopped it
-	Error               string // the error type, when the call failed ("" when it succeeded or was denied)
-	Duration            time.Duration
-	ArgumentBytes       int
-	ResultBytes         int
+	// Asked is, for a call the policy asks about, how the human answered:
+	// accepted, declined, cancelled, timeout, remembered, or fallback
+	// (tools.ask_fallback decided: the human could not be asked).
+	Asked         string
+	Error         string // the error type, when the call failed ("" when it succeeded or was denied)
+	Duration      time.Duration
+	ArgumentBytes int
+	ResultBytes   int
 }
 
 // Call records a tool-call decision.
@@ -125,6 +129,9 @@ func (a *Auditor) Call(c Call) {
 		Str("decision", decision).Str("rule", c.Rule).
 		Float64("duration_ms", float64(c.Duration.Microseconds())/1000).
 		Int("argument_bytes", c.ArgumentBytes).Int("result_bytes", c.ResultBytes)
+	if c.Asked != "" {
+		ev = ev.Str("asked", c.Asked)
+	}
 	if c.Error != "" {
 		ev = ev.Str("error", c.Error)
 	}

@@ -198,6 +198,23 @@ func (p *Policy) decision(a Action, rule int, reason string, t Tool) Decision {
 	return d
 }
 
+// MayAsk reports whether some call may need the human's answer: a rule,
+// or the default, says ask.
+func (p *Policy) MayAsk() bool {
+	if p == nil {
+		return false
+	}
+	if p.Tools.Default == Ask {
+		return true
+	}
+	for i := range p.Tools.Rules {
+		if p.Tools.Rules[i].Action == Ask {
+			return true
+		}
+	}
+	return false
+}
+
 // Listed reports whether the code may see the tool d is about: allowed, or
 // allowed once the human says so.
 func (d Decision) Listed() bool { return d.Allow || d.Ask }

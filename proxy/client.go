@@ -319,6 +319,9 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 		}
 		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, c.scrub.Error(err))
 	}
+	if r := reportFrom(ctx); r != nil {
+		r.decode(res.Meta[MetaDecision])
+	}
 	if kind, ok := res.Meta[MetaError].(string); ok && res.IsError {
 		var msg []string
 		for _, ct := range res.Content {

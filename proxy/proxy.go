@@ -32,7 +32,14 @@ const (
 	// MetaError, on an isError result, says the proxy made it, and why:
 	// one of the Kind constants. A tool's own error results lack it.
 	MetaError = "io.github.bridge-mcp/error"
+	// MetaDecision, on a remote proxy's answer to a tools/call, is how the
+	// policy decided (CallReport): "allow", "deny", or "ask:" and how the
+	// human answered.
+	MetaDecision = "io.github.bridge-mcp/decision"
 )
+
+// maxArgumentSummary bounds the arguments shown to the human in an ask.
+const maxArgumentSummary = 300
 
 // ServersURI is the resource that lists the upstream servers and their
 // state (a JSON array of ServerStatus).
@@ -409,9 +416,18 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // one record each, or, for refusals repeated past its bounds, counted in a
 // summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
-	res, _, err := p.call(ctx, req.Params, server, tool, false)
+	var rep CallReport
+	res, _, err := p.call(WithReport(ctx, &rep), req.Params, server, tool, false)
 	if err != nil {
-		return ErrorResult(err)
+		res = ErrorResult(err)
+	}
+	if rep.Decision != "" {
+		meta := make(mcp.Meta, len(res.Meta)+1)
+		for k, v := range res.Meta {
+			meta[k] = v
+		}
+		meta[MetaDecision] = rep.encode()
+		res.Meta = meta
 	}
 	return res
 }
@@ -426,6 +442,10 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
 	runID, _ := params.Meta[MetaRunID].(string)
 	start := time.Now()
+	report := reportFrom(ctx)
+	if report == nil {
+		report = &CallReport{}
+	}
 	u := p.byName[server]
 	rec := policy.Call{RunID: runID, Server: server, Tool: tool, ArgumentBytes: len(params.Arguments)}
 	var (
@@ -467,16 +487,28 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		}
 		if !pol.ServerAllowed(server) {
 			d := pol.Decide(policy.Tool{Server: server, Name: tool})
+			report.Decision = d.Verdict()
 			return refuse(KindDenied, pol.RuleName(d), d.Reason)
 		}
 		d := pol.Decide(p.toolInfo(u, tool))
 		rec.Rule = pol.RuleName(d)
-		if !d.Allow {
+		report.Decision = d.Verdict()
+		if !d.Allow && !d.Ask {
 			return refuse(KindDenied, rec.Rule, d.Reason)
 		}
+		// The human is never asked about a call refused anyway.
 		if max := pol.Budgets.MaxArgumentBytes; int64(rec.ArgumentBytes) > max {
 			return refuse(KindLimit, "budgets.max_argument_bytes", fmt.Sprintf(
 				"the arguments to %s/%s are %d bytes, over the policy's budgets.max_argument_bytes (%d)", server, tool, rec.ArgumentBytes, max))
+		}
+		if d.Ask {
+			ans, why := ask(ctx, pol, Question{RunID: runID, Server: server, Tool: tool, Reason: d.Reason,
+				Arguments: SummarizeArguments(params.Arguments, maxArgumentSummary),
+				Timeout:   pol.Tools.AskTimeout, Remember: pol.Tools.AskRemember})
+			rec.Asked, report.Asked = ans.How, ans.How
+			if !ans.Allow {
+				return refuse(KindDenied, rec.Rule, why)
+			}
 		}
 		// Rates are shared by every run, whichever policy version it has:
 		// the buckets of the policy in force.
@@ -487,6 +519,9 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		}
 		timeout, maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
 		rec.Allowed = true
+	}
+	if report.Decision == "" {
+		report.Decision = "allow" // no policy
 	}
 	var args any = json.RawMessage(params.Arguments)
 	if len(params.Arguments) == 0 {

@@ -1,0 +1,179 @@
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A client on MCP 2026-07-28 or later is asked through the call's result:
+// the run_python call returns input_required with the questions, the
+// client asks its human and calls again with the answers and the
+// requestState it got (SEP-2322). The run goes on in the sandbox
+// meanwhile, waiting for the answer: it is detached from the call that
+// started it, and each call of the exchange waits for its next question
+// or its end.
+
+// resultHold is how long a detached run's result waits for the client's
+// next call once the run ended; then it is dropped.
+const resultHold = time.Minute
+
+// detached is one run that asks through results.
+type detached struct {
+	token  string
+	rs     *runState
+	cancel context.CancelFunc
+	done   chan struct{} // closed when result is set
+	result *mcp.CallToolResult
+
+	mu      sync.Mutex
+	asked   map[string]*pendingAsk // by input request id
+	next    int
+	dropped *time.Timer
+}
+
+// pendingAsk is one question a detached run waits on.
+type pendingAsk struct {
+	params *mcp.ElicitParams
+	answer chan *mcp.ElicitResult // buffered: the answer never waits
+}
+
+// detachedRuns are a Server's detached runs, by token.
+type detachedRuns struct {
+	mu sync.Mutex
+	m  map[string]*detached
+}
+
+func (dr *detachedRuns) get(token string) *detached {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	return dr.m[token]
+}
+
+func (dr *detachedRuns) add(d *detached) {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	if dr.m == nil {
+		dr.m = map[string]*detached{}
+	}
+	dr.m[d.token] = d
+}
+
+func (dr *detachedRuns) remove(d *detached) {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	if dr.m[d.token] == d {
+		delete(dr.m, d.token)
+	}
+}
+
+// askByResult hands a question to the call the client makes next, and
+// waits for its answer.
+func (rs *runState) askByResult(ctx context.Context, params *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+	p := &pendingAsk{params: params, answer: make(chan *mcp.ElicitResult, 1)}
+	select {
+	case rs.pending <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-p.answer:
+		if r == nil {
+			return nil, errNoAnswer
+		}
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// startDetached runs the call in the background, and answers the call
+// with its first question or its result.
+func (s *Server) startDetached(ctx context.Context, req *mcp.CallToolRequest, rs *runState, run func(context.Context) *mcp.CallToolResult) *mcp.CallToolResult {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	d := &detached{token: "run-" + hex.EncodeToString(b[:]), rs: rs, done: make(chan struct{}), asked: map[string]*pendingAsk{}}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	s.detached.add(d)
+	s.log.Debug().Msg("run detached: its questions go out in results (input_required)")
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		res := run(rctx)
+		d.mu.Lock()
+		d.result = res
+		d.dropped = time.AfterFunc(resultHold, func() { s.detached.remove(d) })
+		d.mu.Unlock()
+		close(d.done)
+	}()
+	return s.await(ctx, d)
+}
+
+// resume takes the answers a call brings to its run's questions, and
+// answers the call with the run's next question or its result.
+func (s *Server) resume(ctx context.Context, req *mcp.CallToolRequest, start time.Time) *mcp.CallToolResult {
+	d := s.detached.get(req.Params.RequestState)
+	if d == nil {
+		return failure(statusInvalid, fmt.Sprintf("requestState names no run waiting for this call: it ended more than %s ago, or never was; run the code again", resultHold), start)
+	}
+	d.mu.Lock()
+	for id, resp := range req.Params.InputResponses {
+		p := d.asked[id]
+		if p == nil {
+			continue
+		}
+		delete(d.asked, id)
+		r, _ := resp.(*mcp.ElicitResult)
+		p.answer <- r
+	}
+	d.mu.Unlock()
+	return s.await(ctx, d)
+}
+
+// await answers the call with the run's next questions (every one asked
+// by then) or, once it ended, its result. A cancelled call stops the run.
+func (s *Server) await(ctx context.Context, d *detached) *mcp.CallToolResult {
+	select {
+	case <-d.done:
+		return s.collect(d)
+	case p := <-d.rs.pending:
+		reqs := mcp.InputRequestMap{}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for {
+			d.next++
+			id := fmt.Sprintf("approve-%d", d.next)
+			d.asked[id] = p
+			reqs[id] = p.params
+			select {
+			case p = <-d.rs.pending:
+				continue
+			default:
+			}
+			break
+		}
+		return &mcp.CallToolResult{InputRequests: reqs, RequestState: d.token}
+	case <-ctx.Done():
+		d.cancel()
+		<-d.done
+		return s.collect(d)
+	}
+}
+
+// collect takes the result of an ended run.
+func (s *Server) collect(d *detached) *mcp.CallToolResult {
+	s.detached.remove(d)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dropped != nil {
+		d.dropped.Stop()
+	}
+	return d.result
+}

@@ -1,0 +1,320 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/policy"
+	"github.com/bridge-mcp/bridge/proxy"
+)
+
+// maxTraceEntries bounds a run's tool-call trace; calls beyond it are
+// counted.
+const maxTraceEntries = 100
+
+// TraceEntry is one tool call of a run, as structuredContent.tool_calls
+// lists it: names, the decision, sizes and time, never values.
+type TraceEntry struct {
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	// Decision is "allowed", "denied", "asked" (the human was asked, or the
+	// policy's fallback applied: Answer says which) or "refused" (stopped
+	// before the policy's rules: unknown tool, a budget).
+	Decision      string  `json:"decision"`
+	Answer        string  `json:"answer,omitempty"`
+	DurationMS    float64 `json:"duration_ms"`
+	ArgumentBytes int     `json:"argument_bytes"`
+	ResultBytes   int     `json:"result_bytes"`
+	// Error is the error type of a call that failed (denied, limit,
+	// timeout, upstream, ...); a tool's own error result is not one.
+	Error string `json:"error,omitempty"`
+}
+
+// askMode is how a run's client can be asked.
+type askMode int
+
+const (
+	askNone   askMode = iota // no elicitation capability: tools.ask_fallback
+	askInCall                // elicitation/create while the call is open (protocol < 2026-07-28)
+	askResult                // an input_required result, answered in a retried call (SEP-2322)
+)
+
+// clientAskMode is how the client that made req can be asked.
+func clientAskMode(req *mcp.CallToolRequest) askMode {
+	caps := req.ClientCapabilities()
+	if caps == nil || caps.Elicitation == nil || (caps.Elicitation.Form == nil && caps.Elicitation.URL != nil) {
+		return askNone
+	}
+	if v := req.ProtocolVersion(); v != "" && v < "2026-07-28" {
+		if req.Session == nil {
+			return askNone
+		}
+		return askInCall
+	}
+	return askResult
+}
+
+// runState is what the bridge keeps of one run_python call while it runs:
+// its tool-call trace, and how to ask its human. It rides in the run's ctx
+// (withRunState) to the sandbox's tool calls, and is the proxy's Asker.
+type runState struct {
+	mode    askMode
+	session *mcp.ServerSession // askInCall: where to ask
+	scope   string             // "run" or, for a session's call, "session"
+	// pending receives the questions of an askResult run (detached.go).
+	pending chan *pendingAsk
+	// waiting, if set, tells the progress reporter that the run waits for
+	// an answer ("" when it stops waiting).
+	waiting func(what string)
+
+	mu     sync.Mutex
+	trace  []TraceEntry
+	cut    int
+	counts map[string]int // by decision
+	run    *approvals     // remembered for the run (or its session)
+	conn   *approvals     // remembered for the connection
+}
+
+type runStateKey struct{}
+
+func withRunState(ctx context.Context, rs *runState) context.Context {
+	return proxy.WithAsker(context.WithValue(ctx, runStateKey{}, rs), rs)
+}
+
+func runStateFrom(ctx context.Context) *runState {
+	rs, _ := ctx.Value(runStateKey{}).(*runState)
+	return rs
+}
+
+// record adds one call to the trace.
+func (rs *runState) record(e TraceEntry) {
+	if rs == nil {
+		return
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.counts == nil {
+		rs.counts = map[string]int{}
+	}
+	rs.counts[e.Decision]++
+	if e.Error != "" && e.Decision == "allowed" {
+		rs.counts["failed"]++
+	}
+	if len(rs.trace) >= maxTraceEntries {
+		rs.cut++
+		return
+	}
+	rs.trace = append(rs.trace, e)
+}
+
+// summary is the trace, the count of calls cut from it, and a short line
+// for the agent when it helps: when a call was denied, asked about or
+// failed ("" when every call went through).
+func (rs *runState) summary() (entries []TraceEntry, cut int, line string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	n := len(rs.trace) + rs.cut
+	var parts []string
+	for _, k := range []string{"denied", "asked", "refused", "failed"} {
+		if c := rs.counts[k]; c > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c, k))
+		}
+	}
+	if len(parts) > 0 {
+		line = fmt.Sprintf("[%d tool call%s: %s]", n, plural(n), strings.Join(parts, ", "))
+	}
+	return append([]TraceEntry(nil), rs.trace...), rs.cut, line
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// approvals are the calls the human allowed and asked to remember: by
+// server and tool.
+type approvals struct {
+	mu sync.Mutex
+	m  map[[2]string]bool
+}
+
+// maxApprovals bounds what one scope remembers.
+const maxApprovals = 1000
+
+func (a *approvals) has(server, tool string) bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.m[[2]string{server, tool}]
+}
+
+func (a *approvals) add(server, tool string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[[2]string]bool{}
+	}
+	if len(a.m) < maxApprovals {
+		a.m[[2]string{server, tool}] = true
+	}
+}
+
+// scopeFor is the approvals a "remember" answer goes to under the
+// policy's tools.ask_remember, and the words that name it; nil when
+// answers are not remembered.
+func (rs *runState) scopeFor(remember string) (*approvals, string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	switch remember {
+	case policy.RememberConnection:
+		if rs.conn != nil {
+			return rs.conn, "for the rest of this connection"
+		}
+		fallthrough
+	case policy.RememberRun:
+		if rs.run == nil {
+			rs.run = &approvals{}
+		}
+		return rs.run, "for the rest of this " + rs.scope
+	}
+	return nil, ""
+}
+
+// Ask asks the run's human about q: proxy.Asker.
+func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
+	mem, words := rs.scopeFor(q.Remember)
+	rs.mu.Lock()
+	conn := rs.conn
+	rs.mu.Unlock()
+	if mem.has(q.Server, q.Tool) || (q.Remember == policy.RememberConnection && conn.has(q.Server, q.Tool)) {
+		return proxy.Answer{Allow: true, How: proxy.Remembered}
+	}
+	if rs.mode == askNone {
+		return proxy.Answer{How: proxy.Unsupported}
+	}
+	params := elicitParams(q, words)
+	if rs.waiting != nil {
+		rs.waiting(fmt.Sprintf("waiting for the user's approval of %s/%s", q.Server, q.Tool))
+		defer rs.waiting("")
+	}
+	var res *mcp.ElicitResult
+	var err error
+	switch rs.mode {
+	case askInCall:
+		res, err = rs.session.Elicit(ctx, params)
+	case askResult:
+		res, err = rs.askByResult(ctx, params)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return proxy.Answer{How: proxy.TimedOut}
+	case err != nil || res == nil:
+		return proxy.Answer{How: proxy.Cancelled}
+	case res.Action == "accept":
+		if remember, _ := res.Content["remember"].(bool); remember && mem != nil {
+			mem.add(q.Server, q.Tool)
+		}
+		return proxy.Answer{Allow: true, How: proxy.Accepted}
+	case res.Action == "decline":
+		return proxy.Answer{How: proxy.Declined}
+	}
+	return proxy.Answer{How: proxy.Cancelled}
+}
+
+// elicitParams is the form the human answers: a message naming the call
+// and why the policy asks, and, when answers may be remembered, one
+// checkbox to remember it (words says for how long).
+func elicitParams(q proxy.Question, words string) *mcp.ElicitParams {
+	msg := fmt.Sprintf("Code run by the agent wants to call the tool %q of the MCP server %q.\nWhy the policy asks: %s\nArguments: %s\nAllow this call? (No answer within %s denies it.)",
+		q.Tool, q.Server, q.Reason, q.Arguments, formatWait(q.Timeout))
+	schema := `{"type":"object","properties":{}}`
+	if words != "" {
+		title, _ := jsonString(fmt.Sprintf("Also allow %s/%s %s", q.Server, q.Tool, words))
+		schema = `{"type":"object","properties":{"remember":{"type":"boolean","title":` + title + `,"default":false}}}`
+	}
+	return &mcp.ElicitParams{Message: msg, RequestedSchema: rawSchema(schema)}
+}
+
+func formatWait(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%d min", int(d/time.Minute))
+	}
+	return fmt.Sprintf("%d s", int(d/time.Second))
+}
+
+// errNoAnswer is an askResult question that went unanswered: its run
+// ended or the client never came back.
+var errNoAnswer = errors.New("no answer")
+
+func jsonString(s string) (string, error) {
+	js, err := json.Marshal(s)
+	return string(js), err
+}
+
+func rawSchema(s string) json.RawMessage { return json.RawMessage(s) }
+
+// newRunState is the state of a call's run: how its client can be asked
+// (not at all when the policy in force never asks), and what its human
+// allowed for the rest of the connection.
+func (s *Server) newRunState(req *mcp.CallToolRequest, inSession bool) *runState {
+	rs := &runState{mode: clientAskMode(req), session: req.Session, scope: "run"}
+	if inSession {
+		rs.scope = "session"
+	}
+	var pol *policy.Policy
+	if s.opts.Policy != nil {
+		pol = s.opts.Policy.Current().Policy
+	}
+	if !pol.MayAsk() {
+		rs.mode = askNone
+	}
+	if rs.mode == askResult {
+		rs.pending = make(chan *pendingAsk)
+	}
+	if pol != nil && pol.Tools.AskRemember == policy.RememberConnection {
+		rs.conn = s.approved.of(req.Session)
+	}
+	return rs
+}
+
+// connApprovals are, for each client connection, the calls its human
+// allowed for the rest of it; forgotten when the connection ends.
+type connApprovals struct {
+	mu sync.Mutex
+	m  map[*mcp.ServerSession]*approvals
+}
+
+// of is the approvals of client's connection (nil for no client).
+func (c *connApprovals) of(client *mcp.ServerSession) *approvals {
+	if client == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a := c.m[client]; a != nil {
+		return a
+	}
+	if c.m == nil {
+		c.m = map[*mcp.ServerSession]*approvals{}
+	}
+	a := &approvals{}
+	c.m[client] = a
+	go func() {
+		_ = client.Wait()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.m, client)
+	}()
+	return a
+}
