@@ -307,3 +307,69 @@ mcp_tools.call("misbehave", "echo", message="z")
 		})
 	})
 }
+
+// TestAskTypeScriptClient: the same through the TypeScript SDK's client
+// with an elicitation handler (integration/npm/elicit-client.mjs): accept,
+// decline, no answer, and "remember for this run" asking once for three
+// calls.
+func TestAskTypeScriptClient(t *testing.T) {
+	npm := npmPeers(t)
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		servers, record := recordingServers(t)
+		args, env := serveArgs(e)
+		args = append(withoutSandboxFlags(args), "--policy", askPolicy(t, e, ""), "--servers-config", servers)
+		spec, _ := json.Marshal(map[string]any{"calls": []map[string]any{
+			{"code": strings.Replace(askOnce, "MSG", "ts-yes", 1), "answers": []string{"accept"}},
+			{"code": strings.Replace(askOnce, "MSG", "ts-no", 1), "answers": []string{"decline"}},
+			{"code": strings.Replace(askOnce, "MSG", "ts-late", 1), "answers": []string{"silent:4500"}},
+			{"code": askThrice, "answers": []string{"accept-remember"}},
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(filepath.Dir(npm), "elicit-client.mjs"), "--", testSuite.bridgeBin}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdin = strings.NewReader(string(spec))
+		stderr := &syncBuffer{}
+		cmd.Stderr = stderr
+		stdout, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("elicit-client.mjs: %v\n%s", err, stderr)
+		}
+		var got []struct {
+			Structured traceOutput
+			Text       string
+			Questions  []string
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(stdout)), "\n") {
+			var r struct {
+				Structured traceOutput
+				Text       string
+				Questions  []string
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			got = append(got, r)
+		}
+		if len(got) != 4 {
+			t.Fatalf("%d results:\n%s\n%s", len(got), stdout, stderr)
+		}
+		check := func(i int, stdout string, questions int, says string) {
+			t.Helper()
+			r := got[i]
+			if !strings.HasPrefix(r.Structured.Stdout, stdout) || len(r.Questions) != questions || !strings.Contains(r.Structured.Stdout, says) {
+				t.Errorf("call %d: %+v", i, r)
+			}
+		}
+		check(0, "work done\nts-yes\nafter\n", 1, "")
+		check(1, "work done\ndenied: ", 1, "the user declined it")
+		check(2, "work done\ndenied: ", 1, "no answer within 3s")
+		check(3, "r0\nr1\nr2\n", 1, "")
+		if q := got[0].Questions; len(q) == 1 && !strings.Contains(q[0], "echoing needs a human") {
+			t.Errorf("the question: %q", q[0])
+		}
+		if a := recordedArgs(t, record, "echo"); len(a) != 4 || !strings.Contains(a[0], "ts-yes") {
+			t.Errorf("the upstream got %q", a)
+		}
+	})
+}

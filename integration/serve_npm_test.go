@@ -66,12 +66,15 @@ func npmPeers(t *testing.T) string {
 		missing("node is not on PATH (%v): the npm MCP peers need Node 20+; %s", err, npmInstallHint)
 	}
 	for _, d := range dirs {
-		// What the tests use: the Inspector CLI, js-tiktoken, and the token
-		// counter next to node_modules (it imports js-tiktoken from there).
+		// What the tests use: the Inspector CLI, js-tiktoken, the
+		// TypeScript SDK, and the scripts next to node_modules that import
+		// them from there (the token counter, the elicitation client).
 		need := []string{
 			filepath.Join(d, ".bin", "mcp-inspector"),
 			filepath.Join(d, "js-tiktoken", "package.json"),
+			filepath.Join(d, "@modelcontextprotocol", "sdk", "package.json"),
 			filepath.Join(d, "..", "count-tokens.mjs"),
+			filepath.Join(d, "..", "elicit-client.mjs"),
 		}
 		ok := true
 		for _, f := range need {
