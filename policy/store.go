@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/tokenize"
 	"github.com/bridge-mcp/bridge/internal/units"
 )
 
@@ -306,6 +307,34 @@ type Run struct {
 	local bool  // begun by this process (Begin): ended by End, never swept
 	until int64 // remote runs: unix nanos after which the Store forgets the run; guarded by Store.runsMu
 	tally tally // its audit records (Store.Record)
+
+	vault atomic.Pointer[tokenize.Vault]
+}
+
+// maxVaultBytes bounds the bytes of the values one run's vault holds.
+const maxVaultBytes = 16 << 20
+
+// Vault is the run's personal values and their placeholders
+// (tokenize.max_values of them at most), made on first use: it lives as
+// long as the run, and only in this process's memory.
+func (r *Run) Vault() *tokenize.Vault {
+	if v := r.vault.Load(); v != nil {
+		return v
+	}
+	v := tokenize.NewVault(r.Snap.Policy.Tokenize.MaxValues, maxVaultBytes)
+	if r.vault.CompareAndSwap(nil, v) {
+		return v
+	}
+	return r.vault.Load()
+}
+
+// HoldsValues reports whether the run holds personal values.
+func (r *Run) HoldsValues() bool {
+	if r == nil {
+		return false
+	}
+	v := r.vault.Load()
+	return v != nil && v.Len() > 0
 }
 
 // Calls is how many tool calls the run has made (or tried).

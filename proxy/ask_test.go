@@ -3,10 +3,14 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bridge-mcp/bridge/internal/tokenize"
+	"github.com/bridge-mcp/bridge/policy"
 )
 
 // scripted answers each question with the next answer, and keeps the
@@ -132,5 +136,63 @@ func TestSummarizeArguments(t *testing.T) {
 	b.WriteString("}")
 	if got := SummarizeArguments(json.RawMessage(b.String()), 300); len(got) > 300+len("…") || !strings.HasSuffix(got, "…") {
 		t.Errorf("a big object: %d bytes: %s", len(got), got)
+	}
+}
+
+func TestPolicyTokenize(t *testing.T) {
+	c, _, _, audit := policyProxy(t, `
+version: 1
+tokenize:
+  kinds: [email]
+  patterns:
+    - {name: customer_id, regex: "CUST-[0-9]{4}"}
+  results: [{server: alpha, tool: echo}]
+  restore: [{server: alpha, tool: env}]
+  max_values: 3
+audit:
+  file: AUDIT
+`)
+	run := func(run, tool, args string) (string, error) { return callRun(t, c, run, tool, args) }
+	got, err := run("t1", "echo", `{"message":"ann@example.com is CUST-1234; bob@example.org too; ann@example.com again"}`)
+	if want := "<EMAIL_1> is <CUSTOMER_ID_1>; <EMAIL_2> too; <EMAIL_1> again"; err != nil || got != want {
+		t.Fatalf("tokenized: %q %v, want %q", got, err, want)
+	}
+	// Another run has its own placeholders, and knows none of t1's.
+	if got, err := run("t2", "echo", `{"message":"bob@example.org"}`); err != nil || got != "<EMAIL_1>" {
+		t.Errorf("run t2: %q %v", got, err)
+	}
+	// The env tool may receive values: it gets the real one back (its
+	// answer, the environment variable of that name, is empty), and a
+	// placeholder the run does not hold stays as it is.
+	if got, err := run("t1", "env", `{"name":"<EMAIL_9>"}`); err != nil || got != "" {
+		t.Errorf("env: %q %v", got, err)
+	}
+	// (A value the run holds stays out of the results of tools not in
+	// results too: integration TestTokenize, through a restore tool's
+	// error that quotes its argument.)
+	// Past max_values: the result is refused, never passed on.
+	if _, err := run("t1", "echo", `{"message":"c@example.com d@example.com"}`); kindOf(err) != KindLimit || !strings.Contains(err.Error(), "tokenize.max_values (3)") {
+		t.Errorf("a full vault: %v", err)
+	}
+	b, err := os.ReadFile(audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"ann@", "bob@", "CUST-1234"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("the audit holds %q", secret)
+		}
+	}
+}
+
+// The kinds the policy accepts are the ones tokenize knows.
+func TestTokenKindsAgree(t *testing.T) {
+	if got, want := strings.Join(tokenize.Builtins(), ","), strings.Join(policy.TokenKinds, ","); got != want {
+		t.Errorf("tokenize.Builtins() %s, policy.TokenKinds %s", got, want)
+	}
+	for _, name := range policy.TokenKinds {
+		if _, ok := tokenize.Builtin(name); !ok {
+			t.Errorf("tokenize has no kind %q", name)
+		}
 	}
 }

@@ -82,6 +82,8 @@ type Proxy struct {
 	syncs atomic.Uint64
 	reg   map[string]registered // by proxy tool name: the listed tools
 	known map[string][2]string  // by proxy tool name: every upstream tool, listed or denied
+
+	kinds kindCache // the tokenize kinds of the latest policy
 }
 
 type registered struct {
@@ -452,6 +454,8 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		timeout   time.Duration
 		maxResult int64
 		record    = func() {}
+		arguments = json.RawMessage(params.Arguments)
+		tokens    *resultTokens // tokenizes the result, when set
 	)
 	if store := p.opts.Policy; store != nil {
 		var run *policy.Run
@@ -518,13 +522,17 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 				"%s reached; the next call can go in %s", lim.Describe(r, server, tool), retry.Round(time.Millisecond)))
 		}
 		timeout, maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
+		var err error
+		if arguments, tokens, err = p.tokens(pol, run, server, tool, arguments); err != nil {
+			return refuse(KindInvalid, "tokenize", err.Error())
+		}
 		rec.Allowed = true
 	}
 	if report.Decision == "" {
 		report.Decision = "allow" // no policy
 	}
-	var args any = json.RawMessage(params.Arguments)
-	if len(params.Arguments) == 0 {
+	var args any = arguments
+	if len(arguments) == 0 {
 		args = map[string]any{}
 	}
 	res, raw, err := u.call(ctx, tool, args, timeout, wantRaw)
@@ -564,6 +572,12 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		if err == nil && maxResult > 0 && int64(rec.ResultBytes) > maxResult {
 			res, js, err = nil, nil, errorf(KindLimit, "the result of %s/%s is %d bytes, over the policy's budgets.max_result_bytes (%d)",
 				server, tool, rec.ResultBytes, maxResult)
+		}
+	}
+	if err == nil && tokens != nil {
+		res, js, err = tokens.apply(res, js, wantRaw)
+		if err != nil {
+			err = errorf(KindLimit, "the result of %s/%s: %v", server, tool, err)
 		}
 	}
 	rec.Duration = time.Since(start)
