@@ -73,6 +73,9 @@ type runState struct {
 	// waiting, if set, tells the progress reporter that the run waits for
 	// an answer ("" when it stops waiting).
 	waiting func(what string)
+	// turn is held by the question being asked.
+	once sync.Once
+	turn chan struct{}
 
 	mu     sync.Mutex
 	trace  []TraceEntry
@@ -191,8 +194,18 @@ func (rs *runState) scopeFor(remember string) (*approvals, string) {
 	return nil, ""
 }
 
-// Ask asks the run's human about q: proxy.Asker.
+// Ask asks the run's human about q: proxy.Asker. A run asks one question
+// at a time: a human answers one, and code calling from many threads must
+// not flood the client; the others wait their turn within their own
+// timeout, and a "remember" answer lets them through.
 func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
+	rs.once.Do(func() { rs.turn = make(chan struct{}, 1) })
+	select {
+	case rs.turn <- struct{}{}:
+		defer func() { <-rs.turn }()
+	case <-ctx.Done():
+		return proxy.Answer{How: proxy.TimedOut}
+	}
 	mem, words := rs.scopeFor(q.Remember)
 	rs.mu.Lock()
 	conn := rs.conn

@@ -190,6 +190,15 @@ except mcp_tools.ToolDeniedError as e:
     print("denied:", e)
 print("after")
 `
+	askThreads = `import mcp_tools, threading
+got = []
+def f(i):
+    got.append(mcp_tools.call("misbehave", "echo", message=f"t{i}")["message"])
+ts = [threading.Thread(target=f, args=(i,)) for i in range(16)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(len(got))
+`
 	askThrice = `import mcp_tools
 for i in range(3):
     print(mcp_tools.call("misbehave", "echo", message=f"r{i}")["message"])
@@ -208,7 +217,8 @@ func TestAsk(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) {
 				servers, record := recordingServers(t)
 				h := &human{}
-				cs := connectAsking(t, e, h, c.version, "--policy", askPolicy(t, e, ""), "--servers-config", servers)
+				debugAddr := freeLoopbackAddr(t)
+				cs := connectAsking(t, e, h, c.version, "--policy", askPolicy(t, e, ""), "--servers-config", servers, "--debug-addr", debugAddr)
 				once := func(msg string) (traceOutput, string) {
 					return traceCall(t, cs, strings.Replace(askOnce, "MSG", msg, 1))
 				}
@@ -216,6 +226,7 @@ func TestAsk(t *testing.T) {
 				// Accept: the upstream gets the call, the code goes on.
 				h.tell(accept(false))
 				out, text := once("yes")
+				base := settledStats(t, debugAddr)
 				if out.Status != "ok" || out.Stdout != "work done\nyes\nafter\n" {
 					t.Fatalf("accepted: %+v %q", out, text)
 				}
@@ -285,6 +296,22 @@ mcp_tools.call("misbehave", "echo", message="z")
 					out.ToolCalls[1].ArgumentBytes == 0 {
 					t.Errorf("trace: %q %+v", got, out.ToolCalls)
 				}
+
+				// Code asking from 16 threads at once: one question at a time,
+				// and the answer remembered lets the others through.
+				h.tell(accept(true))
+				out, text = traceCall(t, cs, askThreads)
+				if out.Status != "ok" || out.Stdout != "16\n" || len(h.asked()) != 1 {
+					t.Fatalf("threads: %+v %q, %d questions", out, text, len(h.asked()))
+				}
+
+				// What the asks cost the bridge is given back.
+				var now bridgeStats
+				waitFor(t, 30*time.Second, "the bridge's goroutines back to where they were", func() bool {
+					now = settledStats(t, debugAddr)
+					return now.Goroutines <= base.Goroutines+2
+				})
+				t.Logf("after the asks: %d goroutines (%d before), RSS %d MiB (%d before)", now.Goroutines, base.Goroutines, now.RSS>>20, base.RSS>>20)
 			})
 		}
 
