@@ -311,8 +311,8 @@ type Run struct {
 	vault atomic.Pointer[tokenize.Vault]
 }
 
-// maxVaultBytes bounds the bytes of the values one run's vault holds.
-const maxVaultBytes = 16 << 20
+// MaxVaultBytes bounds the bytes of the values one run's vault holds.
+const MaxVaultBytes = 16 << 20
 
 // Vault is the run's personal values and their placeholders
 // (tokenize.max_values of them at most), made on first use: it lives as
@@ -321,7 +321,7 @@ func (r *Run) Vault() *tokenize.Vault {
 	if v := r.vault.Load(); v != nil {
 		return v
 	}
-	v := tokenize.NewVault(r.Snap.Policy.Tokenize.MaxValues, maxVaultBytes)
+	v := tokenize.NewVault(r.Snap.Policy.Tokenize.MaxValues, MaxVaultBytes)
 	if r.vault.CompareAndSwap(nil, v) {
 		return v
 	}

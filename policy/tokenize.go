@@ -5,6 +5,8 @@ import (
 	"regexp"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bridge-mcp/bridge/internal/tokenize"
 )
 
 var (
@@ -190,8 +192,9 @@ func (p *parser) tokenPattern(n *yaml.Node, name string, have []TokenPattern) (T
 				ok = false
 				return
 			}
-			if re.MatchString("") {
-				p.errorf(v, "%s: %q matches the empty string; it must match a value", kname, s)
+			// What the proxy compiles: one judge of what a pattern may be.
+			if _, err := tokenize.Pattern("x", s); re.MatchString("") || err != nil {
+				p.errorf(v, "%s: %q can match the empty string (alone or at a word boundary, ^ or $); it must match a value", kname, s)
 				ok = false
 				return
 			}
@@ -225,4 +228,26 @@ func (p *parser) toolMatch(n *yaml.Node, name string) (ToolMatch, bool) {
 		}
 	})
 	return m, true
+}
+
+// TokenKindsOf compiles t's kinds: the built-in ones it names, then its
+// patterns. Parse accepted them, so an error here is a Policy not made by
+// Parse.
+func TokenKindsOf(t *Tokenize) ([]tokenize.Kind, error) {
+	var kinds []tokenize.Kind
+	for _, name := range t.Kinds {
+		k, ok := tokenize.Builtin(name)
+		if !ok {
+			return nil, fmt.Errorf("no kind %q", name)
+		}
+		kinds = append(kinds, k)
+	}
+	for _, pt := range t.Patterns {
+		k, err := tokenize.Pattern(pt.Name, pt.Regex)
+		if err != nil {
+			return nil, err
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds, nil
 }

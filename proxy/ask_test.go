@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/bridge-mcp/bridge/internal/tokenize"
 	"github.com/bridge-mcp/bridge/policy"
 )
@@ -194,5 +196,44 @@ func TestTokenKindsAgree(t *testing.T) {
 		if _, ok := tokenize.Builtin(name); !ok {
 			t.Errorf("tokenize has no kind %q", name)
 		}
+	}
+}
+
+// An upstream's error may quote the arguments a restore tool got: it is
+// tokenized like a result, for every tool once the run holds a value.
+func TestTokenizeErrors(t *testing.T) {
+	pol, err := policy.Parse([]byte("version: 1\ntokenize:\n  results: [{server: crm}]\n"), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := policy.NewStore(pol, "", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	run := store.Begin("r1")
+	p := &Proxy{}
+	_, ct, err := p.tokens(pol, run, "crm", "get", json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, js, err := ct.apply(nil, []byte(`{"content":[{"type":"text","text":"ann@example.com"}]}`), true)
+	if err != nil || res == nil || !strings.Contains(string(js), "<EMAIL_1>") {
+		t.Fatalf("apply: %s %v", js, err)
+	}
+	// A tool not in results, after the run holds the value: its error is
+	// scrubbed; one with nothing held passes as it is.
+	_, other, _ := p.tokens(pol, run, "mailer", "send", json.RawMessage(`{}`))
+	got := other.applyError(&Error{Kind: KindUpstream, Message: `invalid address "ann@example.com"`})
+	if pe, ok := got.(*Error); !ok || pe.Kind != KindUpstream || pe.Message != `invalid address "<EMAIL_1>"` {
+		t.Errorf("scrubbed error: %#v", got)
+	}
+	plain := &Error{Kind: KindTimeout, Message: "took too long"}
+	if got := other.applyError(plain); got != error(plain) {
+		t.Errorf("an error with nothing to tokenize: %#v", got)
+	}
+	_, fresh, _ := p.tokens(pol, store.Begin("r2"), "mailer", "send", json.RawMessage(`{}`))
+	if fresh.vaultNow() != nil {
+		t.Error("a run that holds nothing scans the results of tools not in results")
 	}
 }

@@ -455,7 +455,7 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		maxResult int64
 		record    = func() {}
 		arguments = json.RawMessage(params.Arguments)
-		tokens    *resultTokens // tokenizes the result, when set
+		tokens    *callTokens // tokenizes what comes back, when set
 	)
 	if store := p.opts.Policy; store != nil {
 		var run *policy.Run
@@ -524,7 +524,7 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		timeout, maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
 		var err error
 		if arguments, tokens, err = p.tokens(pol, run, server, tool, arguments); err != nil {
-			return refuse(KindInvalid, "tokenize", err.Error())
+			return refuse(KindInvalid, "tokenize.restore", err.Error())
 		}
 		rec.Allowed = true
 	}
@@ -574,10 +574,11 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 				server, tool, rec.ResultBytes, maxResult)
 		}
 	}
-	if err == nil && tokens != nil {
-		res, js, err = tokens.apply(res, js, wantRaw)
-		if err != nil {
-			err = errorf(KindLimit, "the result of %s/%s: %v", server, tool, err)
+	if tokens != nil {
+		if err == nil {
+			res, js, err = tokens.apply(res, js, wantRaw)
+		} else {
+			err = tokens.applyError(err)
 		}
 	}
 	rec.Duration = time.Since(start)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,17 +18,20 @@ import (
 // in the arguments of the tools allowed to receive them. The run's vault
 // (policy.Run.Vault) holds the mapping, in this process's memory only.
 
-// resultTokens tokenizes one call's result.
-type resultTokens struct {
-	vault *tokenize.Vault
-	kinds []tokenize.Kind // none: only the values the vault holds
-	max   int             // tokenize.max_values, for the error
+// callTokens is tokenization for one call: set up before it (restore), and
+// applied to what comes back, result or error.
+type callTokens struct {
+	p      *Proxy
+	pol    *policy.Policy
+	run    *policy.Run
+	vault  *tokenize.Vault // a run's, or one for a call with no run
+	search bool            // look for new values: the tool is in tokenize.results
 }
 
-// tokens prepares one call of server's tool for tokenization: args with
-// the placeholders it may have put back when the tool may receive them,
-// and what tokenizes its result (nil when nothing would).
-func (p *Proxy) tokens(pol *policy.Policy, run *policy.Run, server, tool string, args json.RawMessage) (json.RawMessage, *resultTokens, error) {
+// tokens prepares one call of server's tool: args with the placeholders
+// put back when the tool may receive them, and what tokenizes what comes
+// back (nil when tokenization is off).
+func (p *Proxy) tokens(pol *policy.Policy, run *policy.Run, server, tool string, args json.RawMessage) (json.RawMessage, *callTokens, error) {
 	tk := &pol.Tokenize
 	if !tk.On() {
 		return args, nil, nil
@@ -39,36 +43,43 @@ func (p *Proxy) tokens(pol *policy.Policy, run *policy.Run, server, tool string,
 		}
 		args = out
 	}
-	rt := &resultTokens{max: tk.MaxValues}
-	switch {
-	case tk.Tokenizes(server, tool):
-		rt.kinds = p.kinds.of(pol)
-		if run != nil {
-			rt.vault = run.Vault()
-		} else {
-			// A call with no run: placeholders no later call can restore.
-			rt.vault = tokenize.NewVault(tk.MaxValues, maxVaultBytes)
-		}
-	case run.HoldsValues():
-		rt.vault = run.Vault() // a value the run holds never gets in again
-	default:
-		return args, nil, nil
+	ct := &callTokens{p: p, pol: pol, run: run, search: tk.Tokenizes(server, tool)}
+	if run == nil && ct.search {
+		// A call with no run: placeholders no later call can restore.
+		ct.vault = tokenize.NewVault(tk.MaxValues, policy.MaxVaultBytes)
 	}
-	return args, rt, nil
+	return args, ct, nil
 }
 
-// maxVaultBytes bounds the values of a vault made for one call with no run.
-const maxVaultBytes = 16 << 20
-
-// apply tokenizes the result js (and res, unless only js is wanted).
-func (rt *resultTokens) apply(res *mcp.CallToolResult, js []byte, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
-	out, n, err := rt.vault.Tokenize(js, rt.kinds)
+// vaultNow is the vault to apply to what came back: decided when it comes
+// back, since a concurrent call of the run may have tokenized a value
+// meanwhile. nil when there is nothing to do.
+func (ct *callTokens) vaultNow() *tokenize.Vault {
 	switch {
-	case errors.Is(err, tokenize.ErrFull):
-		return nil, nil, fmt.Errorf("it would make the run hold more personal values than the policy's tokenize.max_values (%d); it is not passed on", rt.max)
-	case err != nil:
-		return nil, nil, fmt.Errorf("it cannot be tokenized (%v); it is not passed on", err)
-	case n == 0:
+	case ct.vault != nil:
+		return ct.vault
+	case ct.run != nil && (ct.search || ct.run.HoldsValues()):
+		return ct.run.Vault()
+	}
+	return nil
+}
+
+// apply tokenizes the result js (and res, unless only js is wanted). A
+// result it cannot tokenize is refused.
+func (ct *callTokens) apply(res *mcp.CallToolResult, js []byte, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
+	v := ct.vaultNow()
+	if v == nil {
+		return res, js, nil
+	}
+	kinds, err := ct.kinds()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, n, err := v.Tokenize(js, kinds)
+	if err != nil {
+		return nil, nil, ct.refusal(err)
+	}
+	if n == 0 {
 		return res, js, nil
 	}
 	if wantRaw {
@@ -76,36 +87,79 @@ func (rt *resultTokens) apply(res *mcp.CallToolResult, js []byte, wantRaw bool) 
 	}
 	res = &mcp.CallToolResult{}
 	if err := json.Unmarshal(out, res); err != nil {
-		return nil, nil, fmt.Errorf("it cannot be tokenized (%v); it is not passed on", err)
+		return nil, nil, ct.refusal(err)
 	}
 	return res, out, nil
 }
 
-// kindCache holds the compiled kinds of the latest policy that tokenizes.
-type kindCache struct {
-	mu    sync.Mutex
-	pol   *policy.Policy
-	kinds []tokenize.Kind
+// applyError tokenizes the message of a failed call: an upstream's error
+// may quote the arguments it got, real values included.
+func (ct *callTokens) applyError(err error) error {
+	v := ct.vaultNow()
+	if v == nil {
+		return err
+	}
+	kind := KindUpstream
+	var pe *Error
+	if errors.As(err, &pe) {
+		kind = pe.Kind
+	}
+	js, _ := json.Marshal(err.Error())
+	kinds, kerr := ct.kinds()
+	out, n, terr := v.Tokenize(js, kinds)
+	var msg string
+	if kerr != nil || terr != nil || json.Unmarshal(out, &msg) != nil {
+		return &Error{Kind: kind, Message: "the call failed, and its error message cannot be tokenized, so it is not passed on"}
+	}
+	if n == 0 {
+		return err
+	}
+	return &Error{Kind: kind, Message: msg}
 }
 
-// of is pol's kinds, compiled. Parse checked them, so none fails here.
-func (c *kindCache) of(pol *policy.Policy) []tokenize.Kind {
+// kinds are what to look for in what comes back: the policy's kinds for a
+// tool in tokenize.results, none otherwise (the values held still are).
+func (ct *callTokens) kinds() ([]tokenize.Kind, error) {
+	if !ct.search {
+		return nil, nil
+	}
+	return ct.p.kinds.of(ct.pol)
+}
+
+// refusal says why a result that could not be tokenized is not passed on.
+func (ct *callTokens) refusal(err error) error {
+	if errors.Is(err, tokenize.ErrFull) {
+		return &Error{Kind: KindLimit, Message: fmt.Sprintf(
+			"the result would make the run hold more personal values than the policy's tokenize.max_values (%d); it is not passed on", ct.pol.Tokenize.MaxValues)}
+	}
+	return &Error{Kind: KindUpstream, Message: fmt.Sprintf("the result cannot be tokenized (%v); it is not passed on", err)}
+}
+
+// kindCache holds the compiled kinds of the policies that tokenize, by
+// policy: the one in force and those runs are pinned to.
+type kindCache struct {
+	mu sync.Mutex
+	m  map[*policy.Policy][]tokenize.Kind
+}
+
+// maxKindPolicies bounds the policies kindCache holds.
+const maxKindPolicies = 8
+
+// of is pol's kinds, compiled. Parse checked them; one that fails still
+// is an error, never a kind left out.
+func (c *kindCache) of(pol *policy.Policy) ([]tokenize.Kind, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pol == pol {
-		return c.kinds
+	if kinds, ok := c.m[pol]; ok {
+		return kinds, nil
 	}
-	var kinds []tokenize.Kind
-	for _, name := range pol.Tokenize.Kinds {
-		if k, ok := tokenize.Builtin(name); ok {
-			kinds = append(kinds, k)
-		}
+	kinds, err := policy.TokenKindsOf(&pol.Tokenize)
+	if err != nil {
+		return nil, &Error{Kind: KindInvalid, Message: "the policy's tokenize kinds: " + strings.TrimPrefix(err.Error(), "tokenize: ")}
 	}
-	for _, pt := range pol.Tokenize.Patterns {
-		if k, err := tokenize.Pattern(pt.Name, pt.Regex); err == nil {
-			kinds = append(kinds, k)
-		}
+	if c.m == nil || len(c.m) >= maxKindPolicies {
+		c.m = map[*policy.Policy][]tokenize.Kind{}
 	}
-	c.pol, c.kinds = pol, kinds
-	return kinds
+	c.m[pol] = kinds
+	return kinds, nil
 }
