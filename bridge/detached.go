@@ -12,16 +12,22 @@ import (
 )
 
 // A client on MCP 2026-07-28 or later is asked through the call's result:
-// the run_python call returns input_required with the questions, the
-// client asks its human and calls again with the answers and the
+// the run_python call returns input_required with the question, the
+// client asks its human and calls again with the answer and the
 // requestState it got (SEP-2322). The run goes on in the sandbox
 // meanwhile, waiting for the answer: it is detached from the call that
 // started it, and each call of the exchange waits for its next question
-// or its end.
+// or its end, sending the run's progress while it waits.
 
-// resultHold is how long a detached run's result waits for the client's
-// next call once the run ended; then it is dropped.
-const resultHold = time.Minute
+const (
+	// resultHold is how long a detached run's result waits for the
+	// client's next call once the run ended; then it is dropped.
+	resultHold = time.Minute
+	// answerGrace is how long past a question's own timeout the client
+	// may take to call again with the answer; past that the run is
+	// cancelled, as a call the client gave up on.
+	answerGrace = 10 * time.Second
+)
 
 // detached is one run that asks through results.
 type detached struct {
@@ -34,13 +40,15 @@ type detached struct {
 	mu      sync.Mutex
 	asked   map[string]*pendingAsk // by input request id
 	next    int
-	dropped *time.Timer
+	dropped *time.Timer // drops an ended run's result nobody collected
+	abandon *time.Timer // cancels the run when a question's answer never comes
 }
 
 // pendingAsk is one question a detached run waits on.
 type pendingAsk struct {
-	params *mcp.ElicitParams
-	answer chan *mcp.ElicitResult // buffered: the answer never waits
+	params  *mcp.ElicitParams
+	timeout time.Duration
+	answer  chan *mcp.ElicitResult // buffered: the answer never waits
 }
 
 // detachedRuns are a Server's detached runs, by token.
@@ -74,8 +82,8 @@ func (dr *detachedRuns) remove(d *detached) {
 
 // askByResult hands a question to the call the client makes next, and
 // waits for its answer.
-func (rs *runState) askByResult(ctx context.Context, params *mcp.ElicitParams) (*mcp.ElicitResult, error) {
-	p := &pendingAsk{params: params, answer: make(chan *mcp.ElicitResult, 1)}
+func (rs *runState) askByResult(ctx context.Context, params *mcp.ElicitParams, timeout time.Duration) (*mcp.ElicitResult, error) {
+	p := &pendingAsk{params: params, timeout: timeout, answer: make(chan *mcp.ElicitResult, 1)}
 	select {
 	case rs.pending <- p:
 	case <-ctx.Done():
@@ -98,22 +106,25 @@ func (s *Server) startDetached(ctx context.Context, req *mcp.CallToolRequest, rs
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	d := &detached{token: "run-" + hex.EncodeToString(b[:]), rs: rs, done: make(chan struct{}), asked: map[string]*pendingAsk{}}
+	// The run's own ctx: it outlives this call. execute tracks it, so
+	// that Shutdown cancels it.
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	s.detached.add(d)
 	s.log.Debug().Msg("run detached: its questions go out in results (input_required)")
-	s.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
 		defer cancel()
 		res := run(rctx)
 		d.mu.Lock()
 		d.result = res
 		d.dropped = time.AfterFunc(resultHold, func() { s.detached.remove(d) })
+		if d.abandon != nil {
+			d.abandon.Stop()
+		}
 		d.mu.Unlock()
 		close(d.done)
 	}()
-	return s.await(ctx, d)
+	return s.await(ctx, req, d)
 }
 
 // resume takes the answers a call brings to its run's questions, and
@@ -124,6 +135,9 @@ func (s *Server) resume(ctx context.Context, req *mcp.CallToolRequest, start tim
 		return failure(statusInvalid, fmt.Sprintf("requestState names no run waiting for this call: it ended more than %s ago, or never was; run the code again", resultHold), start)
 	}
 	d.mu.Lock()
+	if d.abandon != nil {
+		d.abandon.Stop()
+	}
 	for id, resp := range req.Params.InputResponses {
 		p := d.asked[id]
 		if p == nil {
@@ -134,32 +148,30 @@ func (s *Server) resume(ctx context.Context, req *mcp.CallToolRequest, start tim
 		p.answer <- r
 	}
 	d.mu.Unlock()
-	return s.await(ctx, d)
+	return s.await(ctx, req, d)
 }
 
-// await answers the call with the run's next questions (every one asked
-// by then) or, once it ended, its result. A cancelled call stops the run.
-func (s *Server) await(ctx context.Context, d *detached) *mcp.CallToolResult {
+// await answers the call req with the run's next question or, once it
+// ended, its result, sending the run's progress meanwhile. A cancelled
+// call stops the run.
+func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, d *detached) *mcp.CallToolResult {
+	d.rs.mu.Lock()
+	prog := d.rs.prog
+	d.rs.mu.Unlock()
+	stop := prog.sendFor(ctx, req)
+	defer stop()
 	select {
 	case <-d.done:
 		return s.collect(d)
 	case p := <-d.rs.pending:
-		reqs := mcp.InputRequestMap{}
+		// One question at a time (runState.turn).
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		for {
-			d.next++
-			id := fmt.Sprintf("approve-%d", d.next)
-			d.asked[id] = p
-			reqs[id] = p.params
-			select {
-			case p = <-d.rs.pending:
-				continue
-			default:
-			}
-			break
-		}
-		return &mcp.CallToolResult{InputRequests: reqs, RequestState: d.token}
+		d.next++
+		id := fmt.Sprintf("approve-%d", d.next)
+		d.asked[id] = p
+		d.abandon = time.AfterFunc(p.timeout+answerGrace, d.cancel)
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{id: p.params}, RequestState: d.token}
 	case <-ctx.Done():
 		d.cancel()
 		<-d.done

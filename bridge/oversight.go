@@ -46,13 +46,20 @@ const (
 	askResult                // an input_required result, answered in a retried call (SEP-2322)
 )
 
-// clientAskMode is how the client that made req can be asked.
+// clientAskMode is how the client that made req can be asked. As the SDK
+// does, a session that initialized says its version and capabilities;
+// otherwise (MCP 2026-07-28 and later) the request's _meta does.
 func clientAskMode(req *mcp.CallToolRequest) askMode {
-	caps := req.ClientCapabilities()
+	caps, version := req.ClientCapabilities(), req.ProtocolVersion()
+	if req.Session != nil {
+		if ip := req.Session.InitializeParams(); ip != nil {
+			caps, version = ip.Capabilities, ip.ProtocolVersion
+		}
+	}
 	if caps == nil || caps.Elicitation == nil || (caps.Elicitation.Form == nil && caps.Elicitation.URL != nil) {
 		return askNone
 	}
-	if v := req.ProtocolVersion(); v != "" && v < "2026-07-28" {
+	if version != "" && version < "2026-07-28" {
 		if req.Session == nil {
 			return askNone
 		}
@@ -70,19 +77,19 @@ type runState struct {
 	scope   string             // "run" or, for a session's call, "session"
 	// pending receives the questions of an askResult run (detached.go).
 	pending chan *pendingAsk
-	// waiting, if set, tells the progress reporter that the run waits for
-	// an answer ("" when it stops waiting).
-	waiting func(what string)
 	// turn is held by the question being asked.
-	once sync.Once
 	turn chan struct{}
 
-	mu     sync.Mutex
-	trace  []TraceEntry
-	cut    int
-	counts map[string]int // by decision
-	run    *approvals     // remembered for the run (or its session)
-	conn   *approvals     // remembered for the connection
+	mu sync.Mutex
+	// prog reports the run's progress and what it waits for; nil until
+	// the run starts.
+	prog     *progress
+	trace    []TraceEntry
+	cut      int
+	counts   map[string]int // by decision
+	run      *approvals     // remembered for the run (or its session)
+	conn     *approvals     // remembered for the connection
+	declined approvals      // what the human said no to in this run
 }
 
 type runStateKey struct{}
@@ -199,7 +206,6 @@ func (rs *runState) scopeFor(remember string) (*approvals, string) {
 // not flood the client; the others wait their turn within their own
 // timeout, and a "remember" answer lets them through.
 func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
-	rs.once.Do(func() { rs.turn = make(chan struct{}, 1) })
 	select {
 	case rs.turn <- struct{}{}:
 		defer func() { <-rs.turn }()
@@ -213,13 +219,21 @@ func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
 	if mem.has(q.Server, q.Tool) || (q.Remember == policy.RememberConnection && conn.has(q.Server, q.Tool)) {
 		return proxy.Answer{Allow: true, How: proxy.Remembered}
 	}
+	// A "no" holds for the rest of the run: code looping on the tool must
+	// not wear the human down with prompts.
+	if rs.declined.has(q.Server, q.Tool) {
+		return proxy.Answer{How: proxy.Remembered}
+	}
 	if rs.mode == askNone {
 		return proxy.Answer{How: proxy.Unsupported}
 	}
 	params := elicitParams(q, words)
-	if rs.waiting != nil {
-		rs.waiting(fmt.Sprintf("waiting for the user's approval of %s/%s", q.Server, q.Tool))
-		defer rs.waiting("")
+	rs.mu.Lock()
+	prog := rs.prog
+	rs.mu.Unlock()
+	if prog != nil {
+		prog.wait(fmt.Sprintf("waiting for the user's approval of %s/%s", q.Server, q.Tool))
+		defer prog.wait("")
 	}
 	var res *mcp.ElicitResult
 	var err error
@@ -227,19 +241,20 @@ func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
 	case askInCall:
 		res, err = rs.session.Elicit(ctx, params)
 	case askResult:
-		res, err = rs.askByResult(ctx, params)
+		res, err = rs.askByResult(ctx, params, q.Timeout)
 	}
 	switch {
 	case ctx.Err() != nil:
 		return proxy.Answer{How: proxy.TimedOut}
 	case err != nil || res == nil:
-		return proxy.Answer{How: proxy.Cancelled}
+		return proxy.Answer{How: proxy.Failed}
 	case res.Action == "accept":
 		if remember, _ := res.Content["remember"].(bool); remember && mem != nil {
 			mem.add(q.Server, q.Tool)
 		}
 		return proxy.Answer{Allow: true, How: proxy.Accepted}
 	case res.Action == "decline":
+		rs.declined.add(q.Server, q.Tool)
 		return proxy.Answer{How: proxy.Declined}
 	}
 	return proxy.Answer{How: proxy.Cancelled}
@@ -253,10 +268,10 @@ func elicitParams(q proxy.Question, words string) *mcp.ElicitParams {
 		q.Tool, q.Server, q.Reason, q.Arguments, formatWait(q.Timeout))
 	schema := `{"type":"object","properties":{}}`
 	if words != "" {
-		title, _ := jsonString(fmt.Sprintf("Also allow %s/%s %s", q.Server, q.Tool, words))
-		schema = `{"type":"object","properties":{"remember":{"type":"boolean","title":` + title + `,"default":false}}}`
+		title, _ := json.Marshal(fmt.Sprintf("Also allow %s/%s %s", q.Server, q.Tool, words))
+		schema = `{"type":"object","properties":{"remember":{"type":"boolean","title":` + string(title) + `,"default":false}}}`
 	}
-	return &mcp.ElicitParams{Message: msg, RequestedSchema: rawSchema(schema)}
+	return &mcp.ElicitParams{Message: msg, RequestedSchema: json.RawMessage(schema)}
 }
 
 func formatWait(d time.Duration) string {
@@ -266,22 +281,15 @@ func formatWait(d time.Duration) string {
 	return fmt.Sprintf("%d s", int(d/time.Second))
 }
 
-// errNoAnswer is an askResult question that went unanswered: its run
-// ended or the client never came back.
+// errNoAnswer is an askResult question whose answering call brought no
+// elicitation result for it.
 var errNoAnswer = errors.New("no answer")
-
-func jsonString(s string) (string, error) {
-	js, err := json.Marshal(s)
-	return string(js), err
-}
-
-func rawSchema(s string) json.RawMessage { return json.RawMessage(s) }
 
 // newRunState is the state of a call's run: how its client can be asked
 // (not at all when the policy in force never asks), and what its human
 // allowed for the rest of the connection.
 func (s *Server) newRunState(req *mcp.CallToolRequest, inSession bool) *runState {
-	rs := &runState{mode: clientAskMode(req), session: req.Session, scope: "run"}
+	rs := &runState{mode: clientAskMode(req), session: req.Session, scope: "run", turn: make(chan struct{}, 1)}
 	if inSession {
 		rs.scope = "session"
 	}

@@ -39,7 +39,7 @@ func TestTraceSummary(t *testing.T) {
 func TestRunStateAsks(t *testing.T) {
 	q := proxy.Question{Server: "pay", Tool: "refund", Reason: "money", Arguments: `{"id": 1}`, Timeout: 2 * time.Minute, Remember: policy.RememberRun}
 	// A client that cannot be asked: the proxy applies the fallback.
-	rs := &runState{mode: askNone, scope: "run"}
+	rs := &runState{mode: askNone, scope: "run", turn: make(chan struct{}, 1)}
 	if a := rs.Ask(context.Background(), q); a.How != proxy.Unsupported || a.Allow {
 		t.Errorf("no elicitation: %+v", a)
 	}
@@ -55,7 +55,7 @@ func TestRunStateAsks(t *testing.T) {
 		t.Errorf("remember off: %+v", a)
 	}
 	q.Remember = policy.RememberConnection
-	rs2 := &runState{mode: askNone, scope: "session", conn: &approvals{}}
+	rs2 := &runState{mode: askNone, scope: "session", conn: &approvals{}, turn: make(chan struct{}, 1)}
 	rs2.conn.add("pay", "refund")
 	if a := rs2.Ask(context.Background(), q); a.How != proxy.Remembered {
 		t.Errorf("remembered for the connection: %+v", a)

@@ -270,11 +270,13 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 		limits, timeout = pinned, min(timeout, pinnedMax)
 	}
 	limits.Timeout = timeout
-	// A detached run's first call has returned: its progress token is
-	// spent.
+	// A detached run outlives its first call: the calls that wait on it
+	// send its progress, each with its own token (detached.go).
 	prog := newProgress(ctx, req, s.opts.ProgressInterval, start, rs.mode != askResult)
 	defer prog.stop()
-	rs.waiting = prog.wait
+	rs.mu.Lock()
+	rs.prog = prog
+	rs.mu.Unlock()
 	ctx = withRunState(ctx, rs)
 	var res sandbox.Result
 	// A session's call is audited with the session's id, known once the
@@ -476,6 +478,8 @@ type progress struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 	active  bool
+	every   time.Duration
+	start   time.Time
 	// waiting, while set, is what the run waits for (an answer).
 	waiting string
 }
@@ -488,43 +492,71 @@ func (p *progress) wait(what string) {
 }
 
 func newProgress(ctx context.Context, req *mcp.CallToolRequest, every time.Duration, start time.Time, on bool) *progress {
-	p := &progress{done: make(chan struct{})}
+	p := &progress{done: make(chan struct{}), every: every, start: start}
+	if !on {
+		// A detached run: each call waiting on it sends its own (sendFor).
+		p.active = true
+		return p
+	}
 	token := req.Params.GetProgressToken()
-	if token == nil || req.Session == nil || !on {
+	if token == nil || req.Session == nil {
 		return p
 	}
 	p.active = true
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				p.mu.Lock()
-				msg := p.last
-				if p.waiting != "" {
-					msg = p.waiting
-				}
-				p.mu.Unlock()
-				elapsed := time.Since(start).Seconds()
-				if msg == "" {
-					msg = fmt.Sprintf("running for %.0f s", elapsed)
-				}
-				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-					ProgressToken: token,
-					Progress:      math.Round(elapsed*10) / 10,
-					Message:       msg,
-				})
-			case <-p.done:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
+		p.send(ctx, req.Session, token, p.done)
 	}()
 	return p
+}
+
+// send notifies progress to ss for token every p.every until stop is
+// closed or ctx ends.
+func (p *progress) send(ctx context.Context, ss *mcp.ServerSession, token any, stop <-chan struct{}) {
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			p.mu.Lock()
+			msg := p.last
+			if p.waiting != "" {
+				msg = p.waiting
+			}
+			p.mu.Unlock()
+			elapsed := time.Since(p.start).Seconds()
+			if msg == "" {
+				msg = fmt.Sprintf("running for %.0f s", elapsed)
+			}
+			_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token,
+				Progress:      math.Round(elapsed*10) / 10,
+				Message:       msg,
+			})
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sendFor sends progress for the call req, when it asked for it, until
+// the returned stop is called: for each call that waits on a detached run.
+func (p *progress) sendFor(ctx context.Context, req *mcp.CallToolRequest) (stop func()) {
+	token := req.Params.GetProgressToken()
+	if p == nil || token == nil || req.Session == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.send(ctx, req.Session, token, done)
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 // output remembers the latest line of output, joining a line that arrives

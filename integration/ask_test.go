@@ -263,6 +263,20 @@ func TestAsk(t *testing.T) {
 					t.Fatalf("a denied call reached the upstream: %q", got)
 				}
 
+				// A "no" holds for the rest of the run: no second prompt.
+				h.tell(decline, accept(false))
+				out, text = traceCall(t, cs, `import mcp_tools
+for i in range(2):
+    try:
+        mcp_tools.call("misbehave", "echo", message="nag")
+    except mcp_tools.ToolDeniedError as e:
+        print(e)
+`)
+				if lines := strings.Split(strings.TrimSpace(out.Stdout), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], "the user declined it") ||
+					!strings.HasSuffix(lines[1], "the user declined it earlier in this run") || len(h.asked()) != 1 {
+					t.Fatalf("declined twice: %+v %q, %d questions", out, text, len(h.asked()))
+				}
+
 				// Remember for the run: three calls, one question; the next
 				// run asks again.
 				h.tell(accept(true), accept(false))

@@ -39,6 +39,7 @@ const (
 	Cancelled   = "cancelled"
 	TimedOut    = "timeout"
 	Remembered  = "remembered"
+	Failed      = "failed" // the client could not ask: it answered the elicitation with an error
 	Fallback    = "fallback"
 	Unsupported = "unsupported" // an Asker's answer: it cannot ask; the proxy then applies tools.ask_fallback
 )
@@ -96,8 +97,10 @@ func ask(ctx context.Context, pol *policy.Policy, q Question) (Answer, string) {
 		return ans, fmt.Sprintf("%s: no answer within %s", what, units.FormatDuration(q.Timeout))
 	case Cancelled:
 		return ans, what + ": the user dismissed the request"
+	case Failed:
+		return ans, what + ": the client failed to ask the user"
 	case Remembered:
-		return ans, what + ": the user declined it for the rest of this run"
+		return ans, what + ": the user declined it earlier in this run"
 	}
 	ans.How = Declined
 	return ans, what + ": the user declined it"
