@@ -32,7 +32,7 @@ type Client struct {
 	scrub *Scrubber
 
 	mu      sync.Mutex
-	gen     uint64 // bumped by each tools/list_changed
+	gen     uint64 // bumped by each tools/list_changed (a remote proxy's)
 	cached  *snapshot
 	loading chan struct{} // non-nil while a snapshot is being fetched
 }
@@ -40,7 +40,7 @@ type Client struct {
 // snapshot is what the proxy offered at one point in time.
 type snapshot struct {
 	gen      uint64
-	syncs    uint64 // the local proxy's, when fetched
+	version  uint64 // the local proxy's (Proxy.version) before the fetch
 	at       time.Time
 	catalog  *Catalog
 	servers  []ServerStatus
@@ -105,12 +105,8 @@ func (c *Client) Close() error { return c.sess.Close() }
 // the proxy's tools changed since, or if some server was missing and
 // incompleteTTL has passed. Concurrent callers share one fetch.
 func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
-	var syncs uint64
-	if c.local != nil {
-		syncs = c.local.syncs.Load()
-	}
 	c.mu.Lock()
-	if s := c.cached; s != nil && s.gen == c.gen && s.syncs == syncs && (s.complete || time.Since(s.at) < incompleteTTL) {
+	if s := c.cached; s != nil && c.current(s) {
 		c.mu.Unlock()
 		return s, nil
 	}
@@ -131,7 +127,10 @@ func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
 	}
 	ch := make(chan struct{})
 	c.loading = ch
-	gen := c.gen
+	// What the snapshot is current for is read before the fetch: a change
+	// during it makes the next caller fetch again rather than keep a stale
+	// list.
+	gen, version := c.gen, c.localVersion()
 	c.mu.Unlock()
 	// The fetch is shared: it must not end with the ctx of the caller that
 	// happened to start it, only with its own bound.
@@ -145,9 +144,31 @@ func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.syncs = syncs
+	s.version = version
 	c.cached = s
 	return s, nil
+}
+
+// current reports whether s is still what the proxy offers. A proxy in
+// this process says so itself (Proxy.version moves with every change,
+// and only then), at once; a remote one through tools/list_changed. A
+// catalog that lacks some server is also fetched again after
+// incompleteTTL. Called with mu held.
+func (c *Client) current(s *snapshot) bool {
+	if !s.complete && time.Since(s.at) >= incompleteTTL {
+		return false
+	}
+	if c.local != nil {
+		return s.version == c.localVersion()
+	}
+	return s.gen == c.gen
+}
+
+func (c *Client) localVersion() uint64 {
+	if c.local == nil {
+		return 0
+	}
+	return c.local.version.Load()
 }
 
 // fetchTimeout bounds one fetch of the catalog: it may start every

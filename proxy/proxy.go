@@ -76,12 +76,14 @@ type Proxy struct {
 	byName map[string]*upstream
 
 	regMu sync.Mutex
-	// syncs counts the changes to the tools offered: a client in this
-	// process checks it, since the list_changed notification that tells
-	// it the same arrives later.
-	syncs atomic.Uint64
-	reg   map[string]registered // by proxy tool name: the listed tools
-	known map[string][2]string  // by proxy tool name: every upstream tool, listed or denied
+	// version counts the changes to the tools offered, and only changes: a
+	// client in this process checks it before each call (the list_changed
+	// notification that tells it the same arrives later), so a sync that
+	// changed nothing must leave it alone, or the client's own tools/list
+	// (which syncs every server) would invalidate the catalog it fetched.
+	version atomic.Uint64
+	reg     map[string]registered // by proxy tool name: the listed tools
+	known   map[string][2]string  // by proxy tool name: every upstream tool, listed or denied
 
 	kinds kindCache // the tokenize kinds of the latest policy
 }
@@ -296,7 +298,12 @@ func (p *Proxy) refresh(ctx context.Context, u *upstream) {
 func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
-	defer p.syncs.Add(1)
+	changed := false
+	defer func() {
+		if changed {
+			p.version.Add(1)
+		}
+	}()
 	var pol *policy.Policy
 	if p.opts.Policy != nil {
 		pol = p.opts.Policy.Current().Policy
@@ -347,6 +354,7 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 		}
 		want[name] = true
 		p.reg[name] = registered{server: server, tool: t.Name, def: js}
+		changed = true
 	}
 	var gone []string
 	for name, r := range p.reg {
@@ -357,6 +365,7 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 	}
 	if len(gone) > 0 {
 		p.server.RemoveTools(gone...)
+		changed = true
 	}
 }
 

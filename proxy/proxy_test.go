@@ -349,6 +349,58 @@ func TestProxyToolListChanged(t *testing.T) {
 	}
 }
 
+// TestProxyCallsKeepTheCatalog holds the cost of a call to the call: the
+// catalog a client of an in-process proxy fetched stays in use over many
+// calls and reads, and is fetched again only when the tools changed. (A
+// sync that changed nothing used to count as a change, so each call's own
+// fetch invalidated the next: every call listed and indexed every tool.)
+func TestProxyCallsKeepTheCatalog(t *testing.T) {
+	p, c, _ := startProxy(t, Options{}, stdioServer(t, "alpha"), stdioServer(t, "beta"))
+	ctx := context.Background()
+	// The first fetch starts the servers, which changes the tools during
+	// it: the second fetches once more, to be sure it has them all.
+	for range 2 {
+		if _, err := c.Catalog(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := c.cached
+	version := p.version.Load()
+	for i := range 20 {
+		if _, err := c.CallJSON(ctx, "run-1", []string{"alpha", "beta"}[i%2], "echo", json.RawMessage(`{"message":"hi"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Servers(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.cached != first {
+		t.Fatalf("the catalog was fetched again during calls (proxy version %d, then %d)", version, p.version.Load())
+	}
+	// A listing that finds the same tools is not a change either.
+	p.refreshAll(ctx)
+	if v := p.version.Load(); v != version {
+		t.Fatalf("a refresh that changed nothing moved the version from %d to %d", version, v)
+	}
+	// A real change moves the version, and the next read sees it at once,
+	// without waiting for the list_changed the proxy sends its clients.
+	if _, err := call(t, c, "alpha", "grow", `{}`); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.version.Load() == version; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a new tool did not move the version")
+		}
+	}
+	cat, err := c.Catalog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cat.Lookup("alpha", "grown"); !ok {
+		t.Fatal("the catalog after a change lacks the new tool")
+	}
+}
+
 func TestProxyHTTPUpstreamAndRemoteProxy(t *testing.T) {
 	// An upstream over streamable HTTP, with a header that must arrive.
 	var gotAuth atomic.Value
