@@ -63,18 +63,28 @@ var moduleReserved = func() map[string]bool {
 	return m
 }()
 
+// ToolOptions configure a ToolHandler.
+type ToolOptions struct {
+	// MaxResult bounds one result in bytes (DefaultMaxResultBytes when 0).
+	MaxResult int
+	// Times, if set, records how long each call took, the bridge's part
+	// apart from the upstream's.
+	Times  *CallTimes
+	Logger zerolog.Logger
+}
+
 // ToolHandler answers the sandbox's tool calls and questions from up.
-// maxResult bounds one result in bytes (DefaultMaxResultBytes when 0).
-func ToolHandler(up Upstreams, maxResult int, log zerolog.Logger) sandbox.ToolHandler {
-	if maxResult <= 0 || maxResult > relay.MaxFrameSize-4096 {
-		maxResult = DefaultMaxResultBytes
+func ToolHandler(up Upstreams, o ToolOptions) sandbox.ToolHandler {
+	if o.MaxResult <= 0 || o.MaxResult > relay.MaxFrameSize-4096 {
+		o.MaxResult = DefaultMaxResultBytes
 	}
-	return &toolHandler{up: up, maxResult: maxResult, log: log}
+	return &toolHandler{up: up, maxResult: o.MaxResult, times: o.Times, log: o.Logger}
 }
 
 type toolHandler struct {
 	up        Upstreams
 	maxResult int
+	times     *CallTimes
 	log       zerolog.Logger
 }
 
@@ -109,6 +119,9 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 		r = relay.ToolResult{Result: js}
 	}
 	traceCall(ctx, call, rep, r, len(js), time.Since(start))
+	if rep.Upstream > 0 && rep.Asked == "" {
+		h.times.record(time.Since(start), rep.Upstream)
+	}
 	return r
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
@@ -82,7 +81,7 @@ func query(t *testing.T, h interface {
 }
 
 func TestToolHandlerQueries(t *testing.T) {
-	h := ToolHandler(newFake(), 0, zerolog.Nop())
+	h := ToolHandler(newFake(), ToolOptions{})
 
 	var servers []serverInfo
 	if e := query(t, h, "servers", `{}`, &servers); e != nil {
@@ -159,7 +158,7 @@ func TestToolHandlerResultShapes(t *testing.T) {
 		}
 		return out
 	}
-	h := ToolHandler(up, 0, zerolog.Nop())
+	h := ToolHandler(up, ToolOptions{})
 	var tools []map[string]any
 	if e := query(t, h, "tools", `{"server":"server-everything"}`, &tools); e != nil {
 		t.Fatal(e)
@@ -181,7 +180,7 @@ func TestToolHandlerResultShapes(t *testing.T) {
 
 func TestToolHandlerCalls(t *testing.T) {
 	f := newFake()
-	h := ToolHandler(f, 1024, zerolog.Nop())
+	h := ToolHandler(f, ToolOptions{MaxResult: 1024})
 	call := relay.ToolCall{ID: 9, Server: "server-everything", Tool: "echo", Args: json.RawMessage(`{}`)}
 
 	f.result = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hi"}}, IsError: true}
@@ -208,7 +207,7 @@ func TestToolHandlerCalls(t *testing.T) {
 
 func TestToolHandlerBoundsWhatTheSandboxAsks(t *testing.T) {
 	f := newFake()
-	h := ToolHandler(f, 0, zerolog.Nop())
+	h := ToolHandler(f, ToolOptions{})
 	big := json.RawMessage(`{"x":"` + strings.Repeat("a", MaxArgBytes) + `"}`)
 	r := h.CallTool(context.Background(), "run", relay.ToolCall{Server: "server-everything", Tool: "echo", Args: big})
 	if r.Error == nil || r.Error.Type != relay.ErrLimit || f.gotRun != "" {
@@ -236,7 +235,7 @@ func TestToolHandlerHostBudget(t *testing.T) {
 			Description: strings.Repeat("a long description ", 20)})
 	}
 	up.catalog = proxy.NewCatalog(tools)
-	h := ToolHandler(up, 64<<10, zerolog.Nop())
+	h := ToolHandler(up, ToolOptions{MaxResult: 64 << 10})
 
 	r := h.Query(context.Background(), "run", relay.Query{ID: 1, Op: relay.OpTools, Args: json.RawMessage(`{"server":"search"}`)})
 	if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "search(") {

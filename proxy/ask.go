@@ -201,6 +201,11 @@ type CallReport struct {
 	Decision string
 	// Asked is how an ask was answered (Accepted, Declined...).
 	Asked string
+	// Upstream is how long the upstream server's part of the call took,
+	// as the proxy measured it: the rest of the call's time is the
+	// bridge's own. Zero when the call never reached the server, and
+	// from a remote proxy.
+	Upstream time.Duration
 }
 
 type reportKey struct{}

@@ -544,7 +544,9 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 	if len(arguments) == 0 {
 		args = map[string]any{}
 	}
+	upStart := time.Now()
 	res, raw, err := u.call(ctx, tool, args, timeout, wantRaw)
+	report.Upstream = time.Since(upStart)
 	if raw != nil && bytes.Contains(raw, []byte(MetaError)) {
 		// It may claim to be the proxy's own failure: decode it, and let
 		// the usual way below take that claim out.

@@ -377,6 +377,15 @@ func TestProxyCallsKeepTheCatalog(t *testing.T) {
 	if c.cached != first {
 		t.Fatalf("the catalog was fetched again during calls (proxy version %d, then %d)", version, p.version.Load())
 	}
+	// The report says how long the upstream took: the rest is the bridge's.
+	var rep CallReport
+	start := time.Now()
+	if _, err := c.CallJSON(WithReport(ctx, &rep), "run-1", "alpha", "sleep", json.RawMessage(`{"ms":20}`)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); rep.Upstream < 20*time.Millisecond || rep.Upstream > took {
+		t.Fatalf("report's upstream time %s, want from 20ms to the call's %s", rep.Upstream, took)
+	}
 	// A listing that finds the same tools is not a change either.
 	p.refreshAll(ctx)
 	if v := p.version.Load(); v != version {

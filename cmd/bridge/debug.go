@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -38,14 +39,23 @@ type Stats struct {
 	HeapInuse  uint64 `json:"heap_inuse_bytes"`
 	// Pool is the warm pool's state, once the engine is open.
 	Pool *sandbox.PoolStats `json:"pool,omitempty"`
+	// ToolCalls is how long the latest tool calls took, the bridge's own
+	// part apart from the upstream server's.
+	ToolCalls *bridge.CallTimesSummary `json:"tool_calls,omitempty"`
+}
+
+// debugSources are where /debug/stats reads what is not the process's
+// own; each may be nil.
+type debugSources struct {
+	pool  func() *sandbox.PoolStats
+	calls *bridge.CallTimes
 }
 
 // serveDebug serves /debug/stats (JSON Stats) and /debug/pprof/NAME
 // (runtime/pprof profiles: goroutine, heap, allocs, ...; ?debug=1 for text)
 // on addr, which must be a loopback address: profiles show internals that
 // are nobody else's business. It returns when ctx ends.
-// pool, if set, gives the warm pool's state.
-func serveDebug(ctx context.Context, addr string, pool func() *sandbox.PoolStats, log zerolog.Logger) (string, error) {
+func serveDebug(ctx context.Context, addr string, src debugSources, log zerolog.Logger) (string, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", fmt.Errorf("--debug-addr %q: %v (use 127.0.0.1:PORT)", addr, err)
@@ -62,8 +72,12 @@ func serveDebug(ctx context.Context, addr string, pool func() *sandbox.PoolStats
 	mux.HandleFunc("GET /debug/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		st := readStats(started)
-		if pool != nil {
-			st.Pool = pool()
+		if src.pool != nil {
+			st.Pool = src.pool()
+		}
+		if src.calls != nil {
+			sum := src.calls.Summary()
+			st.ToolCalls = &sum
 		}
 		_ = json.NewEncoder(w).Encode(st)
 	})

@@ -58,7 +58,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	defer stopUpstreams()
 	var tools sandbox.ToolHandler
 	if up != nil {
-		tools = bridge.ToolHandler(up, 0, e.log)
+		tools = bridge.ToolHandler(up, bridge.ToolOptions{Logger: e.log})
 	}
 	// The skills are there with or without upstreams.
 	tools = withSkills(tools, store, e.log)

@@ -39,7 +39,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	sf.callTimeout(fs)
 	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\n"+
 		"it is reloaded when it changes and on SIGHUP; with a policy file, the sandbox flags may only tighten it")
-	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds) and /debug/pprof/NAME at `ADDR`, loopback only")
+	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds, pool, tool-call times) and /debug/pprof/NAME at `ADDR`, loopback only")
 	args, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage, err
@@ -81,8 +81,9 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	defer stopUpstreams()
 	var tools sandbox.ToolHandler
+	times := bridge.NewCallTimes()
 	if up != nil {
-		tools = bridge.ToolHandler(up, 0, log)
+		tools = bridge.ToolHandler(up, bridge.ToolOptions{Times: times, Logger: log})
 	}
 	// The skills are there with or without upstreams.
 	tools = withSkills(tools, store, log)
@@ -104,7 +105,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, policy: store, log: log}
 	defer eng.close(shutdownBudget)
 	if *debugAddr != "" {
-		if _, err := serveDebug(ctx, *debugAddr, eng.poolStats, log); err != nil {
+		if _, err := serveDebug(ctx, *debugAddr, debugSources{pool: eng.poolStats, calls: times}, log); err != nil {
 			return exitUsage, usagef("%v", err)
 		}
 	}
