@@ -31,6 +31,7 @@ import time
 # needs none of them, so use the C module it wraps.
 import _signal
 import _socket
+import select
 
 # ast re-exports this flag from _ast; importing ast itself costs more.
 from _ast import PyCF_ALLOW_TOP_LEVEL_AWAIT
@@ -102,15 +103,21 @@ class ConnectionClosed(Exception):
         super().__init__("the bridge closed the connection")
 
 
+# Made once: json.dumps and json.loads with options build a new encoder or
+# decoder at each call, a cost on every tool call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ASCII_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def encode_frame(msg: dict[str, Any]) -> bytes:
     """Encodes one frame. Raises ValueError or TypeError for a message that
     is not valid JSON or is too large, before anything is sent."""
     try:
-        payload = json.dumps(msg, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        payload = _ENCODER.encode(msg).encode()
     except UnicodeEncodeError:
         # A lone surrogate (possible in tool arguments) has no UTF-8 form;
         # as an ASCII escape it reaches the bridge, which decodes it as U+FFFD.
-        payload = json.dumps(msg, allow_nan=False, separators=(",", ":")).encode()
+        payload = _ASCII_ENCODER.encode(msg).encode()
     if len(payload) > MAX_FRAME:
         raise ValueError(f"message is {len(payload)} bytes, over the relay's limit of {MAX_FRAME}")
     return len(payload).to_bytes(4, "big") + payload
@@ -120,9 +127,12 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def decode_payload(payload: bytes | bytearray) -> dict[str, Any]:
     try:
-        msg = json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        msg = _DECODER.decode(payload.decode("utf-8"))
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"frame is not UTF-8 JSON: {e}") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
@@ -207,9 +217,21 @@ def tool_outcome(reply: dict[str, Any]) -> Any:
     return reply["result"]
 
 
-def _settle(fut: Any, reply: dict[str, Any]) -> None:
-    if not fut.done():  # the awaiting task may have been cancelled
-        fut.set_result(reply)
+def _settle(answers: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Runs in an event loop: gives each awaiting call its answer."""
+    for fut, reply in answers:
+        if not fut.done():  # the awaiting task may have been cancelled
+            fut.set_result(reply)
+
+
+class _Awaiting:
+    """An awaiting request's side of the relay: its event loop and future."""
+
+    __slots__ = ("loop", "fut")
+
+    def __init__(self, loop: Any, fut: Any) -> None:
+        self.loop = loop
+        self.fut = fut
 
 
 # The operations a query may ask for. Any other op is a protocol error to
@@ -217,18 +239,71 @@ def _settle(fut: Any, reply: dict[str, Any]) -> None:
 QUERY_OPS = frozenset({"servers", "tools", "search", "skills", "skill_source", "save_skill"})
 
 
+class _Waiter:
+    """A blocking request's side of the relay: its answer, once read, and
+    the lock its thread sleeps on until the answer came or it is asked to
+    read the socket itself (see Relay._blocking)."""
+
+    __slots__ = ("reply", "wake", "signaled")
+
+    def __init__(self) -> None:
+        self.reply: dict[str, Any] | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.signaled = False  # wake released, not yet taken; under Relay._pending_lock
+
+
+# The read buffer: a frame that fits is read with the ones around it, in one
+# recv; a larger one goes into a buffer of its own size.
+READ_BUFFER = 64 << 10
+
+
 class Relay:
     """Owns the relay socket. Any thread may send: a lock keeps frames whole.
-    Once started, one reader thread hands each tool_result to the caller
-    waiting on its id; tool calls and queries share the ids."""
+    One thread at a time reads (it holds _read_lock) and hands each
+    tool_result to the caller waiting on its id; tool calls and queries
+    share the ids. A thread blocked in a call reads the socket itself when
+    no other does, so that its answer wakes it and no other thread (a
+    hand-over from a reader thread cost each call a thread switch), and
+    hands the other callers' answers to them; when it has its own, another
+    waiting caller takes over. The reader thread (start) reads whatever
+    comes while no caller reads: answers to awaiting code, a session's
+    exec and interrupt, garbage or the bridge's hang-up while the code
+    does something else. It waits for the socket in epoll, and a reading
+    caller takes the socket out of its events, so that it is not woken by
+    the answers the caller reads."""
 
     def __init__(self, sock: _socket.socket) -> None:
         self._sock = sock
         self._send_lock = threading.Lock()
         self._finished = False  # the exit frame went out; EOF is expected now
         self._pending_lock = threading.Lock()
-        self._pending: dict[int, Callable[[dict[str, Any]], None]] = {}
+        # By id: the _Waiter of a blocking request, the _Awaiting of an
+        # awaiting one.
+        self._pending: dict[int, _Waiter | _Awaiting] = {}
+        # Answers to awaiting calls read but not handed to their loops yet:
+        # a reading thread hands all it read at once, one wakeup of each
+        # loop for them (under _read_lock).
+        self._settled: list[tuple[_Awaiting, dict[str, Any]]] = []
         self._next_id = 1
+        # Reading: the lock of the one thread that reads, the reader
+        # thread's epoll, and the bytes read but not yet taken as frames
+        # (buffer[start:end]), or the part read so far of a frame too
+        # large for the buffer: all kept here, so that a read cut short
+        # (a signal handler of the code's that raises in the main thread
+        # while it reads) loses nothing for the next reader. Such an
+        # exception between a frame's read and its hand-over would lose
+        # that one answer (another thread's call then waits to its
+        # timeout): a window of microseconds, for code that raises from
+        # signal handlers while threads make calls.
+        self._read_lock = threading.Lock()
+        self._epoll: Any = None  # the reader thread's, once started
+        self._epoll_mask = 0  # the events it waits for; changed with _read_lock held
+        self._rbuf = bytearray(READ_BUFFER)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = 0
+        self._rend = 0
+        self._big: list[Any] | None = None  # [bytearray, bytes read], of a large frame
         self._pid = os.getpid()
         # A session's state: whether code runs now (an interrupt is only
         # delivered then, and tool calls only made then), and the next
@@ -292,52 +367,161 @@ class Relay:
 
     # Receiving.
 
-    def _recv_exact(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
+    def _fill(self) -> None:
+        """Reads what the socket has into the buffer, after what it holds."""
+        if self._rstart == self._rend:
+            self._rstart = self._rend = 0
+        elif self._rend == len(self._rbuf):
+            n = self._rend - self._rstart
+            self._rbuf[:n] = self._rbuf[self._rstart : self._rend]
+            self._rstart, self._rend = 0, n
+        k = self._sock.recv_into(self._rview[self._rend :])
+        if k == 0:
+            raise ConnectionClosed
+        self._rend += k
+
+    def recv(self) -> dict[str, Any]:
+        """Reads one frame. Raises ConnectionClosed at EOF (also mid-frame)
+        and ProtocolError for a malformed frame. Only the thread holding
+        _read_lock calls it (or main before any other thread runs)."""
+        if self._big is None:
+            while self._rend - self._rstart < 4:
+                self._fill()
+            start = self._rstart
+            n = int.from_bytes(self._rbuf[start : start + 4], "big")
+            if not 1 <= n <= MAX_FRAME:
+                raise ProtocolError(f"frame length {n} is outside 1..{MAX_FRAME}")
+            if 4 + n <= len(self._rbuf):
+                while self._rend - self._rstart < 4 + n:
+                    self._fill()
+                    start = self._rstart
+                payload = bytes(self._rbuf[start + 4 : start + 4 + n])
+                self._rstart = start + 4 + n
+                return decode_payload(payload)
+            # Larger than the buffer: into one of its own size.
+            big = bytearray(n)
+            have = self._rend - start - 4
+            big[:have] = self._rbuf[start + 4 : self._rend]
+            self._rstart = self._rend = 0
+            self._big = [big, have]
+        big, got = self._big
+        view = memoryview(big)
+        while got < len(big):
             k = self._sock.recv_into(view[got:])
             if k == 0:
                 raise ConnectionClosed
             got += k
-        return buf
+            self._big[1] = got
+        self._big = None
+        return decode_payload(big)
 
-    def recv(self) -> dict[str, Any]:
-        """Reads one frame. Raises ConnectionClosed at EOF (also mid-frame)
-        and ProtocolError for a malformed frame."""
-        n = int.from_bytes(self._recv_exact(4), "big")
-        if not 1 <= n <= MAX_FRAME:
-            raise ProtocolError(f"frame length {n} is outside 1..{MAX_FRAME}")
-        return decode_payload(self._recv_exact(n))
+    def _read_one(self) -> None:
+        """Reads one frame and acts on it: an answer goes to its caller, a
+        session's exec or interrupt to _control. A frame the protocol does
+        not allow, or the connection's end while code runs, ends the
+        process; after exit, the end raises ConnectionClosed. Called with
+        _read_lock held."""
+        try:
+            msg = self.recv()
+            kind = msg["type"]
+            if kind == "exec" or kind == "interrupt":
+                self._control(msg)
+                return
+            check_tool_result(msg)
+            with self._pending_lock:
+                waiter = self._pending.pop(msg["id"], None)
+                if type(waiter) is _Waiter:
+                    waiter.reply = msg
+                    if not waiter.signaled:
+                        waiter.signaled = True
+                        waiter.wake.release()
+                    return
+            if waiter is None:
+                raise ProtocolError(f"tool_result for unknown id {msg['id']}")
+            self._settled.append((waiter, msg))
+            if not self._buffered():
+                self._hand_settled()  # nothing more to read at once: hand over now
+        except (ProtocolError, ConnectionClosed, OSError) as e:
+            if self._finished:
+                raise ConnectionClosed from None  # exit is out; main ends the process with the code's status
+            with self._state_lock:
+                idle = self._session and not self._running
+            if idle and isinstance(e, ConnectionClosed):
+                os._exit(0)  # the bridge ended the session between two calls
+            if isinstance(e, ProtocolError):
+                die(EXIT_PROTOCOL, f"relay protocol error: {e}")
+            die(EXIT_LOST, f"relay connection lost while the code was running: {e}")
+
+    def _hand_settled(self) -> None:
+        """Hands the answers read for awaiting calls to their event loops,
+        one callback a loop. Called with _read_lock held."""
+        if not self._settled:
+            return
+        by_loop: dict[Any, list[tuple[Any, dict[str, Any]]]] = {}
+        for a, reply in self._settled:
+            by_loop.setdefault(a.loop, []).append((a.fut, reply))
+        self._settled = []
+        for loop, answers in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, answers)
+            except RuntimeError:
+                pass  # the loop is closed; nobody waits for these answers
+
+    def _watch(self, mask: int) -> None:
+        """Sets the events the reader thread waits for. Called with
+        _read_lock held."""
+        if self._epoll is not None and mask != self._epoll_mask:
+            self._epoll.modify(self._sock.fileno(), mask)
+            self._epoll_mask = mask
 
     def start(self) -> None:
+        """Starts the reader thread."""
+        self._epoll = select.epoll(1)
+        self._epoll_mask = select.EPOLLIN
+        self._epoll.register(self._sock.fileno(), self._epoll_mask)
         threading.Thread(target=guarded(self._read_loop), name="bridge-relay", daemon=True).start()
 
     def _read_loop(self) -> None:
         while True:
-            try:
-                msg = self.recv()
-                kind = msg["type"]
-                if kind == "exec" or kind == "interrupt":
-                    self._control(msg)
-                    continue
-                check_tool_result(msg)
-                with self._pending_lock:
-                    deliver = self._pending.pop(msg["id"], None)
-                if deliver is None:
-                    raise ProtocolError(f"tool_result for unknown id {msg['id']}")
-            except (ProtocolError, ConnectionClosed, OSError) as e:
-                if self._finished:
-                    return  # exit is out; main ends the process with the code's status
-                with self._state_lock:
-                    idle = self._session and not self._running
-                if idle and isinstance(e, ConnectionClosed):
-                    os._exit(0)  # the bridge ended the session between two calls
-                if isinstance(e, ProtocolError):
-                    die(EXIT_PROTOCOL, f"relay protocol error: {e}")
-                die(EXIT_LOST, f"relay connection lost while the code was running: {e}")
-            deliver(msg)
+            # Data, or the connection's end (EPOLLHUP is reported whatever
+            # the mask).
+            self._epoll.poll()
+            with self._read_lock:
+                # A caller may have read it meanwhile: read only what is
+                # there, never wait on the socket with the lock held.
+                try:
+                    if self._big is not None or self._epoll.poll(0):
+                        self._read_one()
+                    self._stop_reading()
+                except ConnectionClosed:
+                    return  # after exit
+
+    def _buffered(self) -> bool:
+        """Whether the read buffer holds a whole frame (or a length the
+        protocol refuses): the socket's events no longer tell of it."""
+        avail = self._rend - self._rstart
+        if self._big is not None or avail < 4:
+            return False
+        n = int.from_bytes(self._rbuf[self._rstart : self._rstart + 4], "big")
+        return avail >= 4 + n or not 1 <= n <= MAX_FRAME
+
+    def _stop_reading(self) -> None:
+        """The reading thread is done for now. It first acts on the frames
+        it read along with its own (they are in the buffer, where the
+        socket's events do not show them); then, if a caller waits for an
+        answer, that one reads next (the reader thread's events stay off);
+        otherwise the reader thread watches the socket again. Called with
+        _read_lock held."""
+        while self._buffered():
+            self._read_one()
+        self._hand_settled()
+        with self._pending_lock:
+            for w in self._pending.values():
+                if type(w) is _Waiter and not w.signaled:
+                    w.signaled = True
+                    w.wake.release()
+                    return
+        self._watch(select.EPOLLIN)
 
     def _control(self, msg: dict[str, Any]) -> None:
         """A session's frames from the bridge: the next exec (only between
@@ -377,9 +561,9 @@ class Relay:
 
     # Tool calls and queries: requests that a tool_result answers.
 
-    def _request(self, kind: str, fields: dict[str, Any], deliver: Callable[[dict[str, Any]], None]) -> None:
+    def _request(self, kind: str, fields: dict[str, Any], deliver: _Waiter | _Awaiting) -> None:
         """Sends a tool_call or query (kind) with fields under a fresh id;
-        deliver gets the tool_result that answers it, on the reader thread."""
+        deliver gets the tool_result that answers it."""
         with self._pending_lock:
             request_id = self._next_id
             self._next_id += 1
@@ -390,34 +574,34 @@ class Relay:
         self.send_frame(frame)
 
     def _blocking(self, kind: str, fields: dict[str, Any]) -> Any:
-        # A bare lock, taken now and released by the reader with the answer:
-        # the cheapest wake-up between two threads (an Event adds a
-        # Condition and a lock of its own per wait).
-        done = threading.Lock()
-        done.acquire()
-        box: list[dict[str, Any]] = []
-
-        def deliver(reply: dict[str, Any]) -> None:
-            box.append(reply)
-            done.release()
-
-        self._request(kind, fields, deliver)
-        done.acquire()
-        return tool_outcome(box[0])
+        w = _Waiter()
+        self._request(kind, fields, w)
+        while w.reply is None:
+            # No thread reads: read, until this call's answer came.
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    self._watch(0)
+                    while w.reply is None:
+                        self._read_one()
+                finally:
+                    try:
+                        self._stop_reading()
+                    finally:
+                        self._read_lock.release()
+                break
+            # Another thread reads: it wakes this one with the answer, or
+            # when it stopped reading and this one should read instead.
+            w.wake.acquire()
+            with self._pending_lock:
+                w.signaled = False
+        return tool_outcome(w.reply)
 
     async def _awaiting(self, kind: str, fields: dict[str, Any]) -> Any:
         import asyncio  # already loaded: an event loop is running
 
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-
-        def deliver(reply: dict[str, Any]) -> None:
-            try:
-                loop.call_soon_threadsafe(_settle, fut, reply)
-            except RuntimeError:
-                pass  # the loop is closed; nobody waits for this answer
-
-        self._request(kind, fields, deliver)
+        self._request(kind, fields, _Awaiting(loop, fut))
         return tool_outcome(await fut)
 
     def _check_here(self) -> None:

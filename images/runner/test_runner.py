@@ -729,6 +729,90 @@ class ToolCallTest(unittest.TestCase):
         r = run(code, on_frame=self.echo)
         self.assertEqual(r.stdout, "True\n")
 
+    def test_threads_answered_in_reverse_take_turns_reading(self) -> None:
+        # Eight threads wait at once; the answers come in reverse order, in
+        # one write: whichever thread reads hands the others their answers,
+        # and one of them reads on once it has its own.
+        held: list[dict] = []
+
+        def reverse(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "tool_call":
+                held.append(msg)
+                if len(held) == 8:
+                    host.send_raw(b"".join(frame({"type": "tool_result", "id": m["id"], "result": m["args"]["n"]}) for m in reversed(held)))
+
+        code = (
+            "import threading, _bridge_relay\n"
+            "out = {}\n"
+            "def work(n):\n"
+            "    out[n] = _bridge_relay.call_tool('s', 't', {'n': n})\n"
+            "ts = [threading.Thread(target=work, args=(n,)) for n in range(8)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "print(sorted(out.items()) == [(n, n) for n in range(8)])\n"
+        )
+        r = run(code, on_frame=reverse)
+        self.assertEqual(r.stdout, "True\n")
+
+    def test_blocking_and_awaiting_calls_together(self) -> None:
+        # A thread blocked in a call reads while the event loop awaits
+        # others: every answer reaches its caller, whoever read it.
+        held: list[dict] = []
+
+        def later(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "tool_call":
+                held.append(msg)
+                if len(held) == 5:
+                    for m in held:
+                        host.send({"type": "tool_result", "id": m["id"], "result": m["args"]["n"] * 2})
+
+        code = (
+            "import asyncio, threading, _bridge_relay\n"
+            "got = []\n"
+            "t = threading.Thread(target=lambda: got.append(_bridge_relay.call_tool('s', 't', {'n': 100})))\n"
+            "t.start()\n"
+            "print(await asyncio.gather(*(_bridge_relay.acall_tool('s', 't', {'n': n}) for n in range(4))))\n"
+            "t.join()\n"
+            "print(got)\n"
+        )
+        r = run(code, on_frame=later)
+        self.assertEqual(r.stdout, "[0, 2, 4, 6]\n[200]\n")
+
+    def test_awaited_answer_is_not_held_by_a_blocked_reader(self) -> None:
+        # A thread's call is never answered while the code awaits another:
+        # whoever reads the socket hands the awaited answer over at once.
+        def answer_async_only(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "tool_call" and msg["args"].get("wait"):
+                return  # never answered: its thread stays in the call
+            if msg["type"] == "tool_call":
+                host.send({"type": "tool_result", "id": msg["id"], "result": msg["args"]["n"]})
+
+        code = (
+            "import asyncio, threading, time, _bridge_relay\n"
+            "threading.Thread(target=_bridge_relay.call_tool, args=('s', 't', {'wait': True}), daemon=True).start()\n"
+            "time.sleep(0.2)\n"
+            "print(await asyncio.wait_for(_bridge_relay.acall_tool('s', 't', {'n': 7}), 5))\n"
+        )
+        r = run(code, on_frame=answer_async_only)
+        self.assertEqual(r.stdout, "7\n", r.exit)
+
+    def test_results_larger_than_the_read_buffer(self) -> None:
+        # 200 KiB and 5 MiB answers, sent in pieces with pauses, between
+        # small ones: each arrives whole.
+        def big(host: FakeHost, msg: dict) -> None:
+            if msg["type"] == "tool_call":
+                data = frame({"type": "tool_result", "id": msg["id"], "result": "x" * msg["args"]["n"]})
+                for i in range(0, len(data), 1 << 20):
+                    host.send_raw(data[i : i + (1 << 20)])
+                    time.sleep(0.01)
+
+        code = (
+            "import _bridge_relay\n"
+            "for n in (3, 200 << 10, 5, 5 << 20, 7):\n"
+            "    print(len(_bridge_relay.call_tool('s', 't', {'n': n})))\n"
+        )
+        r = run(code, on_frame=big)
+        self.assertEqual(r.stdout, f"3\n{200 << 10}\n5\n{5 << 20}\n7\n")
+
     def test_bad_arguments_raise_in_the_code(self) -> None:
         code = (
             "import _bridge_relay\n"

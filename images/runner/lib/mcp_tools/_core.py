@@ -484,12 +484,23 @@ def _reject_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # made once: json.loads with options makes one a call
+
+# The first characters a JSON text may start with (after white space); a
+# text that starts otherwise ("Echo: hi") is not tried.
+_JSON_START = frozenset('{["-0123456789tfn')
+
+
 def decode_item(item):
     if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+        text = item["text"]
+        first = text[:1] if text[:1] not in " \t\n\r" else text.lstrip(" \t\n\r")[:1]
+        if first not in _JSON_START:
+            return text
         try:
-            return json.loads(item["text"], parse_constant=_reject_constant)
+            return _DECODER.decode(text)
         except (ValueError, RecursionError):
-            return item["text"]
+            return text
     return item
 
 
