@@ -12,26 +12,40 @@ import (
 
 // Writer queues whole writes (zerolog writes one record per Write) up to a
 // byte bound and writes them to the underlying writer from one goroutine.
-// When the queue is full, writes are dropped and counted; the count is
-// written, as a line of its own, once the underlying writer takes data
-// again. Writer is safe for concurrent use.
+// Records that arrive within Linger of each other go out in one write: a
+// record per tool call (the audit's) must not cost the bridge a wakeup and
+// a write each, nor the reader of the pipe a wakeup each. When the queue
+// is full, writes are dropped and counted; the count is written, as a line
+// of its own, once the underlying writer takes data again. Writer is safe
+// for concurrent use.
 type Writer struct {
-	out   io.Writer
-	limit int
+	out    io.Writer
+	limit  int
+	linger time.Duration
 
 	mu      sync.Mutex
-	queue   [][]byte
-	queued  int // bytes in queue
-	dropped int // writes dropped since the last report
-	wake    chan struct{}
+	buf     []byte // records not taken by the loop yet
+	writing int    // bytes the loop is writing now
+	dropped int    // writes dropped since the last report
 	closed  bool
+	wake    chan struct{}
+	stop    chan struct{} // closed by Close: write what is queued at once
 	done    chan struct{}
 }
+
+// Linger is how long the Writer waits, once a record arrived, for more to
+// go out in the same write. A log line is seen that much later at most.
+const Linger = 5 * time.Millisecond
+
+// keepBuffer is the largest buffer the loop keeps for the next batch; a
+// larger one (after a burst) is let go.
+const keepBuffer = 64 << 10
 
 // New returns a Writer to out that holds at most limit bytes of unwritten
 // records. Call Close to stop its goroutine.
 func New(out io.Writer, limit int) *Writer {
-	w := &Writer{out: out, limit: limit, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &Writer{out: out, limit: limit, linger: Linger,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -42,13 +56,12 @@ func New(out io.Writer, limit int) *Writer {
 // failure.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
-	if w.closed || w.queued+len(p) > w.limit {
+	if w.closed || len(w.buf)+w.writing+len(p) > w.limit {
 		w.dropped++
 		w.mu.Unlock()
 		return len(p), nil
 	}
-	w.queue = append(w.queue, append([]byte(nil), p...))
-	w.queued += len(p)
+	w.buf = append(w.buf, p...)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -59,28 +72,47 @@ func (w *Writer) Write(p []byte) (int, error) {
 
 func (w *Writer) loop() {
 	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var spare []byte
 	for {
 		w.mu.Lock()
-		batch, dropped, closed := w.queue, w.dropped, w.closed
-		w.queue, w.dropped = nil, 0
+		empty, closed := len(w.buf) == 0 && w.dropped == 0, w.closed
 		w.mu.Unlock()
-		for _, b := range batch {
-			_, _ = w.out.Write(b)
+		if empty {
+			if closed {
+				return
+			}
+			select {
+			case <-w.wake:
+			case <-w.stop:
+			}
+			continue
+		}
+		if !closed {
+			timer.Reset(w.linger)
+			select {
+			case <-timer.C:
+			case <-w.stop:
+				timer.Stop()
+			}
+		}
+		w.mu.Lock()
+		batch, dropped := w.buf, w.dropped
+		w.buf, w.dropped, w.writing = spare[:0], 0, len(batch)
+		w.mu.Unlock()
+		if len(batch) > 0 {
+			_, _ = w.out.Write(batch)
 		}
 		if dropped > 0 {
 			fmt.Fprintf(w.out, "bridge: %d log records dropped: stderr was not read fast enough\n", dropped)
 		}
 		w.mu.Lock()
-		for _, b := range batch {
-			w.queued -= len(b)
-		}
-		empty := len(w.queue) == 0 && w.dropped == 0
+		w.writing = 0
 		w.mu.Unlock()
-		if closed && empty {
-			return
-		}
-		if empty {
-			<-w.wake
+		spare = nil
+		if cap(batch) <= keepBuffer {
+			spare = batch
 		}
 	}
 }
@@ -90,12 +122,11 @@ func (w *Writer) loop() {
 // dropped. It reports whether everything queued was written.
 func (w *Writer) Close(timeout time.Duration) bool {
 	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	if !w.closed {
+		w.closed = true
+		close(w.stop)
 	}
+	w.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {

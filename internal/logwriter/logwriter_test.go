@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,7 +27,7 @@ func TestWriterNeverBlocks(t *testing.T) {
 		t.Fatal("Write blocked on a reader that does not read")
 	}
 	w.mu.Lock()
-	queued := w.queued
+	queued := len(w.buf) + w.writing
 	w.mu.Unlock()
 	if queued > 1000 {
 		t.Fatalf("%d bytes queued over a 1000-byte bound", queued)
@@ -100,3 +101,57 @@ func TestWriterWritesInOrder(t *testing.T) {
 type syncWriter struct{ b *strings.Builder }
 
 func (s *syncWriter) Write(p []byte) (int, error) { return s.b.Write(p) }
+
+// Records that arrive together go out in one write: the audit writes a
+// record per tool call, and each write wakes the reader of the pipe.
+func TestWriterCoalesces(t *testing.T) {
+	c := &countingWriter{}
+	w := New(c, 1<<20)
+	for range 100 {
+		w.Write([]byte("a record of the audit\n"))
+	}
+	// A lone record is written without Close, within its linger.
+	deadline := time.Now().Add(5 * time.Second)
+	for c.bytes() < 100*22 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s, %d bytes of 2200 written", c.bytes())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := c.writes(); n > 2 {
+		t.Fatalf("100 records written at once took %d writes, want 1 or 2", n)
+	}
+	w.Write([]byte("a last one\n"))
+	if !w.Close(5 * time.Second) {
+		t.Fatal("Close")
+	}
+	if c.bytes() != 100*22+11 {
+		t.Fatalf("%d bytes written, want %d", c.bytes(), 100*22+11)
+	}
+}
+
+type countingWriter struct {
+	mu sync.Mutex
+	n  int
+	b  int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	c.b += len(p)
+	return len(p), nil
+}
+
+func (c *countingWriter) writes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *countingWriter) bytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b
+}
