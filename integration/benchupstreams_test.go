@@ -147,6 +147,7 @@ const (
 	colGatherRatio
 	colBig
 	colBigDirect
+	colRSS
 	numUpstreamCols
 )
 
@@ -160,6 +161,7 @@ var upstreamColumns = [numUpstreamCols]string{
 	colGatherRatio:  "sandbox / direct throughput (target ≥ 1×)",
 	colBig:          "~4 MiB result: sandbox",
 	colBigDirect:    "direct",
+	colRSS:          "bridge RSS: at start / peak",
 }
 
 // upstreamTable is the tool-call table being filled.
@@ -218,6 +220,17 @@ func sandboxUpstreamCalls(t *testing.T, e *engine, c benchCounts, u benchUpstrea
 	addr := freeLoopbackAddr(t)
 	cs, pid, _ := connectStdioArgs(t, e, nil, "--servers-config", servers, "--policy", policyFile, "--debug-addr", addr)
 	defer stop(t, cs, pid)
+	w := watchStats(t, addr)
+	idle := debugStats(t, addr).RSS
+	w.reset()
+	defer func() {
+		peak, err := w.window()
+		if err != nil {
+			t.Errorf("polling the bridge's stats: %v", err)
+			return
+		}
+		row.cells[colRSS] = fmt.Sprintf("%s / %s", mib(idle), mib(peak.RSS))
+	}()
 
 	// run runs code, which prints one number a line (microseconds), and
 	// returns them with the durations of the run's tool_calls trace.
