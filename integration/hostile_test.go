@@ -1369,7 +1369,7 @@ func TestHostile(t *testing.T) {
 		if n := abstractAccepted.Load(); n != 1 {
 			t.Errorf("the host's abstract socket accepted %d connection(s) from the sandbox", n-1)
 		}
-		logs := stderr.String()
+		logs := quietLog(stderr)
 		for _, s := range []string{hostileBridgeSecret, hostileUpstreamSecret} {
 			if strings.Contains(logs, s) {
 				t.Errorf("the secret %q is in the bridge's log", s)

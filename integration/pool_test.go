@@ -200,10 +200,9 @@ func TestPoolEngineRestart(t *testing.T) {
 		if st2.Hits != st.Hits+1 {
 			t.Fatalf("the pool refilled but the run was not warm: %+v then %+v", st, st2)
 		}
-		log := stderr.String()
-		if !strings.Contains(log, "pool: starting a container failed") {
-			t.Fatalf("no log of the pool's failed starts:\n%s", log)
-		}
+		awaitLog(t, stderr, "the pool's failed starts", func(log string) bool {
+			return strings.Contains(log, "pool: starting a container failed")
+		})
 		t.Logf("pool after the restart: %+v", st2)
 	})
 }

@@ -74,7 +74,10 @@ func TestSessions(t *testing.T) {
 		if out, text := run(map[string]any{"code": "import mcp_tools\nprint(mcp_tools.call('misbehave', 'echo', message='from a')['message'])", "session": "a"}); out.Stdout != "from a\n" {
 			t.Fatalf("a tool call in session a: %+v %s", out, text)
 		}
-		checkSessionAudit(t, stderr.String())
+		// The bridge writes its log a few ms behind (internal/logwriter).
+		checkSessionAudit(t, awaitLog(t, stderr, "the audit of the session's echo call", func(log string) bool {
+			return strings.Count(log, `"server":"misbehave","tool":"echo"`) >= 2 // the baseline run's, then the session's
+		}))
 
 		// Neither a fresh run nor another session sees a's state.
 		if out, _ := run(map[string]any{"code": "import os\nprint('x' in globals(), os.path.exists('/tmp/kept'))"}); out.Stdout != "False False\n" {
@@ -199,9 +202,9 @@ threading.Thread(target=later, daemon=True).start()`, "session": "h"})
 		})
 		t.Logf("bridge before sessions: %d goroutines, %d fds, RSS %.1f MiB; with sessions (sampled): %d goroutines, RSS %.1f MiB; after: %d goroutines, %d fds, RSS %.1f MiB",
 			base.Goroutines, base.OpenFDs, float64(base.RSS)/(1<<20), peak.Goroutines, float64(peak.RSS)/(1<<20), now.Goroutines, now.OpenFDs, float64(now.RSS)/(1<<20))
-		if !strings.Contains(stderr.String(), `"why":"idle for 10s (sessions.idle_timeout)"`) {
-			t.Errorf("no idle end in the log:\n%s", stderr.String())
-		}
+		awaitLog(t, stderr, "the session's idle end", func(log string) bool {
+			return strings.Contains(log, `"why":"idle for 10s (sessions.idle_timeout)"`)
+		})
 		stopBridge(t, e, cs, pid)
 	})
 }
@@ -278,6 +281,40 @@ func checkSessionAudit(t *testing.T, log string) {
 	if n != 3 {
 		t.Errorf("%d runs audited with session %s, want the 3 calls of session a", n, id)
 	}
+}
+
+// awaitLog waits until the bridge's log (its stderr, as far as written)
+// satisfies cond, and returns it; the test fails with the log if it does
+// not within 10 s. The bridge writes its log from a queue, up to
+// logwriter.Linger behind the moment a record is made.
+func awaitLog(t *testing.T, stderr *syncBuffer, what string, cond func(log string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log := stderr.String()
+		if cond(log) {
+			return log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not in the bridge's log within 10 s:\n%s", what, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// quietLog returns the bridge's log once it has not grown for 50 ms (ten
+// times logwriter.Linger), or after 10 s: what a check that something is
+// not in the log must read.
+func quietLog(stderr *syncBuffer) string {
+	log, since := stderr.String(), time.Now()
+	for deadline := since.Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if now := stderr.String(); len(now) != len(log) {
+			log, since = now, time.Now()
+		} else if time.Since(since) >= 50*time.Millisecond {
+			break
+		}
+	}
+	return log
 }
 
 // waitFor polls cond every 100 ms until it holds or timeout passes.

@@ -109,9 +109,9 @@ func TestSkills(t *testing.T) {
 		if f := skillFiles(t, dir); len(f) != 1 || f[0] != "shout.skill.json" {
 			t.Fatalf("the folder holds %v", f)
 		}
-		if !strings.Contains(stderr.String(), `"event":"skill_save"`) || !strings.Contains(stderr.String(), `"outcome":"saved"`) {
-			t.Errorf("the save was not audited:\n%s", stderr)
-		}
+		awaitLog(t, stderr, "the save's audit", func(log string) bool {
+			return strings.Contains(log, `"event":"skill_save"`) && strings.Contains(log, `"outcome":"saved"`)
+		})
 
 		// Run 2, in a fresh container, imports it and calls it: its tool
 		// call goes through the proxy like the run's own.

@@ -318,10 +318,9 @@ for server, tool in (("filesytem", "read_text_file"), ("filesystem", "raed_text_
 
 		// The upstream's stderr is in the bridge's log, tagged; the
 		// servers' env values are not.
-		logs := stderr.String()
-		if !strings.Contains(logs, `"server":"misbehave"`) {
-			t.Errorf("no log line tagged with the misbehave server:\n%s", logs)
-		}
+		logs := awaitLog(t, stderr, "a log line tagged with the misbehave server", func(log string) bool {
+			return strings.Contains(log, `"server":"misbehave"`)
+		})
 		if strings.Contains(logs, u.memoryFile) {
 			t.Errorf("an env value of an upstream reached the log")
 		}

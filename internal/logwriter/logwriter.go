@@ -12,7 +12,8 @@ import (
 
 // Writer queues whole writes (zerolog writes one record per Write) up to a
 // byte bound and writes them to the underlying writer from one goroutine.
-// Records that arrive within Linger of each other go out in one write: a
+// A record written after a quiet Linger goes out at once; those that follow
+// it within Linger wait for the next write, at most one every Linger: a
 // record per tool call (the audit's) must not cost the bridge a wakeup and
 // a write each, nor the reader of the pipe a wakeup each. When the queue
 // is full, writes are dropped and counted; the count is written, as a line
@@ -33,8 +34,8 @@ type Writer struct {
 	done    chan struct{}
 }
 
-// Linger is how long the Writer waits, once a record arrived, for more to
-// go out in the same write. A log line is seen that much later at most.
+// Linger is the least time between two writes: a record is seen that much
+// later at most.
 const Linger = 5 * time.Millisecond
 
 // keepBuffer is the largest buffer the loop keeps for the next batch; a
@@ -75,6 +76,7 @@ func (w *Writer) loop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var spare []byte
+	var last time.Time // of the last write
 	for {
 		w.mu.Lock()
 		empty, closed := len(w.buf) == 0 && w.dropped == 0, w.closed
@@ -89,8 +91,8 @@ func (w *Writer) loop() {
 			}
 			continue
 		}
-		if !closed {
-			timer.Reset(w.linger)
+		if wait := w.linger - time.Since(last); !closed && wait > 0 {
+			timer.Reset(wait)
 			select {
 			case <-timer.C:
 			case <-w.stop:
@@ -107,6 +109,7 @@ func (w *Writer) loop() {
 		if dropped > 0 {
 			fmt.Fprintf(w.out, "bridge: %d log records dropped: stderr was not read fast enough\n", dropped)
 		}
+		last = time.Now()
 		w.mu.Lock()
 		w.writing = 0
 		w.mu.Unlock()
