@@ -13,12 +13,12 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/skills"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // SkillsOptions configure WithSkills.

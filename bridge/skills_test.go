@@ -13,9 +13,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // skillsFor is a handler with cfg, auditing into the returned buffer

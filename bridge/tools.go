@@ -11,10 +11,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // DefaultMaxResultBytes bounds one tool result sent into the sandbox, as

@@ -14,10 +14,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // fakeUpstreams is an in-memory proxy client for unit tests.

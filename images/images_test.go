@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	assets "github.com/bridge-mcp/bridge"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
+	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
 // `bridge image build` makes the variants' images: the hints name the

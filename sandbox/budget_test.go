@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-mcp/bridge/sandbox/relay"
+	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
 // answeringTools answers every request at once with a result of size

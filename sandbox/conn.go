@@ -14,8 +14,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/units"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // The bridge's side of one runner's connection: the handshake, reading

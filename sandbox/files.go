@@ -3,7 +3,7 @@ package sandbox
 import (
 	"fmt"
 
-	"github.com/bridge-mcp/bridge/sandbox/relay"
+	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
 // files receives the files of one execution from the runner's file,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/bridge-mcp/bridge/sandbox/relay"
+	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
 // The run path in two halves: an Instance is a started container whose

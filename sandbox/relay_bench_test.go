@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-mcp/bridge/sandbox/relay"
+	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
 // instantTools answers every tool call at once with a small text result.

@@ -15,8 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/internal/paths"
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/units"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // Status is how a run ended.

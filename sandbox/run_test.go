@@ -20,7 +20,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/bridge-mcp/bridge/sandbox/relay"
+	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
 // fakeRuntime is an in-memory Runtime for unit tests of the Executor. A

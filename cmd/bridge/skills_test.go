@@ -10,9 +10,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/skills"
 	"github.com/bridge-mcp/bridge/policy"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 // skillsPolicyFile writes a policy whose skills folder is dir (with extra

@@ -22,8 +22,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/relay"
 )
 
 //go:embed smoke.py
