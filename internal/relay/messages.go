@@ -1,0 +1,206 @@
+package relay
+
+import "encoding/json"
+
+// Message types.
+const (
+	TypeHello      = "hello"
+	TypeStdout     = "stdout"
+	TypeStderr     = "stderr"
+	TypeToolCall   = "tool_call"
+	TypeQuery      = "query"
+	TypeExit       = "exit"
+	TypeExec       = "exec"
+	TypeInterrupt  = "interrupt"
+	TypeToolResult = "tool_result"
+	TypeFile       = "file"
+	TypeFileData   = "file_data"
+	TypeFileEnd    = "file_end"
+	TypeFileSkip   = "file_skip"
+)
+
+// Hello is the runner's first message.
+type Hello struct {
+	Version int    `json:"version"`
+	Token   string `json:"token"`
+	Python  string `json:"python"`
+}
+
+// Output is a piece of the code's stdout or stderr.
+type Output struct {
+	Data string `json:"data"`
+}
+
+// ToolCall is a request from the code to call an upstream tool.
+type ToolCall struct {
+	ID     int64           `json:"id"`
+	Server string          `json:"server"`
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args"`
+}
+
+// Query asks the bridge about the tools the code may use (which servers
+// there are, a server's tools, a search across them and the skills), or
+// has it save a skill: one of the Op constants.
+type Query struct {
+	ID   int64           `json:"id"`
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args"`
+}
+
+// The operations a Query may ask for.
+const (
+	OpServers = "servers"
+	OpTools   = "tools"
+	OpSearch  = "search"
+	// OpSkills lists the saved skills, OpSkillSource reads one, and
+	// OpSaveSkill saves one (docs/protocol.md, "Skills").
+	OpSkills      = "skills"
+	OpSkillSource = "skill_source"
+	OpSaveSkill   = "save_skill"
+)
+
+// IsQueryOp reports whether op is an operation a Query may ask for.
+func IsQueryOp(op string) bool {
+	switch op {
+	case OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill:
+		return true
+	}
+	return false
+}
+
+// ErrorInfo describes an exception raised by the code. As decoded, Type is
+// at most 256 bytes, and Message and Traceback keep at most 64 KiB of their
+// head and tail (see clip).
+type ErrorInfo struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// Exit is the runner's last message.
+type Exit struct {
+	Status    string     `json:"status"`
+	ExitCode  int        `json:"exit_code"`
+	Error     *ErrorInfo `json:"error,omitempty"`
+	StdoutCut int64      `json:"stdout_cut"`
+	StderrCut int64      `json:"stderr_cut"`
+	// FilesSkipped counts the files skipped beyond those reported one by
+	// one with file_skip.
+	FilesSkipped int64 `json:"files_skipped"`
+}
+
+// File announces one file of the outputs folder; its bytes follow in
+// FileData frames and a FileEnd. As decoded, Name is a relative path of
+// 1 to MaxFileName bytes whose "/"-separated parts are not empty, "." or
+// "..", are at most 255 bytes each, and hold no NUL.
+type File struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+}
+
+// FileData is the next piece of the file being sent: 1 byte to
+// MaxFilePiece, base64 on the wire.
+type FileData struct {
+	ID   int64  `json:"id"`
+	Data []byte `json:"data"`
+}
+
+// FileEnd ends the file being sent.
+type FileEnd struct {
+	ID int64 `json:"id"`
+	// Status is FileComplete, FileChanged or FileUnreadable.
+	Status string `json:"status"`
+}
+
+// The statuses of a FileEnd.
+const (
+	FileComplete   = "complete"
+	FileChanged    = "changed"
+	FileUnreadable = "unreadable"
+)
+
+// FileSkip reports a file the runner did not send. Reason is one of
+// SkipReasons; Name is checked as File's, except for reason bad_name,
+// where it is only cut to 256 bytes.
+type FileSkip struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	Reason string `json:"reason"`
+}
+
+// SkipReasons are the reasons a FileSkip may give.
+var SkipReasons = []string{"symlink", "special", "too_large", "over_total", "too_many", "unreadable", "bad_name"}
+
+// Bounds of the files out.
+const (
+	// MaxFileName is the longest name of a file, in bytes.
+	MaxFileName = 1024
+	// MaxFilePiece is the most bytes one FileData carries.
+	MaxFilePiece = 1 << 20
+	// MaxFileSkips is how many FileSkip frames one execution may send.
+	MaxFileSkips = 100
+)
+
+// FileLimits are what exec tells the runner of the files it may send.
+type FileLimits struct {
+	MaxFiles     int   `json:"max_files"`
+	MaxFileBytes int64 `json:"max_file_bytes"`
+	MaxBytes     int64 `json:"max_bytes"`
+}
+
+// Exec hands the code to the runner.
+type Exec struct {
+	Version     int        `json:"version"`
+	Code        string     `json:"code"`
+	OutputLimit int        `json:"output_limit"`
+	Files       FileLimits `json:"files"`
+	// Session keeps the interpreter after the code ends: the runner sends
+	// exit without hanging up and waits for the next exec (docs/protocol.md).
+	Session bool `json:"session,omitempty"`
+}
+
+// ToolError is the error half of a ToolResult.
+type ToolError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// The error types of a ToolResult.
+const (
+	ErrToolsUnavailable = "tools_unavailable" // no proxy, or no upstream servers
+	ErrUnknownServer    = "unknown_server"
+	ErrUnknownTool      = "unknown_tool"
+	ErrDenied           = "denied"   // policy refused the call
+	ErrLimit            = "limit"    // a budget or size limit was reached
+	ErrUpstream         = "upstream" // the upstream failed, crashed or is unreachable
+	ErrTimeout          = "timeout"  // the call ran past its timeout
+	ErrInvalid          = "invalid"  // the request itself is wrong (bad query arguments)
+	// The skill operations' own errors.
+	ErrUnknownSkill      = "unknown_skill"      // no skill has that name
+	ErrSkillExists       = "skill_exists"       // a save without overwrite found the name taken
+	ErrSkillsUnavailable = "skills_unavailable" // the skills folder cannot be read or written
+)
+
+// ToolResult answers a ToolCall or a Query. Exactly one of Result and Error is set.
+type ToolResult struct {
+	ID     int64           `json:"id"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *ToolError      `json:"error,omitempty"`
+}
+
+// Message is one decoded frame from the runner: Type says which one of the
+// pointers is set.
+type Message struct {
+	Type     string
+	Hello    *Hello
+	Output   *Output // for TypeStdout and TypeStderr
+	ToolCall *ToolCall
+	Query    *Query
+	Exit     *Exit
+	File     *File
+	FileData *FileData
+	FileEnd  *FileEnd
+	FileSkip *FileSkip
+}
