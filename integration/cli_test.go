@@ -17,8 +17,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/doctor"
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
 // bridgeCLI runs the bridge binary and returns its stdout, stderr and exit code.

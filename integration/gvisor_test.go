@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bridge-mcp/bridge/internal/doctor"
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
 // gvisorProbe runs in the sandbox and reports what the code sees, as JSON.
