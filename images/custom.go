@@ -221,7 +221,7 @@ func (c Custom) Name() (string, error) {
 // BuildCustom builds c through rt, streaming the build log to out, and
 // returns the image reference. It builds the variant's image first when rt
 // does not hold it.
-func BuildCustom(ctx context.Context, rt sandbox.Runtime, c Custom, out io.Writer) (string, error) {
+func BuildCustom(ctx context.Context, rt sandbox.Images, c Custom, out io.Writer) (string, error) {
 	r, err := c.resolve()
 	if err != nil {
 		return "", err

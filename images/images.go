@@ -185,7 +185,7 @@ func WriteContext(dir string) error {
 
 // Build builds a variant's image through rt, streaming the build log to
 // out, and returns the image reference.
-func Build(ctx context.Context, rt sandbox.Runtime, variant string, out io.Writer) (string, error) {
+func Build(ctx context.Context, rt sandbox.Images, variant string, out io.Writer) (string, error) {
 	if err := CheckVariant(variant); err != nil {
 		return "", err
 	}

@@ -144,7 +144,7 @@ func isDigits(s string) bool {
 // boot and this process's PID namespace) and their run directories under
 // runRoot (named after the owner's PID and start time). It is safe to call
 // while other bridges run: it only touches what belongs to dead processes.
-func Reap(ctx context.Context, rt Runtime, runRoot string, log zerolog.Logger) (int, error) {
+func Reap(ctx context.Context, rt Containers, runRoot string, log zerolog.Logger) (int, error) {
 	cs, err := rt.List(ctx, map[string]string{LabelManaged: "true"})
 	if err != nil {
 		return 0, fmt.Errorf("listing the bridge's containers: %w", err)

@@ -20,7 +20,7 @@ const (
 
 // removals is an Executor's set of containers still to be removed.
 type removals struct {
-	rt  Runtime
+	rt  Containers
 	log zerolog.Logger
 
 	mu      sync.Mutex
@@ -33,7 +33,7 @@ type removals struct {
 	first, most time.Duration
 }
 
-func newRemovals(rt Runtime, log zerolog.Logger) *removals {
+func newRemovals(rt Containers, log zerolog.Logger) *removals {
 	return &removals{rt: rt, log: log, ids: map[string]bool{}, wake: make(chan struct{}, 1),
 		first: removeRetryFirst, most: removeRetryMax}
 }

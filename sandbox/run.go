@@ -138,10 +138,10 @@ type ExecutorOptions struct {
 	Logger       zerolog.Logger
 }
 
-// Executor runs code, each request in a fresh container on one Runtime.
+// Executor runs code, each request in a fresh container of one engine.
 // It is safe for concurrent use.
 type Executor struct {
-	rt      Runtime
+	rt      Containers
 	opts    ExecutorOptions
 	enforce Enforcement
 	// runtime is what each spec asks for ("" for the engine's default);
@@ -170,7 +170,7 @@ type Executor struct {
 // NewExecutor checks the engine and the image once and prepares the run
 // root. A missing image fails with ErrImageNotFound and what
 // opts.ImageHint says to do about it.
-func NewExecutor(ctx context.Context, rt Runtime, opts ExecutorOptions) (*Executor, error) {
+func NewExecutor(ctx context.Context, rt Containers, opts ExecutorOptions) (*Executor, error) {
 	if opts.Image == "" {
 		return nil, errors.New("no runner image configured")
 	}
@@ -231,9 +231,6 @@ func imageHint(opts ExecutorOptions, engine string) string {
 	return fmt.Sprintf("pull or build %s with %s (`bridge image build --runtime %s` makes only the bridge's own runner: `bridge image name`)",
 		opts.Image, engine, engine)
 }
-
-// Runtime returns the engine the Executor runs on.
-func (e *Executor) Runtime() Runtime { return e.rt }
 
 // OCIRuntime is the runtime that runs the Executor's containers (runc,
 // runsc, crun), as the engine names it.

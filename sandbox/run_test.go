@@ -56,7 +56,7 @@ type fakeContainer struct {
 	logs   string
 }
 
-var _ Runtime = (*fakeRuntime)(nil)
+var _ Containers = (*fakeRuntime)(nil)
 
 func newFake(behave func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState) *fakeRuntime {
 	return &fakeRuntime{
@@ -72,9 +72,6 @@ func (f *fakeRuntime) Info(context.Context) (EngineInfo, error) {
 }
 func (f *fakeRuntime) ImageInfo(context.Context, string) (ImageInfo, error) {
 	return ImageInfo{}, f.imageErr
-}
-func (f *fakeRuntime) BuildImage(context.Context, BuildOptions) error {
-	return nil
 }
 
 func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, error) {
@@ -201,7 +198,6 @@ func (f *fakeRuntime) List(_ context.Context, labels map[string]string) ([]Conta
 	return matchLabels(cs, labels), nil
 }
 
-func (f *fakeRuntime) Close() error { return nil }
 
 // newTestExecutor returns an Executor on rt whose run root is checked to be
 // empty, and rt to hold no container, when the test ends.

@@ -10,9 +10,21 @@ import (
 	"time"
 )
 
-// Runtime is one container engine. Implementations talk to the engine's API,
-// never to its CLI. All methods are safe for concurrent use.
+// Runtime is one container engine, as the bridge opens it: the containers
+// it runs (Containers) and the images it holds (Images). Implementations
+// talk to the engine's API, never to its CLI. All methods are safe for
+// concurrent use.
 type Runtime interface {
+	Containers
+	Images
+	// Close releases the connection to the engine.
+	Close() error
+}
+
+// Containers is the part of an engine that runs containers: what it can
+// enforce, whether an image is there to run, and a container's life from
+// create to remove. An Executor needs this much of an engine.
+type Containers interface {
 	// Name is "podman" or "docker".
 	Name() string
 	// Info describes the engine and what it can enforce.
@@ -20,9 +32,6 @@ type Runtime interface {
 	// ImageInfo reports whether ref exists locally. A missing image returns
 	// ErrImageNotFound.
 	ImageInfo(ctx context.Context, ref string) (ImageInfo, error)
-	// BuildImage builds an image as opts says and writes the build log to
-	// opts.Out.
-	BuildImage(ctx context.Context, opts BuildOptions) error
 	// Create creates (but does not start) a container and returns its id.
 	Create(ctx context.Context, spec ContainerSpec) (string, error)
 	// Start starts a created container.
@@ -39,8 +48,19 @@ type Runtime interface {
 	// List returns the containers, running or not, that carry all the
 	// given labels.
 	List(ctx context.Context, labels map[string]string) ([]Container, error)
-	// Close releases the connection to the engine.
-	Close() error
+}
+
+// Images is the part of an engine that holds images: package images
+// builds the runner images with it.
+type Images interface {
+	// Name is "podman" or "docker".
+	Name() string
+	// ImageInfo reports whether ref exists locally. A missing image returns
+	// ErrImageNotFound.
+	ImageInfo(ctx context.Context, ref string) (ImageInfo, error)
+	// BuildImage builds an image as opts says and writes the build log to
+	// opts.Out.
+	BuildImage(ctx context.Context, opts BuildOptions) error
 }
 
 // BuildOptions say what BuildImage builds.
