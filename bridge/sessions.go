@@ -19,7 +19,7 @@ import (
 // implements it when sessions are possible (*sandbox.Pool, which takes a
 // warm container when it has one).
 type SessionStarter interface {
-	StartSession(ctx context.Context, l sandbox.Limits, name string) (*sandbox.Instance, error)
+	Acquire(ctx context.Context, l sandbox.Limits, name string) (sandbox.Instance, error)
 }
 
 var _ SessionStarter = (*sandbox.Pool)(nil)
@@ -51,7 +51,7 @@ type session struct {
 	approved approvals
 
 	// Under sessions.mu.
-	inst  *sandbox.Instance // nil until started
+	inst  sandbox.Instance // nil until started
 	calls int
 	ended bool
 	why   string      // why it ended
@@ -84,7 +84,7 @@ var (
 // open finds the client's session name, or makes it, and returns it with
 // its lock held (the caller runs in it, then calls done). A new session's
 // container is started by start.
-func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, busyWait time.Duration, start func(id string) (*sandbox.Instance, error)) (s *session, err error) {
+func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, busyWait time.Duration, start func(id string) (sandbox.Instance, error)) (s *session, err error) {
 	for {
 		ss.mu.Lock()
 		if ss.closed {
@@ -243,7 +243,7 @@ func (ss *sessions) endLocked(s *session, why string) {
 }
 
 // remove closes inst in the background.
-func (ss *sessions) remove(s *session, inst *sandbox.Instance) {
+func (ss *sessions) remove(s *session, inst sandbox.Instance) {
 	ss.removing.Add(1)
 	go func() {
 		defer ss.removing.Done()

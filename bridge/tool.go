@@ -358,8 +358,8 @@ func (s *Server) runInSession(ctx context.Context, key sessionKey, cfg policy.Se
 	if !ok {
 		return res, "", failure(statusUnavailable, "this bridge's sandbox cannot keep sessions: call without session", start), nil
 	}
-	sess, err := s.sessions.open(ctx, key, cfg, min(sessionBusyWait, x.Timeout), func(id string) (*sandbox.Instance, error) {
-		return starter.StartSession(ctx, limits, id)
+	sess, err := s.sessions.open(ctx, key, cfg, min(sessionBusyWait, x.Timeout), func(id string) (sandbox.Instance, error) {
+		return starter.Acquire(ctx, limits, id)
 	})
 	switch {
 	case err == nil && ctx.Err() != nil:

@@ -233,12 +233,12 @@ func TestCrashedBridgeIsReaped(t *testing.T) {
 			t.Fatalf("the run did not start: %q %v", buf, err)
 		}
 		owned := map[string]string{sandbox.LabelManaged: "true"}
-		mine := func() []sandbox.Container {
+		mine := func() []sandbox.ContainerInfo {
 			cs, err := e.rt.List(context.Background(), owned)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out []sandbox.Container
+			var out []sandbox.ContainerInfo
 			for _, c := range cs {
 				if strings.Contains(c.Labels[sandbox.LabelOwner], fmt.Sprintf("/%d/", cmd.Process.Pid)) {
 					out = append(out, c)

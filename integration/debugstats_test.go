@@ -268,7 +268,7 @@ func startTime(pid int) string {
 // their owner label ends in PID/START (sandbox.LabelOwner), so a bridge of
 // someone else's that happens to have the same PID in another PID namespace
 // is not taken for this one.
-func containersOf(t *testing.T, e *engine, pid int) []sandbox.Container {
+func containersOf(t *testing.T, e *engine, pid int) []sandbox.ContainerInfo {
 	t.Helper()
 	start := startTime(pid)
 	if start == "" {
@@ -278,7 +278,7 @@ func containersOf(t *testing.T, e *engine, pid int) []sandbox.Container {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine []sandbox.Container
+	var mine []sandbox.ContainerInfo
 	for _, c := range cs {
 		if strings.HasSuffix(c.Labels[sandbox.LabelOwner], fmt.Sprintf("/%d/%s", pid, start)) {
 			mine = append(mine, c)

@@ -43,10 +43,10 @@ func coldBridge(t *testing.T, e *engine) (*mcp.ClientSession, int, *syncBuffer) 
 
 // startLongRun calls run_python with code that prints "up" and sleeps, and
 // returns once the run's container is running, with a channel for its result.
-func startLongRun(t *testing.T, e *engine, cs *mcp.ClientSession) (<-chan *mcp.CallToolResult, sandbox.Container) {
+func startLongRun(t *testing.T, e *engine, cs *mcp.ClientSession) (<-chan *mcp.CallToolResult, sandbox.ContainerInfo) {
 	t.Helper()
 	before := map[string]bool{}
-	list := func() []sandbox.Container {
+	list := func() []sandbox.ContainerInfo {
 		cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +76,7 @@ func startLongRun(t *testing.T, e *engine, cs *mcp.ClientSession) (<-chan *mcp.C
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal("the run's container did not appear within 60 s")
-	return nil, sandbox.Container{}
+	return nil, sandbox.ContainerInfo{}
 }
 
 // awaitResult waits a bounded time for a call's result.

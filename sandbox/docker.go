@@ -732,7 +732,7 @@ func (d *Docker) Logs(ctx context.Context, id string, limit int) (string, error)
 }
 
 // List implements Runtime.
-func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Container, error) {
+func (d *Docker) List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error) {
 	f := filters.NewArgs()
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
@@ -741,9 +741,9 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Containe
 	if err != nil {
 		return nil, d.wrap(err, "list containers")
 	}
-	out := make([]Container, 0, len(cs))
+	out := make([]ContainerInfo, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, Container{ID: c.ID, Labels: c.Labels})
+		out = append(out, ContainerInfo{ID: c.ID, Labels: c.Labels})
 	}
 	return matchLabels(out, labels), nil
 }

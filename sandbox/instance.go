@@ -15,11 +15,32 @@ import (
 	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
-// The run path in two halves: an Instance is a started container whose
-// runner has connected and said hello, not yet given code (its limits were
-// fixed when it was created); Exec runs one piece of code in it. A warm
-// pool keeps Instances ahead of time, a session runs several Execs in one,
-// and Run is Start + Exec + Close.
+// The run path in two halves: a Container is started, its runner connected
+// and waiting, not yet given code (its limits were fixed when it was
+// created); Exec runs one piece of code in it. A warm pool keeps Containers
+// ahead of time, a session runs several Execs in one, and Run is Acquire +
+// Exec + Close.
+
+// Instance is a sandbox that code runs in, however it was got: a Container
+// started for the run (Executor.Acquire), one a Pool had ready
+// (Pool.Acquire), a session's (the bridge keeps those). Exec runs code in
+// it: once, or, when its first Exec asked for a session, again and again
+// while Kept says the interpreter is there. Close gives it up; it must be
+// called on every Instance an Acquire returns.
+type Instance interface {
+	Exec(ctx context.Context, x ExecRequest) (Result, error)
+	// Kept reports whether a session's interpreter is there for another
+	// Exec.
+	Kept() bool
+	// Closed reports whether Close was called (by anyone).
+	Closed() bool
+	Close(ctx context.Context) error
+}
+
+var (
+	_ Instance = (*Container)(nil)
+	_ Instance = (*Lease)(nil)
+)
 
 // maxSocketPath is the size of sun_path on Linux, terminating NUL included.
 const maxSocketPath = 108
@@ -33,10 +54,11 @@ var errStartCancelled = errors.New("cancelled before the code started")
 // ran, and the code may run in another.
 var errNotHandedOver = errors.New("the sandbox ended before it received the code")
 
-// Instance is one started container with its runner connected, waiting for
-// code. Exec runs code in it once; Close removes it. Close must be called
-// on every Instance Start returns.
-type Instance struct {
+// Container is one started container with its runner connected, waiting
+// for code. Exec runs code in it once (or a session's code, again and
+// again); Close removes it. Close must be called on every Container Start
+// returns.
+type Container struct {
 	e    *Executor
 	name string // the container's name part and label (LabelRunID)
 	id   string // the engine's container id
@@ -64,12 +86,12 @@ type Instance struct {
 	kept    bool
 }
 
-// ID is the instance's name: the run id it was started under (container
+// ID is the container's name: the run id it was started under (container
 // label LabelRunID).
-func (i *Instance) ID() string { return i.name }
+func (i *Container) ID() string { return i.name }
 
 // ended reports whether the container is known to have stopped.
-func (i *Instance) ended() bool {
+func (i *Container) ended() bool {
 	select {
 	case <-i.gone:
 		return true
@@ -79,7 +101,20 @@ func (i *Instance) ended() bool {
 }
 
 // Python is the interpreter version the runner reported.
-func (i *Instance) Python() string { return i.conn.hello.Python }
+func (i *Container) Python() string { return i.conn.hello.Python }
+
+// claim names the run that took a container a pool started ahead, for its
+// log lines.
+func (i *Container) claim(runID string) {
+	i.mu.Lock()
+	i.log = i.log.With().Str("run_id", runID).Logger()
+	i.mu.Unlock()
+}
+
+// Acquire starts a container for one run (Start), as an Instance.
+func (e *Executor) Acquire(ctx context.Context, l Limits, runID string) (Instance, error) {
+	return e.Start(ctx, l, runID)
+}
 
 // Start creates and starts a container with limits l (l.Timeout and
 // l.OutputBytes are not used: they belong to each Exec) and waits for its
@@ -87,13 +122,13 @@ func (i *Instance) Python() string { return i.conn.hello.Python }
 // lower-case letters and digits). On any error, everything made so far is
 // removed before Start returns; a ctx that ends first returns an error
 // wrapping errStartCancelled.
-func (e *Executor) Start(ctx context.Context, l Limits, name string) (*Instance, error) {
+func (e *Executor) Start(ctx context.Context, l Limits, name string) (*Container, error) {
 	return e.start(ctx, l, name, false)
 }
 
 // start is Start; pooled labels the container as made ahead of time
 // (LabelPooled).
-func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool) (inst *Instance, err error) {
+func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool) (inst *Container, err error) {
 	start := time.Now()
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid limits: %w", err)
@@ -116,7 +151,7 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 	if err != nil {
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
-	i := &Instance{e: e, name: name, dir: dir, log: log, start: start, limits: l}
+	i := &Container{e: e, name: name, dir: dir, log: log, start: start, limits: l}
 	defer func() {
 		if err != nil {
 			if cerr := i.Close(ctx); cerr != nil {
@@ -232,6 +267,10 @@ type ExecRequest struct {
 	Files FileLimits
 	// Sink receives output and files as they arrive; NoSink when nil.
 	Sink Sink
+	// Began is when the run began, from which Result.Startup counts (the
+	// container's start when zero): a run that took a ready container
+	// waited only for that.
+	Began time.Time
 	// Session keeps the interpreter (variables, imports, /tmp) for the
 	// next Exec of this instance. Its timeout or cancellation interrupts
 	// the code (KeyboardInterrupt) rather than killing the container,
@@ -245,7 +284,7 @@ type ExecRequest struct {
 // long as Kept says so. Failures of the code are in the Result; an error
 // means the code could not be run, or the engine failed mid-run. Exec
 // does not remove the container: Close does.
-func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err error) {
+func (i *Container) Exec(ctx context.Context, x ExecRequest) (res Result, err error) {
 	e, log := i.e, i.log
 	res.RunID = x.RunID
 	i.mu.Lock()
@@ -302,7 +341,7 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 		return res, fmt.Errorf("%w: sending code to the runner: %w", errNotHandedOver, err)
 	}
 	if first {
-		res.Startup = time.Since(i.start)
+		res.Startup = time.Since(cmpTime(x.Began, i.start))
 	}
 	deadline := time.Now().Add(x.Timeout)
 	timeout := time.NewTimer(x.Timeout)
@@ -435,7 +474,7 @@ func (i *Instance) Exec(ctx context.Context, x ExecRequest) (res Result, err err
 }
 
 // Closed reports whether Close was called.
-func (i *Instance) Closed() bool {
+func (i *Container) Closed() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.closed
@@ -444,7 +483,7 @@ func (i *Instance) Closed() bool {
 // Kept reports whether the instance holds a session whose interpreter is
 // there for another Exec: its last Exec ended with the runner's report
 // (or an interrupt the code heeded) and the container still runs.
-func (i *Instance) Kept() bool {
+func (i *Container) Kept() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.session && i.kept && !i.closed && !i.ended()
@@ -456,7 +495,7 @@ func (i *Instance) Kept() bool {
 // either engine) is not awaited, and Close kills whatever is left of it.
 // Otherwise the engine says how it ended; a runner that broke the
 // protocol gets no grace.
-func (i *Instance) settle(rr readResult, kill func()) waitResult {
+func (i *Container) settle(rr readResult, kill func()) waitResult {
 	if rr.err == nil && rr.exit != nil {
 		return waitResult{}
 	}
@@ -471,7 +510,7 @@ func (i *Instance) settle(rr readResult, kill func()) waitResult {
 // but is where the removal takes its values from (removal outlives it). An
 // error means the engine failed to remove the container: it is retried in
 // the background (see Executor.PendingRemovals).
-func (i *Instance) Close(ctx context.Context) error {
+func (i *Container) Close(ctx context.Context) error {
 	i.mu.Lock()
 	closed := i.closed
 	i.closed = true
@@ -495,4 +534,12 @@ func (i *Instance) Close(ctx context.Context) error {
 		err = fmt.Errorf("removing run directory: %w", rerr)
 	}
 	return err
+}
+
+// cmpTime is t, or def when t is zero.
+func cmpTime(t, def time.Time) time.Time {
+	if t.IsZero() {
+		return def
+	}
+	return t
 }

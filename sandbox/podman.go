@@ -679,7 +679,7 @@ func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error)
 }
 
 // List implements Runtime.
-func (p *Podman) List(ctx context.Context, labels map[string]string) ([]Container, error) {
+func (p *Podman) List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error) {
 	filters := map[string][]string{}
 	for k, v := range labels {
 		filters["label"] = append(filters["label"], k+"="+v)
@@ -689,9 +689,9 @@ func (p *Podman) List(ctx context.Context, labels map[string]string) ([]Containe
 	if err != nil {
 		return nil, p.wrap(ctx, "listing containers", err)
 	}
-	out := make([]Container, 0, len(list))
+	out := make([]ContainerInfo, 0, len(list))
 	for _, c := range list {
-		out = append(out, Container{ID: c.ID, Labels: c.Labels})
+		out = append(out, ContainerInfo{ID: c.ID, Labels: c.Labels})
 	}
 	// The filter is the service's; check again, so a service that ORs
 	// label filters cannot hand back someone else's container.

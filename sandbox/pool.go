@@ -81,7 +81,7 @@ type Pool struct {
 }
 
 type pooled struct {
-	inst *Instance
+	inst *Container
 	born time.Time
 	gen  int
 }
@@ -170,8 +170,8 @@ func (p *Pool) Configure(size int, maxAge time.Duration, l Limits) error {
 
 // takeStale removes from ready the containers that are dead, too old, of
 // an old shape or beyond the size, and returns them. p.mu is held.
-func (p *Pool) takeStale(now time.Time) []*Instance {
-	var drop []*Instance
+func (p *Pool) takeStale(now time.Time) []*Container {
+	var drop []*Container
 	keep := p.ready[:0]
 	for _, r := range p.ready {
 		if r.gen != p.gen || r.inst.ended() || now.Sub(r.born) >= p.maxAge || len(keep) >= p.size {
@@ -186,7 +186,7 @@ func (p *Pool) takeStale(now time.Time) []*Instance {
 }
 
 // discard removes unused containers in the background.
-func (p *Pool) discard(insts []*Instance) {
+func (p *Pool) discard(insts []*Container) {
 	if len(insts) == 0 {
 		return
 	}
@@ -278,12 +278,12 @@ func (p *Pool) startOne(gen int, shape Limits) {
 	ev.Int("ready", ready).Int("size", size).Bool("recovered", recovered).Msg("pool: container ready")
 }
 
-// Acquire returns a started instance of limits l: a ready one of the pool
+// take returns a started container of limits l: a ready one of the pool
 // when it has one of that shape (warm is true), else a new one, and why
 // not in miss. The caller gives it back with Release.
-func (p *Pool) Acquire(ctx context.Context, l Limits, name string) (inst *Instance, warm bool, miss string, err error) {
+func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container, warm bool, miss string, err error) {
 	now := time.Now()
-	var drop []*Instance
+	var drop []*Container
 	p.mu.Lock()
 	switch {
 	case p.closed:
@@ -318,32 +318,101 @@ func (p *Pool) Acquire(ctx context.Context, l Limits, name string) (inst *Instan
 	p.discard(drop)
 	p.poke()
 	if inst != nil {
-		inst.log = inst.log.With().Str("run_id", name).Logger()
+		inst.claim(name)
 		return inst, true, "", nil
 	}
 	inst, err = p.e.Start(ctx, l, name)
 	return inst, false, miss, err
 }
 
-// StartSession gives a session its container: a ready one when the pool
-// has one of l's shape, else a new one. The session owns it from then on
-// (Exec with Session, then Close); the pool refills behind it.
-func (p *Pool) StartSession(ctx context.Context, l Limits, name string) (*Instance, error) {
-	start := time.Now()
-	inst, warm, _, err := p.Acquire(ctx, l, name)
+// Acquire returns an Instance of limits l for the run runID: a container
+// the pool had ready when it has one of that shape, else one started for
+// the run. The pool refills behind it. Its Close hands the container back
+// to be removed in the background.
+func (p *Pool) Acquire(ctx context.Context, l Limits, runID string) (Instance, error) {
+	began := time.Now()
+	inst, warm, miss, err := p.take(ctx, l, runID)
 	if err != nil {
 		return nil, err
 	}
-	if warm {
-		inst.mu.Lock()
-		inst.start = start
-		inst.mu.Unlock()
+	return &Lease{p: p, c: inst, warm: warm, miss: miss, limits: l, began: began}, nil
+}
+
+// Lease is an Instance a run got from a Pool (Pool.Acquire).
+type Lease struct {
+	p      *Pool
+	c      *Container
+	warm   bool
+	miss   string // why the run is not warm
+	limits Limits
+	began  time.Time
+	execs  int // Execs begun: a session's container runs more than one
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Exec runs x in the leased container. When that was a ready one that had
+// died before it took the code (an engine restart kills them all), the
+// code runs in a container started for it instead. The first Exec's
+// Result says whether the run was warm, and else why not. Execs of one
+// Lease do not overlap (the container refuses a second one at once).
+func (l *Lease) Exec(ctx context.Context, x ExecRequest) (Result, error) {
+	l.execs++
+	if l.execs > 1 {
+		return l.c.Exec(ctx, x)
 	}
-	return inst, nil
+	x.Began = l.began
+	res, err := l.c.Exec(ctx, x)
+	if l.warm && errors.Is(err, errNotHandedOver) {
+		l.c.log.Warn().Err(err).Msg("pool: a ready container had died; running the code in a fresh one")
+		l.p.Release(l.c)
+		l.warm, l.miss = false, "a ready container had died"
+		var c *Container
+		if c, err = l.p.e.Start(ctx, l.limits, x.RunID); err != nil {
+			l.mu.Lock()
+			l.c = nil
+			l.mu.Unlock()
+			return res, err
+		}
+		l.mu.Lock()
+		l.c = c
+		l.mu.Unlock()
+		res, err = c.Exec(ctx, x)
+	}
+	res.Warm, res.Cold = l.warm, l.miss
+	return res, err
+}
+
+// Kept reports whether the leased container keeps a session's interpreter.
+func (l *Lease) Kept() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c != nil && l.c.Kept()
+}
+
+// Closed reports whether Close was called.
+func (l *Lease) Closed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// Close hands the container back to the pool, which removes it in the
+// background (Pool.Close waits for that).
+func (l *Lease) Close(context.Context) error {
+	l.mu.Lock()
+	c, closed := l.c, l.closed
+	l.closed = true
+	l.mu.Unlock()
+	if !closed && c != nil {
+		l.p.Release(c)
+	}
+	return nil
 }
 
 // Release removes inst in the background; Close waits for it.
-func (p *Pool) Release(inst *Instance) {
+func (p *Pool) Release(inst *Container) {
 	p.mu.Lock()
 	p.stats.Removing++
 	p.removing.Add(1)
@@ -370,46 +439,9 @@ func (p *Pool) Stats() PoolStats {
 
 // Run runs req in a ready container when the pool has one of its shape,
 // else in a fresh one, and answers before the container's removal is
-// done (Close waits for it). A ready container that died while it waited
-// is replaced by a fresh one, and the code runs there.
-func (p *Pool) Run(ctx context.Context, req Request) (res Result, err error) {
-	start := time.Now()
-	x, err := req.exec()
-	if err != nil {
-		return res, err
-	}
-	res.RunID = x.RunID
-	for attempt := 0; ; attempt++ {
-		var inst *Instance
-		var warm bool
-		var miss string
-		if attempt == 0 {
-			inst, warm, miss, err = p.Acquire(ctx, req.Limits, res.RunID)
-		} else {
-			// The ready one had died: the others may have too (an engine
-			// restart), so the code gets a container started for it.
-			miss = "a ready container had died"
-			inst, err = p.e.Start(ctx, req.Limits, res.RunID)
-		}
-		if err != nil {
-			return startFailed(res, err, start)
-		}
-		if warm {
-			inst.mu.Lock()
-			inst.start = start // Startup counts from this run's start
-			inst.mu.Unlock()
-		}
-		res, err = inst.Exec(ctx, x)
-		p.Release(inst)
-		if warm && attempt == 0 && errors.Is(err, errNotHandedOver) {
-			inst.log.Warn().Err(err).Msg("pool: a ready container had died; running the code in a fresh one")
-			continue
-		}
-		res.Warm, res.Cold = warm, miss
-		res.Duration = time.Since(start)
-		inst.log.Debug().Str("status", string(res.Status)).Bool("warm", warm).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
-		return res, err
-	}
+// done (Close waits for it): Acquire, Exec, Close.
+func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
+	return run(ctx, p.Acquire, req)
 }
 
 // Close stops filling, removes the ready containers, and waits until every
@@ -422,7 +454,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closed = true
-	drop := make([]*Instance, 0, len(p.ready))
+	drop := make([]*Container, 0, len(p.ready))
 	for _, r := range p.ready {
 		drop = append(drop, r.inst)
 	}

@@ -194,7 +194,7 @@ func TestPoolBacksOffAndRecovers(t *testing.T) {
 	if f := p.Stats().Failures; f > 2 {
 		t.Errorf("%d failed starts in 1.5 s: no backoff", f)
 	}
-	_, warm, miss, err := p.Acquire(context.Background(), testLimits(), "r1")
+	_, warm, miss, err := p.take(context.Background(), testLimits(), "r1")
 	if err == nil || warm {
 		t.Fatalf("acquire with the engine down: warm %v, err %v", warm, err)
 	}
@@ -277,7 +277,7 @@ func TestPoolServesASessionsFirstCall(t *testing.T) {
 	rt := newFake(pythonRunner(t))
 	p := newTestPool(t, rt, 1, testLimits())
 	waitReady(t, p, 1)
-	inst, err := p.StartSession(context.Background(), testLimits(), "sess")
+	inst, err := p.Acquire(context.Background(), testLimits(), "sess")
 	if err != nil {
 		t.Fatal(err)
 	}

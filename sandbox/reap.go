@@ -27,7 +27,7 @@ import (
 const LabelOwner = "io.github.bridge-mcp.owner"
 
 // matchLabels keeps the containers that carry every label in want.
-func matchLabels(cs []Container, want map[string]string) []Container {
+func matchLabels(cs []ContainerInfo, want map[string]string) []ContainerInfo {
 	out := cs[:0]
 	for _, c := range cs {
 		ok := true

@@ -264,18 +264,29 @@ func ensurePrivateDir(dir string) error {
 }
 
 // Run runs one request in a fresh container and removes the container, its
-// socket and its directory before it returns, on every path: Start, Exec
+// socket and its directory before it returns, on every path: Acquire, Exec
 // and Close. Failures of the code (exceptions, timeouts, memory) are
 // reported in the Result; an error means the code could not be run at all,
 // or the engine failed mid-run.
-func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error) {
+func (e *Executor) Run(ctx context.Context, req Request) (Result, error) {
+	return run(ctx, e.Acquire, req)
+}
+
+// AcquireFunc gets the Instance a run of limits l named runID runs in:
+// Executor.Acquire, Pool.Acquire, Engine.Acquire.
+type AcquireFunc func(ctx context.Context, l Limits, runID string) (Instance, error)
+
+// run is one request from acquire to close: the instance acquired, the code
+// run, the instance given up, whatever happened.
+func run(ctx context.Context, acquire AcquireFunc, req Request) (res Result, err error) {
 	start := time.Now()
 	x, err := req.exec()
 	if err != nil {
 		return res, err
 	}
+	x.Began = start
 	res.RunID = x.RunID
-	inst, err := e.Start(ctx, req.Limits, res.RunID)
+	inst, err := acquire(ctx, req.Limits, res.RunID)
 	if err != nil {
 		return startFailed(res, err, start)
 	}
@@ -284,7 +295,6 @@ func (e *Executor) Run(ctx context.Context, req Request) (res Result, err error)
 			err = cerr
 		}
 		res.Duration = time.Since(start)
-		inst.log.Debug().Str("status", string(res.Status)).Dur("duration", res.Duration).Dur("startup", res.Startup).Msg("run finished")
 	}()
 	return inst.Exec(ctx, x)
 }

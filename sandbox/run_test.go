@@ -188,16 +188,15 @@ func (f *fakeRuntime) Logs(_ context.Context, id string, _ int) (string, error) 
 	return c.logs, nil
 }
 
-func (f *fakeRuntime) List(_ context.Context, labels map[string]string) ([]Container, error) {
+func (f *fakeRuntime) List(_ context.Context, labels map[string]string) ([]ContainerInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var cs []Container
+	var cs []ContainerInfo
 	for id, c := range f.containers {
-		cs = append(cs, Container{ID: id, Labels: c.spec.Labels})
+		cs = append(cs, ContainerInfo{ID: id, Labels: c.spec.Labels})
 	}
 	return matchLabels(cs, labels), nil
 }
-
 
 // newTestExecutor returns an Executor on rt whose run root is checked to be
 // empty, and rt to hold no container, when the test ends.

@@ -47,7 +47,7 @@ type Containers interface {
 	Logs(ctx context.Context, id string, limit int) (string, error)
 	// List returns the containers, running or not, that carry all the
 	// given labels.
-	List(ctx context.Context, labels map[string]string) ([]Container, error)
+	List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error)
 }
 
 // Images is the part of an engine that holds images: package images
@@ -119,8 +119,8 @@ type ImageInfo struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
-// Container is one entry of Runtime.List.
-type Container struct {
+// ContainerInfo is one entry of Containers.List.
+type ContainerInfo struct {
 	ID     string
 	Labels map[string]string
 }
