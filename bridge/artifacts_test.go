@@ -35,7 +35,7 @@ func TestArtifactsReturned(t *testing.T) {
 	t.Cleanup(func() { store.Close() })
 	big := bytes.Repeat([]byte{0, 1, 2, 3}, 512<<10) // 2 MiB: over the inline limit
 	var limits sandbox.FileLimits
-	s := newServer(t, Options{Store: store, NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Store: store, Instances: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
 		limits = req.Files
 		req.Sink.Output("stdout", "done\n")
 		sendFile(req.Sink, "plots/sine.png", tinyPNG)
@@ -100,7 +100,7 @@ func TestArtifactsReturned(t *testing.T) {
 }
 
 func TestNoArtifactsNoChange(t *testing.T) {
-	s := newServer(t, Options{NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Instances: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
 		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK}, nil
 	})})
 	res, out := call(t, connect(t, s, nil), map[string]any{"code": "x"})
@@ -122,7 +122,7 @@ func TestArtifactOwnersAreForgotten(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	big := bytes.Repeat([]byte("z"), 2<<20) // over the inline limit: stored
-	s := newServer(t, Options{Store: store, NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Store: store, Instances: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
 		sendFile(req.Sink, "big.bin", big)
 		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK}, nil
 	})})

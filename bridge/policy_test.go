@@ -41,7 +41,7 @@ func TestPolicyLimitsPerRun(t *testing.T) {
 	defer store.Close()
 	var got []sandbox.Request
 	var pinned []int
-	s := newServer(t, Options{Policy: store, NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Policy: store, Instances: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
 		got = append(got, req)
 		pinned = append(pinned, store.Run(req.RunID).Snap.Gen)
 		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK}, nil

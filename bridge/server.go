@@ -19,21 +19,10 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// Runner runs one request in the sandbox. *sandbox.Executor is the real
-// one; unit tests use a fake.
-type Runner interface {
-	Run(ctx context.Context, req sandbox.Request) (sandbox.Result, error)
-}
-
-// RunnerFactory makes the Runner on first use, so that the server answers
-// initialize at once even when no engine is reachable; a failure is
-// reported to the call that needed it and tried again on the next call.
-type RunnerFactory func(ctx context.Context) (Runner, error)
-
 // Options configure a Server.
 type Options struct {
-	// NewRunner makes the Runner on first use.
-	NewRunner RunnerFactory
+	// Instances gives each run its sandbox (see Instances).
+	Instances Instances
 	// Limits are the limits of each run. Limits.Timeout is the default
 	// timeout, used when a call gives none.
 	Limits sandbox.Limits
@@ -72,10 +61,6 @@ type Server struct {
 	// base is the parent of every call's run: Shutdown cancels it.
 	base     context.Context
 	stopBase context.CancelFunc
-	// making is held while the runner is being made; unlike a mutex, a
-	// call waiting for it can give up when its ctx ends.
-	making chan struct{}
-
 	// owners says which client session made each run's stored files.
 	owners owners
 	// sessions are the live sessions, when the policy enables them.
@@ -87,22 +72,17 @@ type Server struct {
 	approved connApprovals
 
 	mu     sync.Mutex
-	runner Runner
 	closed bool
 	wg     sync.WaitGroup
 }
-
-// runnerTimeout bounds making the runner: a wedged engine must not hold
-// every call.
-const runnerTimeout = 30 * time.Second
 
 // ErrBusy is returned to a call when every slot and queue place is taken.
 var ErrBusy = errors.New("bridge is busy")
 
 // New returns a Server with the run_python tool registered.
 func New(opts Options) (*Server, error) {
-	if opts.NewRunner == nil {
-		return nil, errors.New("bridge: no runner factory")
+	if opts.Instances == nil {
+		return nil, errors.New("bridge: no Instances to run code in")
 	}
 	if err := opts.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
@@ -132,11 +112,10 @@ func New(opts Options) (*Server, error) {
 		opts.Artifacts = artifacts.DefaultLimits()
 	}
 	s := &Server{
-		opts:   opts,
-		log:    opts.Logger,
-		slots:  make(chan struct{}, opts.MaxConcurrent),
-		queue:  make(chan struct{}, opts.MaxConcurrent+opts.QueueLength),
-		making: make(chan struct{}, 1),
+		opts:  opts,
+		log:   opts.Logger,
+		slots: make(chan struct{}, opts.MaxConcurrent),
+		queue: make(chan struct{}, opts.MaxConcurrent+opts.QueueLength),
 	}
 	s.sessions = newSessions(opts.Logger)
 	s.base, s.stopBase = context.WithCancel(context.Background())
@@ -201,54 +180,6 @@ func LimitsFrom(pol *policy.Policy) sandbox.Limits {
 
 // MCP returns the MCP server to serve over a transport.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
-
-// getRunner returns the Runner, making it on first use. A failure is
-// returned to the call and tried again on the next one.
-func (s *Server) getRunner(ctx context.Context) (Runner, error) {
-	select {
-	case s.making <- struct{}{}:
-		defer func() { <-s.making }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err // both were ready; a cancelled call makes nothing
-	}
-	s.mu.Lock()
-	r := s.runner
-	s.mu.Unlock()
-	if r != nil {
-		return r, nil
-	}
-	mctx, cancel := context.WithTimeout(ctx, runnerTimeout)
-	defer cancel()
-	r, err := s.opts.NewRunner(mctx)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.runner = r
-	s.mu.Unlock()
-	return r, nil
-}
-
-// Warm makes the Runner now rather than at the first call (a warm pool
-// then starts filling); a failure is returned and tried again by the
-// next call.
-func (s *Server) Warm(ctx context.Context) error {
-	_, err := s.getRunner(ctx)
-	return err
-}
-
-// forgetRunner drops the runner after its engine went away, so that the
-// next call opens an engine again.
-func (s *Server) forgetRunner(r Runner) {
-	s.mu.Lock()
-	if s.runner == r {
-		s.runner = nil
-	}
-	s.mu.Unlock()
-}
 
 // track registers a call in flight and ties its ctx to the server's base
 // context; the returned func unregisters it. It fails once Shutdown has

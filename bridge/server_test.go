@@ -18,14 +18,36 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// fakeRunner answers runs with a function of the request, in memory.
-type fakeRunner struct {
-	run func(ctx context.Context, req sandbox.Request) (sandbox.Result, error)
+// fakeInstances answers runs with a function of the request, in memory:
+// each Acquire makes an Instance whose Exec hands run the request the run
+// was made of. acquire, if set, is called first and may fail the Acquire.
+type fakeInstances struct {
+	run     func(ctx context.Context, req sandbox.Request) (sandbox.Result, error)
+	acquire func(ctx context.Context) error
 }
 
-func (f fakeRunner) Run(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
-	return f.run(ctx, req)
+func (f fakeInstances) Acquire(ctx context.Context, l sandbox.Limits, runID string) (sandbox.Instance, error) {
+	if f.acquire != nil {
+		if err := f.acquire(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return &fakeInstance{run: f.run, limits: l}, nil
 }
+
+// fakeInstance runs one Exec (it keeps no session).
+type fakeInstance struct {
+	run    func(ctx context.Context, req sandbox.Request) (sandbox.Result, error)
+	limits sandbox.Limits
+	closed atomic.Bool
+}
+
+func (i *fakeInstance) Exec(ctx context.Context, x sandbox.ExecRequest) (sandbox.Result, error) {
+	return i.run(ctx, sandbox.Request{Code: x.Code, Limits: i.limits, RunID: x.RunID, Sink: x.Sink, Files: x.Files})
+}
+func (i *fakeInstance) Kept() bool                  { return false }
+func (i *fakeInstance) Closed() bool                { return i.closed.Load() }
+func (i *fakeInstance) Close(context.Context) error { i.closed.Store(true); return nil }
 
 func newServer(t *testing.T, opts Options) *Server {
 	t.Helper()
@@ -41,8 +63,8 @@ func newServer(t *testing.T, opts Options) *Server {
 	return s
 }
 
-func withRunner(f func(ctx context.Context, req sandbox.Request) (sandbox.Result, error)) RunnerFactory {
-	return func(context.Context) (Runner, error) { return fakeRunner{f}, nil }
+func withRunner(f func(ctx context.Context, req sandbox.Request) (sandbox.Result, error)) Instances {
+	return fakeInstances{run: f}
 }
 
 // connect returns a client session to s over in-memory transports.
@@ -88,7 +110,7 @@ func text(r *mcp.CallToolResult) string {
 }
 
 func TestToolsList(t *testing.T) {
-	s := newServer(t, Options{NewRunner: withRunner(nil), MaxTimeout: 120 * time.Second})
+	s := newServer(t, Options{Instances: withRunner(nil), MaxTimeout: 120 * time.Second})
 	cs := connect(t, s, nil)
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
@@ -114,11 +136,12 @@ func TestToolsList(t *testing.T) {
 
 func TestRunPythonResults(t *testing.T) {
 	var got sandbox.Request
-	s := newServer(t, Options{NewRunner: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Instances: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
 		got = req
 		switch req.Code {
 		case "ok":
-			return sandbox.Result{Status: sandbox.StatusOK, Stdout: "42\n", Duration: 150 * time.Millisecond}, nil
+			time.Sleep(20 * time.Millisecond)
+			return sandbox.Result{Status: sandbox.StatusOK, Stdout: "42\n"}, nil
 		case "error":
 			return sandbox.Result{Status: sandbox.StatusError, ExitCode: 1, Stdout: "partial\n",
 				Stderr: "Traceback...\nValueError: x\n", Message: "ValueError: x"}, nil
@@ -132,7 +155,8 @@ func TestRunPythonResults(t *testing.T) {
 	cs := connect(t, s, nil)
 
 	res, out := call(t, cs, map[string]any{"code": "ok"})
-	if res.IsError || text(res) != "42\n" || out.Status != "ok" || out.Stdout != "42\n" || out.DurationMS != 150 {
+	// duration_ms is the run's, from asking for its sandbox to giving it up.
+	if res.IsError || text(res) != "42\n" || out.Status != "ok" || out.Stdout != "42\n" || out.DurationMS < 20 {
 		t.Errorf("ok: isError %v, text %q, out %+v", res.IsError, text(res), out)
 	}
 	if got.Limits.Timeout != 30*time.Second {
@@ -164,7 +188,7 @@ func TestRunPythonResults(t *testing.T) {
 
 func TestRunPythonRejectsBadInput(t *testing.T) {
 	ran := false
-	s := newServer(t, Options{MaxTimeout: 60 * time.Second, NewRunner: withRunner(func(context.Context, sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{MaxTimeout: 60 * time.Second, Instances: withRunner(func(context.Context, sandbox.Request) (sandbox.Result, error) {
 		ran = true
 		return sandbox.Result{Status: sandbox.StatusOK}, nil
 	})})
@@ -203,7 +227,7 @@ func TestRunPythonRejectsBadInput(t *testing.T) {
 func TestConcurrencyAndBusy(t *testing.T) {
 	release := make(chan struct{})
 	var running, most atomic.Int32
-	s := newServer(t, Options{MaxConcurrent: 2, QueueLength: 1, NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{MaxConcurrent: 2, QueueLength: 1, Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 		n := running.Add(1)
 		for {
 			m := most.Load()
@@ -250,7 +274,7 @@ func TestConcurrencyAndBusy(t *testing.T) {
 }
 
 func TestProgressNotifications(t *testing.T) {
-	s := newServer(t, Options{ProgressInterval: 50 * time.Millisecond, NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{ProgressInterval: 50 * time.Millisecond, Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 		for i := range 5 {
 			req.Sink.Output("stdout", strings.Repeat("line ", i+1)+"\n")
 			time.Sleep(60 * time.Millisecond)
@@ -298,7 +322,7 @@ func TestProgressNotifications(t *testing.T) {
 func TestCancellationReachesTheRun(t *testing.T) {
 	cancelled := make(chan struct{})
 	started := make(chan struct{})
-	s := newServer(t, Options{NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 		close(started)
 		<-ctx.Done()
 		close(cancelled)
@@ -320,7 +344,7 @@ func TestCancellationReachesTheRun(t *testing.T) {
 
 func TestShutdownCancelsRuns(t *testing.T) {
 	started := make(chan struct{})
-	s := newServer(t, Options{NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 		close(started)
 		<-ctx.Done()
 		time.Sleep(50 * time.Millisecond) // removing the container
@@ -346,15 +370,20 @@ func TestShutdownCancelsRuns(t *testing.T) {
 	}
 }
 
-func TestRunnerFactoryRetried(t *testing.T) {
+// An engine that could not be opened fails the call with what to do; the
+// next call gets its instance.
+func TestUnavailableEngineThenUp(t *testing.T) {
 	var attempts atomic.Int32
-	s := newServer(t, Options{NewRunner: func(context.Context) (Runner, error) {
-		if attempts.Add(1) == 1 {
-			return nil, errors.New("container engine unreachable: tried docker")
-		}
-		return fakeRunner{func(context.Context, sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Instances: fakeInstances{
+		acquire: func(context.Context) error {
+			if attempts.Add(1) == 1 {
+				return &sandbox.UnavailableError{Err: errors.New("container engine unreachable: tried docker")}
+			}
+			return nil
+		},
+		run: func(context.Context, sandbox.Request) (sandbox.Result, error) {
 			return sandbox.Result{Status: sandbox.StatusOK, Stdout: "up"}, nil
-		}}, nil
+		},
 	}})
 	cs := connect(t, s, nil)
 	res, out := call(t, cs, map[string]any{"code": "x"})
@@ -400,7 +429,7 @@ func TestShutdownCancelsEveryRun(t *testing.T) {
 	var started, cancelled sync.WaitGroup
 	started.Add(n)
 	cancelled.Add(n)
-	s := newServer(t, Options{NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 		started.Done()
 		<-ctx.Done()
 		cancelled.Done()
@@ -422,11 +451,11 @@ func TestShutdownCancelsEveryRun(t *testing.T) {
 func TestHungEngineBlocksNeitherShutdownNorOtherCalls(t *testing.T) {
 	making := make(chan struct{})
 	var once sync.Once
-	s := newServer(t, Options{NewRunner: func(ctx context.Context) (Runner, error) {
+	s := newServer(t, Options{Instances: fakeInstances{acquire: func(ctx context.Context) error {
 		once.Do(func() { close(making) })
 		<-ctx.Done() // a wedged engine
-		return nil, ctx.Err()
-	}})
+		return ctx.Err()
+	}}})
 	cs := connect(t, s, nil)
 	go cs.CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "x"}})
 	<-making
@@ -450,7 +479,7 @@ func TestHungEngineBlocksNeitherShutdownNorOtherCalls(t *testing.T) {
 func TestQueueZeroMeansNoWaiting(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
-	s := newServer(t, Options{MaxConcurrent: 1, QueueLength: 0, NewRunner: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+	s := newServer(t, Options{MaxConcurrent: 1, QueueLength: 0, Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 		started <- struct{}{}
 		<-release
 		return sandbox.Result{Status: sandbox.StatusOK}, nil

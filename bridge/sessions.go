@@ -15,15 +15,6 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// SessionStarter starts the container of a new session: the Runner
-// implements it when sessions are possible (*sandbox.Pool, which takes a
-// warm container when it has one).
-type SessionStarter interface {
-	Acquire(ctx context.Context, l sandbox.Limits, name string) (sandbox.Instance, error)
-}
-
-var _ SessionStarter = (*sandbox.Pool)(nil)
-
 // sessionNamePattern is what a session name may be: the agent picks it.
 var sessionNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
@@ -74,12 +65,91 @@ func newSessions(log zerolog.Logger) *sessions {
 }
 
 // errSessionsClosed is open's refusal once the bridge shuts down;
-// errTooManySessions when sessions.max exist.
+// errTooManySessions when sessions.max exist; errSessionCancelled when the
+// call gave up while it waited to get in.
 var (
-	errSessionsClosed  = errors.New("the bridge is shutting down")
-	errTooManySessions = errors.New("too many sessions")
-	errSessionEnded    = errors.New("session ended")
+	errSessionsClosed   = errors.New("the bridge is shutting down")
+	errTooManySessions  = errors.New("too many sessions")
+	errSessionEnded     = errors.New("session ended")
+	errSessionCancelled = errors.New("cancelled while waiting for the session")
 )
+
+// sessionCall is one call's way into its session, as Instances: Acquire
+// gets the call into the session (waiting while another call runs there),
+// starting the session, its container from the Instances under it, when
+// it does not exist; the Instance it returns runs the call's code in the
+// session's interpreter, and its Close lets the next call in, or ends the
+// session on its limits.
+type sessionCall struct {
+	ss       *sessions
+	key      sessionKey
+	cfg      policy.Sessions
+	busyWait time.Duration
+	under    Instances
+
+	s   *session // once in
+	ran bool
+	why string // why the session ended with this call ("" if it lives on)
+}
+
+// call makes the way in of one call to key's session.
+func (ss *sessions) call(key sessionKey, cfg policy.Sessions, busyWait time.Duration, under Instances) *sessionCall {
+	return &sessionCall{ss: ss, key: key, cfg: cfg, busyWait: busyWait, under: under}
+}
+
+// Acquire gets the call into its session; a new session's container is
+// under's instance of limits l. runID names that container.
+func (c *sessionCall) Acquire(ctx context.Context, l sandbox.Limits, _ string) (sandbox.Instance, error) {
+	s, err := c.ss.open(ctx, c.key, c.cfg, c.busyWait, func(id string) (sandbox.Instance, error) {
+		return c.under.Acquire(ctx, l, id)
+	})
+	switch {
+	case err == nil && ctx.Err() != nil:
+		// In the session, but the call was cancelled meanwhile: run nothing.
+		c.ss.done(s, c.cfg, false)
+		return nil, errSessionCancelled
+	case err != nil && ctx.Err() != nil:
+		return nil, errSessionCancelled
+	case err != nil:
+		return nil, err
+	}
+	c.s = s
+	return c, nil
+}
+
+// Exec runs x in the session's interpreter. An error because the session
+// was ended under the call (reset, its client gone, shutdown) is that, a
+// cancelled call, not an engine's failure.
+func (c *sessionCall) Exec(ctx context.Context, x sandbox.ExecRequest) (sandbox.Result, error) {
+	c.ran = true
+	res, err := c.s.inst.Exec(ctx, x)
+	if err != nil && c.s.inst.Closed() {
+		res.Status, res.ExitCode, res.Message, err = sandbox.StatusCancelled, -1, "the session ended during the call", nil
+	}
+	return res, err
+}
+
+// Kept reports whether the session's interpreter is there for a next call.
+func (c *sessionCall) Kept() bool { return c.s.inst.Kept() }
+
+// Closed reports whether the session's container was closed.
+func (c *sessionCall) Closed() bool { return c.s.inst.Closed() }
+
+// Close lets the session's next call in, or ends the session (why says
+// why); its container is not this call's to close.
+func (c *sessionCall) Close(context.Context) error {
+	c.why = c.ss.done(c.s, c.cfg, c.ran)
+	return nil
+}
+
+// ended is the note the result of a call whose session ended with it
+// carries, "" when it lives on (or the call had no session: c is nil).
+func (c *sessionCall) ended(name string) string {
+	if c == nil || c.why == "" {
+		return ""
+	}
+	return fmt.Sprintf("session %q ended: %s; its state is lost, and the next call with this session starts a new one", name, c.why)
+}
 
 // open finds the client's session name, or makes it, and returns it with
 // its lock held (the caller runs in it, then calls done). A new session's

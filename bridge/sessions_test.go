@@ -30,7 +30,7 @@ func policyServer(t *testing.T, body string, run func(context.Context, sandbox.R
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return newServer(t, Options{Policy: store, NewRunner: withRunner(run)}), store, file
+	return newServer(t, Options{Policy: store, Instances: withRunner(run)}), store, file
 }
 
 func TestSessionArguments(t *testing.T) {
@@ -63,13 +63,14 @@ func TestSessionArguments(t *testing.T) {
 			t.Errorf("%v: %+v, want invalid with %q", c.args, out, c.want)
 		}
 	}
-	// Ending a session that does not exist says so; the runner (a fake
-	// that cannot hold sessions) is never asked.
+	// Ending a session that does not exist says so.
 	if r, out := call(t, cs, map[string]any{"code": "", "session": "a", "reset": true}); out.Status != "ok" || !strings.Contains(text(r), `no session "a"`) {
 		t.Errorf("reset of nothing: %+v", out)
 	}
-	if _, out := call(t, cs, map[string]any{"code": "x", "session": "a"}); out.Status != statusUnavailable || !strings.Contains(out.Message, "cannot keep sessions") {
-		t.Errorf("a runner without sessions: %+v", out)
+	// An instance that keeps no interpreter (this fake's) ends its session
+	// with the call, and says so.
+	if _, out := call(t, cs, map[string]any{"code": "x", "session": "a"}); out.Status != "ok" || !strings.Contains(out.SessionEnded, "its interpreter is gone") {
+		t.Errorf("an instance that keeps nothing: %+v", out)
 	}
 	if on.Sessions() != 0 {
 		t.Errorf("%d sessions left", on.Sessions())

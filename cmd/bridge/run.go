@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bridge-mcp/bridge/bridge"
-	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -51,45 +49,27 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	defer store.Close()
 
 	// The code may use the upstream servers; they start only if it does.
-	up, stopUpstreams, err := uf.upstreams(e, "", store, e.log)
+	tools, _, stopUpstreams, err := wireTools(e, &uf, "", store, e.log)
 	if err != nil {
 		return exitUsage, err
 	}
 	defer stopUpstreams()
-	var tools sandbox.ToolHandler
-	if up != nil {
-		tools = bridge.ToolHandler(up, bridge.ToolOptions{Logger: e.log})
-	}
-	// The skills are there with or without upstreams.
-	tools = withSkills(tools, store, e.log)
-
-	rt, err := sandbox.OpenFor(ctx, pol.Sandbox.Engine, pol.Sandbox.OCIRuntime, e.log)
-	if err != nil {
+	// One run, in a container of its own: no pool. The engine is opened
+	// before the run begins, so that a run that never started is not
+	// audited.
+	eng := wireEngine(pol, runnerImage, tools, store, false, e.log)
+	// A removal that failed gets a last try before the bridge ends.
+	defer eng.Close(10 * time.Second)
+	if err := eng.Open(ctx); err != nil {
 		return exitBridge, err
 	}
-	defer rt.Close()
-	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: runnerImage, ImageHint: images.MissingHint, AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, OCIRuntime: pol.Sandbox.OCIRuntime,
-		Tools: tools, Logger: e.log,
-	})
-	if err != nil {
-		return exitBridge, err
-	}
-	defer func() {
-		// A removal that failed gets a last try before the bridge ends.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := ex.Close(cctx); err != nil {
-			e.log.Warn().Err(err).Msg("")
-		}
-	}()
 	runID := sandbox.NewRunID()
 	run := store.Begin(runID)
 	defer store.End(runID)
 	store.Audit().RunStart(runID, "", run.Snap.Gen, pol.Sandbox, limits.Timeout)
 	start := time.Now()
 	var mu sync.Mutex
-	res, err := ex.Run(ctx, sandbox.Request{
+	res, err := eng.Run(ctx, sandbox.Request{
 		Code:   code,
 		Limits: limits,
 		RunID:  runID,

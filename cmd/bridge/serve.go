@@ -12,10 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
-	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
-	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 // shutdownBudget is how long serve waits, after stdin ends or a signal, for
@@ -75,18 +73,11 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if *httpAddr != "" {
 		selfURL = "http://" + *httpAddr
 	}
-	up, stopUpstreams, err := uf.upstreams(e, selfURL, store, log)
+	tools, times, stopUpstreams, err := wireTools(e, &uf, selfURL, store, log)
 	if err != nil {
 		return exitUsage, err
 	}
 	defer stopUpstreams()
-	var tools sandbox.ToolHandler
-	times := bridge.NewCallTimes()
-	if up != nil {
-		tools = bridge.ToolHandler(up, bridge.ToolOptions{Times: times, Logger: log})
-	}
-	// The skills are there with or without upstreams.
-	tools = withSkills(tools, store, log)
 
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
@@ -101,19 +92,15 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		}
 		defer files.Close()
 	}
-	eng := &lazyEngine{name: pol.Sandbox.Engine, ociRuntime: pol.Sandbox.OCIRuntime, image: runnerImage,
-		allow: !pol.Sandbox.RequireEnforcedLimits, tools: tools, policy: store, log: log}
-	defer eng.close(shutdownBudget)
+	eng := wireEngine(pol, runnerImage, tools, store, true, log)
+	defer eng.Close(shutdownBudget)
 	if *debugAddr != "" {
-		if _, err := serveDebug(ctx, *debugAddr, debugSources{pool: eng.poolStats, calls: times}, log); err != nil {
+		if _, err := serveDebug(ctx, *debugAddr, debugSources{pool: eng.PoolStats, calls: times}, log); err != nil {
 			return exitUsage, usagef("%v", err)
 		}
 	}
-	// A reload resizes the warm pool, or replaces its containers when the
-	// limits they were made with changed.
-	store.OnChange(eng.reconfigure)
 	srv, err := bridge.New(bridge.Options{
-		NewRunner:     eng.runner,
+		Instances:     eng,
 		Limits:        limits,
 		MaxTimeout:    pol.Sandbox.MaxTimeout,
 		MaxConcurrent: pol.Sandbox.MaxConcurrent,
@@ -131,7 +118,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		// Fill the warm pool now rather than at the first call; an engine
 		// that is not there is reported here and to that call.
 		go func() {
-			if err := srv.Warm(ctx); err != nil {
+			if err := eng.Open(ctx); err != nil {
 				log.Warn().Err(err).Msg("pool: no engine to start containers ahead of time; runs will say why")
 			}
 		}()
@@ -197,118 +184,4 @@ func (r *eofReader) Read(p []byte) (int, error) {
 		r.once.Do(func() { close(r.eof) })
 	}
 	return n, err
-}
-
-// lazyEngine opens the container engine and its Executor on first use.
-type lazyEngine struct {
-	name, ociRuntime, image string
-	allow                   bool
-	tools                   sandbox.ToolHandler // nil: no upstreams
-	// policy sizes the warm pool and gives the limits of its containers.
-	policy *policy.Store
-	log    zerolog.Logger
-
-	mu   sync.Mutex
-	rt   sandbox.Runtime
-	ex   *sandbox.Executor
-	pool *sandbox.Pool
-}
-
-// poolConfig is the pool's size, max age and container limits under snap.
-func poolConfig(snap *policy.Snapshot) (int, time.Duration, sandbox.Limits) {
-	return snap.Policy.Pool.Size, snap.Policy.Pool.MaxAge, bridge.LimitsFrom(snap.Policy)
-}
-
-// reconfigure follows a policy reload.
-func (l *lazyEngine) reconfigure(snap *policy.Snapshot) {
-	l.mu.Lock()
-	pool := l.pool
-	l.mu.Unlock()
-	if pool == nil {
-		return
-	}
-	if err := pool.Configure(poolConfig(snap)); err != nil {
-		l.log.Warn().Err(err).Msg("pool: reconfiguring")
-	}
-}
-
-// poolStats are the warm pool's, nil before the engine is open.
-func (l *lazyEngine) poolStats() *sandbox.PoolStats {
-	l.mu.Lock()
-	pool := l.pool
-	l.mu.Unlock()
-	if pool == nil {
-		return nil
-	}
-	st := pool.Stats()
-	return &st
-}
-
-func (l *lazyEngine) runner(ctx context.Context) (bridge.Runner, error) {
-	rt, err := sandbox.OpenFor(ctx, l.name, l.ociRuntime, l.log)
-	if err != nil {
-		return nil, err
-	}
-	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
-		Image: l.image, ImageHint: images.MissingHint, AllowUnenforcedLimits: l.allow, OCIRuntime: l.ociRuntime, Tools: l.tools, Logger: l.log,
-	})
-	if err != nil {
-		rt.Close()
-		return nil, err
-	}
-	size, maxAge, limits := poolConfig(l.policy.Current())
-	pool, err := sandbox.NewPool(ex, sandbox.PoolOptions{Size: size, MaxAge: maxAge, Limits: limits, Logger: l.log})
-	if err != nil {
-		_ = ex.Close(ctx)
-		rt.Close()
-		return nil, err
-	}
-	if size > 0 {
-		l.log.Info().Int("size", size).Str("max_age", maxAge.String()).Msg("pool: filling")
-	}
-	l.mu.Lock()
-	if l.rt != nil {
-		// The engine it came from went away. Its pool is emptied, and its
-		// failed removals go on being retried for a while before its
-		// client is closed.
-		oldRt, oldEx, oldPool := l.rt, l.ex, l.pool
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := oldPool.Close(ctx); err != nil {
-				l.log.Warn().Err(err).Msg("closing the previous pool")
-			}
-			if err := oldEx.Close(ctx); err != nil {
-				l.log.Warn().Err(err).Msg("closing the previous engine connection")
-			}
-			oldRt.Close()
-		}()
-	}
-	l.rt, l.ex, l.pool = rt, ex, pool
-	l.mu.Unlock()
-	return pool, nil
-}
-
-// close gives failed removals one last try within timeout and closes the
-// engine's client.
-func (l *lazyEngine) close(timeout time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if l.pool != nil {
-		st := l.pool.Stats()
-		if err := l.pool.Close(ctx); err != nil {
-			l.log.Warn().Err(err).Msg("at shutdown")
-		}
-		l.log.Info().Int64("hits", st.Hits).Int64("misses", st.Misses).Int64("started", st.Started).Int64("failures", st.Failures).Msg("pool: closed")
-	}
-	if l.ex != nil {
-		if err := l.ex.Close(ctx); err != nil {
-			l.log.Warn().Err(err).Msg("at shutdown")
-		}
-	}
-	if l.rt != nil {
-		l.rt.Close()
-	}
 }

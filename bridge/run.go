@@ -1,0 +1,240 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/policy"
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// Instances is where the bridge gets the sandbox each run's code runs in:
+// a container started for it, one the warm pool had ready, or the call's
+// session. *sandbox.Engine is the real one (also *sandbox.Pool and
+// *sandbox.Executor); a session call (sessions.go) is one made on top of
+// another; unit tests use fakes.
+type Instances interface {
+	Acquire(ctx context.Context, l sandbox.Limits, runID string) (sandbox.Instance, error)
+}
+
+var (
+	_ Instances = (*sandbox.Engine)(nil)
+	_ Instances = (*sandbox.Pool)(nil)
+	_ Instances = (*sandbox.Executor)(nil)
+	_ Instances = (*sessionCall)(nil)
+)
+
+// execute runs a call's code, in steps: a queue place and a run slot; the
+// run's id, its pinned policy and limits; an instance, alone or the call's
+// session; the code; the result.
+func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callArgs, key sessionKey, scfg policy.Sessions, rs *runState, start time.Time) *mcp.CallToolResult {
+	ctx, release, refusal := s.admit(ctx, start)
+	if refusal != nil {
+		return refusal
+	}
+	defer release()
+	r := s.beginRun(ctx, req, a, rs, start)
+	defer r.end()
+	var src Instances = s.opts.Instances
+	var sc *sessionCall
+	if a.session != "" {
+		sc = s.sessions.call(key, scfg, min(sessionBusyWait, r.timeout), s.opts.Instances)
+		src = sc
+	}
+	// The run's duration: from asking for its instance to giving it up.
+	began := time.Now()
+	inst, err := src.Acquire(r.ctx, r.limits, r.id)
+	if err != nil {
+		return s.acquireFailed(err, start)
+	}
+	r.started(sc)
+	r.exec.Began = began
+	r.res, err = inst.Exec(r.ctx, r.exec)
+	if cerr := inst.Close(r.ctx); cerr != nil && err == nil {
+		err = cerr
+	}
+	r.res.Duration = time.Since(began)
+	if err != nil {
+		s.log.Error().Err(err).Msg("run failed")
+		return failure(statusUnavailable, "the sandbox could not run the code: "+err.Error()+doctorHint(err), start)
+	}
+	return s.renderRun(req, r, sc.ended(a.session))
+}
+
+// admit gives a call a place in the queue, or answers busy at once, then
+// waits for a run slot. The ctx it returns ends with the call, or when the
+// bridge shuts down; release gives the slot and the place back.
+func (s *Server) admit(ctx context.Context, start time.Time) (context.Context, func(), *mcp.CallToolResult) {
+	select {
+	case s.queue <- struct{}{}:
+	default:
+		return nil, nil, failure(statusBusy, fmt.Sprintf("%v: %d runs in progress and %d waiting; try again shortly", ErrBusy, s.opts.MaxConcurrent, s.opts.QueueLength), start)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	untrack, err := s.track(cancel)
+	if err != nil {
+		cancel()
+		<-s.queue
+		return nil, nil, failure(statusUnavailable, err.Error(), start)
+	}
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		untrack()
+		cancel()
+		<-s.queue
+		return nil, nil, failure(string(sandbox.StatusCancelled), "cancelled while waiting for a free slot", start)
+	}
+	return ctx, func() {
+		<-s.slots
+		untrack()
+		cancel()
+		<-s.queue
+	}, nil
+}
+
+// aRun is one call's run from its slot to its result: what beginRun fixed,
+// and what the run made.
+type aRun struct {
+	s       *Server
+	ctx     context.Context // the call's, carrying the run's state
+	id      string
+	snap    *policy.Snapshot // the pinned policy; nil without one
+	limits  sandbox.Limits
+	timeout time.Duration
+	exec    sandbox.ExecRequest
+	rs      *runState
+	prog    *progress
+	col     *artifacts.Collector
+	start   time.Time
+	audited bool // RunStart was recorded
+	res     sandbox.Result
+}
+
+// beginRun gives a run its id, pins it to the policy in force, and fixes
+// its limits, its progress, its collector of files and the code to run.
+func (s *Server) beginRun(ctx context.Context, req *mcp.CallToolRequest, a callArgs, rs *runState, start time.Time) *aRun {
+	r := &aRun{s: s, id: sandbox.NewRunID(), rs: rs, start: start}
+	limits, _ := s.limits(nil)
+	timeout := a.timeout
+	if s.opts.Policy != nil {
+		// The run keeps this policy for its tool calls, whatever reloads.
+		r.snap = s.opts.Policy.Begin(r.id).Snap
+		pinned, pinnedMax := s.limits(r.snap)
+		if !a.asked {
+			timeout = pinned.Timeout
+		}
+		limits, timeout = pinned, min(timeout, pinnedMax)
+	}
+	limits.Timeout = timeout
+	r.limits, r.timeout = limits, timeout
+	// A detached run outlives its first call: the calls that wait on it
+	// send its progress, each with its own token (detached.go).
+	r.prog = newProgress(ctx, req, s.opts.ProgressInterval, start, rs.mode != askResult)
+	rs.mu.Lock()
+	rs.prog = r.prog
+	rs.mu.Unlock()
+	r.ctx = withRunState(ctx, rs)
+	r.col = artifacts.NewCollector(r.id, s.artifactLimits(r.snap), s.opts.Store)
+	r.exec = sandbox.ExecRequest{RunID: r.id, Code: a.code, Timeout: timeout, OutputBytes: limits.OutputBytes,
+		Files: r.col.FileLimits(), Sink: runSink{Collector: r.col, output: r.prog.output}, Session: a.session != ""}
+	return r
+}
+
+// started records that the run got its instance: audited (with its
+// session's id, when in one), and, in a session, the human's approvals
+// for the rest of the session are the run's.
+func (r *aRun) started(sc *sessionCall) {
+	session := ""
+	if sc != nil {
+		session = sc.s.id
+		r.rs.mu.Lock()
+		r.rs.run = &sc.s.approved
+		r.rs.mu.Unlock()
+	}
+	if r.snap != nil {
+		r.s.opts.Policy.Audit().RunStart(r.id, session, r.snap.Gen, r.snap.Policy.Sandbox, r.timeout)
+		r.audited = true
+	}
+}
+
+// end closes the run: its audit record, its pin on the policy, its
+// progress.
+func (r *aRun) end() {
+	if r.audited {
+		status := string(r.res.Status)
+		if status == "" {
+			status = statusUnavailable
+		}
+		r.s.opts.Policy.Audit().RunEnd(r.s.opts.Policy.Run(r.id), status, r.res.ExitCode, time.Since(r.start))
+	}
+	if r.snap != nil {
+		r.s.opts.Policy.End(r.id)
+	}
+	r.prog.stop()
+}
+
+// acquireFailed is the answer to a call whose run got no instance: the
+// engine could not be opened, the session refused the call, the call was
+// cancelled while it waited, or the container did not start.
+func (s *Server) acquireFailed(err error, start time.Time) *mcp.CallToolResult {
+	var unavailable *sandbox.UnavailableError
+	switch {
+	case errors.As(err, &unavailable):
+		s.log.Error().Err(err).Msg("sandbox unavailable")
+		return failure(statusUnavailable, "the sandbox is unavailable: "+err.Error()+" (the operator can run `bridge doctor`)", start)
+	case errors.Is(err, errSessionCancelled):
+		return failure(string(sandbox.StatusCancelled), "cancelled while waiting for the session", start)
+	case errors.Is(err, ErrBusy), errors.Is(err, errTooManySessions):
+		return failure(statusBusy, err.Error(), start)
+	case errors.Is(err, errSessionsClosed), errors.Is(err, errSessionEnded):
+		return failure(statusUnavailable, err.Error(), start)
+	}
+	s.log.Error().Err(err).Msg("run failed")
+	return failure(statusUnavailable, "the sandbox could not run the code: "+err.Error()+doctorHint(err), start)
+}
+
+// doctorHint points the operator to `bridge doctor` when the engine failed.
+func doctorHint(err error) string {
+	if errors.Is(err, sandbox.ErrEngineUnreachable) || errors.Is(err, sandbox.ErrOCIRuntime) {
+		return " (the operator can run `bridge doctor`)"
+	}
+	return ""
+}
+
+// renderRun is the result of a run that ran: its output, files, trace,
+// and, when its session ended with it, why.
+func (s *Server) renderRun(req *mcp.CallToolRequest, r *aRun, sessionEnded string) *mcp.CallToolResult {
+	res := r.res
+	ev := s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Bool("warm", res.Warm)
+	if res.Cold != "" {
+		ev = ev.Str("cold", res.Cold)
+	}
+	ev.Msg("run finished")
+	out := render(res)
+	list, unlisted := r.col.Artifacts()
+	for _, a := range list {
+		if a.URI != "" {
+			s.owners.set(r.id, req.Session, s.opts.Store.List())
+			break
+		}
+	}
+	o := out.StructuredContent.(Output)
+	renderArtifacts(out, &o, list, unlisted+int(res.FilesSkipped))
+	var traceLine string
+	o.ToolCalls, o.ToolCallsCut, traceLine = r.rs.summary()
+	if traceLine != "" {
+		out.Content = append(out.Content, &mcp.TextContent{Text: traceLine})
+	}
+	if sessionEnded != "" {
+		o.SessionEnded = sessionEnded
+		out.Content = append(out.Content, &mcp.TextContent{Text: "[" + sessionEnded + "]"})
+	}
+	out.StructuredContent = o
+	return out
+}

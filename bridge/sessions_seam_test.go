@@ -1,0 +1,253 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// Sessions through the run seam, against a fake engine whose instances run
+// scripted code and keep an interpreter's state across a session's calls,
+// as the runner does.
+
+// scripted is Instances whose instances run scripts: per line, "k=v" sets
+// k, "?k" prints k (or <none>), "crash" loses the interpreter, "sleep N"
+// sleeps N ms, cut short when the instance is closed.
+type scripted struct {
+	mu        sync.Mutex
+	instances []*scriptedInstance
+}
+
+func (s *scripted) Acquire(_ context.Context, _ sandbox.Limits, runID string) (sandbox.Instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := &scriptedInstance{id: runID, vars: map[string]string{}, closing: make(chan struct{})}
+	s.instances = append(s.instances, i)
+	return i, nil
+}
+
+// acquired is how many instances were made, and how many of them are
+// closed.
+func (s *scripted) acquired() (n, closed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, i := range s.instances {
+		if i.Closed() {
+			closed++
+		}
+	}
+	return len(s.instances), closed
+}
+
+type scriptedInstance struct {
+	id      string
+	closing chan struct{}
+
+	mu      sync.Mutex
+	vars    map[string]string
+	execs   int
+	kept    bool
+	closed  bool
+	running bool
+}
+
+func (i *scriptedInstance) Exec(ctx context.Context, x sandbox.ExecRequest) (sandbox.Result, error) {
+	i.mu.Lock()
+	switch {
+	case i.closed:
+		i.mu.Unlock()
+		return sandbox.Result{}, errors.New("this sandbox instance was closed")
+	case i.running:
+		i.mu.Unlock()
+		return sandbox.Result{}, errors.New("this sandbox instance is running code")
+	case i.execs > 0 && !(i.kept && x.Session):
+		i.mu.Unlock()
+		return sandbox.Result{}, errors.New("this sandbox instance already ran code")
+	}
+	i.execs++
+	i.running, i.kept = true, false
+	i.mu.Unlock()
+	var out strings.Builder
+	kept := x.Session
+	for _, line := range strings.Split(x.Code, "\n") {
+		switch {
+		case line == "crash":
+			kept = false
+		case strings.HasPrefix(line, "sleep "):
+			ms, _ := strconv.Atoi(strings.TrimPrefix(line, "sleep "))
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-i.closing:
+				i.mu.Lock()
+				i.running = false
+				i.mu.Unlock()
+				return sandbox.Result{}, errors.New("the container was removed")
+			case <-ctx.Done():
+			}
+		case strings.HasPrefix(line, "?"):
+			i.mu.Lock()
+			v, ok := i.vars[line[1:]]
+			i.mu.Unlock()
+			if !ok {
+				v = "<none>"
+			}
+			fmt.Fprintln(&out, v)
+		case strings.Contains(line, "="):
+			k, v, _ := strings.Cut(line, "=")
+			i.mu.Lock()
+			i.vars[k] = v
+			i.mu.Unlock()
+		}
+	}
+	i.mu.Lock()
+	i.running, i.kept = false, kept
+	i.mu.Unlock()
+	return sandbox.Result{RunID: x.RunID, Status: sandbox.StatusOK, Stdout: out.String()}, nil
+}
+
+func (i *scriptedInstance) Kept() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.kept && !i.closed
+}
+
+func (i *scriptedInstance) Closed() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.closed
+}
+
+func (i *scriptedInstance) Close(context.Context) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if !i.closed {
+		i.closed = true
+		close(i.closing)
+	}
+	return nil
+}
+
+// sessionServer is a Server with sessions on (the policy's sessions
+// section gets extra) over a scripted engine.
+func sessionServer(t *testing.T, extra string) (*Server, *scripted) {
+	t.Helper()
+	eng := &scripted{}
+	s, _, _ := policyServer(t, "sessions:\n  enabled: true\n"+extra, nil)
+	s.opts.Instances = eng
+	return s, eng
+}
+
+// runIn calls run_python with code in session (none if ""), with
+// timeout_seconds when timeout > 0.
+func runIn(t *testing.T, cs *mcp.ClientSession, session, code string, timeout int) Output {
+	t.Helper()
+	args := map[string]any{"code": code}
+	if session != "" {
+		args["session"] = session
+	}
+	if timeout > 0 {
+		args["timeout_seconds"] = timeout
+	}
+	_, out := call(t, cs, args)
+	return out
+}
+
+func TestSessionKeepsItsStateAndNoOneElseSeesIt(t *testing.T) {
+	s, eng := sessionServer(t, "")
+	cs, other := connect(t, s, nil), connect(t, s, nil)
+	if out := runIn(t, cs, "a", "x=41", 0); out.Status != "ok" || out.SessionEnded != "" {
+		t.Fatalf("first call of a: %+v", out)
+	}
+	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "41\n" {
+		t.Fatalf("second call of a: %+v", out)
+	}
+	for what, out := range map[string]Output{
+		"a run without session":        runIn(t, cs, "", "?x", 0),
+		"session b":                    runIn(t, cs, "b", "?x", 0),
+		"another client's session a":   runIn(t, other, "a", "?x", 0),
+		"the other client's session a": runIn(t, other, "a", "?x", 0),
+	} {
+		if out.Stdout != "<none>\n" {
+			t.Errorf("%s sees a's state: %+v", what, out)
+		}
+	}
+	if n := s.Sessions(); n != 3 {
+		t.Errorf("%d sessions, want 3 (a, b, and the other client's a)", n)
+	}
+	// a, the run without session, b, the other's a: four instances; the
+	// run's is closed.
+	if n, closed := eng.acquired(); n != 4 || closed != 1 {
+		t.Errorf("%d instances acquired, %d closed; want 4 and 1", n, closed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, closed := eng.acquired(); closed != n {
+		t.Errorf("after shutdown, %d of %d instances are closed", closed, n)
+	}
+}
+
+func TestSessionEndsOnItsLimitsAndLostInterpreter(t *testing.T) {
+	s, eng := sessionServer(t, "  max_calls: 2\n")
+	cs := connect(t, s, nil)
+	runIn(t, cs, "a", "x=1", 0)
+	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "1\n" || !strings.Contains(out.SessionEnded, "sessions.max_calls") {
+		t.Fatalf("the second of two calls: %+v", out)
+	}
+	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "<none>\n" || out.SessionEnded != "" {
+		t.Fatalf("a call after the session ended: %+v", out)
+	}
+	// A lost interpreter ends the session with the call that lost it.
+	if out := runIn(t, cs, "a", "x=2\ncrash", 0); out.Status != "ok" || !strings.Contains(out.SessionEnded, "its interpreter is gone") {
+		t.Fatalf("the call that lost the interpreter: %+v", out)
+	}
+	if n, closed := eng.acquired(); n != 2 || closed != 2 {
+		t.Errorf("%d instances, %d closed: want both sessions' closed", n, closed)
+	}
+	if n := s.Sessions(); n != 0 {
+		t.Errorf("%d sessions left", n)
+	}
+}
+
+func TestSessionResetAndBusy(t *testing.T) {
+	s, eng := sessionServer(t, "")
+	cs := connect(t, s, nil)
+	runIn(t, cs, "a", "x=1", 0)
+	if r, out := call(t, cs, map[string]any{"code": "", "session": "a", "reset": true}); out.Status != "ok" || !strings.Contains(text(r), "ended") {
+		t.Fatalf("reset: %+v", out)
+	}
+	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "<none>\n" {
+		t.Fatalf("after reset: %+v", out)
+	}
+	// One call at a time: a second call waits for the first, then is
+	// answered busy at its own timeout.
+	done := make(chan Output)
+	go func() { done <- runIn(t, cs, "a", "sleep 3000", 0) }()
+	time.Sleep(100 * time.Millisecond)
+	if out := runIn(t, cs, "a", "?x", 1); out.Status != statusBusy || !strings.Contains(out.Message, "still running another call") {
+		t.Fatalf("a second call while the first runs: %+v", out)
+	}
+	// A reset under a running call cuts it short: the call says its
+	// session ended, not that the engine failed.
+	if _, out := call(t, cs, map[string]any{"code": "", "session": "a", "reset": true}); out.Status != "ok" {
+		t.Fatalf("reset of a busy session: %+v", out)
+	}
+	out := <-done
+	if out.Status != string(sandbox.StatusCancelled) || out.Message != "the session ended during the call" || !strings.Contains(out.SessionEnded, "reset by the agent") {
+		t.Fatalf("the call cut short by reset: %+v", out)
+	}
+	if n, closed := eng.acquired(); n != 2 || closed != 2 {
+		t.Errorf("%d instances, %d closed", n, closed)
+	}
+}

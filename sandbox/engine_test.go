@@ -1,0 +1,156 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// openedFake is a fake engine as opened: it can be closed.
+type openedFake struct {
+	*fakeRuntime
+	closed atomic.Bool
+}
+
+func (o *openedFake) BuildImage(context.Context, BuildOptions) error { return nil }
+func (o *openedFake) Close() error                                   { o.closed.Store(true); return nil }
+
+// testEngine is an Engine whose opens are opens of the fake engines open
+// returns (n counts its calls, from 1); opened lists those it opened.
+func testEngine(t *testing.T, pool int, open func(n int) (*fakeRuntime, error)) (*Engine, func() []*openedFake) {
+	t.Helper()
+	tmp, err := os.MkdirTemp("", "bt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	opts := EngineOptions{Executor: ExecutorOptions{Image: "test-image", RunRoot: filepath.Join(tmp, "runs")}, Logger: zerolog.New(io.Discard)}
+	if pool > 0 {
+		opts.Pool = func() PoolOptions { return PoolOptions{Size: pool, Limits: testLimits()} }
+	}
+	e := NewEngine(opts)
+	var mu sync.Mutex
+	var opened []*openedFake
+	calls := 0
+	e.openRuntime = func(context.Context) (Runtime, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		rt, err := open(calls)
+		if err != nil {
+			return nil, err
+		}
+		o := &openedFake{fakeRuntime: rt}
+		opened = append(opened, o)
+		return o, nil
+	}
+	t.Cleanup(func() { e.Close(10 * time.Second) })
+	return e, func() []*openedFake {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*openedFake(nil), opened...)
+	}
+}
+
+// An engine that cannot be opened fails the Acquire with an
+// UnavailableError; the next Acquire tries again, and concurrent ones open
+// it once.
+func TestEngineOpensOnFirstUseAndAgainAfterAFailure(t *testing.T) {
+	e, opened := testEngine(t, 0, func(n int) (*fakeRuntime, error) {
+		if n == 1 {
+			return nil, fmt.Errorf("%w: no socket", ErrEngineUnreachable)
+		}
+		return newFake(pythonRunner(t)), nil
+	})
+	var unavailable *UnavailableError
+	if _, err := e.Acquire(context.Background(), testLimits(), "r1"); !errors.As(err, &unavailable) || !errors.Is(err, ErrEngineUnreachable) {
+		t.Fatalf("first Acquire: %v, want an UnavailableError wrapping ErrEngineUnreachable", err)
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			res, err := e.Run(context.Background(), Request{Code: "print(6 * 7)", Limits: testLimits(), RunID: fmt.Sprintf("r%d", i+2)})
+			if err != nil || res.Stdout != "42\n" {
+				t.Errorf("run %d: %+v, %v", i, res, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(opened()); n != 1 {
+		t.Fatalf("%d engines opened for 4 runs at once, want 1", n)
+	}
+}
+
+// An Exec that finds the engine gone drops it: the next Acquire opens a
+// new one, and the old one is closed.
+func TestEngineReopensAfterItWentAway(t *testing.T) {
+	e, opened := testEngine(t, 1, func(n int) (*fakeRuntime, error) {
+		rt := newFake(pythonRunner(t))
+		if n == 1 {
+			rt.waitErr = fmt.Errorf("%w: the daemon stopped", ErrEngineUnreachable)
+		}
+		return rt, nil
+	})
+	if _, err := e.Run(context.Background(), Request{Code: "import time; time.sleep(0.2)", Limits: testLimits(), RunID: "r1"}); !errors.Is(err, ErrEngineUnreachable) {
+		t.Fatalf("a run on an engine that went away: %v", err)
+	}
+	res, err := e.Run(context.Background(), Request{Code: "print(1)", Limits: testLimits(), RunID: "r2"})
+	if err != nil || res.Stdout != "1\n" {
+		t.Fatalf("the run after: %+v, %v", res, err)
+	}
+	o := opened()
+	if len(o) != 2 {
+		t.Fatalf("%d engines opened, want 2", len(o))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !o[0].closed.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine that went away was never closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := e.PoolStats(); st == nil || st.Size != 1 {
+		t.Errorf("the new engine's pool: %+v", st)
+	}
+}
+
+// Close empties the pool and closes the engine; Acquire fails after it.
+func TestEngineClose(t *testing.T) {
+	e, opened := testEngine(t, 2, func(int) (*fakeRuntime, error) { return newFake(pythonRunner(t)), nil })
+	if e.PoolStats() != nil {
+		t.Fatal("pool stats before the engine is open")
+	}
+	if err := e.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for st := e.PoolStats(); st.Ready != 2; st = e.PoolStats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.Close(10 * time.Second)
+	o := opened()[0]
+	if !o.closed.Load() {
+		t.Error("the engine was not closed")
+	}
+	o.mu.Lock()
+	left := len(o.containers)
+	o.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d containers left after Close", left)
+	}
+	if _, err := e.Acquire(context.Background(), testLimits(), "late"); err == nil {
+		t.Error("Acquire after Close succeeded")
+	}
+}
