@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 )
@@ -153,7 +154,7 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	p := proxy.New(cfg, proxyOptions(store, pol.Budgets.CallTimeout, log))
 	defer p.Close()
-	err = bridge.ServeHTTP(ctx, p.Server(), bridge.HTTPOptions{
+	err = transport.ServeHTTP(ctx, p.Server(), transport.HTTPOptions{
 		Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), TokenEnv: "BRIDGE_PROXY_TOKEN", Version: versionString(),
 		ShutdownTimeout: shutdownBudget * 3 / 5,
 	}, log)

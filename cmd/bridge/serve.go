@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
 )
@@ -132,14 +133,14 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	served := make(chan error, 1)
 	go func() {
 		if *httpAddr != "" {
-			served <- bridge.ServeHTTP(ctx, srv.MCP(), bridge.HTTPOptions{
+			served <- transport.ServeHTTP(ctx, srv.MCP(), transport.HTTPOptions{
 				Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
 				ShutdownTimeout: shutdownBudget * 3 / 5,
 			}, log)
 			return
 		}
 		log.Info().Msg("serving MCP over stdio")
-		served <- bridge.ServeStdio(ctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, log)
+		served <- transport.ServeStdio(ctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, log)
 	}()
 	finished := false
 	select {

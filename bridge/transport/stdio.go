@@ -1,4 +1,9 @@
-package bridge
+// Package transport serves an MCP server to its clients: over stdio, a line
+// at a time, answering a malformed line with a JSON-RPC error rather than
+// ending the session (stdio.go), and over streamable HTTP and SSE, with a
+// bearer token beyond loopback, /healthz, and the sessions ended on
+// shutdown (http.go).
+package transport
 
 import (
 	"bufio"
