@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 )
@@ -20,22 +21,8 @@ import (
 const maxTraceEntries = 100
 
 // TraceEntry is one tool call of a run, as structuredContent.tool_calls
-// lists it: names, the decision, sizes and time, never values.
-type TraceEntry struct {
-	Server string `json:"server"`
-	Tool   string `json:"tool"`
-	// Decision is "allowed", "denied", "asked" (the human was asked, or the
-	// policy's fallback applied: Answer says which) or "refused" (stopped
-	// before the policy's rules: unknown tool, a budget).
-	Decision      string  `json:"decision"`
-	Answer        string  `json:"answer,omitempty"`
-	DurationMS    float64 `json:"duration_ms"`
-	ArgumentBytes int     `json:"argument_bytes"`
-	ResultBytes   int     `json:"result_bytes"`
-	// Error is the error type of a call that failed (denied, limit,
-	// timeout, upstream, ...); a tool's own error result is not one.
-	Error string `json:"error,omitempty"`
-}
+// reports it.
+type TraceEntry = toolhost.TraceEntry
 
 // askMode is how a run's client can be asked.
 type askMode int
@@ -69,8 +56,9 @@ func clientAskMode(req *mcp.CallToolRequest) askMode {
 }
 
 // runState is what the bridge keeps of one run_python call while it runs:
-// its tool-call trace, and how to ask its human. It rides in the run's ctx
-// (withRunState) to the sandbox's tool calls, and is the proxy's Asker.
+// its tool-call trace, and how to ask its human. It is the run's
+// toolhost.Run, registered under the run's id while the code runs
+// (Options.Runs), so the sandbox's tool calls ask and trace through it.
 type runState struct {
 	mode    askMode
 	session *mcp.ServerSession // askInCall: where to ask
@@ -92,19 +80,10 @@ type runState struct {
 	declined approvals      // what the human said no to in this run
 }
 
-type runStateKey struct{}
+var _ toolhost.Run = (*runState)(nil)
 
-func withRunState(ctx context.Context, rs *runState) context.Context {
-	return proxy.WithAsker(context.WithValue(ctx, runStateKey{}, rs), rs)
-}
-
-func runStateFrom(ctx context.Context) *runState {
-	rs, _ := ctx.Value(runStateKey{}).(*runState)
-	return rs
-}
-
-// record adds one call to the trace.
-func (rs *runState) record(e TraceEntry) {
+// Record adds one call to the trace.
+func (rs *runState) Record(e TraceEntry) {
 	if rs == nil {
 		return
 	}

@@ -17,15 +17,15 @@ func TestTraceSummary(t *testing.T) {
 	if _, _, line := rs.summary(); line != "" {
 		t.Errorf("no calls: line %q", line)
 	}
-	rs.record(TraceEntry{Server: "a", Tool: "x", Decision: "allowed"})
+	rs.Record(TraceEntry{Server: "a", Tool: "x", Decision: "allowed"})
 	if got, cut, line := rs.summary(); len(got) != 1 || cut != 0 || line != "" {
 		t.Errorf("one allowed call: %v %d %q", got, cut, line)
 	}
-	rs.record(TraceEntry{Server: "a", Tool: "y", Decision: "denied", Error: "denied"})
-	rs.record(TraceEntry{Server: "a", Tool: "z", Decision: "asked", Answer: "declined", Error: "denied"})
-	rs.record(TraceEntry{Server: "a", Tool: "w", Decision: "allowed", Error: "timeout"})
+	rs.Record(TraceEntry{Server: "a", Tool: "y", Decision: "denied", Error: "denied"})
+	rs.Record(TraceEntry{Server: "a", Tool: "z", Decision: "asked", Answer: "declined", Error: "denied"})
+	rs.Record(TraceEntry{Server: "a", Tool: "w", Decision: "allowed", Error: "timeout"})
 	for i := range maxTraceEntries {
-		rs.record(TraceEntry{Server: "b", Tool: fmt.Sprint(i), Decision: "allowed"})
+		rs.Record(TraceEntry{Server: "b", Tool: fmt.Sprint(i), Decision: "allowed"})
 	}
 	got, cut, line := rs.summary()
 	if len(got) != maxTraceEntries || cut != 4 || got[0].Tool != "x" || got[1].Tool != "y" || got[2].Tool != "z" {

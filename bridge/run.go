@@ -102,7 +102,7 @@ func (s *Server) admit(ctx context.Context, start time.Time) (context.Context, f
 // and what the run made.
 type aRun struct {
 	s       *Server
-	ctx     context.Context // the call's, carrying the run's state
+	ctx     context.Context // the call's
 	id      string
 	snap    *policy.Snapshot // the pinned policy; nil without one
 	limits  sandbox.Limits
@@ -114,6 +114,8 @@ type aRun struct {
 	start   time.Time
 	audited bool // RunStart was recorded
 	res     sandbox.Result
+	// unregister ends the run's registration in Options.Runs.
+	unregister func()
 }
 
 // beginRun gives a run its id, pins it to the policy in force, and fixes
@@ -139,7 +141,10 @@ func (s *Server) beginRun(ctx context.Context, req *mcp.CallToolRequest, a callA
 	rs.mu.Lock()
 	rs.prog = r.prog
 	rs.mu.Unlock()
-	r.ctx = withRunState(ctx, rs)
+	r.ctx = ctx
+	if s.opts.Runs != nil {
+		r.unregister = s.opts.Runs.Register(r.id, rs)
+	}
 	r.col = artifacts.NewCollector(r.id, s.artifactLimits(r.snap), s.opts.Store)
 	r.exec = sandbox.ExecRequest{RunID: r.id, Code: a.code, Timeout: timeout, OutputBytes: limits.OutputBytes,
 		Files: r.col.FileLimits(), Sink: runSink{Collector: r.col, output: r.prog.output}, Session: a.session != ""}
@@ -175,6 +180,9 @@ func (r *aRun) end() {
 	}
 	if r.snap != nil {
 		r.s.opts.Policy.End(r.id)
+	}
+	if r.unregister != nil {
+		r.unregister()
 	}
 	r.prog.stop()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
@@ -23,6 +24,10 @@ import (
 type Options struct {
 	// Instances gives each run its sandbox (see Instances).
 	Instances Instances
+	// Runs, if set, is where each run is registered while its code runs,
+	// for the tool calls it makes (toolhost.New with the same Runs): they
+	// ask the run's human and go in its trace.
+	Runs *toolhost.Runs
 	// Limits are the limits of each run. Limits.Timeout is the default
 	// timeout, used when a call gives none.
 	Limits sandbox.Limits

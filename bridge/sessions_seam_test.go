@@ -48,6 +48,23 @@ func (s *scripted) acquired() (n, closed int) {
 	return len(s.instances), closed
 }
 
+// awaitClosed waits until n instances were made and closed of them are
+// closed (an ended session's container is removed in the background).
+func (s *scripted) awaitClosed(t *testing.T, n, closed int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		gotN, gotClosed := s.acquired()
+		if gotN == n && gotClosed == closed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d instances, %d closed; want %d and %d", gotN, gotClosed, n, closed)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 type scriptedInstance struct {
 	id      string
 	closing chan struct{}
@@ -212,9 +229,7 @@ func TestSessionEndsOnItsLimitsAndLostInterpreter(t *testing.T) {
 	if out := runIn(t, cs, "a", "x=2\ncrash", 0); out.Status != "ok" || !strings.Contains(out.SessionEnded, "its interpreter is gone") {
 		t.Fatalf("the call that lost the interpreter: %+v", out)
 	}
-	if n, closed := eng.acquired(); n != 2 || closed != 2 {
-		t.Errorf("%d instances, %d closed: want both sessions' closed", n, closed)
-	}
+	eng.awaitClosed(t, 2, 2) // both sessions' containers, removed in the background
 	if n := s.Sessions(); n != 0 {
 		t.Errorf("%d sessions left", n)
 	}
@@ -247,7 +262,5 @@ func TestSessionResetAndBusy(t *testing.T) {
 	if out.Status != string(sandbox.StatusCancelled) || out.Message != "the session ended during the call" || !strings.Contains(out.SessionEnded, "reset by the agent") {
 		t.Fatalf("the call cut short by reset: %+v", out)
 	}
-	if n, closed := eng.acquired(); n != 2 || closed != 2 {
-		t.Errorf("%d instances, %d closed", n, closed)
-	}
+	eng.awaitClosed(t, 2, 2)
 }

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -35,8 +35,8 @@ type bridgeStats struct {
 		Starting int `json:"starting"`
 		Removing int `json:"removing"`
 	} `json:"pool"`
-	// ToolCalls is how long the latest tool calls took (bridge.CallTimesSummary).
-	ToolCalls *bridge.CallTimesSummary `json:"tool_calls"`
+	// ToolCalls is how long the latest tool calls took (toolhost.CallTimesSummary).
+	ToolCalls *toolhost.CallTimesSummary `json:"tool_calls"`
 }
 
 // poolSettled reports whether the warm pool is full and idle (or absent):

@@ -57,24 +57,10 @@ type Asker interface {
 	Ask(ctx context.Context, q Question) Answer
 }
 
-type askerKey struct{}
-
-// WithAsker returns ctx carrying a, for the calls a bridge in the same
-// process makes with it (Client.Call, Client.CallJSON). Without one, an
-// ask decision gets tools.ask_fallback.
-func WithAsker(ctx context.Context, a Asker) context.Context {
-	return context.WithValue(ctx, askerKey{}, a)
-}
-
-func askerFrom(ctx context.Context) Asker {
-	a, _ := ctx.Value(askerKey{}).(Asker)
-	return a
-}
-
-// ask asks the human about a call d decided to ask about, and says why
-// not when the answer is no.
-func ask(ctx context.Context, pol *policy.Policy, q Question) (Answer, string) {
-	a := askerFrom(ctx)
+// ask asks the human, through a (nil: there is no one to ask), about a
+// call the policy decided to ask about, and says why not when the answer
+// is no.
+func ask(ctx context.Context, a Asker, pol *policy.Policy, q Question) (Answer, string) {
 	ans := Answer{How: Unsupported}
 	if a != nil {
 		actx, cancel := context.WithTimeout(ctx, q.Timeout)
@@ -192,8 +178,8 @@ func cut(s string, n int) string {
 
 // CallReport is what the proxy says of one call, for the run's trace: how
 // the policy decided and, for an ask, how the human answered. A bridge in
-// the same process passes one with WithReport; a remote proxy's answers
-// carry the same in MetaDecision.
+// the same process passes one in its Call; a remote proxy's answers carry
+// the same in MetaDecision.
 type CallReport struct {
 	// Decision is "allow", "deny", or "ask" when the human was asked (or
 	// the fallback applied); "" when the call was refused before the
@@ -206,19 +192,6 @@ type CallReport struct {
 	// bridge's own. Zero when the call never reached the server, and
 	// from a remote proxy.
 	Upstream time.Duration
-}
-
-type reportKey struct{}
-
-// WithReport returns ctx carrying r, which the proxy fills in for the one
-// call made with it.
-func WithReport(ctx context.Context, r *CallReport) context.Context {
-	return context.WithValue(ctx, reportKey{}, r)
-}
-
-func reportFrom(ctx context.Context) *CallReport {
-	r, _ := ctx.Value(reportKey{}).(*CallReport)
-	return r
 }
 
 // encode is r as MetaDecision says it.

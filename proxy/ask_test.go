@@ -71,9 +71,9 @@ audit:
 		{"hi", "", "", "ask:remembered"},
 	} {
 		var rep CallReport
-		ctx, cancel := context.WithTimeout(WithReport(WithAsker(context.Background(), s), &rep), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		start := time.Now()
-		r, err := c.Call(ctx, "r1", "alpha", "echo", json.RawMessage(`{"message":"hi","n":[1,2]}`))
+		r, err := c.Call(ctx, Call{RunID: "r1", Server: "alpha", Tool: "echo", Args: json.RawMessage(`{"message":"hi","n":[1,2]}`), Asker: s, Report: &rep})
 		cancel()
 		switch {
 		case want.kind == "" && (err != nil || textOf(t, r) != want.text):

@@ -41,12 +41,12 @@ func BenchmarkProxyBigResult(b *testing.B) {
 	ctx := context.Background()
 	const n = 4 << 20
 	args := json.RawMessage(`{"n":4194304}`)
-	if _, err := c.CallJSON(ctx, "bench", "alpha", "big", args); err != nil {
+	if _, err := c.CallJSON(ctx, Call{RunID: "bench", Server: "alpha", Tool: "big", Args: args}); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(n)
 	for b.Loop() {
-		js, err := c.CallJSON(ctx, "bench", "alpha", "big", args)
+		js, err := c.CallJSON(ctx, Call{RunID: "bench", Server: "alpha", Tool: "big", Args: args})
 		if err != nil || len(js) < n {
 			b.Fatal(len(js), err)
 		}
@@ -61,7 +61,7 @@ func BenchmarkProxyBigResultsParallel(b *testing.B) {
 	ctx := context.Background()
 	const n, parallel = 4 << 20, 16
 	args := json.RawMessage(`{"n":4194304}`)
-	if _, err := c.CallJSON(ctx, "bench", "alpha", "big", args); err != nil {
+	if _, err := c.CallJSON(ctx, Call{RunID: "bench", Server: "alpha", Tool: "big", Args: args}); err != nil {
 		b.Fatal(err)
 	}
 	var peak atomic.Uint64
@@ -96,7 +96,7 @@ func BenchmarkProxyBigResultsParallel(b *testing.B) {
 		var wg sync.WaitGroup
 		for range parallel {
 			wg.Go(func() {
-				if js, err := c.CallJSON(ctx, "bench", "alpha", "big", args); err != nil || len(js) < n {
+				if js, err := c.CallJSON(ctx, Call{RunID: "bench", Server: "alpha", Tool: "big", Args: args}); err != nil || len(js) < n {
 					b.Error(len(js), err)
 				}
 			})

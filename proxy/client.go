@@ -314,22 +314,37 @@ func didYouMean(name string, candidates []string) string {
 	return "; did you mean: " + strings.Join(near, ", ") + "?"
 }
 
-// Call calls server's tool with args (a JSON object) on behalf of the run
-// runID. It returns the tool's result as the proxy sent it, isError
-// included, or an *Error when the call failed outside the tool.
-func (c *Client) Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
-	name, unknown, err := c.target(ctx, server, tool)
+// Call is one tool call the bridge makes on behalf of a run.
+type Call struct {
+	RunID        string
+	Server, Tool string
+	// Args are the tool's arguments, a JSON object.
+	Args json.RawMessage
+	// Asker asks the human about a call the policy asks about. Only a
+	// proxy in this process can reach it: a remote proxy, and a nil
+	// Asker, give such a call tools.ask_fallback.
+	Asker Asker
+	// Report, if set, is filled in with how the call was decided (and,
+	// with a proxy in this process, the upstream's time).
+	Report *CallReport
+}
+
+// Call makes call. It returns the tool's result as the proxy sent it,
+// isError included, or an *Error when the call failed outside the tool.
+func (c *Client) Call(ctx context.Context, call Call) (*mcp.CallToolResult, error) {
+	name, unknown, err := c.target(ctx, call.Server, call.Tool)
 	if err != nil {
 		return nil, err
 	}
 	if c.local != nil {
-		res, _, err := c.callLocal(ctx, runID, server, tool, args, unknown, false)
+		res, _, err := c.callLocal(ctx, call, unknown, false)
 		return res, err
 	}
+	server, tool := call.Server, call.Tool
 	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
 		Name:      name,
-		Arguments: args,
-		Meta:      callMeta(ctx, runID, server, tool),
+		Arguments: call.Args,
+		Meta:      callMeta(ctx, call.RunID, server, tool),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -340,8 +355,8 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 		}
 		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, c.scrub.Error(err))
 	}
-	if r := reportFrom(ctx); r != nil {
-		r.decode(res.Meta[MetaDecision])
+	if call.Report != nil {
+		call.Report.decode(res.Meta[MetaDecision])
 	}
 	if kind, ok := res.Meta[MetaError].(string); ok && res.IsError {
 		var msg []string
@@ -359,19 +374,19 @@ func (c *Client) Call(ctx context.Context, runID, server, tool string, args json
 // proxy in the same process the result is encoded once, by the proxy (which
 // measures it against the policy's result limit), and these are its bytes:
 // no MCP hop, no second encoding.
-func (c *Client) CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error) {
+func (c *Client) CallJSON(ctx context.Context, call Call) (json.RawMessage, error) {
 	if c.local == nil {
-		res, err := c.Call(ctx, runID, server, tool, args)
+		res, err := c.Call(ctx, call)
 		if err != nil {
 			return nil, err
 		}
 		return json.Marshal(res)
 	}
-	_, unknown, err := c.target(ctx, server, tool)
+	_, unknown, err := c.target(ctx, call.Server, call.Tool)
 	if err != nil {
 		return nil, err
 	}
-	_, js, err := c.callLocal(ctx, runID, server, tool, args, unknown, true)
+	_, js, err := c.callLocal(ctx, call, unknown, true)
 	return js, err
 }
 
@@ -395,9 +410,10 @@ func (c *Client) target(ctx context.Context, server, tool string) (name string, 
 // for a tool the proxy does not know either.
 // With wantRaw, only the JSON is wanted: the result may be an empty
 // stand-in (Proxy.call).
-func (c *Client) callLocal(ctx context.Context, runID, server, tool string, args json.RawMessage, unknown *Error, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
-	params := &mcp.CallToolParamsRaw{Name: ToolName(server, tool), Arguments: args, Meta: callMeta(ctx, runID, server, tool)}
-	res, js, known, err := c.local.localCall(ctx, params, server, tool, wantRaw)
+func (c *Client) callLocal(ctx context.Context, call Call, unknown *Error, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
+	server, tool := call.Server, call.Tool
+	params := &mcp.CallToolParamsRaw{Name: ToolName(server, tool), Arguments: call.Args, Meta: callMeta(ctx, call.RunID, server, tool)}
+	res, js, known, err := c.local.localCall(ctx, params, server, tool, wantRaw, call.Asker, call.Report)
 	switch {
 	case !known && unknown != nil:
 		return nil, nil, unknown

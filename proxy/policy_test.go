@@ -44,7 +44,7 @@ func callRun(t *testing.T, c *Client, run, tool, args string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := c.Call(ctx, run, "alpha", tool, json.RawMessage(args))
+	r, err := c.Call(ctx, Call{RunID: run, Server: "alpha", Tool: tool, Args: json.RawMessage(args)})
 	if err != nil {
 		return "", err
 	}
@@ -251,11 +251,11 @@ func TestProxyNamesDoNotAlias(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := c.Call(ctx, "r", "a", "b__echo", json.RawMessage(`{"message":"x"}`))
+	_, err := c.Call(ctx, Call{RunID: "r", Server: "a", Tool: "b__echo", Args: json.RawMessage(`{"message":"x"}`)})
 	if kindOf(err) != KindUnknownTool {
 		t.Fatalf("a/b__echo: %v", err)
 	}
-	r, err := c.Call(ctx, "r", "a__b", "calls", json.RawMessage(`{}`))
+	r, err := c.Call(ctx, Call{RunID: "r", Server: "a__b", Tool: "calls", Args: json.RawMessage(`{}`)})
 	if err != nil || textOf(t, r) != "1" {
 		t.Fatalf("a__b received %v calls (%v): the aliased call reached it", r, err)
 	}
@@ -282,7 +282,7 @@ func TestPolicyRunIDsAndTimeLeft(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), policy.MaxRunLife+time.Hour)
 	defer cancel()
-	_, err := c.Call(ctx, "long", "alpha", "echo", json.RawMessage(`{"message":"x"}`))
+	_, err := c.Call(ctx, Call{RunID: "long", Server: "alpha", Tool: "echo", Args: json.RawMessage(`{"message":"x"}`)})
 	if kindOf(err) != KindLimit || !strings.Contains(err.Error(), "--max-timeout") || store.Run("long") != nil {
 		t.Fatalf("a run with %s left: %v", policy.MaxRunLife+time.Hour, err)
 	}

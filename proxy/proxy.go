@@ -428,7 +428,9 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
 	var rep CallReport
-	res, _, err := p.call(WithReport(ctx, &rep), req.Params, server, tool, false)
+	// A client over MCP has no Asker here: calls the policy asks about get
+	// tools.ask_fallback.
+	res, _, err := p.call(ctx, req.Params, server, tool, false, nil, &rep)
 	if err != nil {
 		res = ErrorResult(err)
 	}
@@ -449,11 +451,11 @@ func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, 
 //
 // With wantRaw, the caller needs only the result's JSON: a big one is then
 // passed on as the server wrote it, and the returned result is an empty
-// stand-in (raw.go).
-func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
+// stand-in (raw.go). asker asks the human when the policy says ask (nil:
+// tools.ask_fallback); report, if set, is filled in.
+func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool, asker Asker, report *CallReport) (*mcp.CallToolResult, []byte, error) {
 	runID, _ := params.Meta[MetaRunID].(string)
 	start := time.Now()
-	report := reportFrom(ctx)
 	if report == nil {
 		report = &CallReport{}
 	}
@@ -515,7 +517,7 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 				"the arguments to %s/%s are %d bytes, over the policy's budgets.max_argument_bytes (%d)", server, tool, rec.ArgumentBytes, max))
 		}
 		if d.Ask {
-			ans, why := ask(ctx, pol, Question{RunID: runID, Server: server, Tool: tool, Reason: d.Reason,
+			ans, why := ask(ctx, asker, pol, Question{RunID: runID, Server: server, Tool: tool, Reason: d.Reason,
 				Arguments: SummarizeArguments(params.Arguments, maxArgumentSummary),
 				Timeout:   pol.Tools.AskTimeout, Remember: pol.Tools.AskRemember})
 			rec.Asked, report.Asked = ans.How, ans.How
@@ -613,14 +615,14 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 // MCP hop between them: the same checks and policy as a tools/call, with
 // the result's JSON. known is false for a (server, tool) no upstream lists.
 // With wantRaw, only js is wanted (see call).
-func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool) (res *mcp.CallToolResult, js []byte, known bool, err error) {
+func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool, asker Asker, report *CallReport) (res *mcp.CallToolResult, js []byte, known bool, err error) {
 	p.regMu.Lock()
 	k, ok := p.known[ToolName(server, tool)]
 	p.regMu.Unlock()
 	if !ok || k != [2]string{server, tool} {
 		return nil, nil, false, nil
 	}
-	res, js, err = p.call(ctx, params, server, tool, wantRaw)
+	res, js, err = p.call(ctx, params, server, tool, wantRaw, asker, report)
 	return res, js, true, err
 }
 

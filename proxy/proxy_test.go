@@ -182,7 +182,7 @@ func call(t *testing.T, c *Client, server, tool, args string) (*mcp.CallToolResu
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return c.Call(ctx, "run-1", server, tool, json.RawMessage(args))
+	return c.Call(ctx, Call{RunID: "run-1", Server: server, Tool: tool, Args: json.RawMessage(args)})
 }
 
 func TestProxyLazyCatalogAndCalls(t *testing.T) {
@@ -367,7 +367,7 @@ func TestProxyCallsKeepTheCatalog(t *testing.T) {
 	first := c.cached
 	version := p.version.Load()
 	for i := range 20 {
-		if _, err := c.CallJSON(ctx, "run-1", []string{"alpha", "beta"}[i%2], "echo", json.RawMessage(`{"message":"hi"}`)); err != nil {
+		if _, err := c.CallJSON(ctx, Call{RunID: "run-1", Server: []string{"alpha", "beta"}[i%2], Tool: "echo", Args: json.RawMessage(`{"message":"hi"}`)}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Servers(ctx); err != nil {
@@ -380,7 +380,7 @@ func TestProxyCallsKeepTheCatalog(t *testing.T) {
 	// The report says how long the upstream took: the rest is the bridge's.
 	var rep CallReport
 	start := time.Now()
-	if _, err := c.CallJSON(WithReport(ctx, &rep), "run-1", "alpha", "sleep", json.RawMessage(`{"ms":20}`)); err != nil {
+	if _, err := c.CallJSON(ctx, Call{RunID: "run-1", Server: "alpha", Tool: "sleep", Args: json.RawMessage(`{"ms":20}`), Report: &rep}); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); rep.Upstream < 20*time.Millisecond || rep.Upstream > took {
@@ -431,7 +431,7 @@ func TestProxyHTTPUpstreamAndRemoteProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	r, err := c.Call(ctx, "run-2", "web", "echo", json.RawMessage(`{"message":"over http"}`))
+	r, err := c.Call(ctx, Call{RunID: "run-2", Server: "web", Tool: "echo", Args: json.RawMessage(`{"message":"over http"}`)})
 	if err != nil || textOf(t, r) != "over http" {
 		t.Fatalf("echo: %v %v", r, err)
 	}
@@ -449,11 +449,11 @@ func BenchmarkProxyCall(b *testing.B) {
 	c := benchProxy(b)
 	ctx := context.Background()
 	args := json.RawMessage(`{"message":"hi"}`)
-	if _, err := c.CallJSON(ctx, "bench", "alpha", "echo", args); err != nil {
+	if _, err := c.CallJSON(ctx, Call{RunID: "bench", Server: "alpha", Tool: "echo", Args: args}); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := c.CallJSON(ctx, "bench", "alpha", "echo", args); err != nil {
+		if _, err := c.CallJSON(ctx, Call{RunID: "bench", Server: "alpha", Tool: "echo", Args: args}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -577,7 +577,7 @@ func TestRedialingReconnects(t *testing.T) {
 	})
 	defer r.Close()
 	ctx := context.Background()
-	if _, err := r.Call(ctx, "run", "alpha", "echo", json.RawMessage(`{"message":"1"}`)); err != nil {
+	if _, err := r.Call(ctx, Call{RunID: "run", Server: "alpha", Tool: "echo", Args: json.RawMessage(`{"message":"1"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	_ = last.Close() // the session to the proxy ends
@@ -585,7 +585,7 @@ func TestRedialingReconnects(t *testing.T) {
 	for !last.Closed() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	res, err := r.Call(ctx, "run", "alpha", "echo", json.RawMessage(`{"message":"2"}`))
+	res, err := r.Call(ctx, Call{RunID: "run", Server: "alpha", Tool: "echo", Args: json.RawMessage(`{"message":"2"}`)})
 	if err != nil || textOf(t, res) != "2" || dials != 2 {
 		t.Fatalf("after the session ended: %v %v, %d dials", res, err, dials)
 	}

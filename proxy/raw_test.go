@@ -23,7 +23,7 @@ budgets:
 	defer cancel()
 	for _, n := range []int{100, rawMinBytes + 1, 250 << 10} {
 		args := json.RawMessage(`{"n":` + itoa(n) + `}`)
-		js, err := c.CallJSON(ctx, "r", "alpha", "big", args)
+		js, err := c.CallJSON(ctx, Call{RunID: "r", Server: "alpha", Tool: "big", Args: args})
 		if err != nil {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
@@ -35,7 +35,7 @@ budgets:
 			t.Fatalf("%d bytes: got %d content items", n, len(got.Content))
 		}
 		// The decoded way gives the same result.
-		dec, err := c.Call(ctx, "r", "alpha", "big", args)
+		dec, err := c.Call(ctx, Call{RunID: "r", Server: "alpha", Tool: "big", Args: args})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,11 +43,11 @@ budgets:
 			t.Fatalf("%d bytes: raw and decoded results differ", n)
 		}
 	}
-	_, err := c.CallJSON(ctx, "r", "alpha", "big", json.RawMessage(`{"n":400000}`))
+	_, err := c.CallJSON(ctx, Call{RunID: "r", Server: "alpha", Tool: "big", Args: json.RawMessage(`{"n":400000}`)})
 	if kindOf(err) != KindLimit || !strings.Contains(err.Error(), "budgets.max_result_bytes") {
 		t.Fatalf("a 400000-byte result: %v", err)
 	}
-	js, err := c.CallJSON(ctx, "r", "alpha", "spoof", json.RawMessage(`{"n":100000}`))
+	js, err := c.CallJSON(ctx, Call{RunID: "r", Server: "alpha", Tool: "spoof", Args: json.RawMessage(`{"n":100000}`)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,19 +139,19 @@ func (r *Redialing) Resolve(ctx context.Context, server, tool string) (ServerSta
 }
 
 // Call is Client.Call on the current session.
-func (r *Redialing) Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
+func (r *Redialing) Call(ctx context.Context, call Call) (*mcp.CallToolResult, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return c.Call(ctx, runID, server, tool, args)
+	return c.Call(ctx, call)
 }
 
 // CallJSON is Client.CallJSON on the current session.
-func (r *Redialing) CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error) {
+func (r *Redialing) CallJSON(ctx context.Context, call Call) (json.RawMessage, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return c.CallJSON(ctx, runID, server, tool, args)
+	return c.CallJSON(ctx, call)
 }

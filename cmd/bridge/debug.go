@@ -17,7 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -41,14 +41,14 @@ type Stats struct {
 	Pool *sandbox.PoolStats `json:"pool,omitempty"`
 	// ToolCalls is how long the latest tool calls took, the bridge's own
 	// part apart from the upstream server's.
-	ToolCalls *bridge.CallTimesSummary `json:"tool_calls,omitempty"`
+	ToolCalls *toolhost.CallTimesSummary `json:"tool_calls,omitempty"`
 }
 
 // debugSources are where /debug/stats reads what is not the process's
 // own; each may be nil.
 type debugSources struct {
 	pool  func() *sandbox.PoolStats
-	calls *bridge.CallTimes
+	calls *toolhost.CallTimes
 }
 
 // serveDebug serves /debug/stats (JSON Stats) and /debug/pprof/NAME

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
@@ -388,7 +389,7 @@ func remoteProxyPolicy(proxyURL string, p *policy.Policy) error {
 // withSkills answers the code's skill operations from the skills folder of
 // the policy in force, and passes the rest to tools.
 func withSkills(tools sandbox.ToolHandler, store *policy.Store, log zerolog.Logger) sandbox.ToolHandler {
-	return bridge.WithSkills(tools, bridge.SkillsOptions{
+	return toolhost.WithSkills(tools, toolhost.SkillsOptions{
 		// The policy in force now, not the one the run is pinned to: turning
 		// saving off applies to runs already going.
 		Config: func(string) policy.Skills { return store.Current().Policy.Skills },

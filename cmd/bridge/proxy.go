@@ -11,7 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
@@ -90,12 +90,15 @@ func proxyOptions(store *policy.Store, callTimeout time.Duration, log zerolog.Lo
 // process over an in-memory session, or a remote one. Either session is
 // opened on first use and again if it ends, so serve starts even while a
 // remote proxy is down. stop closes it all.
-func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, log zerolog.Logger) (up bridge.Upstreams, stop func(), err error) {
+func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, log zerolog.Logger) (up toolhost.Upstreams, stop func(), err error) {
 	if u.proxyURL != "" {
 		token := strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN"))
 		r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
 			return proxy.DialHTTP(ctx, u.proxyURL, token, versionString(), log)
 		})
+		// The human is asked through the run, which a proxy in another
+		// process cannot reach: say so now, not at the first ask.
+		log.Info().Str("proxy", proxy.RedactURL(u.proxyURL)).Msg("the MCP proxy is remote: calls its policy would ask the user about get its tools.ask_fallback (asking needs the proxy in this process)")
 		return r, func() { _ = r.Close() }, nil
 	}
 	cfg, err := u.loadServers(e, selfURL, log)

@@ -49,15 +49,15 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	defer store.Close()
 
 	// The code may use the upstream servers; they start only if it does.
-	tools, _, stopUpstreams, err := wireTools(e, &uf, "", store, e.log)
+	tools, err := wireTools(e, &uf, "", store, e.log)
 	if err != nil {
 		return exitUsage, err
 	}
-	defer stopUpstreams()
+	defer tools.stop()
 	// One run, in a container of its own: no pool. The engine is opened
 	// before the run begins, so that a run that never started is not
 	// audited.
-	eng := wireEngine(pol, runnerImage, tools, store, false, e.log)
+	eng := wireEngine(pol, runnerImage, tools.handler, store, false, e.log)
 	// A removal that failed gets a last try before the bridge ends.
 	defer eng.Close(10 * time.Second)
 	if err := eng.Open(ctx); err != nil {

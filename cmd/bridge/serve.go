@@ -74,11 +74,11 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if *httpAddr != "" {
 		selfURL = "http://" + *httpAddr
 	}
-	tools, times, stopUpstreams, err := wireTools(e, &uf, selfURL, store, log)
+	tools, err := wireTools(e, &uf, selfURL, store, log)
 	if err != nil {
 		return exitUsage, err
 	}
-	defer stopUpstreams()
+	defer tools.stop()
 
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
@@ -93,15 +93,16 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		}
 		defer files.Close()
 	}
-	eng := wireEngine(pol, runnerImage, tools, store, true, log)
+	eng := wireEngine(pol, runnerImage, tools.handler, store, true, log)
 	defer eng.Close(shutdownBudget)
 	if *debugAddr != "" {
-		if _, err := serveDebug(ctx, *debugAddr, debugSources{pool: eng.PoolStats, calls: times}, log); err != nil {
+		if _, err := serveDebug(ctx, *debugAddr, debugSources{pool: eng.PoolStats, calls: tools.times}, log); err != nil {
 			return exitUsage, usagef("%v", err)
 		}
 	}
 	srv, err := bridge.New(bridge.Options{
 		Instances:     eng,
+		Runs:          tools.runs,
 		Limits:        limits,
 		MaxTimeout:    pol.Sandbox.MaxTimeout,
 		MaxConcurrent: pol.Sandbox.MaxConcurrent,

@@ -4,6 +4,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
@@ -13,20 +14,30 @@ import (
 // upstream servers through the proxy, and the skills) and the engine runs
 // go to.
 
-// wireTools starts nothing: the upstream servers start on their first
-// use. times records the bridge's part of each tool call. stop ends the
-// upstreams that started.
-func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, log zerolog.Logger) (tools sandbox.ToolHandler, times *bridge.CallTimes, stop func(), err error) {
+// hostTools answer the code's tool calls and skill operations.
+type hostTools struct {
+	handler sandbox.ToolHandler
+	// runs are the runs being served, which the MCP server registers (for
+	// their asks and traces); times the bridge's part of each call.
+	runs  *toolhost.Runs
+	times *toolhost.CallTimes
+	// stop ends the upstream servers that started.
+	stop func()
+}
+
+// wireTools starts nothing: the upstream servers start on their first use.
+func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, log zerolog.Logger) (hostTools, error) {
 	up, stop, err := uf.upstreams(e, selfURL, store, log)
 	if err != nil {
-		return nil, nil, nil, err
+		return hostTools{}, err
 	}
-	times = bridge.NewCallTimes()
+	t := hostTools{runs: toolhost.NewRuns(), times: toolhost.NewCallTimes(), stop: stop}
 	if up != nil {
-		tools = bridge.ToolHandler(up, bridge.ToolOptions{Times: times, Logger: log})
+		t.handler = toolhost.New(up, toolhost.Options{Runs: t.runs, Times: t.times, Logger: log})
 	}
 	// The skills are there with or without upstreams.
-	return withSkills(tools, store, log), times, stop, nil
+	t.handler = withSkills(t.handler, store, log)
+	return t, nil
 }
 
 // wireEngine is the engine of pol's sandbox section running image, opened

@@ -1,4 +1,4 @@
-package bridge
+package toolhost
 
 import (
 	"context"
@@ -39,12 +39,12 @@ func (f *fakeUpstreams) Resolve(_ context.Context, server, _ string) (proxy.Serv
 	}
 	return proxy.ServerStatus{}, &proxy.Error{Kind: proxy.KindUnknownSrv, Message: "no MCP server " + server}
 }
-func (f *fakeUpstreams) Call(_ context.Context, runID, _, _ string, _ json.RawMessage) (*mcp.CallToolResult, error) {
-	f.gotRun = runID
+func (f *fakeUpstreams) Call(_ context.Context, call proxy.Call) (*mcp.CallToolResult, error) {
+	f.gotRun = call.RunID
 	return f.result, f.err
 }
-func (f *fakeUpstreams) CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error) {
-	res, err := f.Call(ctx, runID, server, tool, args)
+func (f *fakeUpstreams) CallJSON(ctx context.Context, call proxy.Call) (json.RawMessage, error) {
+	res, err := f.Call(ctx, call)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func query(t *testing.T, h interface {
 }
 
 func TestToolHandlerQueries(t *testing.T) {
-	h := ToolHandler(newFake(), ToolOptions{})
+	h := New(newFake(), Options{})
 
 	var servers []serverInfo
 	if e := query(t, h, "servers", `{}`, &servers); e != nil {
@@ -158,7 +158,7 @@ func TestToolHandlerResultShapes(t *testing.T) {
 		}
 		return out
 	}
-	h := ToolHandler(up, ToolOptions{})
+	h := New(up, Options{})
 	var tools []map[string]any
 	if e := query(t, h, "tools", `{"server":"server-everything"}`, &tools); e != nil {
 		t.Fatal(e)
@@ -180,7 +180,7 @@ func TestToolHandlerResultShapes(t *testing.T) {
 
 func TestToolHandlerCalls(t *testing.T) {
 	f := newFake()
-	h := ToolHandler(f, ToolOptions{MaxResult: 1024})
+	h := New(f, Options{MaxResult: 1024})
 	call := relay.ToolCall{ID: 9, Server: "server-everything", Tool: "echo", Args: json.RawMessage(`{}`)}
 
 	f.result = &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hi"}}, IsError: true}
@@ -207,7 +207,7 @@ func TestToolHandlerCalls(t *testing.T) {
 
 func TestToolHandlerBoundsWhatTheSandboxAsks(t *testing.T) {
 	f := newFake()
-	h := ToolHandler(f, ToolOptions{})
+	h := New(f, Options{})
 	big := json.RawMessage(`{"x":"` + strings.Repeat("a", MaxArgBytes) + `"}`)
 	r := h.CallTool(context.Background(), "run", relay.ToolCall{Server: "server-everything", Tool: "echo", Args: big})
 	if r.Error == nil || r.Error.Type != relay.ErrLimit || f.gotRun != "" {
@@ -235,7 +235,7 @@ func TestToolHandlerHostBudget(t *testing.T) {
 			Description: strings.Repeat("a long description ", 20)})
 	}
 	up.catalog = proxy.NewCatalog(tools)
-	h := ToolHandler(up, ToolOptions{MaxResult: 64 << 10})
+	h := New(up, Options{MaxResult: 64 << 10})
 
 	r := h.Query(context.Background(), "run", relay.Query{ID: 1, Op: relay.OpTools, Args: json.RawMessage(`{"server":"search"}`)})
 	if r.Error == nil || r.Error.Type != relay.ErrLimit || !strings.Contains(r.Error.Message, "search(") {
@@ -276,7 +276,7 @@ func TestModuleReservedMatchesPython(t *testing.T) {
 		t.Skip("python3 not found")
 	}
 	cmd := exec.Command(py, "-I", "-B", "-c", "import sys; sys.path.insert(0, sys.argv[1]); from mcp_tools import _core; print(' '.join(sorted(_core.RESERVED)))",
-		filepath.Join("..", "images", "runner", "lib"))
+		filepath.Join("..", "..", "images", "runner", "lib"))
 	b, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("reading _core.RESERVED: %v", err)

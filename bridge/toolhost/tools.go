@@ -1,4 +1,10 @@
-package bridge
+// Package toolhost answers, on the host, what the code in the sandbox asks
+// over the relay: its tool calls, through the MCP proxy with the run's
+// asker and into the run's trace (tools.go, runs.go); its questions about
+// the tools there are; its skill operations, from the policy's skills
+// folder (skills.go); and how long the bridge's own part of each call
+// took (calltimes.go).
+package toolhost
 
 import (
 	"context"
@@ -37,9 +43,9 @@ type Upstreams interface {
 	Servers(ctx context.Context) ([]proxy.ServerStatus, error)
 	Catalog(ctx context.Context) (*proxy.Catalog, error)
 	Resolve(ctx context.Context, server, tool string) (proxy.ServerStatus, error)
-	Call(ctx context.Context, runID, server, tool string, args json.RawMessage) (*mcp.CallToolResult, error)
+	Call(ctx context.Context, call proxy.Call) (*mcp.CallToolResult, error)
 	// CallJSON is Call with the result as JSON, encoded once.
-	CallJSON(ctx context.Context, runID, server, tool string, args json.RawMessage) (json.RawMessage, error)
+	CallJSON(ctx context.Context, call proxy.Call) (json.RawMessage, error)
 }
 
 var (
@@ -63,27 +69,31 @@ var moduleReserved = func() map[string]bool {
 	return m
 }()
 
-// ToolOptions configure a ToolHandler.
-type ToolOptions struct {
+// Options configure the handler New makes.
+type Options struct {
 	// MaxResult bounds one result in bytes (DefaultMaxResultBytes when 0).
 	MaxResult int
+	// Runs are the runs being served: a call asks their human and goes in
+	// their trace. Nil: no run is known.
+	Runs *Runs
 	// Times, if set, records how long each call took, the bridge's part
 	// apart from the upstream's.
 	Times  *CallTimes
 	Logger zerolog.Logger
 }
 
-// ToolHandler answers the sandbox's tool calls and questions from up.
-func ToolHandler(up Upstreams, o ToolOptions) sandbox.ToolHandler {
+// New answers the sandbox's tool calls and questions from up.
+func New(up Upstreams, o Options) sandbox.ToolHandler {
 	if o.MaxResult <= 0 || o.MaxResult > relay.MaxFrameSize-4096 {
 		o.MaxResult = DefaultMaxResultBytes
 	}
-	return &toolHandler{up: up, maxResult: o.MaxResult, times: o.Times, log: o.Logger}
+	return &toolHandler{up: up, maxResult: o.MaxResult, runs: o.Runs, times: o.Times, log: o.Logger}
 }
 
 type toolHandler struct {
 	up        Upstreams
 	maxResult int
+	runs      *Runs
 	times     *CallTimes
 	log       zerolog.Logger
 }
@@ -102,7 +112,12 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 	}
 	start := time.Now()
 	var rep proxy.CallReport
-	js, err := h.up.CallJSON(proxy.WithReport(ctx, &rep), runID, call.Server, call.Tool, call.Args)
+	run := h.runs.get(runID)
+	pc := proxy.Call{RunID: runID, Server: call.Server, Tool: call.Tool, Args: call.Args, Report: &rep}
+	if run != nil {
+		pc.Asker = run
+	}
+	js, err := h.up.CallJSON(ctx, pc)
 	var r relay.ToolResult
 	switch {
 	case err != nil:
@@ -118,17 +133,16 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 	default:
 		r = relay.ToolResult{Result: js}
 	}
-	traceCall(ctx, call, rep, r, len(js), time.Since(start))
+	traceCall(run, call, rep, r, len(js), time.Since(start))
 	if rep.Upstream > 0 && rep.Asked == "" {
 		h.times.record(time.Since(start), rep.Upstream)
 	}
 	return r
 }
 
-// traceCall adds the call to its run's trace (runState).
-func traceCall(ctx context.Context, call relay.ToolCall, rep proxy.CallReport, r relay.ToolResult, resultBytes int, took time.Duration) {
-	rs := runStateFrom(ctx)
-	if rs == nil {
+// traceCall adds the call to its run's trace, if the run is known.
+func traceCall(run Run, call relay.ToolCall, rep proxy.CallReport, r relay.ToolResult, resultBytes int, took time.Duration) {
+	if run == nil {
 		return
 	}
 	e := TraceEntry{Server: call.Server, Tool: call.Tool, Answer: rep.Asked,
@@ -146,7 +160,7 @@ func traceCall(ctx context.Context, call relay.ToolCall, rep proxy.CallReport, r
 	if r.Error != nil {
 		e.Error = r.Error.Type
 	}
-	rs.record(e)
+	run.Record(e)
 }
 
 func failed(err error) relay.ToolResult {

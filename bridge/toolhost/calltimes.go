@@ -1,4 +1,4 @@
-package bridge
+package toolhost
 
 import (
 	"slices"
