@@ -134,56 +134,9 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 		case relay.TypeStdout, relay.TypeStderr:
 			out.write(m.Type, m.Output.Data)
 		case relay.TypeToolCall, relay.TypeQuery:
-			var id int64
-			var answer func(context.Context) relay.ToolResult
-			isCall := m.ToolCall != nil
-			if isCall {
-				call := *m.ToolCall
-				id = call.ID
-				answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.CallTool(ctx, runID, call) }
-			} else {
-				q := *m.Query
-				id = q.ID
-				answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.Query(ctx, runID, q) }
+			if rr, stop := rc.request(ctx, m, deadline, &calls); stop {
+				return rr // no exit yet: a frame after it is refused above
 			}
-			rc.mu.Lock()
-			dup := rc.inFlight[id]
-			rc.inFlight[id] = true
-			rc.mu.Unlock()
-			if dup {
-				return readResult{err: fmt.Errorf("%w: request id %d is already in flight", relay.ErrProtocol, id)}
-			}
-			select {
-			case rc.slots <- struct{}{}:
-			case <-rc.cut:
-				return readResult{exit: exit, err: rc.cutErr}
-			case <-ctx.Done():
-				return readResult{err: ctx.Err()}
-			}
-			calls.Add(1)
-			go func() {
-				defer calls.Done()
-				defer func() { <-rc.slots }() // held until the answer is written
-				cctx, cancel := context.WithDeadline(ctx, deadline)
-				var r relay.ToolResult
-				if isCall {
-					// Its result capacity too is held until the answer is written.
-					if release, ok := rc.reserveResult(cctx); ok {
-						defer release()
-						r = answer(cctx)
-					} else {
-						r = relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrTimeout, Message: "the run ended before the call could start"}}
-					}
-				} else {
-					r = answer(cctx)
-				}
-				cancel()
-				r.ID = id
-				rc.mu.Lock()
-				delete(rc.inFlight, id)
-				rc.mu.Unlock()
-				rc.answer(r)
-			}()
 		case relay.TypeFile, relay.TypeFileData, relay.TypeFileEnd, relay.TypeFileSkip:
 			if err := fs.handle(m); err != nil {
 				return readResult{err: err}
@@ -201,6 +154,66 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 			return readResult{err: fmt.Errorf("%w: second hello", relay.ErrProtocol)}
 		}
 	}
+}
+
+// request answers a tool call or query in the background, once a slot for
+// it is free; stop is true when the serve loop must end with rr instead
+// (a duplicate id, the runner cut off, the run over). Each request's ctx
+// has the run's deadline: no call outlives the run, and the ToolHandler
+// knows how long the run may still call.
+func (rc *runConn) request(ctx context.Context, m relay.Message, deadline time.Time, calls *sync.WaitGroup) (rr readResult, stop bool) {
+	e, runID := rc.e, rc.runID
+	var id int64
+	var answer func(context.Context) relay.ToolResult
+	isCall := m.ToolCall != nil
+	if isCall {
+		call := *m.ToolCall
+		id = call.ID
+		answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.CallTool(ctx, runID, call) }
+	} else {
+		q := *m.Query
+		id = q.ID
+		answer = func(ctx context.Context) relay.ToolResult { return e.opts.Tools.Query(ctx, runID, q) }
+	}
+	rc.mu.Lock()
+	dup := rc.inFlight[id]
+	rc.inFlight[id] = true
+	rc.mu.Unlock()
+	if dup {
+		return readResult{err: fmt.Errorf("%w: request id %d is already in flight", relay.ErrProtocol, id)}, true
+	}
+	select {
+	case rc.slots <- struct{}{}:
+	case <-rc.cut:
+		return readResult{err: rc.cutErr}, true
+	case <-ctx.Done():
+		return readResult{err: ctx.Err()}, true
+	}
+	calls.Add(1)
+	go func() {
+		defer calls.Done()
+		defer func() { <-rc.slots }() // held until the answer is written
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		var r relay.ToolResult
+		if isCall {
+			// Its result capacity too is held until the answer is written.
+			if release, ok := rc.reserveResult(cctx); ok {
+				defer release()
+				r = answer(cctx)
+			} else {
+				r = relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrTimeout, Message: "the run ended before the call could start"}}
+			}
+		} else {
+			r = answer(cctx)
+		}
+		cancel()
+		r.ID = id
+		rc.mu.Lock()
+		delete(rc.inFlight, id)
+		rc.mu.Unlock()
+		rc.answer(r)
+	}()
+	return readResult{}, false
 }
 
 // reserveResult takes the result capacity of one tool call, the run's

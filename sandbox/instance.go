@@ -127,7 +127,8 @@ func (e *Executor) Start(ctx context.Context, l Limits, name string) (*Container
 }
 
 // start is Start; pooled labels the container as made ahead of time
-// (LabelPooled).
+// (LabelPooled). Its steps: the run directory and its socket, the
+// container created, started, and its runner connected.
 func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool) (inst *Container, err error) {
 	start := time.Now()
 	if err := l.Validate(); err != nil {
@@ -140,18 +141,12 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 		return nil, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits, or set require_enforced_limits: false in the policy)",
 			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
 	}
-	token := newID(16)
 	key := "run_id"
 	if pooled {
 		key = "pooled" // Pool.Acquire adds the run_id of the run that takes it
 	}
 	log := e.log.With().Str(key, name).Str("engine", e.rt.Name()).Logger()
-
-	dir, err := os.MkdirTemp(e.runRoot, e.dirPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("creating run directory: %w", err)
-	}
-	i := &Container{e: e, name: name, dir: dir, log: log, start: start, limits: l}
+	i := &Container{e: e, name: name, log: log, start: start, limits: l}
 	defer func() {
 		if err != nil {
 			if cerr := i.Close(ctx); cerr != nil {
@@ -159,6 +154,31 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 			}
 		}
 	}()
+	ln, err := i.makeRunDir()
+	if err != nil {
+		return nil, err
+	}
+	// One runner per container: the listener is closed once it connected,
+	// or when Start gives up.
+	defer ln.Close()
+	token := newID(16)
+	if err := i.create(ctx, token, pooled); err != nil {
+		return nil, err
+	}
+	if err := i.startAndConnect(ctx, ln, token); err != nil {
+		return nil, err
+	}
+	return i, nil
+}
+
+// makeRunDir makes the container's run directory, and the relay socket in
+// it that its runner connects to.
+func (i *Container) makeRunDir() (*net.UnixListener, error) {
+	dir, err := os.MkdirTemp(i.e.runRoot, i.e.dirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("creating run directory: %w", err)
+	}
+	i.dir = dir
 	// The container's uid must enter the directory and connect to the socket.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
@@ -171,14 +191,19 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 	if err != nil {
 		return nil, fmt.Errorf("creating relay socket: %w", err)
 	}
-	// One runner per container: the listener is closed once it connected,
-	// or when Start gives up.
-	defer ln.Close()
 	if err := os.Chmod(sock, 0o666); err != nil {
+		ln.Close()
 		return nil, err
 	}
+	return ln, nil
+}
 
-	spec := NewSpec(name, e.opts.Image, dir, token, l)
+// create makes the container from its hardened spec. It runs to its end
+// even when ctx is cancelled (an engine that made a container must never
+// leave it unknown to us), bounded by StartTimeout instead.
+func (i *Container) create(ctx context.Context, token string, pooled bool) error {
+	e := i.e
+	spec := NewSpec(i.name, e.opts.Image, i.dir, token, i.limits)
 	spec.OCIRuntime = e.runtime
 	if e.effective == OCIRuntimeRunsc {
 		spec.ForGVisor()
@@ -192,12 +217,8 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
 		// Only reachable with AllowUnenforcedLimits: ask for nothing the
 		// engine would drop, so what runs is what the spec says.
-		log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
+		i.log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
 	}
-
-	// Create and Start run to their end even when ctx is cancelled: an
-	// engine that made a container must never leave it unknown to us. They
-	// are bounded by StartTimeout instead.
 	engineCtx := context.WithoutCancel(ctx)
 	cctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
 	id, err := e.rt.Create(cctx, spec)
@@ -205,27 +226,34 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 	if err != nil {
 		// A create cut short may still have made the container: remove it
 		// by name, which the engines accept as well as an id.
-		e.remove(engineCtx, spec.Name, log)
+		e.remove(engineCtx, spec.Name, i.log)
 		if errors.Is(err, ErrImageNotFound) {
-			return nil, fmt.Errorf("%w; %s", err, imageHint(e.opts, e.rt.Name()))
+			return fmt.Errorf("%w; %s", err, imageHint(e.opts, e.rt.Name()))
 		}
-		return nil, e.withHint(fmt.Errorf("creating container: %w", err))
+		return e.withHint(fmt.Errorf("creating container: %w", err))
 	}
 	i.id = id
 	if ctx.Err() != nil {
-		return nil, errStartCancelled
+		return errStartCancelled
 	}
+	return nil
+}
 
+// startAndConnect starts the container and waits for its runner to
+// connect with token, watching the container's end from then on.
+func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, token string) error {
+	e := i.e
 	startDone := make(chan struct{})
 	defer close(startDone)
 	accepted := make(chan *runnerConn)
-	go acceptRunner(ln, token, accepted, startDone, log)
+	go acceptRunner(ln, token, accepted, startDone, i.log)
 
+	engineCtx := context.WithoutCancel(ctx)
 	sctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
-	err = e.rt.Start(sctx, id)
+	err := e.rt.Start(sctx, i.id)
 	cancel()
 	if err != nil {
-		return nil, e.withHint(fmt.Errorf("starting container: %w", err))
+		return e.withHint(fmt.Errorf("starting container: %w", err))
 	}
 	// Wait on the container in the background for its whole life. Engines
 	// answer a wait on a created container at once, so it starts after Start.
@@ -234,7 +262,7 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 	i.exited = make(chan waitResult, 1)
 	i.gone = make(chan struct{})
 	go func() {
-		st, err := e.rt.Wait(waitCtx, id)
+		st, err := e.rt.Wait(waitCtx, i.id)
 		i.exited <- waitResult{st, err}
 		close(i.gone)
 	}()
@@ -243,13 +271,13 @@ func (e *Executor) start(ctx context.Context, l Limits, name string, pooled bool
 	defer startTimer.Stop()
 	select {
 	case i.conn = <-accepted:
-		return i, nil
+		return nil
 	case w := <-i.exited:
-		return nil, e.earlyExit(ctx, id, w, l)
+		return e.earlyExit(ctx, i.id, w, i.limits)
 	case <-startTimer.C:
-		return nil, fmt.Errorf("the runner did not connect within %s of the container starting; run `bridge doctor`", e.opts.StartTimeout)
+		return fmt.Errorf("the runner did not connect within %s of the container starting; run `bridge doctor`", e.opts.StartTimeout)
 	case <-ctx.Done():
-		return nil, errStartCancelled
+		return errStartCancelled
 	}
 }
 
@@ -283,34 +311,16 @@ type ExecRequest struct {
 // then it runs one Exec after another, in the same interpreter, for as
 // long as Kept says so. Failures of the code are in the Result; an error
 // means the code could not be run, or the engine failed mid-run. Exec
-// does not remove the container: Close does.
+// does not remove the container: Close does. Its steps: the code handed
+// over, the runner's frames served, the end awaited, the outcome told.
 func (i *Container) Exec(ctx context.Context, x ExecRequest) (res Result, err error) {
-	e, log := i.e, i.log
 	res.RunID = x.RunID
-	i.mu.Lock()
-	var refuse string
-	switch {
-	case i.closed:
-		refuse = "this sandbox instance was closed"
-	case i.busy:
-		refuse = "this sandbox instance is running code"
-	case i.used && !(i.session && i.kept && x.Session):
-		refuse = "this sandbox instance already ran code"
-	}
-	first := !i.used
-	if refuse == "" {
-		i.used, i.busy, i.session, i.kept = true, true, x.Session, false
-	}
-	i.mu.Unlock()
-	if refuse != "" {
-		return res, errors.New(refuse)
+	first, err := i.begin(x)
+	if err != nil {
+		return res, err
 	}
 	kept := false // the interpreter is there for the next Exec of a session
-	defer func() {
-		i.mu.Lock()
-		i.busy, i.kept = false, kept && err == nil
-		i.mu.Unlock()
-	}()
+	defer func() { i.finish(kept && err == nil) }()
 	if x.Timeout <= 0 {
 		return res, fmt.Errorf("timeout must be positive, got %s", x.Timeout)
 	}
@@ -323,154 +333,226 @@ func (i *Container) Exec(ctx context.Context, x ExecRequest) (res Result, err er
 			res.Duration = time.Since(execStart)
 		}
 	}()
-	conn, id := i.conn, i.id
-	res.Python = conn.hello.Python
-	engineCtx := context.WithoutCancel(ctx)
-
-	// A runner that never reads must not hold the bridge: the write is
-	// bounded, and cancelling ctx closes the connection.
-	unhook := context.AfterFunc(ctx, func() { conn.Close() })
-	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Session: x.Session, Files: relay.FileLimits{
-		MaxFiles: x.Files.MaxFiles, MaxFileBytes: x.Files.MaxFileBytes, MaxBytes: x.Files.MaxBytes}}, e.opts.StartTimeout)
-	if !unhook() || ctx.Err() != nil {
-		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
-		return res, nil
-	}
-	if err != nil {
-		// The runner cannot run a frame it did not wholly receive.
-		return res, fmt.Errorf("%w: sending code to the runner: %w", errNotHandedOver, err)
+	res.Python = i.conn.hello.Python
+	if cancelled, err := i.handOver(ctx, x); cancelled || err != nil {
+		if cancelled {
+			res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
+		}
+		return res, err
 	}
 	if first {
 		res.Startup = time.Since(cmpTime(x.Began, i.start))
 	}
-	deadline := time.Now().Add(x.Timeout)
-	timeout := time.NewTimer(x.Timeout)
-	defer timeout.Stop()
-
-	out := newOutput(x.OutputBytes, x.Sink)
-	exitSeen := make(chan struct{})
-	done := make(chan readResult, 1)
-	// Cancelling serveCtx stops the reader waiting for a tool-call slot and
-	// cancels the calls in flight: done when the container is gone.
-	serveCtx, stopServe := context.WithCancel(ctx)
-	defer stopServe()
-	go func() { done <- e.serve(serveCtx, x.RunID, deadline, conn, out, x.Files, x.Session, exitSeen) }()
-
-	kill := func() {
-		kctx, cancel := context.WithTimeout(engineCtx, 10*time.Second)
-		defer cancel()
-		if err := e.rt.Kill(kctx, id); err != nil {
-			log.Warn().Err(err).Msg("killing container")
-		}
+	run := i.serve(ctx, x)
+	defer run.stopServe()
+	killedFor, interrupted, err := run.await(ctx)
+	if err != nil {
+		return res, err
 	}
-	// stop kills the container and ends the connection, then collects what
-	// the reader and the engine have to say.
-	var rr readResult
-	var w waitResult
-	stop := func() {
-		kill()
-		conn.Close()
-		stopServe()
-		rr = <-done
-		w = awaitExit(i.exited, 0, e.killWait, kill)
+	run.out.fill(&res)
+	if killedFor != "" {
+		kept = interrupted
+		return stopped(res, x, killedFor, interrupted), nil
 	}
+	kept = x.Session && run.rr.err == nil && run.rr.exit != nil && !i.ended()
+	return i.e.outcome(ctx, i.id, run.rr, run.w, res, i.limits, i.log)
+}
 
-	// interrupt asks a session's code to stop (KeyboardInterrupt) and
-	// reports whether it did within interruptGrace, its interpreter intact;
-	// otherwise the container is killed (stop).
-	interrupt := func() bool {
-		if !x.Session {
-			stop()
-			return false
-		}
-		if err := conn.interrupt(e.writeTimeout); err == nil {
-			grace := time.NewTimer(e.interruptGrace)
-			defer grace.Stop()
-			select {
-			case rr = <-done:
-				if rr.err == nil && rr.exit != nil {
-					return true
-				}
-				kill()
-				conn.Close()
-				w = awaitExit(i.exited, 0, e.killWait, kill)
-				return false
-			case w = <-i.exited:
-				kill()
-				conn.Close()
-				stopServe()
-				rr = <-done
-				return false
-			case <-grace.C:
-			}
-		}
+// begin marks the instance busy with an Exec, or says why it cannot run
+// one; first is whether it is its first.
+func (i *Container) begin(x ExecRequest) (first bool, err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	switch {
+	case i.closed:
+		return false, errors.New("this sandbox instance was closed")
+	case i.busy:
+		return false, errors.New("this sandbox instance is running code")
+	case i.used && !(i.session && i.kept && x.Session):
+		return false, errors.New("this sandbox instance already ran code")
+	}
+	first = !i.used
+	i.used, i.busy, i.session, i.kept = true, true, x.Session, false
+	return first, nil
+}
+
+// finish marks the Exec done; kept says a session's interpreter is there
+// for the next.
+func (i *Container) finish(kept bool) {
+	i.mu.Lock()
+	i.busy, i.kept = false, kept
+	i.mu.Unlock()
+}
+
+// handOver sends the runner the code. cancelled is true when ctx ended
+// first; an error wrapping errNotHandedOver means the runner did not get
+// it whole, so it ran nothing.
+func (i *Container) handOver(ctx context.Context, x ExecRequest) (cancelled bool, err error) {
+	// A runner that never reads must not hold the bridge: the write is
+	// bounded, and cancelling ctx closes the connection.
+	conn := i.conn
+	unhook := context.AfterFunc(ctx, func() { conn.Close() })
+	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Session: x.Session, Files: relay.FileLimits{
+		MaxFiles: x.Files.MaxFiles, MaxFileBytes: x.Files.MaxFileBytes, MaxBytes: x.Files.MaxBytes}}, i.e.opts.StartTimeout)
+	if !unhook() || ctx.Err() != nil {
+		return true, nil
+	}
+	if err != nil {
+		// The runner cannot run a frame it did not wholly receive.
+		return false, fmt.Errorf("%w: sending code to the runner: %w", errNotHandedOver, err)
+	}
+	return false, nil
+}
+
+// execution is one Exec from the code handed over to its end: the
+// runner's frames served in the background, and what the reader and the
+// engine said of the end.
+type execution struct {
+	i        *Container
+	x        ExecRequest
+	deadline time.Time
+	out      *output
+	exitSeen chan struct{}   // closed when the runner reported its exit
+	done     chan readResult // the reader's end
+	timeout  *time.Timer
+	// stopServe stops the reader waiting for a tool-call slot and cancels
+	// the calls in flight: done when the container is gone.
+	stopServe context.CancelFunc
+	rr        readResult
+	w         waitResult
+}
+
+// serve starts reading the runner's frames of x, answering its requests.
+func (i *Container) serve(ctx context.Context, x ExecRequest) *execution {
+	run := &execution{i: i, x: x, deadline: time.Now().Add(x.Timeout), out: newOutput(x.OutputBytes, x.Sink),
+		exitSeen: make(chan struct{}), done: make(chan readResult, 1), timeout: time.NewTimer(x.Timeout)}
+	serveCtx, stop := context.WithCancel(ctx)
+	run.stopServe = func() {
 		stop()
-		return false
+		run.timeout.Stop()
 	}
+	go func() {
+		run.done <- i.e.serve(serveCtx, x.RunID, run.deadline, i.conn, run.out, x.Files, x.Session, run.exitSeen)
+	}()
+	return run
+}
 
-	var killedFor Status
-	interrupted := false
+// await waits for the end of the code: its timeout or cancellation (then
+// killedFor says which, and interrupted whether a session's code stopped
+// on an interrupt and keeps its interpreter), the runner's report and
+// hang-up, or the container's end. An error is the engine's failure.
+func (run *execution) await(ctx context.Context) (killedFor Status, interrupted bool, err error) {
+	i := run.i
 	select {
-	case <-timeout.C:
-		killedFor = StatusTimeout
-		interrupted = interrupt()
+	case <-run.timeout.C:
+		return StatusTimeout, run.interrupt(), nil
 	case <-ctx.Done():
-		killedFor = StatusCancelled
-		interrupted = interrupt()
-	case <-exitSeen:
+		return StatusCancelled, run.interrupt(), nil
+	case <-run.exitSeen:
 		// The runner reported; give it a moment to hang up on its own.
-		grace := time.NewTimer(e.exitGrace)
+		grace := time.NewTimer(i.e.exitGrace)
+		defer grace.Stop()
 		select {
-		case rr = <-done:
-			w = i.settle(rr, kill)
+		case run.rr = <-run.done:
+			run.w = i.settle(run.rr, run.kill)
 		case <-grace.C:
-			stop()
+			run.stop()
 		}
-		grace.Stop()
-	case rr = <-done:
-		w = i.settle(rr, kill)
-	case w = <-i.exited:
-		if w.err != nil {
+	case run.rr = <-run.done:
+		run.w = i.settle(run.rr, run.kill)
+	case run.w = <-i.exited:
+		if run.w.err != nil {
 			// The engine, not the code, failed: say so.
-			kill()
-			conn.Close()
-			stopServe()
-			<-done
-			return res, fmt.Errorf("waiting for the container: %w", w.err)
+			run.kill()
+			i.conn.Close()
+			run.stopServe()
+			<-run.done
+			return "", false, fmt.Errorf("waiting for the container: %w", run.w.err)
 		}
 		// The container ended first. Its end closes the connection; the
 		// deadline covers a peer that kept it open (it never should).
-		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-		time.AfterFunc(2*time.Second, stopServe)
-		rr = <-done
+		_ = i.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		time.AfterFunc(2*time.Second, run.stopServe)
+		run.rr = <-run.done
 	}
-	out.fill(&res)
+	return "", false, nil
+}
+
+// kill kills the container, bounded.
+func (run *execution) kill() {
+	i := run.i
+	kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := i.e.rt.Kill(kctx, i.id); err != nil {
+		i.log.Warn().Err(err).Msg("killing container")
+	}
+}
+
+// stop kills the container and ends the connection, then collects what
+// the reader and the engine have to say.
+func (run *execution) stop() {
+	i := run.i
+	run.kill()
+	i.conn.Close()
+	run.stopServe()
+	run.rr = <-run.done
+	run.w = awaitExit(i.exited, 0, i.e.killWait, run.kill)
+}
+
+// interrupt asks a session's code to stop (KeyboardInterrupt) and reports
+// whether it did within interruptGrace, its interpreter intact; otherwise
+// (and for code outside a session at once) the container is killed.
+func (run *execution) interrupt() bool {
+	i := run.i
+	if !run.x.Session {
+		run.stop()
+		return false
+	}
+	if err := i.conn.interrupt(i.e.writeTimeout); err == nil {
+		grace := time.NewTimer(i.e.interruptGrace)
+		defer grace.Stop()
+		select {
+		case run.rr = <-run.done:
+			if run.rr.err == nil && run.rr.exit != nil {
+				return true
+			}
+			run.kill()
+			i.conn.Close()
+			run.w = awaitExit(i.exited, 0, i.e.killWait, run.kill)
+			return false
+		case run.w = <-i.exited:
+			run.kill()
+			i.conn.Close()
+			run.stopServe()
+			run.rr = <-run.done
+			return false
+		case <-grace.C:
+		}
+	}
+	run.stop()
+	return false
+}
+
+// stopped is the Result of code stopped for killedFor (a timeout or a
+// cancellation): interrupted when a session's code stopped on an
+// interrupt and keeps its state, else killed with its container.
+func stopped(res Result, x ExecRequest, killedFor Status, interrupted bool) Result {
+	res.Status, res.ExitCode = killedFor, -1
 	switch {
+	case interrupted && killedFor == StatusCancelled:
+		res.Message = "cancelled: the code was interrupted (KeyboardInterrupt) and stopped; the session keeps its state"
 	case interrupted:
-		kept = true
-		res.Status, res.ExitCode = killedFor, -1
 		res.Message = fmt.Sprintf("timed out after %s: the code was interrupted (KeyboardInterrupt) and stopped; the session keeps its state; output until then is kept", x.Timeout)
-		if killedFor == StatusCancelled {
-			res.Message = "cancelled: the code was interrupted (KeyboardInterrupt) and stopped; the session keeps its state"
-		}
-		return res, nil
+	case killedFor == StatusTimeout && x.Session:
+		res.Message = fmt.Sprintf("timed out after %s and did not stop when interrupted: the container was killed and the session's state is lost; output until then is kept", x.Timeout)
 	case killedFor == StatusTimeout:
-		res.Status, res.ExitCode = StatusTimeout, -1
 		res.Message = fmt.Sprintf("timed out after %s: the container was killed; output until then is kept", x.Timeout)
-		if x.Session {
-			res.Message = fmt.Sprintf("timed out after %s and did not stop when interrupted: the container was killed and the session's state is lost; output until then is kept", x.Timeout)
-		}
-		return res, nil
-	case killedFor == StatusCancelled:
-		res.Status, res.ExitCode = StatusCancelled, -1
+	case x.Session:
+		res.Message = "cancelled, and the code did not stop when interrupted: the container was killed and the session's state is lost"
+	default:
 		res.Message = "cancelled: the container was killed"
-		if x.Session {
-			res.Message = "cancelled, and the code did not stop when interrupted: the container was killed and the session's state is lost"
-		}
-		return res, nil
 	}
-	kept = x.Session && rr.err == nil && rr.exit != nil && !i.ended()
-	return e.outcome(ctx, id, rr, w, res, i.limits, log)
+	return res
 }
 
 // Closed reports whether Close was called.
