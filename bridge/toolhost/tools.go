@@ -237,100 +237,123 @@ func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.
 
 func (h *toolHandler) query(ctx context.Context, q relay.Query) relay.ToolResult {
 	var out any
+	var refusal *relay.ToolResult
 	switch q.Op {
 	case relay.OpServers:
-		servers, err := h.up.Servers(ctx)
-		if err != nil {
-			return failed(err)
-		}
-		list := make([]serverInfo, 0, len(servers))
-		names := make([]string, 0, len(servers))
-		for _, s := range servers {
-			names = append(names, s.Name)
-		}
-		aliases := proxy.ModuleAliases(names, moduleReserved)
-		for _, s := range servers {
-			desc := s.Description
-			if desc == "" {
-				desc = s.Title
-			}
-			if s.State == "unavailable" {
-				desc = "unavailable: " + s.Error
-			}
-			list = append(list, serverInfo{Name: s.Name, Description: desc, Module: aliases[s.Name]})
-		}
-		out = list
+		out, refusal = h.servers(ctx)
 	case relay.OpTools:
-		var a struct {
-			Server *string `json:"server"`
-		}
-		if err := json.Unmarshal(q.Args, &a); err != nil || a.Server == nil {
-			return invalid(`tools needs {"server": NAME}`)
-		}
-		if len(*a.Server) > maxServerName {
-			return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrUnknownServer,
-				Message: fmt.Sprintf("no MCP server has a name of %d bytes", len(*a.Server))}}
-		}
-		st, err := h.up.Resolve(ctx, *a.Server, "")
-		if err != nil {
-			return failed(err)
-		}
-		cat, err := h.up.Catalog(ctx)
-		if err != nil {
-			return failed(err)
-		}
-		tools := cat.Tools(*a.Server)
-		if len(tools) == 0 && st.State == "unavailable" {
-			return failed(&proxy.Error{Kind: proxy.KindUpstream, Message: fmt.Sprintf("server %q is unavailable: %s", st.Name, st.Error)})
-		}
-		list := make([]toolInfo, 0, len(tools))
-		for _, t := range tools {
-			in := t.InputSchema
-			if len(in) == 0 {
-				in = json.RawMessage(`{"type":"object"}`)
-			}
-			list = append(list, toolInfo{Name: t.Name, Title: t.Title, Description: t.Description,
-				InputSchema: in, OutputSchema: t.OutputSchema, Annotations: t.Annotations,
-				Returns: proxy.ResultShape(t.OutputSchema)})
-		}
-		out = list
+		out, refusal = h.tools(ctx, q.Args)
 	case relay.OpSearch:
-		var a struct {
-			Query *string `json:"query"`
-			Limit *int    `json:"limit"`
-		}
-		if err := json.Unmarshal(q.Args, &a); err != nil || a.Query == nil {
-			return invalid(`search needs {"query": TEXT, "limit": N}`)
-		}
-		if len(*a.Query) > maxQueryBytes {
-			return invalid("the search query is %d bytes; a few words say more (at most %d bytes)", len(*a.Query), maxQueryBytes)
-		}
-		limit := 5
-		if a.Limit != nil {
-			limit = *a.Limit
-		}
-		cat, err := h.up.Catalog(ctx)
-		if err != nil {
-			return failed(err)
-		}
-		hits := cat.Search(*a.Query, limit)
-		list := make([]searchHit, 0, len(hits))
-		for _, hit := range hits {
-			params := hit.Params
-			if params == nil {
-				params = []string{}
-			}
-			list = append(list, searchHit{Server: hit.Tool.Server, Tool: hit.Tool.Name,
-				Description: proxy.Summary(hit.Tool.Description), Score: hit.Score, Params: params,
-				Returns: proxy.ResultShape(hit.Tool.OutputSchema)})
-		}
-		out = list
+		out, refusal = h.search(ctx, q.Args)
 	default:
 		return invalid("unknown query %q", q.Op)
+	}
+	if refusal != nil {
+		return *refusal
 	}
 	js, err := json.Marshal(out)
 	if err != nil {
 		return failed(err)
 	}
 	return relay.ToolResult{Result: js}
+}
+
+// refused is a query's failed answer, as query returns it.
+func refused(r relay.ToolResult) (any, *relay.ToolResult) { return nil, &r }
+
+// servers answers the servers query: each server, its description, and
+// the name of its Python module.
+func (h *toolHandler) servers(ctx context.Context) (any, *relay.ToolResult) {
+	servers, err := h.up.Servers(ctx)
+	if err != nil {
+		return refused(failed(err))
+	}
+	names := make([]string, 0, len(servers))
+	for _, s := range servers {
+		names = append(names, s.Name)
+	}
+	aliases := proxy.ModuleAliases(names, moduleReserved)
+	list := make([]serverInfo, 0, len(servers))
+	for _, s := range servers {
+		desc := s.Description
+		if desc == "" {
+			desc = s.Title
+		}
+		if s.State == "unavailable" {
+			desc = "unavailable: " + s.Error
+		}
+		list = append(list, serverInfo{Name: s.Name, Description: desc, Module: aliases[s.Name]})
+	}
+	return list, nil
+}
+
+// tools answers the tools query: one server's tools, whole.
+func (h *toolHandler) tools(ctx context.Context, args json.RawMessage) (any, *relay.ToolResult) {
+	var a struct {
+		Server *string `json:"server"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil || a.Server == nil {
+		return refused(invalid(`tools needs {"server": NAME}`))
+	}
+	if len(*a.Server) > maxServerName {
+		return refused(relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrUnknownServer,
+			Message: fmt.Sprintf("no MCP server has a name of %d bytes", len(*a.Server))}})
+	}
+	st, err := h.up.Resolve(ctx, *a.Server, "")
+	if err != nil {
+		return refused(failed(err))
+	}
+	cat, err := h.up.Catalog(ctx)
+	if err != nil {
+		return refused(failed(err))
+	}
+	tools := cat.Tools(*a.Server)
+	if len(tools) == 0 && st.State == "unavailable" {
+		return refused(failed(&proxy.Error{Kind: proxy.KindUpstream, Message: fmt.Sprintf("server %q is unavailable: %s", st.Name, st.Error)}))
+	}
+	list := make([]toolInfo, 0, len(tools))
+	for _, t := range tools {
+		in := t.InputSchema
+		if len(in) == 0 {
+			in = json.RawMessage(`{"type":"object"}`)
+		}
+		list = append(list, toolInfo{Name: t.Name, Title: t.Title, Description: t.Description,
+			InputSchema: in, OutputSchema: t.OutputSchema, Annotations: t.Annotations,
+			Returns: proxy.ResultShape(t.OutputSchema)})
+	}
+	return list, nil
+}
+
+// search answers the search query: the tools that best match its words.
+func (h *toolHandler) search(ctx context.Context, args json.RawMessage) (any, *relay.ToolResult) {
+	var a struct {
+		Query *string `json:"query"`
+		Limit *int    `json:"limit"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil || a.Query == nil {
+		return refused(invalid(`search needs {"query": TEXT, "limit": N}`))
+	}
+	if len(*a.Query) > maxQueryBytes {
+		return refused(invalid("the search query is %d bytes; a few words say more (at most %d bytes)", len(*a.Query), maxQueryBytes))
+	}
+	limit := 5
+	if a.Limit != nil {
+		limit = *a.Limit
+	}
+	cat, err := h.up.Catalog(ctx)
+	if err != nil {
+		return refused(failed(err))
+	}
+	hits := cat.Search(*a.Query, limit)
+	list := make([]searchHit, 0, len(hits))
+	for _, hit := range hits {
+		params := hit.Params
+		if params == nil {
+			params = []string{}
+		}
+		list = append(list, searchHit{Server: hit.Tool.Server, Tool: hit.Tool.Name,
+			Description: proxy.Summary(hit.Tool.Description), Score: hit.Score, Params: params,
+			Returns: proxy.ResultShape(hit.Tool.OutputSchema)})
+	}
+	return list, nil
 }
