@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bridge-mcp/bridge/proxy/catalog"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,7 @@ type snapshot struct {
 	gen      uint64
 	version  uint64 // the local proxy's (Proxy.version) before the fetch
 	at       time.Time
-	catalog  *Catalog
+	catalog  *catalog.Catalog
 	servers  []ServerStatus
 	names    map[[2]string]string // (server, tool) -> the proxy's tool name
 	complete bool                 // every server answered
@@ -176,7 +177,7 @@ func (c *Client) localVersion() uint64 {
 const fetchTimeout = 90 * time.Second
 
 func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
-	var tools []CatalogTool
+	var tools []catalog.Tool
 	names := map[[2]string]string{}
 	for t, err := range c.sess.Tools(ctx, nil) {
 		if err != nil {
@@ -189,7 +190,7 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 			continue
 		}
 		names[[2]string{server, tool}] = t.Name
-		ct := CatalogTool{Server: server, Name: tool, Title: t.Title, Description: t.Description}
+		ct := catalog.Tool{Server: server, Name: tool, Title: t.Title, Description: t.Description}
 		ct.InputSchema = rawJSON(t.InputSchema)
 		ct.OutputSchema = rawJSON(t.OutputSchema)
 		if t.Annotations != nil {
@@ -212,7 +213,7 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 			complete = false
 		}
 	}
-	return &snapshot{gen: gen, at: time.Now(), catalog: NewCatalog(tools), servers: servers, names: names, complete: complete}, nil
+	return &snapshot{gen: gen, at: time.Now(), catalog: catalog.New(tools), servers: servers, names: names, complete: complete}, nil
 }
 
 func rawJSON(v any) json.RawMessage {
@@ -239,7 +240,7 @@ func (c *Client) Servers(ctx context.Context) ([]ServerStatus, error) {
 }
 
 // Catalog returns the tools of every server that answered.
-func (c *Client) Catalog(ctx context.Context) (*Catalog, error) {
+func (c *Client) Catalog(ctx context.Context) (*catalog.Catalog, error) {
 	s, err := c.snapshot(ctx)
 	if err != nil {
 		return nil, err
@@ -299,7 +300,7 @@ func unknownServer(name string, servers []ServerStatus) *Error {
 		names = append(names, s.Name)
 	}
 	msg := fmt.Sprintf("no MCP server %q%s", name, didYouMean(name, names))
-	if len(names) > 0 && len(Closest(name, names, 3)) == 0 {
+	if len(names) > 0 && len(catalog.Closest(name, names, 3)) == 0 {
 		msg += fmt.Sprintf(" (servers: %s)", strings.Join(names, ", "))
 	}
 	return &Error{Kind: KindUnknownSrv, Message: msg}
@@ -307,7 +308,7 @@ func unknownServer(name string, servers []ServerStatus) *Error {
 
 // didYouMean is "; did you mean: a, b?" or "".
 func didYouMean(name string, candidates []string) string {
-	near := Closest(name, candidates, 3)
+	near := catalog.Closest(name, candidates, 3)
 	if len(near) == 0 {
 		return ""
 	}

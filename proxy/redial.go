@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"github.com/bridge-mcp/bridge/proxy/catalog"
 	"sync"
 	"time"
 
@@ -121,7 +122,7 @@ func (r *Redialing) Servers(ctx context.Context) ([]ServerStatus, error) {
 }
 
 // Catalog is Client.Catalog on the current session.
-func (r *Redialing) Catalog(ctx context.Context) (*Catalog, error) {
+func (r *Redialing) Catalog(ctx context.Context) (*catalog.Catalog, error) {
 	c, err := r.get(ctx)
 	if err != nil {
 		return nil, err

@@ -11,13 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bridge-mcp/bridge/proxy/catalog"
+
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/skills"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/policy"
-	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -93,7 +94,7 @@ type skillIndex struct {
 	dir  string
 	mod  time.Time
 	list []skills.Skill
-	cat  *proxy.Catalog
+	cat  *catalog.Catalog
 }
 
 // skillsServer is the server name skills have in the search index.
@@ -225,13 +226,13 @@ func (h *skillHandler) listing(st *skills.Store) (*skillIndex, error) {
 	if err != nil {
 		return nil, err
 	}
-	docs := make([]proxy.CatalogTool, 0, len(list))
+	docs := make([]catalog.Tool, 0, len(list))
 	for _, s := range list {
 		// The signature stands in the title: its parameter names are
 		// words worth finding a skill by.
-		docs = append(docs, proxy.CatalogTool{Server: skillsServer, Name: s.Name, Title: s.Signature, Description: s.Description})
+		docs = append(docs, catalog.Tool{Server: skillsServer, Name: s.Name, Title: s.Signature, Description: s.Description})
 	}
-	idx = &skillIndex{dir: st.Dir(), mod: mod, list: list, cat: proxy.NewCatalog(docs)}
+	idx = &skillIndex{dir: st.Dir(), mod: mod, list: list, cat: catalog.New(docs)}
 	if time.Since(mod) >= settleListing {
 		h.mu.Lock()
 		h.index = idx
@@ -295,7 +296,7 @@ func (h *skillHandler) source(cfg policy.Skills, args json.RawMessage) relay.Too
 			for _, s := range idx.list {
 				names = append(names, s.Name)
 			}
-			if c := proxy.Closest(*a.Name, names, 3); len(c) > 0 {
+			if c := catalog.Closest(*a.Name, names, 3); len(c) > 0 {
 				msg += " (did you mean " + strings.Join(c, ", ") + "?)"
 			}
 		}
@@ -401,7 +402,7 @@ func (h *skillHandler) search(cfg policy.Skills, args json.RawMessage, tools rel
 	if st, err := h.open(cfg); err == nil {
 		if idx, err := h.listing(st); err == nil {
 			for _, sh := range idx.cat.Search(a.Query, limit) {
-				hits = append(hits, hit{skillHit{Skill: sh.Tool.Name, Description: proxy.Summary(sh.Tool.Description),
+				hits = append(hits, hit{skillHit{Skill: sh.Tool.Name, Description: catalog.Summary(sh.Tool.Description),
 					Signature: sh.Tool.Title, Score: sh.Score}, sh.Score})
 			}
 		}

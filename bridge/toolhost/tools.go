@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-mcp/bridge/proxy/catalog"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
@@ -41,7 +43,7 @@ const (
 // proxy. *proxy.Client implements it.
 type Upstreams interface {
 	Servers(ctx context.Context) ([]proxy.ServerStatus, error)
-	Catalog(ctx context.Context) (*proxy.Catalog, error)
+	Catalog(ctx context.Context) (*catalog.Catalog, error)
 	Resolve(ctx context.Context, server, tool string) (proxy.ServerStatus, error)
 	Call(ctx context.Context, call proxy.Call) (*mcp.CallToolResult, error)
 	// CallJSON is Call with the result as JSON, encoded once.
@@ -194,7 +196,7 @@ type (
 		Description  string          `json:"description"`
 		InputSchema  json.RawMessage `json:"input_schema"`
 		OutputSchema json.RawMessage `json:"output_schema,omitempty"`
-		Returns      string          `json:"returns,omitempty"` // proxy.ResultShape(OutputSchema)
+		Returns      string          `json:"returns,omitempty"` // catalog.ResultShape(OutputSchema)
 		Annotations  json.RawMessage `json:"annotations,omitempty"`
 	}
 	searchHit struct {
@@ -203,7 +205,7 @@ type (
 		Description string   `json:"description"`
 		Score       float64  `json:"score"`
 		Params      []string `json:"params"`
-		Returns     string   `json:"returns,omitempty"` // proxy.ResultShape of the tool's output schema
+		Returns     string   `json:"returns,omitempty"` // catalog.ResultShape of the tool's output schema
 	}
 )
 
@@ -272,7 +274,7 @@ func (h *toolHandler) servers(ctx context.Context) (any, *relay.ToolResult) {
 	for _, s := range servers {
 		names = append(names, s.Name)
 	}
-	aliases := proxy.ModuleAliases(names, moduleReserved)
+	aliases := catalog.ModuleAliases(names, moduleReserved)
 	list := make([]serverInfo, 0, len(servers))
 	for _, s := range servers {
 		desc := s.Description
@@ -319,7 +321,7 @@ func (h *toolHandler) tools(ctx context.Context, args json.RawMessage) (any, *re
 		}
 		list = append(list, toolInfo{Name: t.Name, Title: t.Title, Description: t.Description,
 			InputSchema: in, OutputSchema: t.OutputSchema, Annotations: t.Annotations,
-			Returns: proxy.ResultShape(t.OutputSchema)})
+			Returns: catalog.ResultShape(t.OutputSchema)})
 	}
 	return list, nil
 }
@@ -352,8 +354,8 @@ func (h *toolHandler) search(ctx context.Context, args json.RawMessage) (any, *r
 			params = []string{}
 		}
 		list = append(list, searchHit{Server: hit.Tool.Server, Tool: hit.Tool.Name,
-			Description: proxy.Summary(hit.Tool.Description), Score: hit.Score, Params: params,
-			Returns: proxy.ResultShape(hit.Tool.OutputSchema)})
+			Description: catalog.Summary(hit.Tool.Description), Score: hit.Score, Params: params,
+			Returns: catalog.ResultShape(hit.Tool.OutputSchema)})
 	}
 	return list, nil
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-mcp/bridge/proxy/catalog"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bridge-mcp/bridge/internal/relay"
@@ -23,14 +25,14 @@ import (
 // fakeUpstreams is an in-memory proxy client for unit tests.
 type fakeUpstreams struct {
 	servers []proxy.ServerStatus
-	catalog *proxy.Catalog
+	catalog *catalog.Catalog
 	result  *mcp.CallToolResult
 	err     error
 	gotRun  string
 }
 
 func (f *fakeUpstreams) Servers(context.Context) ([]proxy.ServerStatus, error) { return f.servers, nil }
-func (f *fakeUpstreams) Catalog(context.Context) (*proxy.Catalog, error)       { return f.catalog, nil }
+func (f *fakeUpstreams) Catalog(context.Context) (*catalog.Catalog, error)     { return f.catalog, nil }
 func (f *fakeUpstreams) Resolve(_ context.Context, server, _ string) (proxy.ServerStatus, error) {
 	for _, s := range f.servers {
 		if s.Name == server {
@@ -58,7 +60,7 @@ func newFake() *fakeUpstreams {
 			{Name: "search", Title: "A search server", State: "ready"},
 			{Name: "down", State: "unavailable", Error: "exec: not found"},
 		},
-		catalog: proxy.NewCatalog([]proxy.CatalogTool{
+		catalog: catalog.New([]catalog.Tool{
 			{Server: "server-everything", Name: "echo", Description: "Echoes back the input. Second sentence.",
 				InputSchema: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}}}`)},
 			{Server: "search", Name: "web_search", Description: "Searches the web."},
@@ -138,7 +140,7 @@ func TestToolHandlerQueries(t *testing.T) {
 // no "returns".
 func TestToolHandlerResultShapes(t *testing.T) {
 	up := newFake()
-	up.catalog = proxy.NewCatalog([]proxy.CatalogTool{
+	up.catalog = catalog.New([]catalog.Tool{
 		{Server: "server-everything", Name: "list_users", Description: "Lists the users.",
 			OutputSchema: json.RawMessage(`{"type":"object","properties":{"users":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"email":{"type":"string"}},"required":["id"]}},"next":{"type":["string","null"]}},"required":["users"]}`)},
 		{Server: "server-everything", Name: "echo", Description: "Echoes the users' input."},
@@ -229,12 +231,12 @@ func TestToolHandlerBoundsWhatTheSandboxAsks(t *testing.T) {
 // big for the sandbox is refused with a hint.
 func TestToolHandlerHostBudget(t *testing.T) {
 	up := newFake()
-	var tools []proxy.CatalogTool
+	var tools []catalog.Tool
 	for i := range 2000 {
-		tools = append(tools, proxy.CatalogTool{Server: "search", Name: fmt.Sprintf("tool_%d", i),
+		tools = append(tools, catalog.Tool{Server: "search", Name: fmt.Sprintf("tool_%d", i),
 			Description: strings.Repeat("a long description ", 20)})
 	}
-	up.catalog = proxy.NewCatalog(tools)
+	up.catalog = catalog.New(tools)
 	h := New(up, Options{MaxResult: 64 << 10})
 
 	r := h.Query(context.Background(), "run", relay.Query{ID: 1, Op: relay.OpTools, Args: json.RawMessage(`{"server":"search"}`)})

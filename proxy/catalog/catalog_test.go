@@ -1,4 +1,4 @@
-package proxy
+package catalog
 
 import (
 	"encoding/json"
@@ -65,7 +65,7 @@ var referenceServers = []string{"filesystem", "memory", "everything"}
 // referenceCatalog returns the catalog of referenceTools.
 func referenceCatalog(t testing.TB) *Catalog {
 	t.Helper()
-	var tools []CatalogTool
+	var tools []Tool
 	for _, server := range referenceServers {
 		var list []struct {
 			Name         string          `json:"name"`
@@ -79,11 +79,11 @@ func referenceCatalog(t testing.TB) *Catalog {
 			t.Fatalf("%s: %v", server, err)
 		}
 		for _, l := range list {
-			tools = append(tools, CatalogTool{Server: server, Name: l.Name, Title: l.Title, Description: l.Description,
+			tools = append(tools, Tool{Server: server, Name: l.Name, Title: l.Title, Description: l.Description,
 				InputSchema: l.InputSchema, OutputSchema: l.OutputSchema, Annotations: l.Annotations})
 		}
 	}
-	return NewCatalog(tools)
+	return New(tools)
 }
 
 func TestStem(t *testing.T) {
@@ -240,11 +240,11 @@ func TestSearchEdges(t *testing.T) {
 			t.Errorf("Search(..., %d) returned %d hits, want %d", tt.limit, got, tt.want)
 		}
 	}
-	var many []CatalogTool
+	var many []Tool
 	for i := range 80 {
-		many = append(many, CatalogTool{Server: "s", Name: fmt.Sprintf("tool_%02d", i), Description: "Does things."})
+		many = append(many, Tool{Server: "s", Name: fmt.Sprintf("tool_%02d", i), Description: "Does things."})
 	}
-	if got := len(NewCatalog(many).Search("things", 1000)); got != 50 {
+	if got := len(New(many).Search("things", 1000)); got != 50 {
 		t.Errorf("Search(..., 1000) on 80 matching tools returned %d hits, want 50", got)
 	}
 
@@ -266,10 +266,10 @@ func TestSearchEdges(t *testing.T) {
 }
 
 func TestSearchTiesAndExact(t *testing.T) {
-	same := func(server, name string) CatalogTool {
-		return CatalogTool{Server: server, Name: name, Description: "Fetch a web page."}
+	same := func(server, name string) Tool {
+		return Tool{Server: server, Name: name, Description: "Fetch a web page."}
 	}
-	c := NewCatalog([]CatalogTool{same("web2", "fetch"), same("web1", "fetch"), same("web1", "get"), same("a", "fetch")})
+	c := New([]Tool{same("web2", "fetch"), same("web1", "fetch"), same("web1", "get"), same("a", "fetch")})
 	if got, want := hitNames(c.Search("web page", 10)), []string{"a.fetch", "web1.fetch", "web1.get", "web2.fetch"}; !slices.Equal(got, want) {
 		t.Errorf("ties: got %q, want %q", got, want)
 	}
@@ -282,7 +282,7 @@ func TestSearchTiesAndExact(t *testing.T) {
 	}
 
 	// An exact name wins even when its terms score nothing.
-	c = NewCatalog([]CatalogTool{
+	c = New([]Tool{
 		{Server: "s", Name: "the", Description: "Returns the weather."},
 		{Server: "s", Name: "weather", Description: "The weather, the forecast and the wind."},
 	})
@@ -291,7 +291,7 @@ func TestSearchTiesAndExact(t *testing.T) {
 	}
 
 	// Empty catalogs.
-	for _, c := range []*Catalog{NewCatalog(nil), nil, {}} {
+	for _, c := range []*Catalog{New(nil), nil, {}} {
 		if hits := c.Search("anything", 5); hits != nil {
 			t.Errorf("empty catalog: got %q", hitNames(hits))
 		}
@@ -302,19 +302,19 @@ func TestSearchTiesAndExact(t *testing.T) {
 }
 
 func TestCatalogAccessors(t *testing.T) {
-	tools := []CatalogTool{
+	tools := []Tool{
 		{Server: "b", Name: "z"},
 		{Server: "a", Name: "y"},
 		{Server: "b", Name: "x", Description: "first"},
 		{Server: "b", Name: "x", Description: "second"},
 		{Server: "a", Name: "w"},
 	}
-	c := NewCatalog(tools)
+	c := New(tools)
 	tools[0].Name = "changed" // the catalog has its own copy
 	if c.Len() != 4 {
 		t.Errorf("Len() = %d, want 4", c.Len())
 	}
-	names := func(ts []CatalogTool) []string {
+	names := func(ts []Tool) []string {
 		var out []string
 		for _, t := range ts {
 			out = append(out, t.Name)
@@ -511,7 +511,7 @@ func TestSummary(t *testing.T) {
 
 // syntheticCatalog returns n tools on n/50 servers, with names,
 // descriptions and schemas made of a few hundred words.
-func syntheticCatalog(n int) []CatalogTool {
+func syntheticCatalog(n int) []Tool {
 	rng := rand.New(rand.NewPCG(1, 2))
 	verbs := strings.Fields("get list create update delete search read write move copy sync send fetch run start stop query export import merge")
 	nouns := strings.Fields("file directory issue pull_request comment user repository branch commit page database table row message channel event calendar invoice customer order ticket")
@@ -523,14 +523,14 @@ func syntheticCatalog(n int) []CatalogTool {
 		}
 		return strings.Join(ws, " ")
 	}
-	tools := make([]CatalogTool, n)
+	tools := make([]Tool, n)
 	for i := range tools {
 		verb, noun := verbs[rng.IntN(len(verbs))], nouns[rng.IntN(len(nouns))]
 		var props []string
 		for p := range 1 + rng.IntN(4) {
 			props = append(props, fmt.Sprintf("%q:{\"type\":\"string\",\"description\":%q}", fmt.Sprintf("%s%d", vocab[rng.IntN(len(vocab))], p), words(8)))
 		}
-		tools[i] = CatalogTool{
+		tools[i] = Tool{
 			Server:      fmt.Sprintf("server-%02d", i/50),
 			Name:        fmt.Sprintf("%s_%s_%d", verb, noun, i),
 			Title:       verb + " " + noun,
@@ -543,7 +543,7 @@ func syntheticCatalog(n int) []CatalogTool {
 
 func TestSyntheticCatalog(t *testing.T) {
 	tools := syntheticCatalog(1000)
-	c := NewCatalog(tools)
+	c := New(tools)
 	if c.Len() != 1000 {
 		t.Fatalf("Len() = %d", c.Len())
 	}
@@ -559,7 +559,7 @@ func TestSyntheticCatalog(t *testing.T) {
 var benchQueries = []string{"create issue", "list files in a directory", "search pull requests by owner", "delete", "send message to channel", "get_user_7", "calendar events in a date range"}
 
 func BenchmarkSearch(b *testing.B) {
-	c := NewCatalog(syntheticCatalog(1000))
+	c := New(syntheticCatalog(1000))
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -572,7 +572,7 @@ func BenchmarkNewCatalog(b *testing.B) {
 	tools := syntheticCatalog(1000)
 	b.ReportAllocs()
 	for b.Loop() {
-		NewCatalog(tools)
+		New(tools)
 	}
 }
 

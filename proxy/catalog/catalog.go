@@ -1,4 +1,9 @@
-package proxy
+// Package catalog is what the code in the sandbox sees of the upstream
+// servers' tools: the catalog of every tool and its BM25F search
+// (catalog.go), the closest names to one mistyped (catalog.go), the Python
+// module name of each server (alias.go), and the shape of a tool's result
+// from its output schema (shape.go).
+package catalog
 
 import (
 	"bytes"
@@ -14,8 +19,8 @@ import (
 	"github.com/bridge-mcp/bridge/internal/suggest"
 )
 
-// CatalogTool is one tool of one upstream server.
-type CatalogTool struct {
+// Tool is one tool of one upstream server.
+type Tool struct {
 	Server       string
 	Name         string
 	Title        string
@@ -27,7 +32,7 @@ type CatalogTool struct {
 
 // SearchHit is one result of Catalog.Search.
 type SearchHit struct {
-	Tool  CatalogTool
+	Tool  Tool
 	Score float64
 	// Params are the property names of Tool.InputSchema, in schema order;
 	// nil when it has none or is not a JSON object.
@@ -79,12 +84,12 @@ var fieldWeights = [numFields]float64{
 // Catalog is an immutable, searchable set of tools. Safe for concurrent use.
 // A nil *Catalog is empty.
 //
-// The CatalogTool values it returns share their json.RawMessage fields with
+// The Tool values it returns share their json.RawMessage fields with
 // the catalog: callers must not modify them.
 type Catalog struct {
-	tools    []CatalogTool // in input order, duplicates dropped
-	params   [][]string    // per tool, its InputSchema property names
-	byServer map[string][]CatalogTool
+	tools    []Tool     // in input order, duplicates dropped
+	params   [][]string // per tool, its InputSchema property names
+	byServer map[string][]Tool
 	byName   map[toolKey]int
 	// exact maps a lower-cased tool name, and a lower-cased "server.tool",
 	// to the tools it names.
@@ -106,7 +111,7 @@ type posting struct {
 	sat float64
 }
 
-// NewCatalog indexes tools. It keeps their order per server; a tool whose
+// New indexes tools. It keeps their order per server; a tool whose
 // server and name repeat an earlier one's is dropped.
 //
 // Search scores tools with BM25F (Robertson & Zaragoza's "simple BM25F"),
@@ -119,9 +124,9 @@ type posting struct {
 // k1 = 1.2 and multiplied by the term's IDF, ln(1 + (N-df+0.5)/(df+0.5)),
 // df counting the tools that have the term in any field. Every field is
 // tokenised alike (see appendTokens).
-func NewCatalog(tools []CatalogTool) *Catalog {
+func New(tools []Tool) *Catalog {
 	c := &Catalog{
-		byServer: make(map[string][]CatalogTool),
+		byServer: make(map[string][]Tool),
 		byName:   make(map[toolKey]int, len(tools)),
 		exact:    make(map[string][]int32, 2*len(tools)),
 		terms:    make(map[string]int32),
@@ -239,7 +244,7 @@ func NewCatalog(tools []CatalogTool) *Catalog {
 }
 
 // Tools returns the tools of server in input order, or nil if it has none.
-func (c *Catalog) Tools(server string) []CatalogTool {
+func (c *Catalog) Tools(server string) []Tool {
 	if c == nil {
 		return nil
 	}
@@ -247,13 +252,13 @@ func (c *Catalog) Tools(server string) []CatalogTool {
 }
 
 // Lookup returns the tool of server named tool.
-func (c *Catalog) Lookup(server, tool string) (CatalogTool, bool) {
+func (c *Catalog) Lookup(server, tool string) (Tool, bool) {
 	if c == nil {
-		return CatalogTool{}, false
+		return Tool{}, false
 	}
 	i, ok := c.byName[toolKey{server, tool}]
 	if !ok {
-		return CatalogTool{}, false
+		return Tool{}, false
 	}
 	return c.tools[i], true
 }
@@ -270,7 +275,7 @@ func (c *Catalog) Len() int {
 // (5 when limit <= 0, never more than 50), nil when none matches or query has
 // no terms (it is empty or holds only stop words).
 //
-// The query is tokenised as the tools are (see NewCatalog and appendTokens)
+// The query is tokenised as the tools are (see New and appendTokens)
 // and each distinct term counts once. A term that is in no tool expands
 // to the indexed terms it is a prefix of, if it has at least 3 letters
 // ("dir" finds "directory"): a tool then earns, at half weight, the best
