@@ -1,12 +1,3 @@
-// Package proxy connects to the user's upstream MCP servers and serves their
-// tools to the sandbox, under the operator's policy. It holds their
-// configuration (LoadFiles reads the mcpServers JSON files of Claude
-// Desktop, Claude Code and Cursor and VS Code's servers files; DefaultPaths
-// lists where those live), the upstream sessions, started on first use and
-// restarted after a crash (upstream.go), the catalog the code searches
-// (catalog.go), and the MCP server that offers every upstream tool as
-// SERVER__TOOL (proxy.go), which a bridge reaches in process or, shared,
-// over HTTP (Client, DialHTTP).
 package proxy
 
 import (

@@ -1,0 +1,252 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bridge-mcp/bridge/policy"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// call is callTool with the failure as an error (an *Error) and the
+// result's JSON too: it is encoded once, for its size, and a bridge in the
+// same process sends those bytes on as they are (see Client.CallJSON).
+//
+// With wantRaw, the caller needs only the result's JSON: a big one is then
+// passed on as the server wrote it, and the returned result is an empty
+// stand-in (raw.go). asker asks the human when the policy says ask (nil:
+// tools.ask_fallback); report, if set, is filled in. Its steps: the gate,
+// the upstream, the result, each recorded.
+func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool, asker Asker, report *CallReport) (*mcp.CallToolResult, []byte, error) {
+	runID, _ := params.Meta[MetaRunID].(string)
+	if report == nil {
+		report = &CallReport{}
+	}
+	c := &callRecord{p: p, start: time.Now(), rec: policy.Call{RunID: runID, Server: server, Tool: tool, ArgumentBytes: len(params.Arguments)}}
+	g, err := p.gate(ctx, c, params, asker, report)
+	if err != nil {
+		return nil, nil, err
+	}
+	if report.Decision == "" {
+		report.Decision = "allow" // no policy
+	}
+	upStart := time.Now()
+	res, raw, err := p.byName[server].call(ctx, tool, g.callArgs(), g.timeout, wantRaw)
+	report.Upstream = time.Since(upStart)
+	res, js, err := resultJSON(server, tool, res, raw, err, g.maxResult, &c.rec)
+	if g.tokens != nil {
+		if err == nil {
+			res, js, err = g.tokens.apply(res, js, wantRaw)
+		} else {
+			err = g.tokens.applyError(err)
+		}
+	}
+	return c.finish(res, js, err)
+}
+
+// callRecord is the audit record of one call, and how it is written.
+type callRecord struct {
+	p     *Proxy
+	start time.Time
+	rec   policy.Call
+	run   *policy.Run // the call's run, once the gate found it
+}
+
+// write records the call with the policy's store, if there is one.
+func (c *callRecord) write() {
+	if store := c.p.opts.Policy; store != nil {
+		store.Record(c.run, c.rec)
+	}
+}
+
+// refuse records a call refused by rule and returns its error.
+func (c *callRecord) refuse(kind, rule, msg string) error {
+	c.rec.Rule, c.rec.Duration = rule, time.Since(c.start)
+	c.write()
+	c.p.log.Debug().Str("run_id", c.rec.RunID).Str("server", c.rec.Server).Str("tool", c.rec.Tool).Str("rule", rule).Msg("proxy: call refused")
+	return &Error{Kind: kind, Message: msg}
+}
+
+// finish records a call that went to its upstream, and returns its end.
+func (c *callRecord) finish(res *mcp.CallToolResult, js []byte, err error) (*mcp.CallToolResult, []byte, error) {
+	c.rec.Duration = time.Since(c.start)
+	ev := c.p.log.Debug().Str("run_id", c.rec.RunID).Str("server", c.rec.Server).Str("tool", c.rec.Tool).Dur("took", c.rec.Duration)
+	if err != nil {
+		c.rec.Error = KindUpstream
+		var pe *Error
+		if errors.As(err, &pe) {
+			c.rec.Error = pe.Kind
+		}
+		c.write()
+		ev.Err(err).Msg("proxy: call failed")
+		return nil, nil, err
+	}
+	c.write()
+	ev.Bool("is_error", res.IsError).Msg("proxy: call")
+	return res, js, nil
+}
+
+// gated is what the policy's gate let through of one call: its timeout,
+// the largest result it may have, its arguments (with tokenized values
+// restored) and what tokenizes its result.
+type gated struct {
+	timeout   time.Duration
+	maxResult int64
+	args      json.RawMessage
+	tokens    *callTokens // nil: nothing to tokenize
+}
+
+// callArgs are the arguments as the upstream gets them: an empty object
+// for none.
+func (g gated) callArgs() any {
+	if len(g.args) == 0 {
+		return map[string]any{}
+	}
+	return g.args
+}
+
+// gate applies the policy to a call, in order: the run and its call
+// budget, the server, the tool's rule, the argument size, the human when
+// the rule asks (never about a call refused anyway), the rates, and the
+// restoring of tokenized values. A refusal is recorded and returned as an
+// *Error. Without a policy every call goes through.
+func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolParamsRaw, asker Asker, report *CallReport) (gated, error) {
+	g := gated{args: json.RawMessage(params.Arguments)}
+	store := p.opts.Policy
+	if store == nil {
+		return g, nil
+	}
+	server, tool, runID := c.rec.Server, c.rec.Tool, c.rec.RunID
+	snap := store.Current()
+	if runID != "" {
+		run, err := store.Remote(runID, runDeadline(params.Meta, c.start))
+		if err != nil {
+			kind, rule := KindLimit, ""
+			var rr *policy.RunRefused
+			if errors.As(err, &rr) {
+				rule = rr.Rule
+				if rr.Invalid {
+					kind, c.rec.RunID = KindInvalid, "" // never write what a client made up
+				}
+			}
+			return g, c.refuse(kind, rule, err.Error())
+		}
+		c.run, snap = run, run.Snap
+	}
+	pol := snap.Policy
+	// Every call counts against the run's budget, refused ones too: code
+	// looping on a denied tool must run out.
+	if c.run != nil && !c.run.TakeCall() {
+		return g, c.refuse(KindLimit, "budgets.max_calls_per_run", fmt.Sprintf(
+			"this run has made the %d tool calls the policy allows (budgets.max_calls_per_run)", pol.Budgets.MaxCallsPerRun))
+	}
+	if !pol.ServerAllowed(server) {
+		d := pol.Decide(policy.Tool{Server: server, Name: tool})
+		report.Decision = d.Verdict()
+		return g, c.refuse(KindDenied, pol.RuleName(d), d.Reason)
+	}
+	d := pol.Decide(p.toolInfo(p.byName[server], tool))
+	c.rec.Rule, report.Decision = pol.RuleName(d), d.Verdict()
+	if !d.Allow && !d.Ask {
+		return g, c.refuse(KindDenied, c.rec.Rule, d.Reason)
+	}
+	if max := pol.Budgets.MaxArgumentBytes; int64(c.rec.ArgumentBytes) > max {
+		return g, c.refuse(KindLimit, "budgets.max_argument_bytes", fmt.Sprintf(
+			"the arguments to %s/%s are %d bytes, over the policy's budgets.max_argument_bytes (%d)", server, tool, c.rec.ArgumentBytes, max))
+	}
+	if d.Ask {
+		ans, why := ask(ctx, asker, pol, Question{RunID: runID, Server: server, Tool: tool, Reason: d.Reason,
+			Arguments: SummarizeArguments(params.Arguments, maxArgumentSummary),
+			Timeout:   pol.Tools.AskTimeout, Remember: pol.Tools.AskRemember})
+		c.rec.Asked, report.Asked = ans.How, ans.How
+		if !ans.Allow {
+			return g, c.refuse(KindDenied, c.rec.Rule, why)
+		}
+	}
+	// Rates are shared by every run, whichever policy version it has: the
+	// buckets of the policy in force.
+	lim := store.Current().Limiter
+	if ok, r, retry := lim.Take(server, tool); !ok {
+		return g, c.refuse(KindLimit, lim.RateName(r), fmt.Sprintf(
+			"%s reached; the next call can go in %s", lim.Describe(r, server, tool), retry.Round(time.Millisecond)))
+	}
+	g.timeout, g.maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
+	var err error
+	if g.args, g.tokens, err = p.tokens(pol, c.run, server, tool, g.args); err != nil {
+		return g, c.refuse(KindInvalid, "tokenize.restore", err.Error())
+	}
+	c.rec.Allowed = true
+	return g, nil
+}
+
+// resultJSON is an upstream's answer as the proxy hands it on: its JSON,
+// encoded once (or, raw, as the upstream wrote it), measured against
+// maxResult (0: no bound), and a failure the upstream claims to be the
+// proxy's own taken out. rec gets the result's size.
+func resultJSON(server, tool string, res *mcp.CallToolResult, raw []byte, err error, maxResult int64, rec *policy.Call) (*mcp.CallToolResult, []byte, error) {
+	if raw != nil && bytes.Contains(raw, []byte(MetaError)) {
+		// It may claim to be the proxy's own failure: decode it, and let
+		// the usual way below take that claim out.
+		res = &mcp.CallToolResult{}
+		if jerr := json.Unmarshal(raw, res); jerr != nil {
+			res, err = nil, errorf(KindUpstream, "the result of %s/%s is not a tool result: %v", server, tool, jerr)
+		}
+		raw = nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	js := raw
+	if js == nil {
+		if _, ok := res.Meta[MetaError]; ok {
+			// Only the proxy says a failure was its own.
+			meta := mcp.Meta{}
+			for k, v := range res.Meta {
+				if k != MetaError {
+					meta[k] = v
+				}
+			}
+			res.Meta = meta
+		}
+		var jerr error
+		if js, jerr = encodeResult(res); jerr != nil {
+			return nil, nil, errorf(KindUpstream, "the result of %s/%s cannot be encoded: %v", server, tool, jerr)
+		}
+	}
+	rec.ResultBytes = len(js)
+	if maxResult > 0 && int64(rec.ResultBytes) > maxResult {
+		return nil, nil, errorf(KindLimit, "the result of %s/%s is %d bytes, over the policy's budgets.max_result_bytes (%d)",
+			server, tool, rec.ResultBytes, maxResult)
+	}
+	return res, js, nil
+}
+
+// localCall answers the call of a bridge in the same process without the
+// MCP hop between them: the same checks and policy as a tools/call, with
+// the result's JSON. known is false for a (server, tool) no upstream lists.
+// With wantRaw, only js is wanted (see call).
+func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, server, tool string, wantRaw bool, asker Asker, report *CallReport) (res *mcp.CallToolResult, js []byte, known bool, err error) {
+	p.regMu.Lock()
+	k, ok := p.known[ToolName(server, tool)]
+	p.regMu.Unlock()
+	if !ok || k != [2]string{server, tool} {
+		return nil, nil, false, nil
+	}
+	res, js, err = p.call(ctx, params, server, tool, wantRaw, asker, report)
+	return res, js, true, err
+}
+
+// toolInfo is what the policy knows of a server's tool: its annotations,
+// from the last tool list (none if the tool is not in it).
+func (p *Proxy) toolInfo(u *upstream, tool string) policy.Tool {
+	for _, t := range u.cachedTools() {
+		if t.Name == tool {
+			return toolPolicy(u.cfg.Name, t)
+		}
+	}
+	return policy.Tool{Server: u.cfg.Name, Name: tool}
+}
