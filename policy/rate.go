@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // maxBuckets bounds the buckets one Limiter holds.
@@ -18,8 +20,8 @@ const maxBuckets = 10000
 // server for a rate per "server", one per rate, server and tool for a rate
 // per "tool" (or Per unset). It starts full, with Burst tokens (Burst <= 0:
 // max(1, ceil(PerSecond))), and refills continuously at PerSecond tokens a
-// second up to Burst. A rate whose PerSecond is not positive (Parse rejects
-// those) never refills.
+// second up to Burst: a golang.org/x/time/rate Limiter. A rate whose
+// PerSecond is not positive (Parse rejects those) never refills.
 //
 // Memory is bounded: a Limiter holds at most 10,000 buckets. To make room
 // for a new one it forgets the least recently used bucket that is full
@@ -44,8 +46,8 @@ type Limiter struct {
 
 type rateLimit struct {
 	perServer bool
-	perSecond float64
-	burst     float64
+	limit     rate.Limit
+	burst     int
 }
 
 type bucketKey struct {
@@ -55,9 +57,8 @@ type bucketKey struct {
 
 type bucket struct {
 	key        bucketKey
-	tokens     float64
-	last       time.Time // when tokens was last brought up to date
-	seq        uint64    // the Take that last used it
+	tokens     *rate.Limiter
+	seq        uint64 // the Take that last used it
 	prev, next *bucket
 }
 
@@ -78,7 +79,13 @@ func NewLimiter(rates []Rate, now func() time.Time) *Limiter {
 	l.lru.next, l.lru.prev = &l.lru, &l.lru
 	for i := range l.rates {
 		r := &l.rates[i]
-		l.lims[i] = rateLimit{perServer: r.Per == "server", perSecond: r.PerSecond, burst: float64(burstOf(r))}
+		lim := rate.Limit(r.PerSecond)
+		if !(r.PerSecond > 0) {
+			lim = 0
+		} else if math.IsInf(r.PerSecond, 1) {
+			lim = rate.Inf
+		}
+		l.lims[i] = rateLimit{perServer: r.Per == "server", limit: lim, burst: burstOf(r)}
 	}
 	return l
 }
@@ -95,10 +102,6 @@ func burstOf(r *Rate) int {
 	return 1
 }
 
-// epsilon absorbs the rounding of refills, so that a call made retryAfter
-// after being refused finds its token.
-const epsilon = 1e-9
-
 // Take takes one token from every bucket that applies to (server, tool):
 // those of every rate whose server and tool globs match. If any of them is
 // empty it takes none and returns the first empty rate (a pointer into the
@@ -114,7 +117,7 @@ func (l *Limiter) Take(server, tool string) (ok bool, limited *Rate, retryAfter 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
-	var buf [4]*bucket
+	var buf [4]*rate.Reservation
 	taken := buf[:0]
 	for i := range l.rates {
 		r := &l.rates[i]
@@ -127,42 +130,33 @@ func (l *Limiter) Take(server, tool string) (ok bool, limited *Rate, retryAfter 
 			key.tool = tool
 		}
 		b := l.bucket(key, lim, now)
-		if b.tokens+epsilon < 1 {
-			return false, r, wait(1-b.tokens, lim.perSecond)
+		res := b.tokens.ReserveN(now, 1)
+		if d := res.DelayFrom(now); !res.OK() || d > 0 {
+			res.CancelAt(now)
+			for _, t := range taken {
+				t.CancelAt(now)
+			}
+			if !res.OK() || d == rate.InfDuration {
+				d = math.MaxInt64
+			}
+			return false, r, d
 		}
-		taken = append(taken, b)
-	}
-	for _, b := range taken {
-		b.tokens = math.Max(b.tokens-1, 0)
+		taken = append(taken, res)
 	}
 	return true, nil, 0
 }
 
-// wait is how long refilling need tokens takes at perSecond, rounded up to
-// the nanosecond.
-func wait(need, perSecond float64) time.Duration {
-	if !(perSecond > 0) {
-		return math.MaxInt64
-	}
-	ns := math.Ceil(need / perSecond * 1e9)
-	if ns >= math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return time.Duration(ns)
-}
-
-// bucket returns key's bucket refilled up to now, made if need be, and
-// marks it the most recently used. Called with mu held.
+// bucket returns key's bucket, made if need be, and marks it the most
+// recently used. Called with mu held.
 func (l *Limiter) bucket(key bucketKey, lim *rateLimit, now time.Time) *bucket {
 	b := l.buckets[key]
 	if b == nil {
 		if len(l.buckets) >= l.max {
 			l.evict(now)
 		}
-		b = &bucket{key: key, tokens: lim.burst, last: now}
+		b = &bucket{key: key, tokens: rate.NewLimiter(lim.limit, lim.burst)}
 		l.buckets[key] = b
 	} else {
-		l.refill(b, lim, now)
 		b.prev.next, b.next.prev = b.next, b.prev // unlink
 	}
 	b.seq = l.seq
@@ -170,16 +164,6 @@ func (l *Limiter) bucket(key bucketKey, lim *rateLimit, now time.Time) *bucket {
 	l.lru.next.prev = b
 	l.lru.next = b
 	return b
-}
-
-// refill brings b's tokens up to now.
-func (l *Limiter) refill(b *bucket, lim *rateLimit, now time.Time) {
-	if d := now.Sub(b.last); d > 0 {
-		if lim.perSecond > 0 {
-			b.tokens = math.Min(lim.burst, b.tokens+d.Seconds()*lim.perSecond)
-		}
-		b.last = now
-	}
 }
 
 // evictScan bounds the buckets evict looks at for a full one, and so the
@@ -198,9 +182,7 @@ func (l *Limiter) evict(now time.Time) {
 			continue
 		}
 		n++
-		lim := &l.lims[b.key.rate]
-		l.refill(b, lim, now)
-		if b.tokens >= lim.burst {
+		if b.tokens.TokensAt(now) >= float64(l.lims[b.key.rate].burst) {
 			victim = b
 			break
 		}
