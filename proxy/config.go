@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+	"github.com/tailscale/hujson"
 
 	"github.com/bridge-mcp/bridge/internal/suggest"
 )
@@ -386,7 +387,7 @@ func (l *loader) loadFile(path string) (entries []entry, ok bool) {
 		l.fail(path, "", "", err, "%s", msg)
 		return nil, false
 	}
-	data = stripJSONC(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
+	data = standardJSON(data)
 	if len(bytes.TrimSpace(data)) == 0 {
 		l.fail(path, "", "", nil, "the file is empty: want a JSON object")
 		return nil, false
@@ -811,4 +812,28 @@ func sortedKeys[M ~map[string]V, V any](m M) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// standardJSON is data, a JSON file that may have a byte order mark and
+// VS Code's comments and trailing commas, as standard JSON: those become
+// blanks and every other byte stays in place, so that a JSON error's
+// position is still the file's. What hujson cannot read is returned as it
+// is, and the JSON decoder then says where it is wrong.
+func standardJSON(data []byte) []byte {
+	std, _ := hujson.Standardize(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
+	return std
+}
+
+// position turns a byte offset into a 1-based line and column.
+func position(data []byte, off int64) (line, col int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - bytes.LastIndexByte(before, '\n')
+	if col > 1 {
+		col-- // the decoder's offset is just past the offending byte
+	}
+	return line, col
 }

@@ -700,7 +700,7 @@ func TestExpand(t *testing.T) {
 	}
 }
 
-func TestStripJSONC(t *testing.T) {
+func TestStandardJSON(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{`{"a": 1}`, `{"a": 1}`},
 		{"{\"a\": 1, // c\n}", "{\"a\": 1      \n}"},
@@ -709,8 +709,8 @@ func TestStripJSONC(t *testing.T) {
 		{"{/* never closed", "{/* never closed"},
 	}
 	for _, tt := range tests {
-		if got := string(stripJSONC([]byte(tt.in))); got != tt.want {
-			t.Errorf("stripJSONC(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := string(standardJSON([]byte(tt.in))); got != tt.want {
+			t.Errorf("standardJSON(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
