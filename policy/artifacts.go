@@ -52,14 +52,10 @@ func defaultArtifacts() Artifacts {
 
 // artifacts reads the artifacts section, then its cross-key rules.
 func (p *parser) artifacts(k, v *yaml.Node, a *Artifacts) {
-	if !p.section(k, v, "artifacts") {
-		return
-	}
 	nodes := map[string]*yaml.Node{}
 	okKeys := map[string]bool{}
-	p.mapping(v, "artifacts", artifactsKeys, func(key string, k, v *yaml.Node) {
+	if !p.keys(k, v, "artifacts", artifactsKeys, func(key, name string, k, v *yaml.Node) {
 		before := len(p.probs)
-		name := "artifacts." + key
 		switch key {
 		case "max_files":
 			a.MaxFiles = int(p.integer(k, v, name, int64(a.MaxFiles), 0, maxArtifactFiles))
@@ -89,7 +85,9 @@ func (p *parser) artifacts(k, v *yaml.Node, a *Artifacts) {
 			}
 		}
 		nodes[key], okKeys[key] = v, len(p.probs) == before
-	})
+	}) {
+		return
+	}
 	// A rule between two keys is checked when both read well; it is
 	// reported at the key the file sets (the later one when it sets both).
 	pair := func(lo, hi string, broken bool, msg string) {

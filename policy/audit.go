@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.yaml.in/yaml/v3"
 )
 
 // Auditor writes one JSON line per tool-call decision and per run start and
@@ -235,4 +236,21 @@ func (a Audit) Check() error {
 		return fmt.Errorf("audit.file: the folder %s is not writable as uid %d: create the file there writable for that user (or give it the folder), or set audit.file to a path that is", dir, os.Getuid())
 	}
 	return nil
+}
+
+// Audit says where decision and run records go.
+type Audit struct {
+	// File is a path to append JSON lines to; "" or "stderr" means the
+	// bridge's stderr log.
+	File string
+}
+
+var auditKeys = []string{"file"}
+
+func (p *parser) audit(k, v *yaml.Node, a *Audit) {
+	p.keys(k, v, "audit", auditKeys, func(key, name string, k, v *yaml.Node) {
+		if s, ok := p.str(k, v, name); ok {
+			a.File = s
+		}
+	})
 }

@@ -32,25 +32,7 @@ const MaxFileSize = 1 << 20
 const maxProblems = 100
 
 // Bounds of the values a policy may set (docs/policy.md lists them).
-const (
-	minMemory        = 16 << 20
-	minCPUs          = 0.01
-	maxCPUs          = 1024
-	minPids          = 8
-	maxPids          = 1 << 22 // Linux's PID_MAX_LIMIT
-	minTmpfsSize     = 1 << 20
-	minOutputLimit   = 1 << 10
-	maxOutputLimit   = 16 << 20
-	maxConcurrent    = 1024
-	maxQueue         = 65536
-	maxArgumentBytes = 4 << 20
-	maxResultBytes   = 8 << 20
-	maxCallsPerRun   = 1_000_000_000
-	maxPerSecond     = 1e9
-	maxBurst         = 1_000_000_000
-	minAskTimeout    = time.Second
-	maxAskTimeout    = time.Hour
-)
+const ()
 
 // Problem is one thing wrong with a policy file. Line and Column are
 // 1-based; Column is 0 when only the line is known (YAML syntax errors) and
@@ -189,14 +171,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys        = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "tokenize", "audit"}
-	sandboxKeys    = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
-	toolsKeys      = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember"}
-	ruleKeys       = []string{"server", "tool", "annotations", "action", "reason"}
-	annotationKeys = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
-	budgetsKeys    = []string{"max_calls_per_run", "max_argument_bytes", "max_result_bytes", "call_timeout", "rates"}
-	rateKeys       = []string{"server", "tool", "per", "rate", "burst"}
-	auditKeys      = []string{"file"}
+	topKeys = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "tokenize", "audit"}
 )
 
 // sectionOf is, for each key of a section, the section: it turns "unknown
@@ -561,6 +536,33 @@ func (p *parser) wrong(k, v *yaml.Node, name, want string) {
 	p.errorf(at(k, v), "%s", msg)
 }
 
+// keys reads the section k: v, whose name is name: a mapping (or null, an
+// empty section) of the known keys, f getting each one's value and its
+// full name (name.key); unknown and duplicate keys are errors. It reports
+// whether v was a mapping.
+func (p *parser) keys(k, v *yaml.Node, name string, known []string, f func(key, kname string, k, v *yaml.Node)) bool {
+	if !p.section(k, v, name) {
+		return false
+	}
+	p.mapping(v, name, known, func(key string, k, v *yaml.Node) { f(key, name+"."+key, k, v) })
+	return true
+}
+
+// entry reads n, an item of a list named name: a mapping (what says of
+// which keys, for the error when it is not one) of the known keys, f
+// getting each one's value and its full name (name.key). It returns the
+// key nodes seen, and whether n was a mapping at all.
+func (p *parser) entry(n *yaml.Node, name, what string, known []string, f func(key, kname string, k, v *yaml.Node)) (map[string]*yaml.Node, bool) {
+	if p.skip(n) {
+		return nil, false
+	}
+	if n.Kind != yaml.MappingNode {
+		p.wrong(n, n, name, what)
+		return nil, false
+	}
+	return p.mapping(n, name, known, func(key string, k, v *yaml.Node) { f(key, name+"."+key, k, v) }), true
+}
+
 // section checks that v is a mapping (or null: an empty section).
 func (p *parser) section(k, v *yaml.Node, name string) bool {
 	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
@@ -583,134 +585,6 @@ func (p *parser) version(k, v *yaml.Node) {
 	}
 }
 
-func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
-	if !p.section(k, v, "sandbox") {
-		return
-	}
-	var timeoutNode, maxTimeoutNode, variantNode *yaml.Node
-	timeoutOK, maxTimeoutOK := true, true
-	p.mapping(v, "sandbox", sandboxKeys, func(key string, k, v *yaml.Node) {
-		before := len(p.probs)
-		p.sandboxKey(key, "sandbox."+key, k, v, s)
-		switch key {
-		case "timeout":
-			timeoutNode, timeoutOK = v, len(p.probs) == before
-		case "max_timeout":
-			maxTimeoutNode, maxTimeoutOK = v, len(p.probs) == before
-		case "variant":
-			variantNode = v
-		}
-	})
-	if variantNode != nil && s.Image != "" && s.Variant != "slim" {
-		p.errorf(variantNode, "sandbox.variant: %s names an image this bridge builds, but sandbox.image names the image to run (%s): remove one of the two", s.Variant, s.Image)
-	}
-	if timeoutOK && maxTimeoutOK && s.MaxTimeout < s.Timeout {
-		switch {
-		case maxTimeoutNode != nil:
-			p.errorf(maxTimeoutNode, "sandbox.max_timeout (%s) is less than sandbox.timeout (%s); it must be at least as long", units.FormatDuration(s.MaxTimeout), units.FormatDuration(s.Timeout))
-		case timeoutNode != nil:
-			p.errorf(timeoutNode, "sandbox.timeout (%s) is longer than sandbox.max_timeout (%s, the default); raise max_timeout too", units.FormatDuration(s.Timeout), units.FormatDuration(s.MaxTimeout))
-		}
-	}
-}
-
-// sandboxKey reads the value v of sandbox.key into s; name is what errors
-// call it (the key, or the flag that gives it: see Setting).
-func (p *parser) sandboxKey(key, name string, k, v *yaml.Node, s *Sandbox) {
-	switch key {
-	case "engine":
-		if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker"}); ok {
-			s.Engine = e
-		}
-	case "oci_runtime":
-		if r, ok := p.enum(k, v, name, []string{"default", "runc", "runsc"}); ok {
-			s.OCIRuntime = r
-		}
-	case "image":
-		if str, ok := p.str(k, v, name); ok {
-			if strings.IndexFunc(str, unicode.IsSpace) >= 0 {
-				p.errorf(v, "%s: an image reference has no spaces: %q", name, str)
-			} else {
-				s.Image = str
-			}
-		}
-	case "variant":
-		if r, ok := p.enum(k, v, name, variants); ok {
-			s.Variant = r
-		}
-	case "timeout":
-		s.Timeout, _ = p.duration(k, v, name, s.Timeout)
-	case "max_timeout":
-		s.MaxTimeout, _ = p.duration(k, v, name, s.MaxTimeout)
-	case "memory":
-		s.Memory = p.size(k, v, name, s.Memory, minMemory, math.MaxInt64)
-	case "cpus":
-		s.CPUs = p.float(k, v, name, s.CPUs, minCPUs, maxCPUs)
-	case "pids":
-		s.Pids = p.integer(k, v, name, s.Pids, minPids, maxPids)
-	case "tmpfs_size":
-		s.TmpfsSize = p.size(k, v, name, s.TmpfsSize, minTmpfsSize, math.MaxInt64)
-	case "output_limit":
-		s.OutputLimit = p.size(k, v, name, s.OutputLimit, minOutputLimit, maxOutputLimit)
-	case "max_concurrent":
-		s.MaxConcurrent = int(p.integer(k, v, name, int64(s.MaxConcurrent), 1, maxConcurrent))
-	case "queue":
-		s.Queue = int(p.integer(k, v, name, int64(s.Queue), 0, maxQueue))
-	case "require_enforced_limits":
-		s.RequireEnforcedLimits = p.boolean(k, v, name, s.RequireEnforcedLimits)
-	}
-}
-
-func (p *parser) tools(k, v *yaml.Node, t *Tools) {
-	if !p.section(k, v, "tools") {
-		return
-	}
-	p.mapping(v, "tools", toolsKeys, func(key string, k, v *yaml.Node) {
-		name := "tools." + key
-		switch key {
-		case "servers":
-			if v.Kind != yaml.SequenceNode {
-				p.wrong(k, v, name, `a list of server name globs, e.g. ["*"] or ["github", "fs-*"]`)
-				return
-			}
-			servers := []string{}
-			ok := true
-			for i, item := range v.Content {
-				if p.skip(item) {
-					ok = false
-					continue
-				}
-				g, good := p.glob(item, item, fmt.Sprintf("%s[%d]", name, i))
-				ok = ok && good
-				servers = append(servers, g)
-			}
-			if ok {
-				t.Servers = servers
-			}
-		case "default":
-			if a, ok := p.enum(k, v, name, []string{"allow", "deny", "ask"}); ok {
-				t.Default = Action(a)
-			}
-		case "ask_fallback":
-			if a, ok := p.enum(k, v, name, []string{"deny", "allow"}); ok {
-				t.AskFallback = Action(a)
-			}
-		case "ask_timeout":
-			t.AskTimeout = p.durationIn(k, v, name, t.AskTimeout, minAskTimeout, maxAskTimeout)
-		case "ask_remember":
-			if r, ok := p.enum(k, v, name, []string{RememberOff, RememberRun, RememberConnection}); ok {
-				t.AskRemember = r
-			}
-		case "rules":
-			p.items(k, v, name, "a list of rules", func(item *yaml.Node, name string) {
-				if r, ok := p.rule(item, name); ok {
-					t.Rules = append(t.Rules, r)
-				}
-			})
-		}
-	})
-}
-
 // items calls each with every item of the list v (the value of key k) and
 // the item's name, name[i]. A null list is an empty one: "rules:" with
 // every item commented out.
@@ -725,133 +599,6 @@ func (p *parser) items(k, v *yaml.Node, name, what string, each func(item *yaml.
 	for i, item := range v.Content {
 		each(item, fmt.Sprintf("%s[%d]", name, i))
 	}
-}
-
-func (p *parser) rule(n *yaml.Node, name string) (Rule, bool) {
-	r := Rule{Server: "*", Tool: "*", Line: n.Line, Column: n.Column}
-	if p.skip(n) {
-		return r, false
-	}
-	if n.Kind != yaml.MappingNode {
-		p.wrong(n, n, name, "a rule (a mapping with action and optionally server, tool, annotations, reason)")
-		return r, false
-	}
-	seen := p.mapping(n, name, ruleKeys, func(key string, k, v *yaml.Node) {
-		kname := name + "." + key
-		switch key {
-		case "server":
-			r.Server, _ = p.glob(k, v, kname)
-		case "tool":
-			r.Tool, _ = p.glob(k, v, kname)
-		case "annotations":
-			p.annotations(k, v, kname, &r.Annotations)
-		case "action":
-			if a, ok := p.enum(k, v, kname, []string{"allow", "deny", "ask"}); ok {
-				r.Action = Action(a)
-			}
-		case "reason":
-			r.Reason, _ = p.str(k, v, kname)
-		}
-	})
-	if seen["action"] == nil {
-		p.errorf(n, "%s: missing action: every rule says allow, deny or ask", name)
-	}
-	return r, true
-}
-
-func (p *parser) annotations(k, v *yaml.Node, name string, a *Annotations) {
-	if !p.section(k, v, name) {
-		return
-	}
-	p.mapping(v, name, annotationKeys, func(key string, k, v *yaml.Node) {
-		b := p.boolean(k, v, name+"."+key, false)
-		switch key {
-		case "readOnlyHint":
-			a.ReadOnlyHint = &b
-		case "destructiveHint":
-			a.DestructiveHint = &b
-		case "idempotentHint":
-			a.IdempotentHint = &b
-		case "openWorldHint":
-			a.OpenWorldHint = &b
-		}
-	})
-}
-
-func (p *parser) budgets(k, v *yaml.Node, b *Budgets) {
-	if !p.section(k, v, "budgets") {
-		return
-	}
-	p.mapping(v, "budgets", budgetsKeys, func(key string, k, v *yaml.Node) {
-		p.budgetsKey(key, "budgets."+key, k, v, b)
-	})
-}
-
-// budgetsKey reads the value v of budgets.key into b; name is what errors
-// call it.
-func (p *parser) budgetsKey(key, name string, k, v *yaml.Node, b *Budgets) {
-	switch key {
-	case "max_calls_per_run":
-		b.MaxCallsPerRun = int(p.integer(k, v, name, int64(b.MaxCallsPerRun), 0, maxCallsPerRun))
-	case "max_argument_bytes":
-		b.MaxArgumentBytes = p.size(k, v, name, b.MaxArgumentBytes, 1, maxArgumentBytes)
-	case "max_result_bytes":
-		b.MaxResultBytes = p.size(k, v, name, b.MaxResultBytes, 1, maxResultBytes)
-	case "call_timeout":
-		b.CallTimeout, _ = p.duration(k, v, name, b.CallTimeout)
-	case "rates":
-		p.items(k, v, name, "a list of rates", func(item *yaml.Node, name string) {
-			if r, ok := p.rate(item, name); ok {
-				b.Rates = append(b.Rates, r)
-			}
-		})
-	}
-}
-
-func (p *parser) rate(n *yaml.Node, name string) (Rate, bool) {
-	r := Rate{Server: "*", Tool: "*", Per: "tool", Line: n.Line, Column: n.Column}
-	if p.skip(n) {
-		return r, false
-	}
-	if n.Kind != yaml.MappingNode {
-		p.wrong(n, n, name, "a rate (a mapping with rate and optionally server, tool, per, burst)")
-		return r, false
-	}
-	seen := p.mapping(n, name, rateKeys, func(key string, k, v *yaml.Node) {
-		kname := name + "." + key
-		switch key {
-		case "server":
-			r.Server, _ = p.glob(k, v, kname)
-		case "tool":
-			r.Tool, _ = p.glob(k, v, kname)
-		case "per":
-			if s, ok := p.enum(k, v, kname, []string{"tool", "server"}); ok {
-				r.Per = s
-			}
-		case "rate":
-			r.PerSecond = p.rateValue(k, v, kname)
-		case "burst":
-			r.Burst = int(p.integer(k, v, kname, 0, 1, maxBurst))
-		}
-	})
-	if seen["rate"] == nil {
-		p.errorf(n, "%s: missing rate: say how many calls, e.g. rate: 10/s", name)
-	}
-	if r.Burst == 0 {
-		r.Burst = max(1, int(math.Ceil(r.PerSecond)))
-	}
-	return r, true
-}
-
-func (p *parser) audit(k, v *yaml.Node, a *Audit) {
-	if !p.section(k, v, "audit") {
-		return
-	}
-	p.mapping(v, "audit", auditKeys, func(key string, k, v *yaml.Node) {
-		if s, ok := p.str(k, v, "audit.file"); ok {
-			a.File = s
-		}
-	})
 }
 
 // str reads a string value: quoted, or plain and not a number, boolean or
@@ -1009,30 +756,4 @@ func (p *parser) durationIn(k, v *yaml.Node, name string, def, lo, hi time.Durat
 		return def
 	}
 	return d
-}
-
-// rateValue reads "N/s", "N/m" or "N/h" as calls per second.
-func (p *parser) rateValue(k, v *yaml.Node, name string) float64 {
-	const want = "a rate such as 10/s, 600/m or 3600/h"
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
-		if v.Kind == yaml.ScalarNode && (v.Tag == "!!int" || v.Tag == "!!float") {
-			p.errorf(v, "%s: want %s, got a number %s: add a unit, e.g. %s/s", name, want, v.Value, v.Value)
-		} else {
-			p.wrong(k, v, name, want)
-		}
-		return 0
-	}
-	m := rateRE.FindStringSubmatch(v.Value)
-	if m == nil {
-		p.errorf(v, "%s: invalid rate %q: want N/s, N/m or N/h with N a positive number, e.g. 10/s", name, v.Value)
-		return 0
-	}
-	n, err := strconv.ParseFloat(m[1], 64)
-	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[m[2]]
-	r := n / per
-	if err != nil || r <= 0 || r > maxPerSecond || math.IsInf(r, 0) {
-		p.errorf(v, "%s: %s is out of range: it must be more than 0 and at most %s/s", name, v.Value, formatFloat(maxPerSecond))
-		return 0
-	}
-	return r
 }

@@ -30,11 +30,7 @@ func defaultPool() Pool { return Pool{Size: 2, MaxAge: 10 * time.Minute} }
 
 // pool reads the pool section.
 func (p *parser) pool(k, v *yaml.Node, pl *Pool) {
-	if !p.section(k, v, "pool") {
-		return
-	}
-	p.mapping(v, "pool", poolKeys, func(key string, k, v *yaml.Node) {
-		name := "pool." + key
+	p.keys(k, v, "pool", poolKeys, func(key, name string, k, v *yaml.Node) {
 		switch key {
 		case "size":
 			pl.Size = int(p.integer(k, v, name, int64(pl.Size), 0, maxPoolSize))

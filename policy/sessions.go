@@ -44,11 +44,7 @@ func defaultSessions() Sessions {
 
 // sessions reads the sessions section.
 func (p *parser) sessions(k, v *yaml.Node, s *Sessions) {
-	if !p.section(k, v, "sessions") {
-		return
-	}
-	p.mapping(v, "sessions", sessionsKeys, func(key string, k, v *yaml.Node) {
-		name := "sessions." + key
+	p.keys(k, v, "sessions", sessionsKeys, func(key, name string, k, v *yaml.Node) {
 		switch key {
 		case "enabled":
 			s.Enabled = p.boolean(k, v, name, s.Enabled)

@@ -63,12 +63,8 @@ func (s Skills) Folder() (string, error) {
 
 // skills reads the skills section.
 func (p *parser) skills(k, v *yaml.Node, s *Skills) {
-	if !p.section(k, v, "skills") {
-		return
-	}
 	var saveNode, roNode *yaml.Node
-	p.mapping(v, "skills", skillsKeys, func(key string, k, v *yaml.Node) {
-		name := "skills." + key
+	if !p.keys(k, v, "skills", skillsKeys, func(key, name string, k, v *yaml.Node) {
 		switch key {
 		case "dir":
 			if dir, ok := p.ownFolder(k, v, name, "the skills", "~/.local/state/bridge/skills"); ok {
@@ -85,7 +81,9 @@ func (p *parser) skills(k, v *yaml.Node, s *Skills) {
 		case "max_bytes":
 			s.MaxBytes = p.size(k, v, name, s.MaxBytes, minSkillBytes, maxSkillBytes)
 		}
-	})
+	}) {
+		return
+	}
 	if s.ReadOnly && s.Save && saveNode != nil && roNode != nil {
 		at := saveNode
 		if roNode.Line > at.Line {

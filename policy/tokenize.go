@@ -86,11 +86,7 @@ func matchAny(ms []ToolMatch, server, tool string) bool {
 
 // tokenize reads the tokenize section.
 func (p *parser) tokenize(k, v *yaml.Node, t *Tokenize) {
-	if !p.section(k, v, "tokenize") {
-		return
-	}
-	p.mapping(v, "tokenize", tokenizeKeys, func(key string, k, v *yaml.Node) {
-		name := "tokenize." + key
+	p.keys(k, v, "tokenize", tokenizeKeys, func(key, name string, k, v *yaml.Node) {
 		switch key {
 		case "kinds":
 			if v.Kind != yaml.SequenceNode {
@@ -145,16 +141,8 @@ func (p *parser) tokenize(k, v *yaml.Node, t *Tokenize) {
 
 func (p *parser) tokenPattern(n *yaml.Node, name string, have []TokenPattern) (TokenPattern, bool) {
 	pt := TokenPattern{Line: n.Line, Column: n.Column}
-	if p.skip(n) {
-		return pt, false
-	}
-	if n.Kind != yaml.MappingNode {
-		p.wrong(n, n, name, "a pattern (a mapping with name and regex)")
-		return pt, false
-	}
 	ok := true
-	seen := p.mapping(n, name, patternKeys, func(key string, k, v *yaml.Node) {
-		kname := name + "." + key
+	seen, mapping := p.entry(n, name, "a pattern (a mapping with name and regex)", patternKeys, func(key, kname string, k, v *yaml.Node) {
 		s, good := p.str(k, v, kname)
 		if !good {
 			ok = false
@@ -201,6 +189,9 @@ func (p *parser) tokenPattern(n *yaml.Node, name string, have []TokenPattern) (T
 			pt.Regex = s
 		}
 	})
+	if !mapping {
+		return pt, false
+	}
 	for _, key := range patternKeys {
 		if seen[key] == nil {
 			p.errorf(n, "%s: missing %s: a pattern has a name and a regex", name, key)
@@ -212,22 +203,15 @@ func (p *parser) tokenPattern(n *yaml.Node, name string, have []TokenPattern) (T
 
 func (p *parser) toolMatch(n *yaml.Node, name string) (ToolMatch, bool) {
 	m := ToolMatch{Server: "*", Tool: "*", Line: n.Line, Column: n.Column}
-	if p.skip(n) {
-		return m, false
-	}
-	if n.Kind != yaml.MappingNode {
-		p.wrong(n, n, name, "a mapping with server and tool globs")
-		return m, false
-	}
-	p.mapping(n, name, matchKeys, func(key string, k, v *yaml.Node) {
-		g, _ := p.glob(k, v, name+"."+key)
+	_, ok := p.entry(n, name, "a mapping with server and tool globs", matchKeys, func(key, kname string, k, v *yaml.Node) {
+		g, _ := p.glob(k, v, kname)
 		if key == "server" {
 			m.Server = g
 		} else {
 			m.Tool = g
 		}
 	})
-	return m, true
+	return m, ok
 }
 
 // TokenKindsOf compiles t's kinds: the built-in ones it names, then its
