@@ -1,7 +1,11 @@
 // Package bridge is the MCP server an agent talks to: one tool, run_python,
-// whose calls run in the sandbox. It owns the tool's definition, the limits
-// on concurrent runs, progress and cancellation, and how a run's result is
-// rendered for the agent.
+// whose calls run in the sandbox. It owns the tool's definition and how a
+// run's result is rendered (tool.go), a run's steps from its slot to its
+// result, through the Instances it is given (run.go), asking the human and
+// the run's trace (oversight.go, detached.go), sessions (sessions.go), and
+// the limits on concurrent runs and shutdown (server.go). How it is served
+// is package bridge/transport; what the code asks over the relay, package
+// bridge/toolhost.
 package bridge
 
 import (

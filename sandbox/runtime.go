@@ -1,6 +1,10 @@
 // Package sandbox runs untrusted Python in fresh, hardened, network-less
-// containers. It owns the Runtime interface with its Podman and Docker
-// backends, the hardened container spec, and the orchestration of one run.
+// containers: the engines, behind the Containers and Images interfaces
+// (docker.go, podman.go), opened in one place (engine.go, detect.go); the
+// hardened container spec (spec.go, seccomp.go); and a run's life, an
+// Instance acquired (a container started for it, instance.go, or a warm
+// one of the pool, pool.go), its runner served over the relay socket
+// within the run's host budget (conn.go, budget.go), and removed.
 package sandbox
 
 import (
