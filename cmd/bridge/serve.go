@@ -15,6 +15,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 // shutdownBudget is how long serve waits, after stdin ends or a signal, for
@@ -116,7 +117,15 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("%v", err)
 	}
 
-	if pol.Pool.Size > 0 {
+	return serveUntilDone(ctx, e, srv, eng, pol.Pool.Size > 0, *httpAddr, log)
+}
+
+// serveUntilDone serves srv over stdio, or streamable HTTP at httpAddr,
+// until a signal, the end of stdin or the transport's own end, then shuts
+// it down within shutdownBudget. With warm, the engine is opened now, so
+// that its pool starts filling.
+func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbox.Engine, warm bool, httpAddr string, log zerolog.Logger) (int, error) {
+	if warm {
 		// Fill the warm pool now rather than at the first call; an engine
 		// that is not there is reported here and to that call.
 		go func() {
@@ -133,9 +142,9 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	eof := make(chan struct{})
 	served := make(chan error, 1)
 	go func() {
-		if *httpAddr != "" {
+		if httpAddr != "" {
 			served <- transport.ServeHTTP(ctx, srv.MCP(), transport.HTTPOptions{
-				Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
+				Addr: httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
 				ShutdownTimeout: shutdownBudget * 3 / 5,
 			}, log)
 			return
@@ -144,6 +153,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		served <- transport.ServeStdio(ctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, log)
 	}()
 	finished := false
+	var err error
 	select {
 	case err = <-served:
 		finished = true
