@@ -51,7 +51,7 @@ type pendingAsk struct {
 	answer  chan *mcp.ElicitResult // buffered: the answer never waits
 }
 
-// detachedRuns are a Server's detached runs, by token.
+// detachedRuns are a [Server]'s detached runs, by token.
 type detachedRuns struct {
 	mu sync.Mutex
 	m  map[string]*detached

@@ -57,8 +57,8 @@ func clientAskMode(req *mcp.CallToolRequest) askMode {
 
 // runState is what the bridge keeps of one run_python call while it runs:
 // its tool-call trace, and how to ask its human. It is the run's
-// toolhost.Run, registered under the run's id while the code runs
-// (Options.Runs), so the sandbox's tool calls ask and trace through it.
+// [toolhost.Run], registered under the run's id while the code runs
+// ([Options.Runs]), so the sandbox's tool calls ask and trace through it.
 type runState struct {
 	mode    askMode
 	session *mcp.ServerSession // askInCall: where to ask
@@ -180,7 +180,7 @@ func (rs *runState) scopeFor(remember string) (*approvals, string) {
 	return nil, ""
 }
 
-// Ask asks the run's human about q: proxy.Asker. A run asks one question
+// Ask asks the run's human about q: [proxy.Asker]. A run asks one question
 // at a time: a human answers one, and code calling from many threads must
 // not flood the client; the others wait their turn within their own
 // timeout, and a "remember" answer lets them through.

@@ -15,8 +15,8 @@ import (
 
 // Instances is where the bridge gets the sandbox each run's code runs in:
 // a container started for it, one the warm pool had ready, or the call's
-// session. *sandbox.Engine is the real one (also *sandbox.Pool and
-// *sandbox.Executor); a session call (sessions.go) is one made on top of
+// session. *[sandbox.Engine] is the real one (also *[sandbox.Pool] and
+// *[sandbox.Executor]); a session call (sessions.go) is one made on top of
 // another; unit tests use fakes.
 type Instances interface {
 	Acquire(ctx context.Context, l sandbox.Limits, runID string) (sandbox.Instance, error)
@@ -114,7 +114,7 @@ type aRun struct {
 	start   time.Time
 	audited bool // RunStart was recorded
 	res     sandbox.Result
-	// unregister ends the run's registration in Options.Runs.
+	// unregister ends the run's registration in [Options.Runs].
 	unregister func()
 }
 

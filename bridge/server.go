@@ -1,7 +1,7 @@
 // Package bridge is the MCP server an agent talks to: one tool, run_python,
 // whose calls run in the sandbox. It owns the tool's definition and how a
 // run's result is rendered (tool.go), a run's steps from its slot to its
-// result, through the Instances it is given (run.go), asking the human and
+// result, through the [Instances] it is given (run.go), asking the human and
 // the run's trace (oversight.go, detached.go), sessions (sessions.go), and
 // the limits on concurrent runs and shutdown (server.go). How it is served
 // is package bridge/transport; what the code asks over the relay, package
@@ -24,12 +24,12 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// Options configure a Server.
+// Options configure a [Server].
 type Options struct {
-	// Instances gives each run its sandbox (see Instances).
+	// Instances gives each run its sandbox (see [Instances]).
 	Instances Instances
 	// Runs, if set, is where each run is registered while its code runs,
-	// for the tool calls it makes (toolhost.New with the same Runs): they
+	// for the tool calls it makes ([toolhost.New] with the same Runs): they
 	// ask the run's human and go in its trace.
 	Runs *toolhost.Runs
 	// Limits are the limits of each run. Limits.Timeout is the default
@@ -88,7 +88,7 @@ type Server struct {
 // ErrBusy is returned to a call when every slot and queue place is taken.
 var ErrBusy = errors.New("bridge is busy")
 
-// New returns a Server with the run_python tool registered.
+// New returns a [Server] with the run_python tool registered.
 func New(opts Options) (*Server, error) {
 	if opts.Instances == nil {
 		return nil, errors.New("bridge: no Instances to run code in")
@@ -162,7 +162,7 @@ func New(opts Options) (*Server, error) {
 
 // limits returns the limits of a run and the largest timeout a call may
 // ask for: from the run's policy snapshot when there is a policy (the one
-// in force when snap is nil), else from Options.
+// in force when snap is nil), else from [Options].
 func (s *Server) limits(snap *policy.Snapshot) (sandbox.Limits, time.Duration) {
 	if s.opts.Policy == nil {
 		return s.opts.Limits, s.opts.MaxTimeout

@@ -49,7 +49,7 @@ type session struct {
 	timer *time.Timer // idle timeout, then max lifetime
 }
 
-// sessions are the live sessions of a Server.
+// sessions are the live sessions of a [Server].
 type sessions struct {
 	log zerolog.Logger
 
@@ -74,9 +74,9 @@ var (
 	errSessionCancelled = errors.New("cancelled while waiting for the session")
 )
 
-// sessionCall is one call's way into its session, as Instances: Acquire
+// sessionCall is one call's way into its session, as [Instances]: Acquire
 // gets the call into the session (waiting while another call runs there),
-// starting the session, its container from the Instances under it, when
+// starting the session, its container from the [Instances] under it, when
 // it does not exist; the Instance it returns runs the call's code in the
 // session's interpreter, and its Close lets the next call in, or ends the
 // session on its limits.

@@ -226,7 +226,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 }
 
 // artifactLimits are the limits on the files a run sends back: the
-// run's policy's, else Options'.
+// run's policy's, else [Options]'.
 func (s *Server) artifactLimits(snap *policy.Snapshot) artifacts.Limits {
 	if snap == nil {
 		return s.opts.Artifacts

@@ -16,7 +16,7 @@ import (
 )
 
 // Auditor writes one JSON line per tool-call decision and per run start and
-// end, to a file or to the bridge's log; past the bounds of Store.Record,
+// end, to a file or to the bridge's log; past the bounds of [Store.Record],
 // decisions are counted and summarized instead. It never writes argument
 // values, results or secrets: names, sizes, durations and the rule that
 // decided.
@@ -33,7 +33,7 @@ type Auditor struct {
 	file *os.File // nil when writing to the bridge's log
 }
 
-// OpenAuditor returns an Auditor writing where a says (Audit.File:
+// OpenAuditor returns an [Auditor] writing where a says (Audit.File:
 // appended to, created 0600; "" or "stderr": log).
 func OpenAuditor(a Audit, log zerolog.Logger) (*Auditor, error) {
 	au := &Auditor{base: log}
@@ -43,7 +43,7 @@ func OpenAuditor(a Audit, log zerolog.Logger) (*Auditor, error) {
 	return au, nil
 }
 
-// Open makes the Auditor write where a says from now on, opening the file
+// Open makes the [Auditor] write where a says from now on, opening the file
 // again even if it is the same path (after log rotation, say). On error
 // nothing changes.
 func (a *Auditor) Open(cfg Audit) error {
@@ -70,7 +70,7 @@ func (a *Auditor) Open(cfg Audit) error {
 	return nil
 }
 
-// Config is where the Auditor writes.
+// Config is where the [Auditor] writes.
 func (a *Auditor) Config() Audit {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -165,7 +165,7 @@ func (a *Auditor) RunStart(runID, session string, gen int, s Sandbox, timeout ti
 }
 
 // RunEnd records how run r ended: first the summaries of its decisions that
-// were counted rather than written (see Store.Record), then the run_end
+// were counted rather than written (see [Store.Record]), then the run_end
 // record, which says how many there were (tool_calls_summarized).
 func (a *Auditor) RunEnd(r *Run, status string, exitCode int, d time.Duration) {
 	a.summarize(r, true)

@@ -18,7 +18,7 @@ type Budgets struct {
 }
 
 // Rate is a token bucket for the calls that match Server and Tool, shared
-// by every run. Every matching Rate applies: a call needs a token from each.
+// by every run. Every matching [Rate] applies: a call needs a token from each.
 type Rate struct {
 	Server string // glob; default "*"
 	Tool   string // glob; default "*"

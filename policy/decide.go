@@ -38,7 +38,7 @@ type Decision struct {
 	Reason string
 }
 
-// Values of Decision.Rule that are not rule indexes.
+// Values of [Decision.Rule] that are not rule indexes.
 const (
 	RuleDefault = -1
 	RuleServers = -2
@@ -105,8 +105,8 @@ func globWhy(what, pattern, name string) (bool, string) {
 }
 
 // ServerAllowed reports whether the code may reach server at all: whether
-// it matches a glob of Tools.Servers. A nil Servers (a Policy not made by
-// Parse, or a nil *Policy) is the default ["*"]; an empty but non-nil one
+// it matches a glob of Tools.Servers. A nil Servers (a [Policy] not made by
+// Parse, or a nil *[Policy]) is the default ["*"]; an empty but non-nil one
 // allows no server.
 func (p *Policy) ServerAllowed(server string) bool {
 	if p == nil || p.Tools.Servers == nil {
@@ -238,7 +238,7 @@ func (d Decision) Verdict() string {
 // the MCP default (readOnlyHint false, destructiveHint true,
 // idempotentHint false, openWorldHint true). Only "allow" allows; "ask"
 // sets Ask (the caller asks the human); any other action denies. A nil
-// *Policy allows everything.
+// *[Policy] allows everything.
 func (p *Policy) Decide(t Tool) Decision {
 	if !p.ServerAllowed(t.Server) {
 		return Decision{Rule: RuleServers, Reason: fmt.Sprintf("server %q is not in the policy's tools.servers", t.Server)}

@@ -137,7 +137,7 @@ func Load(path string) (*Policy, error) {
 // of the wrong type or out of range, an invalid glob, a missing or
 // unsupported version, more than one YAML document, anchors, aliases and
 // tags are all errors. It returns every problem found as a *ParseError.
-// source names the file in errors and in Policy.Source; a relative
+// source names the file in errors and in [Policy.Source]; a relative
 // audit.file is taken relative to source's directory.
 func Parse(data []byte, source string) (*Policy, error) {
 	p := &parser{file: source}

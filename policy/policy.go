@@ -4,7 +4,7 @@
 // (rules), how much (budgets and rates), and where decisions are audited.
 // Parse reads and validates a file strictly (an unknown key or a wrong type
 // is an error with file, line and column); Decide says whether a tool may
-// be called and by which rule; Store holds the policy in force and reloads
+// be called and by which rule; [Store] holds the policy in force and reloads
 // it.
 //
 // docs/policy.md is the reference; policy.example.yaml at the repository

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// maxBuckets bounds the buckets one Limiter holds.
+// maxBuckets bounds the buckets one [Limiter] holds.
 const maxBuckets = 10000
 
 // Limiter holds the token buckets of one policy's Rates; safe for
@@ -20,10 +20,10 @@ const maxBuckets = 10000
 // server for a rate per "server", one per rate, server and tool for a rate
 // per "tool" (or Per unset). It starts full, with Burst tokens (Burst <= 0:
 // max(1, ceil(PerSecond))), and refills continuously at PerSecond tokens a
-// second up to Burst: a golang.org/x/time/rate Limiter. A rate whose
+// second up to Burst: a golang.org/x/time/rate [Limiter]. A rate whose
 // PerSecond is not positive (Parse rejects those) never refills.
 //
-// Memory is bounded: a Limiter holds at most 10,000 buckets. To make room
+// Memory is bounded: a [Limiter] holds at most 10,000 buckets. To make room
 // for a new one it forgets the least recently used bucket that is full
 // (looking at the 256 least recently used), which loses nothing: a bucket
 // made again starts full. Only if none of those is full does it forget the
@@ -62,7 +62,7 @@ type bucket struct {
 	prev, next *bucket
 }
 
-// NewLimiter returns a Limiter for rates (copied), reading the time from
+// NewLimiter returns a [Limiter] for rates (copied), reading the time from
 // now (nil: time.Now).
 func NewLimiter(rates []Rate, now func() time.Time) *Limiter {
 	if now == nil {
@@ -105,7 +105,7 @@ func burstOf(r *Rate) int {
 // Take takes one token from every bucket that applies to (server, tool):
 // those of every rate whose server and tool globs match. If any of them is
 // empty it takes none and returns the first empty rate (a pointer into the
-// Limiter's copy of the rates, which Describe and RateName name) and how
+// [Limiter]'s copy of the rates, which Describe and RateName name) and how
 // long until that bucket has a token again; another empty rate may still
 // refuse a call made then. A rate that never refills reports
 // math.MaxInt64 (about 292 years).
@@ -205,7 +205,7 @@ func (l *Limiter) Len() int {
 	return len(l.buckets)
 }
 
-// Index is the index in the Limiter's rates (those NewLimiter was given)
+// Index is the index in the [Limiter]'s rates (those NewLimiter was given)
 // of r, a rate Take returned; -1 if r is not one of them.
 func (l *Limiter) Index(r *Rate) int {
 	for i := range l.rates {

@@ -21,7 +21,7 @@ import (
 type Snapshot struct {
 	Policy  *Policy
 	Limiter *Limiter
-	// Gen counts the policies a Store has had in force, from 1.
+	// Gen counts the policies a [Store] has had in force, from 1.
 	Gen int
 }
 
@@ -50,7 +50,7 @@ type Store struct {
 	unrun tally // the decisions of calls with no run (Record)
 }
 
-// NewStore returns a Store with p in force. path, if not empty, is the file
+// NewStore returns a [Store] with p in force. path, if not empty, is the file
 // p was read from (by Load), which Reload and Watch read again.
 func NewStore(p *Policy, path string, log zerolog.Logger) (*Store, error) {
 	s := &Store{path: path, log: log, runs: map[string]*Run{}, sum: p.sum, now: time.Now}
@@ -251,14 +251,14 @@ func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Bounds of the runs a Store tracks for other processes (Remote): the
+// Bounds of the runs a [Store] tracks for other processes (Remote): the
 // bridges that use this process as their MCP proxy over HTTP.
 const (
-	// MaxRemoteRuns is how many runs of other processes a Store tracks at
+	// MaxRemoteRuns is how many runs of other processes a [Store] tracks at
 	// once. A new run past it is refused (RunRefused) rather than a live one
 	// forgotten: forgetting a run would hand it a fresh call budget.
 	MaxRemoteRuns = 10_000
-	// MaxRunLife is the longest a Store keeps a remote run: a run that says
+	// MaxRunLife is the longest a [Store] keeps a remote run: a run that says
 	// it has more time left than this is refused, and a run that does not
 	// say is kept this long after its last call.
 	MaxRunLife = 24 * time.Hour
@@ -266,7 +266,7 @@ const (
 	// gave: time for the bridge to kill the container, and for the time
 	// left it sent to reach this process.
 	RunGrace = time.Minute
-	// MaxRunIDLen is the longest run id a Store accepts from another
+	// MaxRunIDLen is the longest run id a [Store] accepts from another
 	// process; ids are lower-case letters and digits (the bridge makes 12
 	// hex digits).
 	MaxRunIDLen = 32
@@ -279,14 +279,14 @@ const (
 	RuleRunLife = "proxy.max_run_life" // the run says it lasts longer than MaxRunLife
 )
 
-// How often a Store looks for remote runs to forget: when a new one comes,
+// How often a [Store] looks for remote runs to forget: when a new one comes,
 // at most every sweepEvery, or every sweepIfFull when it is full.
 const (
 	sweepEvery  = 10 * time.Second
 	sweepIfFull = time.Second
 )
 
-// RunRefused is why a Store will not track a run (Remote). Nothing was
+// RunRefused is why a [Store] will not track a run (Remote). Nothing was
 // allocated for the run.
 type RunRefused struct {
 	// Rule names the bound: RuleRunID, RuleRuns or RuleRunLife.
@@ -374,7 +374,7 @@ func (s *Store) Begin(runID string) *Run {
 }
 
 // End forgets the run, after writing the summaries of its decisions that
-// were counted but not written, if Auditor.RunEnd has not.
+// were counted but not written, if [Auditor.RunEnd] has not.
 func (s *Store) End(runID string) {
 	s.runsMu.Lock()
 	r := s.runs[runID]
@@ -388,7 +388,7 @@ func (s *Store) End(runID string) {
 	}
 }
 
-// Run is the run this Store tracks as runID, or nil.
+// Run is the run this [Store] tracks as runID, or nil.
 func (s *Store) Run(runID string) *Run {
 	s.runsMu.Lock()
 	defer s.runsMu.Unlock()
@@ -397,11 +397,11 @@ func (s *Store) Run(runID string) *Run {
 
 // Remote returns the run runID of another process (a bridge that uses this
 // one as its MCP proxy: the run began and ends there), pinning it to the
-// policy in force now if this Store does not track it yet. A run begun here
+// policy in force now if this [Store] does not track it yet. A run begun here
 // (Begin) is returned as it is.
 //
 // deadline is when the run ends, by this process's clock (zero: its bridge
-// did not say). The Store keeps a remote run, and so its spent call budget,
+// did not say). The [Store] keeps a remote run, and so its spent call budget,
 // until RunGrace after the latest deadline it was given, or MaxRunLife after
 // its last call when it was given none: never while the run may still
 // make calls, whatever this process's own sandbox.max_timeout. So that this
@@ -493,7 +493,7 @@ func ValidRunID(id string) bool {
 // sweep forgets the remote runs past their time, and returns them (their
 // audit summaries are still to write). Called with runsMu held; does the
 // work at most every sweepEvery, or sweepIfFull when full is set (a full
-// Store looks harder, but a refused caller in a loop must not make it walk
+// [Store] looks harder, but a refused caller in a loop must not make it walk
 // every run on every call).
 func (s *Store) sweep(now time.Time, full bool) (gone []*Run) {
 	every := sweepEvery

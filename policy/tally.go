@@ -25,7 +25,7 @@ const (
 	// rule "*". It bounds the memory of one run's counts.
 	AuditKinds = 16
 	// AuditWindow is how often the refusals of calls that have no run (no
-	// run id, or a run the Store refused to track) are summarized: they
+	// run id, or a run the [Store] refused to track) are summarized: they
 	// are counted process-wide, AuditRepeats of each kind written one by
 	// one per window.
 	AuditWindow = time.Minute
@@ -133,10 +133,10 @@ func (t *tally) admitWindow(c Call, now time.Time) (write bool, due []tallyKind)
 }
 
 // Record audits a tool-call decision of run r (nil: a call with no run id,
-// or whose run the Store refused) within the bounds above: allowed calls
+// or whose run the [Store] refused) within the bounds above: allowed calls
 // are written one by one up to AuditRunRecords per run; refusals up to
 // AuditRepeats of each kind, within that. What is not written is counted,
-// and summarized when the run ends (RunEnd, End, or the Store forgetting a
+// and summarized when the run ends (RunEnd, End, or the [Store] forgetting a
 // remote run, or closing). Refusals of calls with no run are summarized
 // every AuditWindow instead; their allowed calls are all written.
 func (s *Store) Record(r *Run, c Call) {

@@ -215,7 +215,7 @@ func (p *parser) toolMatch(n *yaml.Node, name string) (ToolMatch, bool) {
 }
 
 // TokenKindsOf compiles t's kinds: the built-in ones it names, then its
-// patterns. Parse accepted them, so an error here is a Policy not made by
+// patterns. Parse accepted them, so an error here is a [Policy] not made by
 // Parse.
 func TokenKindsOf(t *Tokenize) ([]tokenize.Kind, error) {
 	var kinds []tokenize.Kind

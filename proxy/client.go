@@ -88,7 +88,7 @@ func (c *Client) Closed() bool {
 // set, is sent as a bearer token, to url's origin only; redirects are
 // refused, and each answer may have maxProxyMessage bytes, as over the
 // in-memory session (see newHTTPClient). url's and token's secrets never
-// appear in the errors of the dial or of the session (see Scrubber).
+// appear in the errors of the dial or of the session (see [Scrubber]).
 func DialHTTP(ctx context.Context, url, token, version string, log zerolog.Logger) (*Client, error) {
 	var headers map[string]string
 	if token != "" {
@@ -151,7 +151,7 @@ func (c *Client) snapshot(ctx context.Context) (*snapshot, error) {
 }
 
 // current reports whether s is still what the proxy offers. A proxy in
-// this process says so itself (Proxy.version moves with every change,
+// this process says so itself ([Proxy].version moves with every change,
 // and only then), at once; a remote one through tools/list_changed. A
 // catalog that lacks some server is also fetched again after
 // incompleteTTL. Called with mu held.
@@ -249,7 +249,7 @@ func (c *Client) Catalog(ctx context.Context) (*catalog.Catalog, error) {
 }
 
 // Resolve checks that server has tool and returns the server's state. An
-// unknown server or tool is an *Error of kind unknown_server or
+// unknown server or tool is an *[Error] of kind unknown_server or
 // unknown_tool whose message suggests the closest names; the tools of a
 // server that is down are unknown, and that is said instead. An empty tool
 // checks the server only.
@@ -323,7 +323,7 @@ type Call struct {
 	Args json.RawMessage
 	// Asker asks the human about a call the policy asks about. Only a
 	// proxy in this process can reach it: a remote proxy, and a nil
-	// Asker, give such a call tools.ask_fallback.
+	// [Asker], give such a call tools.ask_fallback.
 	Asker Asker
 	// Report, if set, is filled in with how the call was decided (and,
 	// with a proxy in this process, the upstream's time).
@@ -331,7 +331,7 @@ type Call struct {
 }
 
 // Call makes call. It returns the tool's result as the proxy sent it,
-// isError included, or an *Error when the call failed outside the tool.
+// isError included, or an *[Error] when the call failed outside the tool.
 func (c *Client) Call(ctx context.Context, call Call) (*mcp.CallToolResult, error) {
 	name, unknown, err := c.target(ctx, call.Server, call.Tool)
 	if err != nil {
@@ -371,7 +371,7 @@ func (c *Client) Call(ctx context.Context, call Call) (*mcp.CallToolResult, erro
 	return res, nil
 }
 
-// CallJSON is Call with the result as JSON, as the sandbox gets it. With a
+// CallJSON is [Call] with the result as JSON, as the sandbox gets it. With a
 // proxy in the same process the result is encoded once, by the proxy (which
 // measures it against the policy's result limit), and these are its bytes:
 // no MCP hop, no second encoding.
@@ -410,7 +410,7 @@ func (c *Client) target(ctx context.Context, server, tool string) (name string, 
 // callLocal calls the proxy in this process directly. unknown is the error
 // for a tool the proxy does not know either.
 // With wantRaw, only the JSON is wanted: the result may be an empty
-// stand-in (Proxy.call).
+// stand-in ([Proxy].call).
 func (c *Client) callLocal(ctx context.Context, call Call, unknown *Error, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
 	server, tool := call.Server, call.Tool
 	params := &mcp.CallToolParamsRaw{Name: ToolName(server, tool), Arguments: call.Args, Meta: callMeta(ctx, call.RunID, server, tool)}

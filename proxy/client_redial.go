@@ -17,7 +17,7 @@ const redialBackoff = time.Second
 // dialTimeout bounds one dial of the proxy.
 const dialTimeout = 10 * time.Second
 
-// Redialing is a Client that is dialled on first use and again whenever
+// Redialing is a [Client] that is dialled on first use and again whenever
 // the session to the proxy has ended. Callers never wait for a dial longer
 // than their ctx allows, and one dial serves all who wait.
 type Redialing struct {
@@ -33,7 +33,7 @@ type Redialing struct {
 	cancel  context.CancelFunc
 }
 
-// NewRedialing returns a Redialing that opens sessions with dial.
+// NewRedialing returns a [Redialing] that opens sessions with dial.
 func NewRedialing(dial func(context.Context) (*Client, error)) *Redialing {
 	base, cancel := context.WithCancel(context.Background())
 	return &Redialing{dial: dial, base: base, cancel: cancel}
@@ -112,7 +112,7 @@ func (r *Redialing) Close() error {
 	return nil
 }
 
-// Servers is Client.Servers on the current session.
+// Servers is [Client.Servers] on the current session.
 func (r *Redialing) Servers(ctx context.Context) ([]ServerStatus, error) {
 	c, err := r.get(ctx)
 	if err != nil {
@@ -121,7 +121,7 @@ func (r *Redialing) Servers(ctx context.Context) ([]ServerStatus, error) {
 	return c.Servers(ctx)
 }
 
-// Catalog is Client.Catalog on the current session.
+// Catalog is [Client.Catalog] on the current session.
 func (r *Redialing) Catalog(ctx context.Context) (*catalog.Catalog, error) {
 	c, err := r.get(ctx)
 	if err != nil {
@@ -130,7 +130,7 @@ func (r *Redialing) Catalog(ctx context.Context) (*catalog.Catalog, error) {
 	return c.Catalog(ctx)
 }
 
-// Resolve is Client.Resolve on the current session.
+// Resolve is [Client.Resolve] on the current session.
 func (r *Redialing) Resolve(ctx context.Context, server, tool string) (ServerStatus, error) {
 	c, err := r.get(ctx)
 	if err != nil {
@@ -139,7 +139,7 @@ func (r *Redialing) Resolve(ctx context.Context, server, tool string) (ServerSta
 	return c.Resolve(ctx, server, tool)
 }
 
-// Call is Client.Call on the current session.
+// Call is [Client.Call] on the current session.
 func (r *Redialing) Call(ctx context.Context, call Call) (*mcp.CallToolResult, error) {
 	c, err := r.get(ctx)
 	if err != nil {
@@ -148,7 +148,7 @@ func (r *Redialing) Call(ctx context.Context, call Call) (*mcp.CallToolResult, e
 	return c.Call(ctx, call)
 }
 
-// CallJSON is Client.CallJSON on the current session.
+// CallJSON is [Client.CallJSON] on the current session.
 func (r *Redialing) CallJSON(ctx context.Context, call Call) (json.RawMessage, error) {
 	c, err := r.get(ctx)
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/bridge-mcp/bridge/internal/suggest"
 )
 
-// Transport types of an upstream server, as ServerConfig.Type holds them.
+// Transport types of an upstream server, as [ServerConfig.Type] holds them.
 const (
 	TypeStdio = "stdio" // a local process spoken to over stdin/stdout
 	TypeHTTP  = "http"  // streamable HTTP
@@ -40,7 +40,7 @@ const redacted = "<redacted>"
 // validation.
 //
 // Env and Headers values are secrets: they stay on the host. String,
-// GoString and MarshalJSON show their keys only, so a ServerConfig may be
+// GoString and MarshalJSON show their keys only, so a [ServerConfig] may be
 // logged (with %v or zerolog's Interface/Stringer) without them.
 type ServerConfig struct {
 	// Name is the key of the entry, as given in the file.
@@ -60,7 +60,7 @@ type ServerConfig struct {
 	Headers map[string]string
 
 	// Disabled marks an entry with "disabled": true. LoadFiles leaves such
-	// entries out of its Config.
+	// entries out of its [Config].
 	Disabled bool
 	// Source is the file the entry came from, as the path was given.
 	Source string
@@ -294,7 +294,7 @@ func DefaultPaths(getenv func(string) string, home string) []string {
 // SelfURL, and any command named "bridge" with "serve" in its args) are
 // left out with a Warning, and so are unknown keys in an entry.
 //
-// Every problem found is returned, joined, as *ConfigError values. Config
+// Every problem found is returned, joined, as *ConfigError values. [Config]
 // then still holds the servers that loaded cleanly, so that a caller may
 // choose to go on without the faulty ones.
 func LoadFiles(paths []string, opts LoadOptions) (Config, []Warning, error) {

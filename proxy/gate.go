@@ -12,9 +12,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// call is callTool with the failure as an error (an *Error) and the
+// call is callTool with the failure as an error (an *[Error]) and the
 // result's JSON too: it is encoded once, for its size, and a bridge in the
-// same process sends those bytes on as they are (see Client.CallJSON).
+// same process sends those bytes on as they are (see [Client.CallJSON]).
 //
 // With wantRaw, the caller needs only the result's JSON: a big one is then
 // passed on as the server wrote it, and the returned result is an empty
@@ -113,7 +113,7 @@ func (g gated) callArgs() any {
 // budget, the server, the tool's rule, the argument size, the human when
 // the rule asks (never about a call refused anyway), the rates, and the
 // restoring of tokenized values. A refusal is recorded and returned as an
-// *Error. Without a policy every call goes through.
+// *[Error]. Without a policy every call goes through.
 func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolParamsRaw, asker Asker, report *CallReport) (gated, error) {
 	g := gated{args: json.RawMessage(params.Arguments)}
 	store := p.opts.Policy

@@ -32,7 +32,7 @@ type Question struct {
 	Remember string
 }
 
-// How the human answered, as audited (policy.Call.Asked) and traced.
+// How the human answered, as audited ([policy.Call.Asked]) and traced.
 const (
 	Accepted    = "accepted"
 	Declined    = "declined"
@@ -44,13 +44,13 @@ const (
 	Unsupported = "unsupported" // an Asker's answer: it cannot ask; the proxy then applies tools.ask_fallback
 )
 
-// Answer is the human's answer to a Question.
+// Answer is the human's answer to a [Question].
 type Answer struct {
 	Allow bool
 	How   string // one of the constants above
 }
 
-// An Asker asks the human whether a call may go ahead, and waits for the
+// An [Asker] asks the human whether a call may go ahead, and waits for the
 // answer, at most until ctx is done (the proxy bounds it by
 // tools.ask_timeout and the run's deadline).
 type Asker interface {
@@ -178,7 +178,7 @@ func cut(s string, n int) string {
 
 // CallReport is what the proxy says of one call, for the run's trace: how
 // the policy decided and, for an ask, how the human answered. A bridge in
-// the same process passes one in its Call; a remote proxy's answers carry
+// the same process passes one in its [Call]; a remote proxy's answers carry
 // the same in MetaDecision.
 type CallReport struct {
 	// Decision is "allow", "deny", or "ask" when the human was asked (or

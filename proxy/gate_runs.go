@@ -10,7 +10,7 @@ import (
 	"github.com/bridge-mcp/bridge/policy"
 )
 
-// KindInvalid is the Error kind of a call the proxy refuses as malformed:
+// KindInvalid is the [Error] kind of a call the proxy refuses as malformed:
 // a run id it does not accept. It matches the relay protocol's error type.
 const KindInvalid = "invalid"
 
@@ -28,7 +28,7 @@ func callMeta(ctx context.Context, runID, server, tool string) mcp.Meta {
 
 // runDeadline is the deadline, by this process's clock, of the run whose
 // call carries meta, from the time left it says (MetaRunTimeLeft); zero
-// when it says none. A time left beyond policy.MaxRunLife is kept beyond
+// when it says none. A time left beyond [policy.MaxRunLife] is kept beyond
 // it (the Store refuses such a run) but bounded, so it cannot overflow.
 func runDeadline(meta mcp.Meta, now time.Time) time.Time {
 	var ms float64

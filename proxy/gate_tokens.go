@@ -16,7 +16,7 @@ import (
 // Tokenization (policy tokenize): the values of personal data in the
 // results of some tools reach the sandbox as per-run placeholders, put back
 // in the arguments of the tools allowed to receive them. The run's vault
-// (policy.Run.Vault) holds the mapping, in this process's memory only.
+// ([policy.Run.Vault]) holds the mapping, in this process's memory only.
 
 // callTokens is tokenization for one call: set up before it (restore), and
 // applied to what comes back, result or error.

@@ -31,7 +31,7 @@ const (
 	// one of the Kind constants. A tool's own error results lack it.
 	MetaError = "io.github.bridge-mcp/error"
 	// MetaDecision, on a remote proxy's answer to a tools/call, is how the
-	// policy decided (CallReport): "allow", "deny", or "ask:" and how the
+	// policy decided ([CallReport]): "allow", "deny", or "ask:" and how the
 	// human answered.
 	MetaDecision = "io.github.bridge-mcp/decision"
 )
@@ -40,10 +40,10 @@ const (
 const maxArgumentSummary = 300
 
 // ServersURI is the resource that lists the upstream servers and their
-// state (a JSON array of ServerStatus).
+// state (a JSON array of [ServerStatus]).
 const ServersURI = "bridge://servers"
 
-// Options configure a Proxy.
+// Options configure a [Proxy].
 type Options struct {
 	// CallTimeout bounds each tool call; 60 s when zero.
 	CallTimeout time.Duration
@@ -175,7 +175,7 @@ func ToolName(server, tool string) string { return server + "__" + tool }
 
 // refreshAll lists the tools of every upstream, concurrently, connecting
 // those not connected yet, and brings the proxy's tool list up to date.
-// Errors are kept in each upstream's state (see ServerStatus).
+// Errors are kept in each upstream's state (see [ServerStatus]).
 func (p *Proxy) refreshAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, u := range p.reachable() {
@@ -426,7 +426,7 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
 	var rep CallReport
-	// A client over MCP has no Asker here: calls the policy asks about get
+	// A client over MCP has no [Asker] here: calls the policy asks about get
 	// tools.ask_fallback.
 	res, _, err := p.call(ctx, req.Params, server, tool, false, nil, &rep)
 	if err != nil {
@@ -549,7 +549,7 @@ func (p *Proxy) Connect(ctx context.Context, log zerolog.Logger) (*Client, error
 		return nil, err
 	}
 	// Tool calls skip the session: the catalog and its changes come
-	// through it, the results straight from the proxy (see Client.CallJSON).
+	// through it, the results straight from the proxy (see [Client.CallJSON]).
 	c.local = p
 	return c, nil
 }

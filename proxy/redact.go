@@ -11,7 +11,7 @@ import (
 // URLs of upstream servers and of the proxy may carry secrets: a user and
 // password, query values (?api_key=), a token in the path (Zapier-style
 // https://host/api/sk-.../mcp). RedactURL is the one way they are shown,
-// and a Scrubber takes them out of error texts, which quote URLs in forms
+// and a [Scrubber] takes them out of error texts, which quote URLs in forms
 // the configuration never had (net/http re-encodes the URL, replaces a
 // password by "***" but keeps the user, lower-cases the scheme).
 //
@@ -33,7 +33,7 @@ import (
 // Over-redaction is the price of the rule: a long slug in a path is hidden
 // too. What cannot be parsed is "<invalid url>".
 
-// minSecretLen is the shortest value a Scrubber replaces wherever it occurs
+// minSecretLen is the shortest value a [Scrubber] replaces wherever it occurs
 // in a text (not only inside a URL): shorter ones would hide common words.
 const minSecretLen = 8
 
@@ -135,7 +135,7 @@ func looksLikeKey(s string) bool {
 	return letters && digits || len(s) >= 32
 }
 
-// A Scrubber takes secrets out of texts that are about to reach the
+// A [Scrubber] takes secrets out of texts that are about to reach the
 // sandbox or a log: error messages of upstreams and of the proxy. It knows
 // the URLs it was made for in every form net/http and url.Error quote them
 // (as configured; re-encoded by url.URL.String; with the password as
@@ -147,7 +147,7 @@ func looksLikeKey(s string) bool {
 // a space, a quote, < or >) is replaced by its RedactURL form: a redirect
 // target, an endpoint an SSE server named.
 //
-// A nil *Scrubber does that last step only. A Scrubber is immutable and
+// A nil *[Scrubber] does that last step only. A [Scrubber] is immutable and
 // safe for concurrent use.
 type Scrubber struct {
 	forms []scrubForm // longest first
@@ -158,7 +158,7 @@ type Scrubber struct {
 
 type scrubForm struct{ text, repl string }
 
-// NewScrubber returns a Scrubber for the URLs in urls (empty ones are
+// NewScrubber returns a [Scrubber] for the URLs in urls (empty ones are
 // skipped) and for the secret values in secrets, such as header values
 // and tokens. A value of several words ("Bearer TOKEN") also has each word
 // of minSecretLen bytes or more replaced on its own.
@@ -242,7 +242,7 @@ func NewScrubber(urls []string, secrets []string) *Scrubber {
 	return s
 }
 
-// Scrub returns text with the secrets the Scrubber knows, and the secrets
+// Scrub returns text with the secrets the [Scrubber] knows, and the secrets
 // of every URL in it, redacted.
 func (s *Scrubber) Scrub(text string) string { return s.scrub(text, true) }
 
@@ -362,7 +362,7 @@ func unquoteURL(s string) string {
 }
 
 // Error returns err with its text scrubbed, or err itself if there was
-// nothing to take out. The scrubbed error keeps the Kind of an *Error and
+// nothing to take out. The scrubbed error keeps the Kind of an *[Error] and
 // still matches, with errors.Is, the errors err matched (io.EOF, a
 // context's error); errors.As does not reach the unscrubbed original.
 func (s *Scrubber) Error(err error) error {

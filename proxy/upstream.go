@@ -57,7 +57,7 @@ type upstream struct {
 	procs      sync.WaitGroup // stderr readers and watchers
 
 	// refreshing and refreshAgain coalesce tool-list refreshes (see
-	// Proxy.refreshServer).
+	// [Proxy].refreshServer).
 	refreshing, refreshAgain atomic.Bool
 
 	toolsMu sync.Mutex
@@ -201,7 +201,7 @@ func (u *upstream) connectAsync(ch chan struct{}) {
 }
 
 // scrub takes the secrets of the server's URL and headers out of an
-// error's text (net/http quotes the URL whole, re-encoded; see Scrubber),
+// error's text (net/http quotes the URL whole, re-encoded; see [Scrubber]),
 // and those of any other URL in it.
 func (u *upstream) scrub(err error) error { return u.scrubber.Error(err) }
 

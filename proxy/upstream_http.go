@@ -62,7 +62,7 @@ func newHTTPClient(endpoint string, headers map[string]string, maxBody int64) *h
 
 // refuseRedirect is the CheckRedirect of the clients newHTTPClient makes.
 // net/http reports its error as `Post "LOCATION": ...`, with the Location
-// as the server sent it: callers scrub it (Scrubber) like every error.
+// as the server sent it: callers scrub it ([Scrubber]) like every error.
 func refuseRedirect(req *http.Request, via []*http.Request) error {
 	return fmt.Errorf("the server redirected to %q; the bridge does not follow redirects "+
 		"(they would take the request and its configured headers elsewhere): "+

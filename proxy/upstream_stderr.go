@@ -211,7 +211,7 @@ func (u *upstream) logStderr(r *io.PipeReader, p *stdioProc) {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			// Scrubbed after the escapes are gone: colours around a
-			// secret must not hide it from the Scrubber.
+			// secret must not hide it from the [Scrubber].
 			text := u.scrubber.Scrub(plainText(strings.TrimRight(string(line), "\r\n")))
 			if strings.TrimSpace(text) != "" {
 				u.log.Info().Str("stream", "stderr").Msg(text)

@@ -25,7 +25,7 @@ const (
 	maxPendingBytes       = 32 << 20
 	maxBridgePendingBytes = 128 << 20
 	// A tool call reserves the largest result it may bring
-	// (ExecutorOptions.ResultBytes, relay.MaxResultBytes by default) before it goes to
+	// ([ExecutorOptions.ResultBytes], [relay.MaxResultBytes] by default) before it goes to
 	// the upstream, and gives it back once its answer is written: a result
 	// is read, decoded and encoded before its size is known, so the only
 	// bound on that memory is how many can be in the making at once. 64 MiB
@@ -99,8 +99,8 @@ func (m *HostMeter) Used() time.Duration {
 
 type hostMeterKey struct{}
 
-// WithHostMeter returns ctx carrying m; the Executor gives each run's
-// ToolHandler calls a context with the run's meter.
+// WithHostMeter returns ctx carrying m; the [Executor] gives each run's
+// [ToolHandler] calls a context with the run's meter.
 func WithHostMeter(ctx context.Context, m *HostMeter) context.Context {
 	return context.WithValue(ctx, hostMeterKey{}, m)
 }

@@ -98,7 +98,7 @@ func (rc *runConn) cutOff(err error) {
 // session it returns at exit instead: the connection stays open for the
 // session's next Exec. Each
 // request's ctx has the run's deadline: no call outlives the run, and the
-// ToolHandler knows how long the run may still call (a remote MCP proxy
+// [ToolHandler] knows how long the run may still call (a remote MCP proxy
 // keeps the run's call budget that long).
 func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, c *runnerConn, out *output, fl FileLimits, session bool, exitSeen chan<- struct{}) readResult {
 	rc := &runConn{e: e, runID: runID, c: c, slots: make(chan struct{}, maxRequests),
@@ -159,7 +159,7 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 // request answers a tool call or query in the background, once a slot for
 // it is free; stop is true when the serve loop must end with rr instead
 // (a duplicate id, the runner cut off, the run over). Each request's ctx
-// has the run's deadline: no call outlives the run, and the ToolHandler
+// has the run's deadline: no call outlives the run, and the [ToolHandler]
 // knows how long the run may still call.
 func (rc *runConn) request(ctx context.Context, m relay.Message, deadline time.Time, calls *sync.WaitGroup) (rr readResult, stop bool) {
 	e, runID := rc.e, rc.runID
@@ -217,7 +217,7 @@ func (rc *runConn) request(ctx context.Context, m relay.Message, deadline time.T
 }
 
 // reserveResult takes the result capacity of one tool call, the run's
-// first, then the Executor's, waiting for it, and returns the func that
+// first, then the [Executor]'s, waiting for it, and returns the func that
 // gives it back, or ok false when the run ended first.
 func (rc *runConn) reserveResult(ctx context.Context) (release func(), ok bool) {
 	n := rc.e.opts.ResultBytes

@@ -98,7 +98,7 @@ func Open(ctx context.Context, engine string, log zerolog.Logger) (Runtime, erro
 }
 
 // OpenFor is Open for containers that must run with ociRuntime (see
-// ExecutorOptions.OCIRuntime): an engine that cannot run it is passed over
+// [ExecutorOptions.OCIRuntime]): an engine that cannot run it is passed over
 // like one that does not answer. When none can, the error wraps
 // ErrOCIRuntime and says what each engine would need. Else, when a socket
 // refused this user, it wraps ErrEngineDenied (and ErrEngineUnreachable),

@@ -25,7 +25,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
-// Docker is the Runtime backed by the Docker Engine API. It also speaks to
+// Docker is the [Runtime] backed by the Docker Engine API. It also speaks to
 // Podman's Docker-compatible socket. It never runs the docker CLI.
 type Docker struct {
 	cli    *client.Client
@@ -125,13 +125,13 @@ func dockerDenied(host string, err error) *AccessError {
 	return newAccessError(EngineDocker, path, err)
 }
 
-// Name implements Runtime.
+// Name implements [Runtime].
 func (d *Docker) Name() string { return "docker" }
 
-// Close implements Runtime.
+// Close implements [Runtime].
 func (d *Docker) Close() error { return d.cli.Close() }
 
-// Info implements Runtime.
+// Info implements [Runtime].
 func (d *Docker) Info(ctx context.Context) (EngineInfo, error) {
 	info, err := d.cli.Info(ctx)
 	if err != nil {
@@ -211,7 +211,7 @@ func dockerRootlessHint(rootless bool) string {
 		"systemd's user@.service needs Delegate=memory pids cpu"
 }
 
-// ImageInfo implements Runtime.
+// ImageInfo implements [Runtime].
 func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	img, err := d.cli.ImageInspect(ctx, ref)
 	if err != nil {
@@ -235,7 +235,7 @@ func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	return out, nil
 }
 
-// BuildImage implements Runtime. It sends the build context as a tar
+// BuildImage implements [Runtime]. It sends the build context as a tar
 // stream to Docker's classic builder (the one every Docker Engine has) and
 // writes the build's output as plain text. A failed step becomes the
 // returned error.
@@ -567,7 +567,7 @@ func dockerClamp(v uint64) int64 {
 	return int64(v)
 }
 
-// Create implements Runtime. Data mounts are refused under gVisor (see
+// Create implements [Runtime]. Data mounts are refused under gVisor (see
 // refuseGVisorDataMounts): asked for by name, or found after the create to
 // be the runtime the engine chose.
 func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
@@ -650,7 +650,7 @@ func (d *Docker) runtimeOf(ctx context.Context, id string) (string, error) {
 	return insp.HostConfig.Runtime, nil
 }
 
-// Start implements Runtime.
+// Start implements [Runtime].
 func (d *Docker) Start(ctx context.Context, id string) error {
 	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return d.wrapContainer(err, "start", id)
@@ -658,7 +658,7 @@ func (d *Docker) Start(ctx context.Context, id string) error {
 	return nil
 }
 
-// Wait implements Runtime. A container that was never started counts as
+// Wait implements [Runtime]. A container that was never started counts as
 // exited.
 func (d *Docker) Wait(ctx context.Context, id string) (ExitState, error) {
 	resC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
@@ -686,7 +686,7 @@ func (d *Docker) Wait(ctx context.Context, id string) (ExitState, error) {
 	return ExitState{ExitCode: insp.State.ExitCode, OOMKilled: insp.State.OOMKilled}, nil
 }
 
-// Kill implements Runtime.
+// Kill implements [Runtime].
 func (d *Docker) Kill(ctx context.Context, id string) error {
 	err := d.cli.ContainerKill(ctx, id, "KILL")
 	if err == nil || cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) || dockerNotRunning(err) {
@@ -703,7 +703,7 @@ func dockerNotRunning(err error) bool {
 		strings.Contains(msg, "no such container")
 }
 
-// Remove implements Runtime.
+// Remove implements [Runtime].
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || cerrdefs.IsNotFound(err) ||
@@ -714,7 +714,7 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 	return d.wrapContainer(err, "remove", id)
 }
 
-// Logs implements Runtime.
+// Logs implements [Runtime].
 func (d *Docker) Logs(ctx context.Context, id string, limit int) (string, error) {
 	if limit <= 0 {
 		return "", nil
@@ -731,7 +731,7 @@ func (d *Docker) Logs(ctx context.Context, id string, limit int) (string, error)
 	return t.String(), nil
 }
 
-// List implements Runtime.
+// List implements [Runtime].
 func (d *Docker) List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error) {
 	f := filters.NewArgs()
 	for k, v := range labels {

@@ -9,23 +9,23 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// EngineOptions configure an Engine.
+// EngineOptions configure an [Engine].
 type EngineOptions struct {
 	// Name is the engine to open: "auto" (or ""), "docker" or "podman"
 	// (see OpenFor).
 	Name string
-	// Executor configures the Executor on the engine once it is open; its
+	// Executor configures the [Executor] on the engine once it is open; its
 	// OCIRuntime also picks the engine.
 	Executor ExecutorOptions
 	// Pool says how the warm pool is made when the engine opens (its
-	// Logger is the Engine's); nil keeps no pool.
+	// Logger is the [Engine]'s); nil keeps no pool.
 	Pool   func() PoolOptions
 	Logger zerolog.Logger
 }
 
 // Engine is the container engine the runs go to, opened on first use (a
 // bridge answers its client at once even when no engine runs; the call
-// that needs one says what is wrong), with its Executor and warm pool, and
+// that needs one says what is wrong), with its [Executor] and warm pool, and
 // opened again after it went away: an Acquire or an Exec that fails
 // because the engine is unreachable, or no longer has the OCI runtime it
 // must run with, drops it, and the next Acquire opens one anew (maybe
@@ -58,7 +58,7 @@ const openTimeout = 30 * time.Second
 // errEngineClosed is Acquire's error once Close was called.
 var errEngineClosed = errors.New("the bridge is shutting down")
 
-// UnavailableError is an Engine's error when it could not be opened: no
+// UnavailableError is an [Engine]'s error when it could not be opened: no
 // engine answers, the image is missing, the OCI runtime is not there. The
 // next Acquire tries again.
 type UnavailableError struct{ Err error }
@@ -66,8 +66,8 @@ type UnavailableError struct{ Err error }
 func (e *UnavailableError) Error() string { return e.Err.Error() }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// NewEngine returns an Engine that opens on first use. It opens nothing.
-// The Executor logs with opts.Logger.
+// NewEngine returns an [Engine] that opens on first use. It opens nothing.
+// The [Executor] logs with opts.Logger.
 func NewEngine(opts EngineOptions) *Engine {
 	opts.Executor.Logger = opts.Logger
 	e := &Engine{opts: opts, log: opts.Logger, opening: make(chan struct{}, 1)}
@@ -85,7 +85,7 @@ func (e *Engine) Open(ctx context.Context) error {
 	return err
 }
 
-// Acquire returns an Instance of limits l for the run runID: from the
+// Acquire returns an [Instance] of limits l for the run runID: from the
 // warm pool when the engine has one, else a container started for it.
 func (e *Engine) Acquire(ctx context.Context, l Limits, runID string) (Instance, error) {
 	o, err := e.get(ctx)
@@ -105,12 +105,12 @@ func (e *Engine) Acquire(ctx context.Context, l Limits, runID string) (Instance,
 	return &engineInstance{Instance: inst, e: e, o: o}, nil
 }
 
-// Run runs req in an Instance of the engine: Acquire, Exec, Close.
+// Run runs req in an [Instance] of the engine: Acquire, Exec, Close.
 func (e *Engine) Run(ctx context.Context, req Request) (Result, error) {
 	return run(ctx, e.Acquire, req)
 }
 
-// engineInstance tells its Engine when an Exec found the engine gone.
+// engineInstance tells its [Engine] when an Exec found the engine gone.
 type engineInstance struct {
 	Instance
 	e *Engine
@@ -178,7 +178,7 @@ func (e *Engine) get(ctx context.Context) (*openEngine, error) {
 	return o, nil
 }
 
-// openNew opens the engine, its Executor and its pool.
+// openNew opens the engine, its [Executor] and its pool.
 func (e *Engine) openNew(ctx context.Context) (*openEngine, error) {
 	rt, err := e.openRuntime(ctx)
 	if err != nil {
@@ -208,7 +208,7 @@ func (e *Engine) openNew(ctx context.Context) (*openEngine, error) {
 
 // Configure gives the warm pool a new size, maximum age and container
 // limits (a reload of the policy). Before the engine is open it does
-// nothing: the pool is made as EngineOptions.Pool says when it opens.
+// nothing: the pool is made as [EngineOptions.Pool] says when it opens.
 func (e *Engine) Configure(size int, maxAge time.Duration, l Limits) error {
 	e.mu.Lock()
 	o := e.open

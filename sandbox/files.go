@@ -8,7 +8,7 @@ import (
 
 // files receives the files of one execution from the runner's file,
 // file_data, file_end and file_skip frames, checks them against the
-// protocol and the execution's FileLimits, and hands them to the Sink.
+// protocol and the execution's FileLimits, and hands them to the [Sink].
 // Every check holds whatever the runner says: the code shares its process.
 type files struct {
 	limits FileLimits

@@ -15,18 +15,18 @@ import (
 	"github.com/bridge-mcp/bridge/internal/relay"
 )
 
-// The run path in two halves: a Container is started, its runner connected
+// The run path in two halves: a [Container] is started, its runner connected
 // and waiting, not yet given code (its limits were fixed when it was
-// created); Exec runs one piece of code in it. A warm pool keeps Containers
+// created); Exec runs one piece of code in it. A warm pool keeps [Containers]
 // ahead of time, a session runs several Execs in one, and Run is Acquire +
 // Exec + Close.
 
-// Instance is a sandbox that code runs in, however it was got: a Container
-// started for the run (Executor.Acquire), one a Pool had ready
-// (Pool.Acquire), a session's (the bridge keeps those). Exec runs code in
+// Instance is a sandbox that code runs in, however it was got: a [Container]
+// started for the run ([Executor.Acquire]), one a [Pool] had ready
+// ([Pool.Acquire]), a session's (the bridge keeps those). Exec runs code in
 // it: once, or, when its first Exec asked for a session, again and again
 // while Kept says the interpreter is there. Close gives it up; it must be
-// called on every Instance an Acquire returns.
+// called on every [Instance] an Acquire returns.
 type Instance interface {
 	Exec(ctx context.Context, x ExecRequest) (Result, error)
 	// Kept reports whether a session's interpreter is there for another
@@ -56,7 +56,7 @@ var errNotHandedOver = errors.New("the sandbox ended before it received the code
 
 // Container is one started container with its runner connected, waiting
 // for code. Exec runs code in it once (or a session's code, again and
-// again); Close removes it. Close must be called on every Container Start
+// again); Close removes it. Close must be called on every [Container] Start
 // returns.
 type Container struct {
 	e    *Executor
@@ -111,7 +111,7 @@ func (i *Container) claim(runID string) {
 	i.mu.Unlock()
 }
 
-// Acquire starts a container for one run (Start), as an Instance.
+// Acquire starts a container for one run (Start), as an [Instance].
 func (e *Executor) Acquire(ctx context.Context, l Limits, runID string) (Instance, error) {
 	return e.Start(ctx, l, runID)
 }
@@ -281,7 +281,7 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	}
 }
 
-// ExecRequest is one piece of code to run in an Instance.
+// ExecRequest is one piece of code to run in an [Instance].
 type ExecRequest struct {
 	// RunID names the execution for tool calls and logs.
 	RunID string
@@ -295,7 +295,7 @@ type ExecRequest struct {
 	Files FileLimits
 	// Sink receives output and files as they arrive; NoSink when nil.
 	Sink Sink
-	// Began is when the run began, from which Result.Startup counts (the
+	// Began is when the run began, from which [Result.Startup] counts (the
 	// container's start when zero): a run that took a ready container
 	// waited only for that.
 	Began time.Time
@@ -309,7 +309,7 @@ type ExecRequest struct {
 // Exec runs x.Code in the instance and reports how it ended. An instance
 // runs code once, unless its first Exec asked for a session (x.Session):
 // then it runs one Exec after another, in the same interpreter, for as
-// long as Kept says so. Failures of the code are in the Result; an error
+// long as Kept says so. Failures of the code are in the [Result]; an error
 // means the code could not be run, or the engine failed mid-run. Exec
 // does not remove the container: Close does. Its steps: the code handed
 // over, the runner's frames served, the end awaited, the outcome told.
@@ -533,7 +533,7 @@ func (run *execution) interrupt() bool {
 	return false
 }
 
-// stopped is the Result of code stopped for killedFor (a timeout or a
+// stopped is the [Result] of code stopped for killedFor (a timeout or a
 // cancellation): interrupted when a session's code stopped on an
 // interrupt and keeps its state, else killed with its container.
 func stopped(res Result, x ExecRequest, killedFor Status, interrupted bool) Result {
@@ -591,7 +591,7 @@ func (i *Container) settle(rr readResult, kill func()) waitResult {
 // It is safe to call more than once and from any path; ctx bounds nothing
 // but is where the removal takes its values from (removal outlives it). An
 // error means the engine failed to remove the container: it is retried in
-// the background (see Executor.PendingRemovals).
+// the background (see [Executor.PendingRemovals]).
 func (i *Container) Close(ctx context.Context) error {
 	i.mu.Lock()
 	closed := i.closed

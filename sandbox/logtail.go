@@ -3,7 +3,7 @@ package sandbox
 import "unicode/utf8"
 
 // logTail keeps the last limit bytes written to it, in at most 2*limit
-// bytes of memory and amortised linear time: what Runtime.Logs returns of a
+// bytes of memory and amortised linear time: what [Runtime.Logs] returns of a
 // container's own output, however much of it there is.
 type logTail struct {
 	limit int

@@ -47,7 +47,7 @@ type OCIRuntimeInfo struct {
 
 // ResolveOCIRuntime says what to ask the engine described by info for so
 // that a container runs under want (OCIRuntimeDefault or "", runc or
-// runsc): request goes into ContainerSpec.OCIRuntime ("" for the engine's
+// runsc): request goes into [ContainerSpec.OCIRuntime] ("" for the engine's
 // default), and effective is the runtime that will run the container. An
 // engine that cannot run want yields an error wrapping ErrOCIRuntime that
 // says what to set up.

@@ -42,7 +42,7 @@ const podmanLogSizeMax = 1 << 20
 // host's name or the container id shows through.
 const podmanHostname = "sandbox"
 
-// Podman is the Runtime backed by the Podman REST API (libpod endpoints),
+// Podman is the [Runtime] backed by the Podman REST API (libpod endpoints),
 // driven through the v5 bindings. It never runs the podman CLI.
 type Podman struct {
 	// conn carries the bindings connection as context values. It is never
@@ -180,10 +180,10 @@ func (p *Podman) wrap(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("podman: %s: %w", op, err)
 }
 
-// Name implements Runtime.
+// Name implements [Runtime].
 func (p *Podman) Name() string { return "podman" }
 
-// Info implements Runtime.
+// Info implements [Runtime].
 func (p *Podman) Info(ctx context.Context) (EngineInfo, error) {
 	info, err := system.Info(p.call(ctx), nil)
 	if err != nil {
@@ -253,7 +253,7 @@ func podmanEnforcement(rootless bool, cgroupVersion string, controllers []string
 	return e
 }
 
-// ImageInfo implements Runtime.
+// ImageInfo implements [Runtime].
 func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	img, err := images.GetImage(p.call(ctx), ref, nil)
 	if err != nil {
@@ -275,7 +275,7 @@ func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	return ii, nil
 }
 
-// BuildImage implements Runtime. The build context is sent as a tarball, so
+// BuildImage implements [Runtime]. The build context is sent as a tarball, so
 // opts.ContextDir is any directory on this machine.
 func (p *Podman) BuildImage(ctx context.Context, bo BuildOptions) error {
 	contextDir, dockerfile, tag, out := bo.ContextDir, bo.Dockerfile, bo.Tag, bo.Out
@@ -320,7 +320,7 @@ func (p *Podman) BuildImage(ctx context.Context, bo BuildOptions) error {
 	return nil
 }
 
-// Create implements Runtime.
+// Create implements [Runtime].
 func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 	for _, m := range cs.Mounts {
 		if _, err := os.Stat(m.Source); err != nil {
@@ -521,7 +521,7 @@ func podmanDataMountOptions() []string { return []string{"bind", "ro", "nosuid",
 
 func podmanPtr[T any](v T) *T { return &v }
 
-// Start implements Runtime.
+// Start implements [Runtime].
 func (p *Podman) Start(ctx context.Context, id string) error {
 	if err := containers.Start(p.call(ctx), id, nil); err != nil {
 		if podmanAPICode(err) == http.StatusNotFound {
@@ -532,7 +532,7 @@ func (p *Podman) Start(ctx context.Context, id string) error {
 	return nil
 }
 
-// Wait implements Runtime. It returns as soon as ctx ends, even while the
+// Wait implements [Runtime]. It returns as soon as ctx ends, even while the
 // bindings are still retrying.
 // podmanWaitInterval is how often the Podman service checks a waited-on
 // container's state.
@@ -589,7 +589,7 @@ func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
 	return st, nil
 }
 
-// Kill implements Runtime.
+// Kill implements [Runtime].
 func (p *Podman) Kill(ctx context.Context, id string) error {
 	p.killed.Store(id, struct{}{})
 	err := containers.Kill(p.call(ctx), id, &containers.KillOptions{Signal: podmanPtr("SIGKILL")})
@@ -602,7 +602,7 @@ func (p *Podman) Kill(ctx context.Context, id string) error {
 	return p.wrap(ctx, "killing container "+id, err)
 }
 
-// Remove implements Runtime.
+// Remove implements [Runtime].
 func (p *Podman) Remove(ctx context.Context, id string) error {
 	defer p.killed.Delete(id)
 	// Podman 4.x refuses a forced remove while the container is between
@@ -646,7 +646,7 @@ func (p *Podman) remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Logs implements Runtime.
+// Logs implements [Runtime].
 func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error) {
 	if limit <= 0 {
 		return "", nil
@@ -678,7 +678,7 @@ func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error)
 	return tail.String(), nil
 }
 
-// List implements Runtime.
+// List implements [Runtime].
 func (p *Podman) List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error) {
 	filters := map[string][]string{}
 	for k, v := range labels {
@@ -698,7 +698,7 @@ func (p *Podman) List(ctx context.Context, labels map[string]string) ([]Containe
 	return matchLabels(out, labels), nil
 }
 
-// Close implements Runtime. It drops idle connections to the service; the
+// Close implements [Runtime]. It drops idle connections to the service; the
 // Podman must not be used afterwards.
 func (p *Podman) Close() error {
 	if c, err := bindings.GetClient(p.conn); err == nil && c.Client != nil {

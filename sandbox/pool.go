@@ -14,12 +14,12 @@ import (
 // The warm pool: containers created and started ahead of time, each with
 // its runner connected and waiting for exactly one piece of code. A run
 // takes one, runs once in it, and it is removed after the run's answer is
-// out: never reused, so nothing passes from one run to the next. Limits
+// out: never reused, so nothing passes from one run to the next. [Limits]
 // are fixed when a container is created, so the pool holds containers of
 // one shape (the limits but Timeout and OutputBytes, which each Exec
 // sets); a run of another shape starts cold.
 
-// PoolOptions configure a Pool.
+// PoolOptions configure a [Pool].
 type PoolOptions struct {
 	// Size is how many started containers the pool keeps ready; 0 keeps
 	// none, and every run starts cold.
@@ -93,7 +93,7 @@ const (
 	poolBackoffMax = 30 * time.Second
 	// poolCheck is how often ready containers are checked for age.
 	poolCheck = time.Second
-	// MaxPoolSize bounds PoolOptions.Size.
+	// MaxPoolSize bounds [PoolOptions.Size].
 	MaxPoolSize = 32
 )
 
@@ -325,7 +325,7 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 	return inst, false, miss, err
 }
 
-// Acquire returns an Instance of limits l for the run runID: a container
+// Acquire returns an [Instance] of limits l for the run runID: a container
 // the pool had ready when it has one of that shape, else one started for
 // the run. The pool refills behind it. Its Close hands the container back
 // to be removed in the background.
@@ -338,7 +338,7 @@ func (p *Pool) Acquire(ctx context.Context, l Limits, runID string) (Instance, e
 	return &Lease{p: p, c: inst, warm: warm, miss: miss, limits: l, began: began}, nil
 }
 
-// Lease is an Instance a run got from a Pool (Pool.Acquire).
+// Lease is an [Instance] a run got from a [Pool] ([Pool.Acquire]).
 type Lease struct {
 	p      *Pool
 	c      *Container
@@ -355,8 +355,8 @@ type Lease struct {
 // Exec runs x in the leased container. When that was a ready one that had
 // died before it took the code (an engine restart kills them all), the
 // code runs in a container started for it instead. The first Exec's
-// Result says whether the run was warm, and else why not. Execs of one
-// Lease do not overlap (the container refuses a second one at once).
+// [Result] says whether the run was warm, and else why not. Execs of one
+// [Lease] do not overlap (the container refuses a second one at once).
 func (l *Lease) Exec(ctx context.Context, x ExecRequest) (Result, error) {
 	l.execs++
 	if l.execs > 1 {
@@ -399,7 +399,7 @@ func (l *Lease) Closed() bool {
 }
 
 // Close hands the container back to the pool, which removes it in the
-// background (Pool.Close waits for that).
+// background ([Pool.Close] waits for that).
 func (l *Lease) Close(context.Context) error {
 	l.mu.Lock()
 	c, closed := l.c, l.closed

@@ -10,7 +10,7 @@ import (
 
 // Removal retries. A container whose removal failed (the engine restarting,
 // say) is not forgotten: it is removed again in the background, with
-// backoff, until the engine says it is gone or the Executor is closed. A
+// backoff, until the engine says it is gone or the [Executor] is closed. A
 // bridge that ends first leaves it to the next start's Reap, which removes
 // the containers of bridges that are no longer running.
 const (
@@ -18,7 +18,7 @@ const (
 	removeRetryMax   = 30 * time.Second
 )
 
-// removals is an Executor's set of containers still to be removed.
+// removals is an [Executor]'s set of containers still to be removed.
 type removals struct {
 	rt  Containers
 	log zerolog.Logger

@@ -32,7 +32,7 @@ const (
 )
 
 // Result is the outcome of one run. Stdout and Stderr hold at most
-// Limits.OutputBytes each; the Cut fields count what was dropped beyond.
+// [Limits.OutputBytes] each; the Cut fields count what was dropped beyond.
 type Result struct {
 	RunID     string           `json:"run_id"`
 	Status    Status           `json:"status"`
@@ -50,12 +50,12 @@ type Result struct {
 	// to the runner: container creation, start and the runner's connect.
 	Startup time.Duration `json:"startup"`
 	// FilesSkipped counts files the runner skipped beyond those it
-	// reported one by one to the Sink.
+	// reported one by one to the [Sink].
 	FilesSkipped int64 `json:"files_skipped,omitempty"`
 	// Warm says the code ran in a container the pool had started ahead
 	// of time.
 	Warm bool `json:"warm,omitempty"`
-	// Cold says why a run of a Pool did not get a ready container.
+	// Cold says why a run of a [Pool] did not get a ready container.
 	Cold string `json:"cold,omitempty"`
 }
 
@@ -86,7 +86,7 @@ type ToolHandler interface {
 	Query(ctx context.Context, runID string, q relay.Query) relay.ToolResult
 }
 
-// NoTools is the ToolHandler of a bridge without upstream servers.
+// NoTools is the [ToolHandler] of a bridge without upstream servers.
 type NoTools struct{}
 
 var errNoTools = &relay.ToolError{
@@ -106,12 +106,12 @@ func (NoTools) Query(_ context.Context, _ string, q relay.Query) relay.ToolResul
 
 var _ ToolHandler = NoTools{}
 
-// ExecutorOptions configure an Executor.
+// ExecutorOptions configure an [Executor].
 type ExecutorOptions struct {
 	// Image is the runner image reference.
 	Image string
 	// ImageHint says what to do when Image is not on the engine (engine is
-	// its Runtime.Name): whether a command of the caller's builds it
+	// its [Runtime.Name]): whether a command of the caller's builds it
 	// depends on the image (images.MissingHint knows which ones `bridge
 	// image build` makes). Nil gives a hint that fits any image.
 	ImageHint func(image, engine string) string
@@ -124,8 +124,8 @@ type ExecutorOptions struct {
 	// memory, pids or CPU limits. Off by default: the bridge fails closed.
 	AllowUnenforcedLimits bool
 	// ResultBytes is the largest result Tools.CallTool returns, as JSON
-	// (relay.MaxResultBytes when zero): each tool call in flight reserves
-	// this much of the run's and the Executor's result capacity (budget.go).
+	// ([relay.MaxResultBytes] when zero): each tool call in flight reserves
+	// this much of the run's and the [Executor]'s result capacity (budget.go).
 	ResultBytes int64
 	// OCIRuntime is the runtime every container must run with: runc,
 	// runsc (gVisor), or OCIRuntimeDefault ("" too) for the engine's
@@ -232,7 +232,7 @@ func imageHint(opts ExecutorOptions, engine string) string {
 		opts.Image, engine, engine)
 }
 
-// OCIRuntime is the runtime that runs the Executor's containers (runc,
+// OCIRuntime is the runtime that runs the [Executor]'s containers (runc,
 // runsc, crun), as the engine names it.
 func (e *Executor) OCIRuntime() string { return e.effective }
 
@@ -266,14 +266,14 @@ func ensurePrivateDir(dir string) error {
 // Run runs one request in a fresh container and removes the container, its
 // socket and its directory before it returns, on every path: Acquire, Exec
 // and Close. Failures of the code (exceptions, timeouts, memory) are
-// reported in the Result; an error means the code could not be run at all,
+// reported in the [Result]; an error means the code could not be run at all,
 // or the engine failed mid-run.
 func (e *Executor) Run(ctx context.Context, req Request) (Result, error) {
 	return run(ctx, e.Acquire, req)
 }
 
-// AcquireFunc gets the Instance a run of limits l named runID runs in:
-// Executor.Acquire, Pool.Acquire, Engine.Acquire.
+// AcquireFunc gets the [Instance] a run of limits l named runID runs in:
+// [Executor.Acquire], [Pool.Acquire], [Engine.Acquire].
 type AcquireFunc func(ctx context.Context, l Limits, runID string) (Instance, error)
 
 // run is one request from acquire to close: the instance acquired, the code
@@ -299,7 +299,7 @@ func run(ctx context.Context, acquire AcquireFunc, req Request) (res Result, err
 	return inst.Exec(ctx, x)
 }
 
-// exec checks req and makes its ExecRequest, with a new run id when req
+// exec checks req and makes its [ExecRequest], with a new run id when req
 // has none.
 func (req Request) exec() (ExecRequest, error) {
 	if err := req.Limits.Validate(); err != nil {
@@ -320,7 +320,7 @@ func (req Request) exec() (ExecRequest, error) {
 }
 
 // startFailed is the outcome of a run whose container did not start: a
-// cancelled Result when the caller gave up, else the error.
+// cancelled [Result] when the caller gave up, else the error.
 func startFailed(res Result, err error, start time.Time) (Result, error) {
 	if errors.Is(err, errStartCancelled) {
 		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
@@ -330,7 +330,7 @@ func startFailed(res Result, err error, start time.Time) (Result, error) {
 	return res, err
 }
 
-// outputSink is a Sink that hands output to f (if set) and drops files.
+// outputSink is a [Sink] that hands output to f (if set) and drops files.
 type outputSink struct {
 	NoSink
 	f func(stream, data string)
@@ -393,7 +393,7 @@ func dropUnenforced(spec *ContainerSpec, e Enforcement) []string {
 	return dropped
 }
 
-// outcome turns what the relay and the engine said into a Result.
+// outcome turns what the relay and the engine said into a [Result].
 func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w waitResult, res Result, l Limits, log zerolog.Logger) (Result, error) {
 	// A protocol error, or a runner cut off for not reading, wins over
 	// anything the runner said before it.

@@ -1,8 +1,8 @@
 // Package sandbox runs untrusted Python in fresh, hardened, network-less
-// containers: the engines, behind the Containers and Images interfaces
+// containers: the engines, behind the [Containers] and [Images] interfaces
 // (docker.go, podman.go), opened in one place (engine.go, detect.go); the
 // hardened container spec (spec.go, seccomp.go); and a run's life, an
-// Instance acquired (a container started for it, instance.go, or a warm
+// [Instance] acquired (a container started for it, instance.go, or a warm
 // one of the pool, pool.go), its runner served over the relay socket
 // within the run's host budget (conn.go, budget.go), and removed.
 package sandbox
@@ -15,7 +15,7 @@ import (
 )
 
 // Runtime is one container engine, as the bridge opens it: the containers
-// it runs (Containers) and the images it holds (Images). Implementations
+// it runs ([Containers]) and the images it holds ([Images]). Implementations
 // talk to the engine's API, never to its CLI. All methods are safe for
 // concurrent use.
 type Runtime interface {
@@ -27,7 +27,7 @@ type Runtime interface {
 
 // Containers is the part of an engine that runs containers: what it can
 // enforce, whether an image is there to run, and a container's life from
-// create to remove. An Executor needs this much of an engine.
+// create to remove. An [Executor] needs this much of an engine.
 type Containers interface {
 	// Name is "podman" or "docker".
 	Name() string
@@ -123,7 +123,7 @@ type ImageInfo struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 }
 
-// ContainerInfo is one entry of Containers.List.
+// ContainerInfo is one entry of [Containers.List].
 type ContainerInfo struct {
 	ID     string
 	Labels map[string]string
@@ -150,7 +150,7 @@ var (
 	ErrEngineDenied = errors.New("permission denied on the container engine socket")
 	// ErrImageNotFound means the runner image is not present locally.
 	// Backends say which image and where; what to do about it depends on
-	// the image (see ExecutorOptions.ImageHint).
+	// the image (see [ExecutorOptions.ImageHint]).
 	ErrImageNotFound = errors.New("image not found")
 	// ErrNotFound means a container is gone.
 	ErrNotFound = errors.New("container not found")

@@ -20,7 +20,7 @@ type FileLimits struct {
 
 // FileInfo describes one file the runner announced. Name is relative to
 // OutputsDir with "/" separators, as the runner gives it: checked only to
-// be valid UTF-8 without NUL, "." or ".." parts (see relay.File). Size is
+// be valid UTF-8 without NUL, "." or ".." parts (see [relay.File]). Size is
 // the size the runner announced, at most FileLimits.MaxFileBytes.
 type FileInfo struct {
 	Name string
@@ -46,7 +46,7 @@ const (
 // things, and must not block for long: the relay waits for them.
 type Sink interface {
 	// Output receives each piece of stdout or stderr (stream is
-	// relay.TypeStdout or relay.TypeStderr) after the output cap.
+	// [relay.TypeStdout] or [relay.TypeStderr]) after the output cap.
 	Output(stream, data string)
 	// File starts one file; its bytes follow through the FileWriter, and
 	// its End is always called, also when the run ends mid-file. Files
@@ -85,7 +85,7 @@ func (e *FileCutError) Error() string {
 	return "the run ended before the file was sent"
 }
 
-// NoSink is a Sink that keeps nothing: files are read and dropped.
+// NoSink is a [Sink] that keeps nothing: files are read and dropped.
 type NoSink struct{}
 
 // Output drops the output.

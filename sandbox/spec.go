@@ -104,7 +104,7 @@ func (l Limits) Validate() error {
 	return validateDataMounts(l.Mounts)
 }
 
-// CPUPeriod is the CFS period used to express Limits.CPUs as a quota.
+// CPUPeriod is the CFS period used to express [Limits.CPUs] as a quota.
 const CPUPeriod = 100_000 // microseconds
 
 // Mount is a bind mount from the host into the container.

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// callTimesWindow is how many of the latest tool calls CallTimes keeps.
+// callTimesWindow is how many of the latest tool calls [CallTimes] keeps.
 const callTimesWindow = 1024
 
 // CallTimes keeps how long the latest tool calls took, split into the
@@ -23,13 +23,13 @@ type CallTimes struct {
 	upstream []time.Duration
 }
 
-// NewCallTimes returns an empty CallTimes.
+// NewCallTimes returns an empty [CallTimes].
 func NewCallTimes() *CallTimes {
 	return &CallTimes{bridge: make([]time.Duration, callTimesWindow), upstream: make([]time.Duration, callTimesWindow)}
 }
 
 // record notes one call: its whole time in the bridge's handler and the
-// upstream's part of it. A nil CallTimes records nothing.
+// upstream's part of it. A nil [CallTimes] records nothing.
 func (c *CallTimes) record(total, upstream time.Duration) {
 	if c == nil {
 		return
@@ -41,7 +41,7 @@ func (c *CallTimes) record(total, upstream time.Duration) {
 	c.mu.Unlock()
 }
 
-// CallTimesSummary is what CallTimes says of its window, in microseconds.
+// CallTimesSummary is what [CallTimes] says of its window, in microseconds.
 type CallTimesSummary struct {
 	// Calls is how many calls were recorded since the bridge started;
 	// Window how many of the latest the percentiles are of.

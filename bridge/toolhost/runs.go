@@ -42,10 +42,10 @@ type Runs struct {
 	m  map[string]Run
 }
 
-// NewRuns returns an empty Runs.
+// NewRuns returns an empty [Runs].
 func NewRuns() *Runs { return &Runs{m: map[string]Run{}} }
 
-// Register makes run the Run of runID until unregister is called.
+// Register makes run the [Run] of runID until unregister is called.
 func (r *Runs) Register(runID string, run Run) (unregister func()) {
 	r.mu.Lock()
 	r.m[runID] = run
@@ -59,7 +59,7 @@ func (r *Runs) Register(runID string, run Run) (unregister func()) {
 	}
 }
 
-// get is runID's Run, nil if none is registered (or r is nil).
+// get is runID's [Run], nil if none is registered (or r is nil).
 func (r *Runs) get(runID string) Run {
 	if r == nil {
 		return nil

@@ -28,7 +28,7 @@ type SkillsOptions struct {
 	// policy it is pinned to).
 	Config func(runID string) policy.Skills
 	// Audit, if set, records every save, saved or refused, within the
-	// bounds of a run's audit records (*policy.Store is one).
+	// bounds of a run's audit records (*[policy.Store] is one).
 	Audit SkillAuditor
 	// MaxResult bounds one answer, as ToolHandler's maxResult.
 	MaxResult int
@@ -62,7 +62,7 @@ const (
 // WithSkills answers the code's skill operations (skills, skill_source,
 // save_skill: docs/protocol.md) from the policy's skills folder, adds the
 // skills to the answers of search, and passes every other call and
-// question to inner (sandbox.NoTools{} when nil).
+// question to inner ([sandbox.NoTools]{} when nil).
 //
 // The code reaches the folder only through these operations: it reads
 // skills by name and saves one only as a whole, checked file. That is the

@@ -26,7 +26,7 @@ import (
 )
 
 // DefaultMaxResultBytes bounds one tool result sent into the sandbox, as
-// JSON. A relay frame holds at most relay.MaxFrameSize.
+// JSON. A relay frame holds at most [relay.MaxFrameSize].
 const DefaultMaxResultBytes = relay.MaxResultBytes
 
 // Bounds on what the sandbox may ask.
@@ -34,13 +34,13 @@ const (
 	// MaxArgBytes bounds one tool call's arguments, as JSON.
 	MaxArgBytes = 4 << 20
 	// maxQueryBytes bounds a search query; maxServerName a server name
-	// in a query (config names are at most proxy.MaxNameLen bytes).
+	// in a query (config names are at most [proxy.MaxNameLen] bytes).
 	maxQueryBytes = 1 << 10
 	maxServerName = 256
 )
 
 // Upstreams is what the sandbox's tool calls and questions need of the MCP
-// proxy. *proxy.Client implements it.
+// proxy. *[proxy.Client] implements it.
 type Upstreams interface {
 	Servers(ctx context.Context) ([]proxy.ServerStatus, error)
 	Catalog(ctx context.Context) (*catalog.Catalog, error)

@@ -10,13 +10,13 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// The values of Limits.ByReference.
+// The values of [Limits.ByReference].
 const (
 	ByReferenceLarge = "large" // files that do not fit inline go to the store
 	ByReferenceAll   = "all"   // every file goes to the store (with a store)
 )
 
-// MaxListed is how many files a Collector lists that it does not return;
+// MaxListed is how many files a [Collector] lists that it does not return;
 // the rest are only counted. Files returned are always listed.
 const MaxListed = 100
 
@@ -72,7 +72,7 @@ type Artifact struct {
 // Returned says whether the file came back, inline or by reference.
 func (a Artifact) Returned() bool { return a.Inlined || a.URI != "" }
 
-// Collector takes the files of one run (the file half of sandbox.Sink:
+// Collector takes the files of one run (the file half of [sandbox.Sink]:
 // embed it in a Sink that adds Output) and decides, as each file starts,
 // where it goes: inline when it fits MaxBytesInline and what is left of
 // MaxBytesTotal (unless ByReference is "all" and there is a store), else
@@ -83,10 +83,10 @@ func (a Artifact) Returned() bool { return a.Inlined || a.URI != "" }
 // Memory: only inline files are held, each in a buffer of its announced
 // size, reserved from MaxBytesTotal when it starts; a stored file streams
 // to disk as it arrives, and a file dropped is not kept. So
-// a Collector holds at most MaxBytesTotal of file bytes, plus about 1 KiB
+// a [Collector] holds at most MaxBytesTotal of file bytes, plus about 1 KiB
 // for each file listed (MaxFiles returned, MaxListed not).
 //
-// A file that does not arrive whole (End with a *sandbox.FileCutError:
+// A file that does not arrive whole (End with a *[sandbox.FileCutError]:
 // changed while read, unreadable, or the run ended) is never returned,
 // not even in part: it is listed with the reason, and what arrived of it
 // is dropped (a stored one's temporary file removed).
@@ -105,7 +105,7 @@ type Collector struct {
 	cur      *fileWriter
 }
 
-// NewCollector returns a Collector for the run runID under the limits l.
+// NewCollector returns a [Collector] for the run runID under the limits l.
 // store is where files go by reference; nil: no host folder, and files
 // that do not fit inline are not returned.
 func NewCollector(runID string, l Limits, store *Store) *Collector {
@@ -141,7 +141,7 @@ func (c *Collector) FileLimits() sandbox.FileLimits {
 	return fl
 }
 
-// File starts one file (sandbox.Sink).
+// File starts one file ([sandbox.Sink]).
 func (c *Collector) File(f sandbox.FileInfo) sandbox.FileWriter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,7 +194,7 @@ func (c *Collector) tooManyNote() string {
 	return fmt.Sprintf("past artifacts.max_files (%d): not returned; write fewer files, or put them in one zip", c.lim.MaxFiles)
 }
 
-// Skipped lists a file the runner did not send (sandbox.Sink).
+// Skipped lists a file the runner did not send ([sandbox.Sink]).
 func (c *Collector) Skipped(f sandbox.FileInfo, r sandbox.SkipReason) {
 	var note string
 	switch r {
@@ -248,7 +248,7 @@ func (c *Collector) Artifacts() (list []Artifact, unlisted int) {
 	return append([]Artifact(nil), c.list...), c.unlisted
 }
 
-// retained is the bytes of file data the Collector holds. For tests.
+// retained is the bytes of file data the [Collector] holds. For tests.
 func (c *Collector) retained() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -270,7 +270,7 @@ const (
 	modeStore
 )
 
-// fileWriter takes one file's bytes for a Collector.
+// fileWriter takes one file's bytes for a [Collector].
 type fileWriter struct {
 	c     *Collector
 	info  sandbox.FileInfo
@@ -326,7 +326,7 @@ func (w *fileWriter) dropLocked(note string) {
 	}
 }
 
-// End ends the file (sandbox.FileWriter): it is kept if it arrived whole.
+// End ends the file ([sandbox.FileWriter]): it is kept if it arrived whole.
 func (w *fileWriter) End(err error) {
 	w.c.mu.Lock()
 	defer w.c.mu.Unlock()

@@ -144,7 +144,7 @@ func escapeName(s string) string {
 }
 
 // validRunID says whether id is a run id: 1 to 32 lower-case letters and
-// digits (sandbox.NewRunID's, and what the sandbox accepts).
+// digits ([sandbox.NewRunID]'s, and what the sandbox accepts).
 func validRunID(id string) bool {
 	if len(id) == 0 || len(id) > 32 {
 		return false

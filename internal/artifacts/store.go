@@ -25,7 +25,7 @@ const (
 	DefaultMaxBytesKept = 1 << 30
 )
 
-// maxGone is how many removed files' URIs a Store remembers, to tell an
+// maxGone is how many removed files' URIs a [Store] remembers, to tell an
 // expired file from one it never had.
 const maxGone = 1024
 
@@ -33,7 +33,7 @@ const maxGone = 1024
 // taken.
 const maxSuffix = 1000
 
-// StoreOptions configure a Store.
+// StoreOptions configure a [Store].
 type StoreOptions struct {
 	// Dir is the host folder the files go in (artifacts.dir): an absolute
 	// path, created with mode 0700 if missing.
@@ -47,7 +47,7 @@ type StoreOptions struct {
 	// Logger receives removals and failures.
 	Logger zerolog.Logger
 	// OnChange, if set, is called after the list of files changed (a file
-	// stored, expired or removed to make room), never under the Store's
+	// stored, expired or removed to make room), never under the [Store]'s
 	// lock, from the goroutine that made the change: it must not block
 	// (send notifications/resources/list_changed from it).
 	OnChange func()
@@ -55,7 +55,7 @@ type StoreOptions struct {
 	Now func() time.Time
 }
 
-// Entry is one file a Store keeps.
+// Entry is one file a [Store] keeps.
 type Entry struct {
 	URI     string // bridge://runs/RUN/NAME
 	Run     string // the run that made it
@@ -67,7 +67,7 @@ type Entry struct {
 	Expires time.Time
 }
 
-// Errors of Store.Open, to test with errors.Is; the errors returned say
+// Errors of [Store.Open], to test with errors.Is; the errors returned say
 // more.
 var (
 	ErrNotFound = errors.New("no such file")
@@ -78,12 +78,12 @@ var (
 // (run-RUN, mode 0700), each file (mode 0600) written to a temporary file,
 // synced, and linked to its name without ever replacing a file: a name
 // already taken gets " (2)", " (3)"... before its extension. Files expire
-// after Expiry (one timer per Store), the oldest are removed to stay
+// after Expiry (one timer per [Store]), the oldest are removed to stay
 // within MaxBytesKept, and Close removes them all: a file is only
 // reachable through the bridge that made it, so none outlives it (OpenStore
 // removes what a bridge that crashed left, once older than Expiry).
 // Nothing in the folder is followed if it is a symbolic link, and only the
-// files the Store wrote are served. Safe for concurrent use.
+// files the [Store] wrote are served. Safe for concurrent use.
 type Store struct {
 	dir      string // Dir with symbolic links resolved
 	fd       int    // dir, open; valid until Close
@@ -209,7 +209,7 @@ func (s *Store) removeLeftovers() {
 	}
 }
 
-// Close stops the expiry timer and removes every file the Store kept,
+// Close stops the expiry timer and removes every file the [Store] kept,
 // and the files being written. After Close, List is empty, Open finds
 // nothing and nothing more is stored.
 func (s *Store) Close() error {
@@ -270,7 +270,7 @@ func (e *lookupError) Is(target error) bool { return target == e.kind }
 // ErrNotFound (a URI this bridge never gave, or malformed) or ErrExpired
 // (removed since), saying what to do. The file is opened without
 // following symbolic links, under a name derived from the parsed URI, and
-// only if it is still the file the Store wrote.
+// only if it is still the file the [Store] wrote.
 func (s *Store) Open(uri string) (Entry, io.ReadCloser, error) {
 	run, name, err := ParseURI(uri)
 	if err != nil {

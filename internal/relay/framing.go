@@ -18,7 +18,7 @@ type Decoder struct {
 	buf []byte
 }
 
-// NewDecoder returns a Decoder that refuses frames larger than maxFrame
+// NewDecoder returns a [Decoder] that refuses frames larger than maxFrame
 // bytes (MaxFrameSize when maxFrame is 0 or larger than MaxFrameSize).
 func NewDecoder(r io.Reader, maxFrame int) *Decoder {
 	if maxFrame <= 0 || maxFrame > MaxFrameSize {
@@ -64,7 +64,7 @@ type Encoder struct {
 	buf []byte // reused between frames
 }
 
-// NewEncoder returns an Encoder writing to w.
+// NewEncoder returns an [Encoder] writing to w.
 func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w} }
 
 // Exec sends the exec message.

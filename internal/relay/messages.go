@@ -48,7 +48,7 @@ type Query struct {
 	Args json.RawMessage `json:"args"`
 }
 
-// The operations a Query may ask for.
+// The operations a [Query] may ask for.
 const (
 	OpServers = "servers"
 	OpTools   = "tools"
@@ -60,7 +60,7 @@ const (
 	OpSaveSkill   = "save_skill"
 )
 
-// IsQueryOp reports whether op is an operation a Query may ask for.
+// IsQueryOp reports whether op is an operation a [Query] may ask for.
 func IsQueryOp(op string) bool {
 	switch op {
 	case OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill:
@@ -70,7 +70,7 @@ func IsQueryOp(op string) bool {
 }
 
 // ErrorInfo describes an exception raised by the code. As decoded, Type is
-// at most 256 bytes, and Message and Traceback keep at most 64 KiB of their
+// at most 256 bytes, and [Message] and Traceback keep at most 64 KiB of their
 // head and tail (see clip).
 type ErrorInfo struct {
 	Type      string `json:"type"`
@@ -161,13 +161,13 @@ type Exec struct {
 	Session bool `json:"session,omitempty"`
 }
 
-// ToolError is the error half of a ToolResult.
+// ToolError is the error half of a [ToolResult].
 type ToolError struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
 }
 
-// The error types of a ToolResult.
+// The error types of a [ToolResult].
 const (
 	ErrToolsUnavailable = "tools_unavailable" // no proxy, or no upstream servers
 	ErrUnknownServer    = "unknown_server"
@@ -183,7 +183,7 @@ const (
 	ErrSkillsUnavailable = "skills_unavailable" // the skills folder cannot be read or written
 )
 
-// ToolResult answers a ToolCall or a Query. Exactly one of Result and Error is set.
+// ToolResult answers a [ToolCall] or a [Query]. Exactly one of Result and Error is set.
 type ToolResult struct {
 	ID     int64           `json:"id"`
 	Result json.RawMessage `json:"result,omitempty"`

@@ -15,7 +15,7 @@ import (
 
 // Bounds on what the runner's messages carry, in bytes.
 const (
-	// maxKeptBuffer is the largest frame buffer a Decoder keeps for the
+	// maxKeptBuffer is the largest frame buffer a [Decoder] keeps for the
 	// next frame.
 	maxKeptBuffer = 2 << 20
 	maxToken      = 256 // hello.token; longer is a protocol error
@@ -218,7 +218,7 @@ func (o *object) decode(k keys, payload []byte, dst checker) error {
 			return err
 		}
 	}
-	// This also checks the nesting of the whole payload, which the Decoder
+	// This also checks the nesting of the whole payload, which the [Decoder]
 	// in readObject bounds only per value.
 	if err := json.Unmarshal(payload, dst); err != nil {
 		return err
@@ -462,7 +462,7 @@ func skipValue(p []byte, i int) int {
 	return i
 }
 
-// decodeObject is readObject with encoding/json's Decoder, which says what
+// decodeObject is readObject with encoding/json's [Decoder], which says what
 // is wrong with invalid JSON.
 func decodeObject(p []byte, kinds map[string]string) (*object, error) {
 	dec := json.NewDecoder(bytes.NewReader(p))
@@ -498,7 +498,7 @@ func decodeObject(p []byte, kinds map[string]string) (*object, error) {
 	return o, nil
 }
 
-// syntaxError words the Decoder's errors for a cut payload as
+// syntaxError words the [Decoder]'s errors for a cut payload as
 // json.Unmarshal does.
 func syntaxError(err error) error {
 	if err == io.EOF || err == io.ErrUnexpectedEOF {

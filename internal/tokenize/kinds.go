@@ -9,7 +9,7 @@ import (
 
 // Kind is one kind of value to find: a name, whose upper case is the
 // placeholder prefix ("email" gives <EMAIL_1>), and how to find values of
-// it. The zero Kind finds nothing.
+// it. The zero [Kind] finds nothing.
 type Kind struct {
 	name   string
 	prefix string

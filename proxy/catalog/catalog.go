@@ -30,11 +30,11 @@ type Tool struct {
 	Annotations  json.RawMessage // may be nil
 }
 
-// SearchHit is one result of Catalog.Search.
+// SearchHit is one result of [Catalog.Search].
 type SearchHit struct {
 	Tool  Tool
 	Score float64
-	// Params are the property names of Tool.InputSchema, in schema order;
+	// Params are the property names of [Tool.InputSchema], in schema order;
 	// nil when it has none or is not a JSON object.
 	Params []string
 }
@@ -82,9 +82,9 @@ var fieldWeights = [numFields]float64{
 }
 
 // Catalog is an immutable, searchable set of tools. Safe for concurrent use.
-// A nil *Catalog is empty.
+// A nil *[Catalog] is empty.
 //
-// The Tool values it returns share their json.RawMessage fields with
+// The [Tool] values it returns share their json.RawMessage fields with
 // the catalog: callers must not modify them.
 type Catalog struct {
 	tools    []Tool     // in input order, duplicates dropped
@@ -104,7 +104,7 @@ type Catalog struct {
 type toolKey struct{ server, name string }
 
 // posting says that a term occurs in a tool (doc, an index into
-// Catalog.tools); sat is the term's saturated BM25F term frequency there,
+// [Catalog].tools); sat is the term's saturated BM25F term frequency there,
 // tf/(k1+tf), which does not depend on the query.
 type posting struct {
 	doc int32
