@@ -244,13 +244,17 @@ class _Waiter:
     the lock its thread sleeps on until the answer came or it is asked to
     read the socket itself (see Relay._blocking)."""
 
-    __slots__ = ("reply", "wake", "signaled")
+    __slots__ = ("reply", "wake", "signaled", "abandoned")
 
     def __init__(self) -> None:
         self.reply: dict[str, Any] | None = None
         self.wake = threading.Lock()
         self.wake.acquire()
         self.signaled = False  # wake released, not yet taken; under Relay._pending_lock
+        # Its caller gave up on it (an exception: a session's interrupt, or
+        # one the code's signal handler raised): it is never asked to read,
+        # and its answer, if it comes, is dropped. Under Relay._pending_lock.
+        self.abandoned = False
 
 
 # The read buffer: a frame that fits is read with the ones around it, in one
@@ -442,6 +446,12 @@ class Relay:
             if not self._buffered():
                 self._hand_settled()  # nothing more to read at once: hand over now
         except (ProtocolError, ConnectionClosed, OSError) as e:
+            if isinstance(e, OSError) and e.errno is None:
+                # Not the socket's: the code's signal handler raised it
+                # (a TimeoutError, say) in the main thread while it read.
+                # Nothing is lost (the buffer keeps what was read); the
+                # exception is the code's to handle.
+                raise
             if self._finished:
                 raise ConnectionClosed from None  # exit is out; main ends the process with the code's status
             with self._state_lock:
@@ -515,13 +525,16 @@ class Relay:
         while self._buffered():
             self._read_one()
         self._hand_settled()
+        # The reader thread watches again before a waiter is woken to read:
+        # should that one never read (its caller gives up at that moment),
+        # the socket is still read. The waiter turns it off once it reads.
+        self._watch(select.EPOLLIN)
         with self._pending_lock:
             for w in self._pending.values():
-                if type(w) is _Waiter and not w.signaled:
+                if type(w) is _Waiter and not w.signaled and not w.abandoned:
                     w.signaled = True
                     w.wake.release()
                     return
-        self._watch(select.EPOLLIN)
 
     def _control(self, msg: dict[str, Any]) -> None:
         """A session's frames from the bridge: the next exec (only between
@@ -575,26 +588,40 @@ class Relay:
 
     def _blocking(self, kind: str, fields: dict[str, Any]) -> Any:
         w = _Waiter()
-        self._request(kind, fields, w)
-        while w.reply is None:
-            # No thread reads: read, until this call's answer came.
-            if self._read_lock.acquire(blocking=False):
-                try:
-                    self._watch(0)
-                    while w.reply is None:
-                        self._read_one()
-                finally:
+        try:
+            self._request(kind, fields, w)
+            while w.reply is None:
+                # No thread reads: read, until this call's answer came.
+                if self._read_lock.acquire(blocking=False):
                     try:
-                        self._stop_reading()
+                        self._watch(0)
+                        while w.reply is None:
+                            self._read_one()
+                    except BaseException:
+                        self._abandon(w)  # before _stop_reading: not handed the reading
+                        raise
                     finally:
-                        self._read_lock.release()
-                break
-            # Another thread reads: it wakes this one with the answer, or
-            # when it stopped reading and this one should read instead.
-            w.wake.acquire()
-            with self._pending_lock:
-                w.signaled = False
+                        try:
+                            self._stop_reading()
+                        finally:
+                            self._read_lock.release()
+                    break
+                # Another thread reads: it wakes this one with the answer, or
+                # when it stopped reading and this one should read instead.
+                w.wake.acquire()
+                with self._pending_lock:
+                    w.signaled = False
+        except BaseException:
+            # A session's interrupt, or an exception the code's signal
+            # handler raised, while the call waited or read.
+            self._abandon(w)
+            raise
         return tool_outcome(w.reply)
+
+    def _abandon(self, w: _Waiter) -> None:
+        """w's caller gave up on it (see _Waiter.abandoned)."""
+        with self._pending_lock:
+            w.abandoned = True
 
     async def _awaiting(self, kind: str, fields: dict[str, Any]) -> Any:
         import asyncio  # already loaded: an event loop is running

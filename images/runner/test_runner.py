@@ -795,6 +795,49 @@ class ToolCallTest(unittest.TestCase):
         r = run(code, on_frame=answer_async_only)
         self.assertEqual(r.stdout, "7\n", r.exit)
 
+    # A signal handler of the code's that raises while the main thread
+    # blocks in a call (the signal.alarm pattern around a slow tool): the
+    # exception is the code's, the relay goes on, and a thread's call made
+    # meanwhile is still answered, whoever reads.
+    GIVE_UP = (
+        "import signal, threading, time, _bridge_relay\n"
+        "def on_alarm(*a):\n"
+        "    raise {exc}('too slow')\n"
+        "signal.signal(signal.SIGALRM, on_alarm)\n"
+        "got = []\n"
+        "def other():\n"
+        "    time.sleep(0.1)\n"
+        "    got.append(_bridge_relay.call_tool('s', 't', {{'n': 2}}))\n"
+        "t = threading.Thread(target=other); t.start()\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+        "try:\n"
+        "    _bridge_relay.call_tool('s', 't', {{'n': 1}})\n"
+        "except {exc}:\n"
+        "    print('gave up')\n"
+        "t.join(5)\n"
+        "print('other got', got)\n"
+        "print(_bridge_relay.call_tool('s', 't', {{'n': 3}}))\n"
+    )
+
+    @staticmethod
+    def slow_first(host: FakeHost, msg: dict) -> None:
+        """Never answers n=1; answers n=2 after 0.5 s (after the alarm),
+        and others at once."""
+        if msg["type"] != "tool_call":
+            return
+        n = msg["args"]["n"]
+        if n == 2:
+            threading.Timer(0.5, lambda: host.send({"type": "tool_result", "id": msg["id"], "result": 2})).start()
+        elif n != 1:
+            host.send({"type": "tool_result", "id": msg["id"], "result": n})
+
+    def test_signal_handler_exception_in_a_call_is_the_codes(self) -> None:
+        for exc in ("TimeoutError", "RuntimeError"):  # an OSError, and not
+            with self.subTest(exc=exc):
+                r = run(self.GIVE_UP.format(exc=exc), on_frame=self.slow_first)
+                self.assertEqual(r.of_type("exit")[0]["status"], "ok", r.diag)
+                self.assertEqual(r.stdout, "gave up\nother got [2]\n3\n", r.diag)
+
     def test_results_larger_than_the_read_buffer(self) -> None:
         # 200 KiB and 5 MiB answers, sent in pieces with pauses, between
         # small ones: each arrives whole.
@@ -1249,6 +1292,34 @@ except KeyboardInterrupt:
         self.assertEqual(len(calls), 1, r.diag)
         self.assertEqual(len(calls[0]["args"]["x"]), 8 << 20)
         self.assertIn("interrupted", r.stdout, r.diag)
+
+    def test_interrupt_in_a_tool_call_keeps_the_session(self) -> None:
+        # The call's tool never answers (or answers after the interrupt):
+        # the code gets its KeyboardInterrupt, and the next exec is read.
+        for late in (False, True):
+            with self.subTest(answer_after_interrupt=late):
+                execs = []
+
+                def on_frame(host: FakeHost, msg: dict) -> None:
+                    host.session = True
+                    if msg["type"] == "tool_call":
+                        threading.Timer(0.2, lambda: host.send({"type": "interrupt"})).start()
+                        if late:
+                            threading.Timer(0.4, lambda: host.send({"type": "tool_result", "id": msg["id"], "result": 1})).start()
+                    elif msg["type"] == "exit":
+                        execs.append(msg)
+                        if len(execs) == 1:
+                            time.sleep(0.5)  # past the late answer
+                            host.send_raw(exec_frame("print('next call ran')", session=True))
+                        else:
+                            host.close()
+
+                r = run(first=exec_frame("import _bridge_relay\n_bridge_relay.call_tool('s', 't', {})", session=True), on_frame=on_frame)
+                exits = r.of_type("exit")
+                self.assertEqual([e["status"] for e in exits], ["error", "ok"], r.diag)
+                self.assertEqual(exits[0]["error"]["type"], "KeyboardInterrupt")
+                self.assertEqual(r.stdout, "next call ran\n")
+                self.assertLess(r.seconds, 10)
 
     def test_interrupt_between_calls_is_ignored(self) -> None:
         r = self.session(["x = 1", "print(x)"], idle_interrupt=True)
