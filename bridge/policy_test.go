@@ -3,6 +3,8 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -82,6 +84,55 @@ func TestPolicyLimitsPerRun(t *testing.T) {
 	}
 	if n := strings.Count(string(b), `"event":"run_end"`); n != 3 {
 		t.Fatalf("%d run_end lines:\n%s", n, b)
+	}
+}
+
+// acquireFails is Instances whose containers never start.
+type acquireFails struct{ err error }
+
+func (a acquireFails) Acquire(context.Context, sandbox.Limits, string) (sandbox.Instance, error) {
+	return nil, a.err
+}
+
+// TestRunWithoutAContainer: a run whose container does not start answers
+// what happened (cancelled, or unavailable) and is audited all the same.
+func TestRunWithoutAContainer(t *testing.T) {
+	for _, tc := range []struct {
+		err                 error
+		status, msg, logged string
+	}{
+		{fmt.Errorf("starting: %w", sandbox.ErrStartCancelled), "cancelled", "cancelled before the code started", "cancelled"},
+		{context.Canceled, "cancelled", "cancelled before the code started", "cancelled"},
+		{errors.New("image bridge-runner not found"), "unavailable", "the sandbox could not run the code: image bridge-runner not found", "unavailable"},
+	} {
+		t.Run(tc.status+": "+tc.err.Error(), func(t *testing.T) {
+			dir := t.TempDir()
+			file, audit := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "audit.jsonl")
+			if err := os.WriteFile(file, []byte("version: 1\naudit:\n  file: "+audit+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			pol, err := policy.Load(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store, err := policy.NewStore(pol, file, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			cs := connect(t, newServer(t, Options{Policy: store, Instances: acquireFails{tc.err}}), nil)
+			_, out := call(t, cs, map[string]any{"code": "pass"})
+			if out.Status != tc.status || out.Message != tc.msg {
+				t.Fatalf("status %q, message %q; want %q, %q", out.Status, out.Message, tc.status, tc.msg)
+			}
+			b, err := os.ReadFile(audit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), `"event":"run_start"`) || !strings.Contains(string(b), `"event":"run_end"`) || !strings.Contains(string(b), `"status":"`+tc.logged+`"`) {
+				t.Fatalf("audit:\n%s", b)
+			}
+		})
 	}
 }
 

@@ -46,13 +46,22 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 		sc = s.sessions.call(key, scfg, min(sessionBusyWait, r.timeout), s.opts.Instances)
 		src = sc
 	}
+	if sc == nil {
+		// Audited from asking for its container: one that does not start
+		// is in the audit log too. A session's call, once it is in.
+		r.started(nil)
+	}
 	// The run's duration: from asking for its instance to giving it up.
 	began := time.Now()
 	inst, err := src.Acquire(r.ctx, r.limits, r.id)
 	if err != nil {
-		return s.acquireFailed(err, start)
+		status, msg := s.acquireFailed(err)
+		r.res.Status = sandbox.Status(status)
+		return failure(status, msg, start)
 	}
-	r.started(sc)
+	if sc != nil {
+		r.started(sc)
+	}
 	r.exec.Began = began
 	r.res, err = inst.Exec(r.ctx, r.exec)
 	if cerr := inst.Close(r.ctx); cerr != nil && err == nil {
@@ -151,9 +160,9 @@ func (s *Server) beginRun(ctx context.Context, req *mcp.CallToolRequest, a callA
 	return r
 }
 
-// started records that the run got its instance: audited (with its
-// session's id, when in one), and, in a session, the human's approvals
-// for the rest of the session are the run's.
+// started records the run's start: audited (with its session's id, when
+// in one), and, in a session, the human's approvals for the rest of the
+// session are the run's.
 func (r *aRun) started(sc *sessionCall) {
 	session := ""
 	if sc != nil {
@@ -187,24 +196,27 @@ func (r *aRun) end() {
 	r.prog.stop()
 }
 
-// acquireFailed is the answer to a call whose run got no instance: the
-// engine could not be opened, the session refused the call, the call was
-// cancelled while it waited, or the container did not start.
-func (s *Server) acquireFailed(err error, start time.Time) *mcp.CallToolResult {
+// acquireFailed is the status and message of a call whose run got no
+// instance: the engine could not be opened, the session refused the call,
+// the call was cancelled while it waited or its container started, or the
+// container did not start.
+func (s *Server) acquireFailed(err error) (status, msg string) {
 	var unavailable *sandbox.UnavailableError
 	switch {
 	case errors.As(err, &unavailable):
 		s.log.Error().Err(err).Msg("sandbox unavailable")
-		return failure(statusUnavailable, "the sandbox is unavailable: "+err.Error()+" (the operator can run `bridge doctor`)", start)
+		return statusUnavailable, "the sandbox is unavailable: " + err.Error() + " (the operator can run `bridge doctor`)"
 	case errors.Is(err, errSessionCancelled):
-		return failure(string(sandbox.StatusCancelled), "cancelled while waiting for the session", start)
+		return string(sandbox.StatusCancelled), "cancelled while waiting for the session"
+	case errors.Is(err, sandbox.ErrStartCancelled), errors.Is(err, context.Canceled):
+		return string(sandbox.StatusCancelled), "cancelled before the code started"
 	case errors.Is(err, ErrBusy), errors.Is(err, errTooManySessions):
-		return failure(statusBusy, err.Error(), start)
+		return statusBusy, err.Error()
 	case errors.Is(err, errSessionsClosed), errors.Is(err, errSessionEnded):
-		return failure(statusUnavailable, err.Error(), start)
+		return statusUnavailable, err.Error()
 	}
 	s.log.Error().Err(err).Msg("run failed")
-	return failure(statusUnavailable, "the sandbox could not run the code: "+err.Error()+doctorHint(err), start)
+	return statusUnavailable, "the sandbox could not run the code: " + err.Error() + doctorHint(err)
 }
 
 // doctorHint points the operator to `bridge doctor` when the engine failed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -28,8 +29,9 @@ type EngineOptions struct {
 // that needs one says what is wrong), with its [Executor] and warm pool, and
 // opened again after it went away: an Acquire or an Exec that fails
 // because the engine is unreachable, or no longer has the OCI runtime it
-// must run with, drops it, and the next Acquire opens one anew (maybe
-// another one). It is safe for concurrent use.
+// must run with, drops it (closed once the runs on it are done), and the
+// next Acquire opens one anew (maybe another one). It is safe for
+// concurrent use.
 type Engine struct {
 	opts EngineOptions
 	log  zerolog.Logger
@@ -44,11 +46,17 @@ type Engine struct {
 	closed bool
 }
 
-// openEngine is one opening of the engine.
+// openEngine is one opening of the engine. Once dropped (its engine went
+// away) it is closed when its last instance is: other runs on it may be
+// healthy. users and closing are under Engine.mu.
 type openEngine struct {
 	rt   Runtime
 	ex   *Executor
 	pool *Pool
+
+	users   int  // instances not closed yet, and Acquires under way
+	dropped bool // no longer the Engine's: closed once users is 0
+	closing bool // its close began
 }
 
 // openTimeout bounds opening the engine: a wedged engine must not hold
@@ -81,7 +89,10 @@ func NewEngine(opts EngineOptions) *Engine {
 // then starts filling). A failure is returned, and tried again by the
 // next Open or Acquire.
 func (e *Engine) Open(ctx context.Context) error {
-	_, err := e.get(ctx)
+	o, err := e.get(ctx)
+	if err == nil {
+		e.let(o)
+	}
 	return err
 }
 
@@ -100,6 +111,7 @@ func (e *Engine) Acquire(ctx context.Context, l Limits, runID string) (Instance,
 	}
 	if err != nil {
 		e.failed(o, err)
+		e.let(o)
 		return nil, err
 	}
 	return &engineInstance{Instance: inst, e: e, o: o}, nil
@@ -110,11 +122,13 @@ func (e *Engine) Run(ctx context.Context, req Request) (Result, error) {
 	return run(ctx, e.Acquire, req)
 }
 
-// engineInstance tells its [Engine] when an Exec found the engine gone.
+// engineInstance tells its [Engine] when an Exec found the engine gone,
+// and when it no longer uses the engine's opening (Close).
 type engineInstance struct {
 	Instance
-	e *Engine
-	o *openEngine
+	e   *Engine
+	o   *openEngine
+	let atomic.Bool // Close was called
 }
 
 func (i *engineInstance) Exec(ctx context.Context, x ExecRequest) (Result, error) {
@@ -125,20 +139,46 @@ func (i *engineInstance) Exec(ctx context.Context, x ExecRequest) (Result, error
 	return res, err
 }
 
+// Close closes the instance, then lets go of its opening of the engine.
+func (i *engineInstance) Close(ctx context.Context) error {
+	if i.let.Swap(true) {
+		return nil
+	}
+	err := i.Instance.Close(ctx)
+	i.e.let(i.o)
+	return err
+}
+
 // failed drops o when err says its engine went away: unreachable, or
-// without the OCI runtime it must run with.
+// without the OCI runtime it must run with. It is closed once its last
+// instance is.
 func (e *Engine) failed(o *openEngine, err error) {
 	if !errors.Is(err, ErrEngineUnreachable) && !errors.Is(err, ErrOCIRuntime) {
 		return
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.open != o {
+		e.mu.Unlock()
 		return // dropped already, maybe opened anew
 	}
 	e.open = nil
+	o.dropped = true
+	e.mu.Unlock()
 	e.log.Warn().Err(err).Msg("the container engine went away: the next run opens it again")
-	go e.closeOpen(o, 2*time.Minute, "the previous engine connection")
+}
+
+// let gives up one use of o; the last use of a dropped one closes it.
+func (e *Engine) let(o *openEngine) {
+	e.mu.Lock()
+	o.users--
+	last := o.users == 0 && o.dropped && !o.closing
+	if last {
+		o.closing = true
+	}
+	e.mu.Unlock()
+	if last {
+		go e.closeOpen(o, 2*time.Minute, "the previous engine connection")
+	}
 }
 
 // get returns the open engine, opening it when there is none.
@@ -154,6 +194,9 @@ func (e *Engine) get(ctx context.Context) (*openEngine, error) {
 	}
 	e.mu.Lock()
 	o, closed := e.open, e.closed
+	if o != nil && !closed {
+		o.users++
+	}
 	e.mu.Unlock()
 	switch {
 	case closed:
@@ -174,6 +217,7 @@ func (e *Engine) get(ctx context.Context) (*openEngine, error) {
 		return nil, errEngineClosed
 	}
 	e.open = o
+	o.users++
 	e.mu.Unlock()
 	return o, nil
 }
@@ -237,6 +281,9 @@ func (e *Engine) Close(timeout time.Duration) {
 	e.mu.Lock()
 	o := e.open
 	e.open, e.closed = nil, true
+	if o != nil {
+		o.dropped, o.closing = true, true
+	}
 	e.mu.Unlock()
 	if o != nil {
 		e.closeOpen(o, timeout, "at shutdown")

@@ -123,6 +123,50 @@ func TestEngineReopensAfterItWentAway(t *testing.T) {
 	}
 }
 
+// An engine dropped because one run found it gone is closed only once the
+// other runs on it are done: they may be healthy (an OCI runtime's
+// failure is one container's).
+func TestEngineDroppedIsClosedAfterItsLastRun(t *testing.T) {
+	var first *fakeRuntime
+	e, opened := testEngine(t, 0, func(n int) (*fakeRuntime, error) {
+		rt := newFake(pythonRunner(t))
+		if n == 1 {
+			first = rt
+		}
+		return rt, nil
+	})
+	ctx := context.Background()
+	other, err := e.Acquire(ctx, testLimits(), "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.mu.Lock()
+	first.createErr = fmt.Errorf("%w: the daemon stopped", ErrEngineUnreachable)
+	first.mu.Unlock()
+	if _, err := e.Acquire(ctx, testLimits(), "failing"); !errors.Is(err, ErrEngineUnreachable) {
+		t.Fatalf("the failing run: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // a close, if it wrongly began, has run
+	if opened()[0].closed.Load() {
+		t.Fatal("the dropped engine was closed while a run still held a container on it")
+	}
+	if _, err := e.Acquire(ctx, testLimits(), "next"); err != nil { // opens the second
+		t.Fatal(err)
+	}
+	other.Close(ctx)
+	other.Close(ctx) // a second Close lets go of nothing more
+	deadline := time.Now().Add(10 * time.Second)
+	for !opened()[0].closed.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the dropped engine was not closed after its last run")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := len(opened()); n != 2 || opened()[1].closed.Load() {
+		t.Fatalf("%d engines opened, the new one closed: %v", n, opened()[1].closed.Load())
+	}
+}
+
 // Close empties the pool and closes the engine; Acquire fails after it.
 func TestEngineClose(t *testing.T) {
 	e, opened := testEngine(t, 2, func(int) (*fakeRuntime, error) { return newFake(pythonRunner(t)), nil })

@@ -45,9 +45,9 @@ var (
 // maxSocketPath is the size of sun_path on Linux, terminating NUL included.
 const maxSocketPath = 108
 
-// errStartCancelled is Start's error when ctx ended before the runner
+// ErrStartCancelled is Start's error when ctx ended before the runner
 // connected; the container made so far is removed.
-var errStartCancelled = errors.New("cancelled before the code started")
+var ErrStartCancelled = errors.New("cancelled before the code started")
 
 // errNotHandedOver is Exec's error when the code could not be given to the
 // runner: the instance died while it waited (a pooled one may), nothing
@@ -121,7 +121,7 @@ func (e *Executor) Acquire(ctx context.Context, l Limits, runID string) (Instanc
 // runner to connect. name names the container (a run id: 1 to 32
 // lower-case letters and digits). On any error, everything made so far is
 // removed before Start returns; a ctx that ends first returns an error
-// wrapping errStartCancelled.
+// wrapping ErrStartCancelled.
 func (e *Executor) Start(ctx context.Context, l Limits, name string) (*Container, error) {
 	return e.start(ctx, l, name, false)
 }
@@ -234,7 +234,7 @@ func (i *Container) create(ctx context.Context, token string, pooled bool) error
 	}
 	i.id = id
 	if ctx.Err() != nil {
-		return errStartCancelled
+		return ErrStartCancelled
 	}
 	return nil
 }
@@ -277,7 +277,7 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	case <-startTimer.C:
 		return fmt.Errorf("the runner did not connect within %s of the container starting; run `bridge doctor`", e.opts.StartTimeout)
 	case <-ctx.Done():
-		return errStartCancelled
+		return ErrStartCancelled
 	}
 }
 

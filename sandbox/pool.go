@@ -335,20 +335,25 @@ func (p *Pool) Acquire(ctx context.Context, l Limits, runID string) (Instance, e
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{p: p, c: inst, warm: warm, miss: miss, limits: l, began: began}, nil
+	return &Lease{p: p, c: inst, warm: warm, miss: miss, limits: l, name: runID, began: began}, nil
 }
+
+// errLeaseClosed is a [Lease]'s Exec error once Close was called: the
+// container is gone, or was never started for it.
+var errLeaseClosed = errors.New("the sandbox was closed")
 
 // Lease is an [Instance] a run got from a [Pool] ([Pool.Acquire]).
 type Lease struct {
 	p      *Pool
-	c      *Container
 	warm   bool
 	miss   string // why the run is not warm
 	limits Limits
+	name   string // the run's id, or the session's, that names the container
 	began  time.Time
 	execs  int // Execs begun: a session's container runs more than one
 
 	mu     sync.Mutex
+	c      *Container // nil once closed, or while the lease starts another
 	closed bool
 }
 
@@ -359,29 +364,52 @@ type Lease struct {
 // [Lease] do not overlap (the container refuses a second one at once).
 func (l *Lease) Exec(ctx context.Context, x ExecRequest) (Result, error) {
 	l.execs++
+	l.mu.Lock()
+	c := l.c
+	l.mu.Unlock()
+	if c == nil {
+		return Result{}, errLeaseClosed
+	}
 	if l.execs > 1 {
-		return l.c.Exec(ctx, x)
+		return c.Exec(ctx, x)
 	}
 	x.Began = l.began
-	res, err := l.c.Exec(ctx, x)
+	res, err := c.Exec(ctx, x)
 	if l.warm && errors.Is(err, errNotHandedOver) {
-		l.c.log.Warn().Err(err).Msg("pool: a ready container had died; running the code in a fresh one")
-		l.p.Release(l.c)
+		c.log.Warn().Err(err).Msg("pool: a ready container had died; running the code in a fresh one")
 		l.warm, l.miss = false, "a ready container had died"
-		var c *Container
-		if c, err = l.p.e.Start(ctx, l.limits, x.RunID); err != nil {
-			l.mu.Lock()
-			l.c = nil
-			l.mu.Unlock()
-			return res, err
-		}
-		l.mu.Lock()
-		l.c = c
-		l.mu.Unlock()
-		res, err = c.Exec(ctx, x)
+		res, err = l.retry(ctx, c, x)
 	}
 	res.Warm, res.Cold = l.warm, l.miss
 	return res, err
+}
+
+// retry gives back dead, the ready container that died, and runs x in a
+// container started for it, unless the lease is closed meanwhile (the
+// new container is then given back unused).
+func (l *Lease) retry(ctx context.Context, dead *Container, x ExecRequest) (Result, error) {
+	l.mu.Lock()
+	l.c = nil
+	closed := l.closed
+	l.mu.Unlock()
+	l.p.Release(dead)
+	if closed {
+		return Result{}, errLeaseClosed
+	}
+	c, err := l.p.e.Start(ctx, l.limits, l.name)
+	if err != nil {
+		return startFailed(Result{RunID: x.RunID}, err, l.began)
+	}
+	l.mu.Lock()
+	if closed = l.closed; !closed {
+		l.c = c
+	}
+	l.mu.Unlock()
+	if closed {
+		l.p.Release(c)
+		return Result{}, errLeaseClosed
+	}
+	return c.Exec(ctx, x)
 }
 
 // Kept reports whether the leased container keeps a session's interpreter.
@@ -411,9 +439,18 @@ func (l *Lease) Close(context.Context) error {
 	return nil
 }
 
-// Release removes inst in the background; Close waits for it.
+// Release removes inst in the background; Close waits for it. After
+// Close (a run that outlived the pool's engine) it removes inst before
+// it returns.
 func (p *Pool) Release(inst *Container) {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		if err := inst.Close(context.Background()); err != nil {
+			inst.log.Warn().Err(err).Msg("removing a used container")
+		}
+		return
+	}
 	p.stats.Removing++
 	p.removing.Add(1)
 	p.mu.Unlock()

@@ -244,6 +244,74 @@ func TestPoolDeadReadyContainer(t *testing.T) {
 	}
 }
 
+// A lease closed (a session reset, its client gone) while it starts a
+// fresh container for a ready one that had died: the code does not run,
+// and nothing is left behind. The fresh container is named for the run
+// the lease was acquired for.
+func TestPoolLeaseClosedWhileItReplacesADeadContainer(t *testing.T) {
+	real := pythonRunner(t)
+	dropped := make(chan struct{}, 8)
+	coldStarting := make(chan string, 1)
+	goOn := make(chan struct{})
+	rt := newFake(func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
+		if spec.Labels[LabelPooled] != "true" {
+			coldStarting <- spec.Labels[LabelRunID]
+			<-goOn
+			return real(ctx, sock, token, spec)
+		}
+		r, err := dialRunner(ctx, sock)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		_ = r.send(hello(token))
+		time.Sleep(50 * time.Millisecond)
+		r.conn.Close()
+		dropped <- struct{}{}
+		<-ctx.Done()
+		return ExitState{ExitCode: 137}
+	})
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	p, err := NewPool(ex, PoolOptions{Size: 1, Limits: testLimits(), Logger: ex.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 1)
+	<-dropped
+
+	ctx := context.Background()
+	inst, err := p.Acquire(ctx, testLimits(), "session1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := inst.Exec(ctx, ExecRequest{RunID: "call1", Code: "print('ran')", Timeout: 10 * time.Second, OutputBytes: 1 << 10, Session: true})
+		done <- outcome{res, err}
+	}()
+	if name := <-coldStarting; name != "session1" {
+		t.Errorf("the fresh container is named %q, want the lease's session1", name)
+	}
+	inst.Close(ctx)
+	close(goOn)
+	o := <-done
+	if !errors.Is(o.err, errLeaseClosed) || o.res.Stdout != "" {
+		t.Fatalf("exec after the lease closed: %+v, %v; want errLeaseClosed and nothing run", o.res, o.err)
+	}
+	if !inst.Closed() || inst.Kept() {
+		t.Errorf("closed %v, kept %v", inst.Closed(), inst.Kept())
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := rt.List(ctx, nil); len(ids) != 0 {
+		t.Fatalf("containers left after the lease and the pool closed: %v", ids)
+	}
+}
+
 func TestPoolCloseRemovesAllAndLeavesNoGoroutine(t *testing.T) {
 	rt := newFake(pythonRunner(t))
 	before := runtime.NumGoroutine()

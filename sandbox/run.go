@@ -322,7 +322,7 @@ func (req Request) exec() (ExecRequest, error) {
 // startFailed is the outcome of a run whose container did not start: a
 // cancelled [Result] when the caller gave up, else the error.
 func startFailed(res Result, err error, start time.Time) (Result, error) {
-	if errors.Is(err, errStartCancelled) {
+	if errors.Is(err, ErrStartCancelled) {
 		res.Status, res.ExitCode, res.Message = StatusCancelled, -1, "cancelled before the code started"
 		res.Duration = time.Since(start)
 		return res, nil

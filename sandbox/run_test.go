@@ -140,8 +140,11 @@ func (f *fakeRuntime) Wait(ctx context.Context, id string) (ExitState, error) {
 	if err != nil {
 		return ExitState{}, err
 	}
-	if f.waitErr != nil {
-		return ExitState{}, f.waitErr
+	f.mu.Lock()
+	waitErr := f.waitErr
+	f.mu.Unlock()
+	if waitErr != nil {
+		return ExitState{}, waitErr
 	}
 	select {
 	case <-c.done:
