@@ -89,48 +89,17 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 	if err := checkToken(opts.Token); err != nil {
 		return err
 	}
-	if opts.Addr == "" {
-		opts.Addr = DefaultHTTPAddr
-	}
-	if opts.SessionTimeout == 0 {
-		opts.SessionTimeout = DefaultSessionTimeout
-	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if opts.Version == "" {
-		opts.Version = "dev"
-	}
-
+	opts = opts.withDefaults()
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", opts.Addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", opts.Addr, err)
 	}
 	addr := ln.Addr()
-	loopback := isLoopbackAddr(addr)
-
-	token := opts.Token
-	tokenEnv := opts.TokenEnv
-	if tokenEnv == "" {
-		tokenEnv = "BRIDGE_HTTP_TOKEN"
-	}
-	switch {
-	case token == "" && !loopback:
-		token, err = newToken()
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		// The only place the token is ever logged, and at no level, so that
-		// no BRIDGE_LOG_LEVEL can hide it: without it no client gets in.
-		log.Log().Str("level", "warn").Str("token", token).Str("addr", addr.String()).
-			Msg("listening beyond loopback without " + tokenEnv + ": generated a bearer token for this run; " +
-				"clients must send the header 'Authorization: Bearer <token>'")
-	case token == "":
-		log.Info().Msg("loopback address and no token: /mcp and /sse need no auth")
-	case len(token) < 16:
-		log.Warn().Int("length", len(token)).Msg("the bearer token is short; use at least 32 random characters")
+	token, err := bearerToken(opts, addr, log)
+	if err != nil {
+		ln.Close()
+		return err
 	}
 
 	// streams ends the hanging GET requests (SSE streams) when shutdown
@@ -175,6 +144,51 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 	<-served // http.ErrServerClosed
 	closeSessions(sctx, srv, log)
 	return err
+}
+
+// withDefaults fills in what opts leaves unset.
+func (opts HTTPOptions) withDefaults() HTTPOptions {
+	if opts.Addr == "" {
+		opts.Addr = DefaultHTTPAddr
+	}
+	if opts.SessionTimeout == 0 {
+		opts.SessionTimeout = DefaultSessionTimeout
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.TokenEnv == "" {
+		opts.TokenEnv = "BRIDGE_HTTP_TOKEN"
+	}
+	return opts
+}
+
+// bearerToken is the token /mcp and /sse need on addr: opts.Token, or one
+// generated (and logged, once) for an address beyond loopback without
+// one; "" on loopback without one.
+func bearerToken(opts HTTPOptions, addr net.Addr, log zerolog.Logger) (string, error) {
+	token := opts.Token
+	switch {
+	case token == "" && !isLoopbackAddr(addr):
+		token, err := newToken()
+		if err != nil {
+			return "", err
+		}
+		// The only place the token is ever logged, and at no level, so that
+		// no BRIDGE_LOG_LEVEL can hide it: without it no client gets in.
+		log.Log().Str("level", "warn").Str("token", token).Str("addr", addr.String()).
+			Msg("listening beyond loopback without " + opts.TokenEnv + ": generated a bearer token for this run; " +
+				"clients must send the header 'Authorization: Bearer <token>'")
+		return token, nil
+	case token == "":
+		log.Info().Msg("loopback address and no token: /mcp and /sse need no auth")
+	case len(token) < 16:
+		log.Warn().Int("length", len(token)).Msg("the bearer token is short; use at least 32 random characters")
+	}
+	return token, nil
 }
 
 // freshConns tracks the connections that have not sent a request yet
