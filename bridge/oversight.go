@@ -78,6 +78,11 @@ type runState struct {
 	run      *approvals     // remembered for the run (or its session)
 	conn     *approvals     // remembered for the connection
 	declined approvals      // what the human said no to in this run
+	// questions counts the questions put to the human in this run;
+	// unasked, once set, says why no more are (a question was dismissed,
+	// went unanswered, or could not be asked).
+	questions int
+	unasked   string
 }
 
 var _ toolhost.Run = (*runState)(nil)
@@ -206,6 +211,9 @@ func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
 	if rs.mode == askNone {
 		return proxy.Answer{How: proxy.Unsupported}
 	}
+	if why := rs.mayAsk(q.Limit); why != "" {
+		return proxy.Answer{How: proxy.Withheld, Why: why}
+	}
 	params := elicitParams(q, words)
 	rs.mu.Lock()
 	prog := rs.prog
@@ -222,10 +230,15 @@ func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
 	case askResult:
 		res, err = rs.askByResult(ctx, params, q.Timeout)
 	}
+	// A question dismissed, left unanswered or that could not be asked
+	// ends the asking for the rest of the run: asking again would wear
+	// the human down, or wait out ask_timeout again for no one.
 	switch {
 	case ctx.Err() != nil:
+		rs.stopAsking("the user did not answer an earlier question of this run within " + formatWait(q.Timeout))
 		return proxy.Answer{How: proxy.TimedOut}
 	case err != nil || res == nil:
+		rs.stopAsking("the client failed to ask an earlier question of this run")
 		return proxy.Answer{How: proxy.Failed}
 	case res.Action == "accept":
 		if remember, _ := res.Content["remember"].(bool); remember && mem != nil {
@@ -236,7 +249,33 @@ func (rs *runState) Ask(ctx context.Context, q proxy.Question) proxy.Answer {
 		rs.declined.add(q.Server, q.Tool)
 		return proxy.Answer{How: proxy.Declined}
 	}
+	rs.stopAsking("the user dismissed an earlier question of this run")
 	return proxy.Answer{How: proxy.Cancelled}
+}
+
+// mayAsk counts a question about to be put to the human, or says why it
+// may not be: the run's asking ended, or it put limit questions (0: no
+// limit).
+func (rs *runState) mayAsk(limit int) string {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	switch {
+	case rs.unasked != "":
+		return rs.unasked
+	case limit > 0 && rs.questions >= limit:
+		return fmt.Sprintf("this run already asked the user %d times (tools.ask_max_per_run)", rs.questions)
+	}
+	rs.questions++
+	return ""
+}
+
+// stopAsking ends the asking for the rest of the run, saying why.
+func (rs *runState) stopAsking(why string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.unasked == "" {
+		rs.unasked = why
+	}
 }
 
 // elicitParams is the form the human answers: a message naming the call

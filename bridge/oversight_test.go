@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
@@ -92,4 +95,139 @@ func TestElicitForm(t *testing.T) {
 			t.Errorf("words %q: schema %s", c.words, p.RequestedSchema)
 		}
 	}
+}
+
+// askingHuman answers the questions of rs (an askResult run) with what
+// answer returns for the nth (nil: leaves it unanswered), and counts them.
+func askingHuman(t *testing.T, rs *runState, answer func(n int) *mcp.ElicitResult) *atomic.Int32 {
+	t.Helper()
+	var n atomic.Int32
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		for {
+			select {
+			case p := <-rs.pending:
+				if r := answer(int(n.Add(1))); r != nil {
+					p.answer <- r
+				} // nil: silent, ask_timeout decides
+			case <-done:
+				return
+			}
+		}
+	}()
+	return &n
+}
+
+// TestRunStateAsksDoNotNag: code calling a tool that needs an answer in a
+// loop cannot wear the human down. A dismissed question, one left
+// unanswered, or one the client failed to ask ends the asking for the
+// rest of the run, for every tool; a "no" holds for its tool; and a run
+// puts at most tools.ask_max_per_run questions.
+func TestRunStateAsksDoNotNag(t *testing.T) {
+	q := proxy.Question{Server: "pay", Tool: "refund", Reason: "money", Timeout: 100 * time.Millisecond, Remember: policy.RememberRun, Limit: 5}
+	other := q
+	other.Tool = "charge"
+	// bounded asks as the proxy does, within a deadline: a question the
+	// human is asked again, and nobody answers, ends with it.
+	bounded := func(rs *runState, q proxy.Question) proxy.Answer {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return rs.Ask(ctx, q)
+	}
+	newRun := func() *runState {
+		return &runState{mode: askResult, scope: "run", turn: make(chan struct{}, 1), pending: make(chan *pendingAsk)}
+	}
+	for _, c := range []struct {
+		name   string
+		answer func(int) *mcp.ElicitResult
+		first  string
+		why    string
+	}{
+		{"dismissed", func(int) *mcp.ElicitResult { return &mcp.ElicitResult{Action: "cancel"} }, proxy.Cancelled, "the user dismissed an earlier question of this run"},
+		{"unanswered", func(int) *mcp.ElicitResult { return nil }, proxy.TimedOut, "the user did not answer an earlier question of this run within 1 s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rs := newRun()
+			asked := askingHuman(t, rs, c.answer)
+			first := q
+			first.Timeout = time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), first.Timeout) // as the proxy bounds an ask
+			defer cancel()
+			if a := rs.Ask(ctx, first); a.How != c.first || a.Allow {
+				t.Fatalf("the first call: %+v, want %s", a, c.first)
+			}
+			for i := range 40 {
+				qq := q
+				if i%2 == 1 {
+					qq = other
+				}
+				if a := bounded(rs, qq); a.How != proxy.Withheld || a.Allow || a.Why != c.why {
+					t.Fatalf("call %d after: %+v, want withheld: %q", i+2, a, c.why)
+				}
+			}
+			if n := asked.Load(); n != 1 {
+				t.Errorf("the human was asked %d times, want once", n)
+			}
+		})
+	}
+	t.Run("failed", func(t *testing.T) {
+		rs := newRun()
+		// The client answers the retried call without the elicitation's
+		// result: the question could not be asked.
+		var n atomic.Int32
+		go func() {
+			p := <-rs.pending
+			n.Add(1)
+			p.answer <- nil
+		}()
+		if a := bounded(rs, q); a.How != proxy.Failed {
+			t.Fatalf("the first call: %+v", a)
+		}
+		if a := bounded(rs, other); a.How != proxy.Withheld || a.Why != "the client failed to ask an earlier question of this run" {
+			t.Fatalf("after: %+v", a)
+		}
+		if n.Load() != 1 {
+			t.Errorf("%d questions", n.Load())
+		}
+	})
+	t.Run("limit", func(t *testing.T) {
+		rs := newRun()
+		asked := askingHuman(t, rs, func(int) *mcp.ElicitResult { return &mcp.ElicitResult{Action: "accept"} })
+		for i := range 8 {
+			a := bounded(rs, q)
+			if i < q.Limit && (a.How != proxy.Accepted || !a.Allow) {
+				t.Fatalf("question %d: %+v", i+1, a)
+			}
+			if i >= q.Limit && (a.How != proxy.Withheld || a.Allow || a.Why != "this run already asked the user 5 times (tools.ask_max_per_run)") {
+				t.Fatalf("call %d past the limit: %+v", i+1, a)
+			}
+		}
+		if n := asked.Load(); n != int32(q.Limit) {
+			t.Errorf("%d questions, want %d", n, q.Limit)
+		}
+	})
+	t.Run("declined", func(t *testing.T) {
+		rs := newRun()
+		asked := askingHuman(t, rs, func(n int) *mcp.ElicitResult {
+			if n == 1 {
+				return &mcp.ElicitResult{Action: "decline"}
+			}
+			return &mcp.ElicitResult{Action: "accept"}
+		})
+		if a := bounded(rs, q); a.How != proxy.Declined {
+			t.Fatalf("%+v", a)
+		}
+		for range 10 {
+			if a := bounded(rs, q); a.How != proxy.Remembered || a.Allow {
+				t.Fatalf("the declined tool again: %+v", a)
+			}
+		}
+		if a := bounded(rs, other); a.How != proxy.Accepted {
+			t.Fatalf("another tool after a no: %+v", a)
+		}
+		if n := asked.Load(); n != 2 {
+			t.Errorf("%d questions, want 2", n)
+		}
+	})
 }

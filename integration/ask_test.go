@@ -119,6 +119,9 @@ func accept(remember bool) func() (*mcp.ElicitResult, error) {
 
 func decline() (*mcp.ElicitResult, error) { return &mcp.ElicitResult{Action: "decline"}, nil }
 
+// dismiss closes the dialog without an answer.
+func dismiss() (*mcp.ElicitResult, error) { return &mcp.ElicitResult{Action: "cancel"}, nil }
+
 // silent answers only after the policy's 3 s are gone.
 func silent() (*mcp.ElicitResult, error) {
 	time.Sleep(4500 * time.Millisecond)
@@ -199,6 +202,18 @@ for t in ts: t.start()
 for t in ts: t.join()
 print(len(got))
 `
+	// nag40 calls a tool that needs an answer 40 times, catching the
+	// denials.
+	nag40 = `import mcp_tools
+denied = []
+for i in range(40):
+    try:
+        mcp_tools.call("misbehave", "echo", message="nag")
+    except mcp_tools.ToolDeniedError as e:
+        denied.append(str(e))
+print(len(denied), denied[0].endswith("the user dismissed the request"),
+      denied[-1].endswith("not asked, the user dismissed an earlier question of this run"))
+`
 	askThrice = `import mcp_tools
 for i in range(3):
     print(mcp_tools.call("misbehave", "echo", message=f"r{i}")["message"])
@@ -275,6 +290,19 @@ for i in range(2):
 				if lines := strings.Split(strings.TrimSpace(out.Stdout), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], "the user declined it") ||
 					!strings.HasSuffix(lines[1], "the user declined it earlier in this run") || len(h.asked()) != 1 {
 					t.Fatalf("declined twice: %+v %q, %d questions", out, text, len(h.asked()))
+				}
+
+				// A dismissed question ends the asking for the rest of the
+				// run: code calling 40 times puts one question, every later
+				// call is denied at once, saying why, and the next run may
+				// ask again.
+				h.tell(dismiss)
+				out, text = traceCall(t, cs, nag40)
+				if out.Status != "ok" || out.Stdout != "40 True True\n" || len(h.asked()) != 1 {
+					t.Fatalf("dismissed, then 39 calls more: %+v %q, %d questions", out, text, len(h.asked()))
+				}
+				if len(out.ToolCalls) != 40 || out.ToolCalls[0].Answer != "cancelled" || out.ToolCalls[39].Answer != "withheld" {
+					t.Errorf("trace: first %+v, last %+v", out.ToolCalls[0], out.ToolCalls[len(out.ToolCalls)-1])
 				}
 
 				// Remember for the run: three calls, one question; the next

@@ -290,8 +290,8 @@ func (p *Policy) Explain(t Tool) string {
 		fmt.Fprintf(&b, "reason: %s\n", d.Reason)
 	}
 	if d.Ask {
-		fmt.Fprintf(&b, "ask: the human is asked through the MCP client (elicitation) and has %s (tools.ask_timeout) to answer, else denied; %s\n",
-			units.FormatDuration(p.Tools.AskTimeout), p.askFallbackText())
+		fmt.Fprintf(&b, "ask: the human is asked through the MCP client (elicitation) and has %s (tools.ask_timeout) to answer, else denied; at most %d questions a run (tools.ask_max_per_run); %s\n",
+			units.FormatDuration(p.Tools.AskTimeout), p.Tools.AskMaxPerRun, p.askFallbackText())
 	}
 	b.WriteString("annotations:")
 	ann, declared := t.Annotations.effective()

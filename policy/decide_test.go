@@ -380,7 +380,7 @@ func TestDecideAsk(t *testing.T) {
 			{Server: "pay", Tool: "charge", Action: Ask, Line: 7},
 			{Server: "pay", Action: Allow, Line: 9},
 		},
-		AskFallback: Deny, AskTimeout: 30 * time.Second, AskRemember: RememberRun,
+		AskFallback: Deny, AskTimeout: 30 * time.Second, AskRemember: RememberRun, AskMaxPerRun: 4,
 	}}
 	for _, c := range []struct {
 		t       Tool
@@ -412,7 +412,7 @@ func TestDecideAsk(t *testing.T) {
 		`ask: server "pay", tool "refund_order"`,
 		"decided by: tools.rules[0] (line 4)",
 		"reason: refunds move money",
-		"has 30s (tools.ask_timeout) to answer, else denied; a client without elicitation: denied (tools.ask_fallback: deny)",
+		"has 30s (tools.ask_timeout) to answer, else denied; at most 4 questions a run (tools.ask_max_per_run); a client without elicitation: denied (tools.ask_fallback: deny)",
 		`tools.rules[0] (line 4) {server: "pay", tool: "refund*", action: ask}: match: ask`,
 	} {
 		if !strings.Contains(out, want) {

@@ -106,6 +106,7 @@ func Format(p *Policy) string {
 	w(1, "ask_fallback: %s", word(string(t.AskFallback)))
 	w(1, "ask_timeout: %s", units.FormatDuration(t.AskTimeout))
 	w(1, "ask_remember: %s", word(t.AskRemember))
+	w(1, "ask_max_per_run: %d", t.AskMaxPerRun)
 
 	bu := &p.Budgets
 	w(0, "budgets:")

@@ -62,6 +62,7 @@ tools:
   ask_fallback: deny
   ask_timeout: 2m
   ask_remember: run
+  ask_max_per_run: 10
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi
@@ -167,6 +168,7 @@ tools:
   ask_fallback: deny
   ask_timeout: 2m
   ask_remember: run
+  ask_max_per_run: 10
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi

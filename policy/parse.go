@@ -99,11 +99,12 @@ func Default() *Policy {
 		Artifacts: defaultArtifacts(),
 		Tokenize:  defaultTokenize(),
 		Tools: Tools{
-			Servers:     []string{"*"},
-			Default:     Allow,
-			AskFallback: Deny,
-			AskTimeout:  2 * time.Minute,
-			AskRemember: RememberRun,
+			Servers:      []string{"*"},
+			Default:      Allow,
+			AskFallback:  Deny,
+			AskTimeout:   2 * time.Minute,
+			AskRemember:  RememberRun,
+			AskMaxPerRun: 10,
 		},
 		Budgets: Budgets{
 			MaxCallsPerRun:   1000,

@@ -218,7 +218,7 @@ tokenize:
       tool: send
   max_values: 50
 `
-	src = strings.Replace(src, "budgets:\n", "  ask_fallback: allow\n  ask_timeout: 30s\n  ask_remember: connection\nbudgets:\n", 1)
+	src = strings.Replace(src, "budgets:\n", "  ask_fallback: allow\n  ask_timeout: 30s\n  ask_remember: connection\n  ask_max_per_run: 3\nbudgets:\n", 1)
 	p := mustParse(t, src)
 	tr, fa := true, false
 	want := &Policy{
@@ -234,17 +234,17 @@ tokenize:
 			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 32, Column: 7},
 			{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, DestructiveHint: &fa, IdempotentHint: &tr, OpenWorldHint: &fa},
 				Action: Allow, Line: 36, Column: 9},
-		}, AskFallback: Allow, AskTimeout: 30 * time.Second, AskRemember: RememberConnection},
+		}, AskFallback: Allow, AskTimeout: 30 * time.Second, AskRemember: RememberConnection, AskMaxPerRun: 3},
 		Budgets: Budgets{MaxCallsPerRun: 0, MaxArgumentBytes: 4 << 20, MaxResultBytes: 1, CallTimeout: 500 * time.Millisecond, Rates: []Rate{
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 51, Column: 7},
-			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 52, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 57, Column: 7},
-			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 58, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 52, Column: 7},
+			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 53, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 0.5, Burst: 1, Line: 58, Column: 7},
+			{Server: "*", Tool: "*", Per: "tool", PerSecond: 1, Burst: 1, Line: 59, Column: 7},
 		}},
 		Tokenize: Tokenize{Kinds: []string{"card", "email"}, MaxValues: 50,
-			Patterns: []TokenPattern{{Name: "customer_id", Regex: "CUST-[0-9]{6}", Line: 75, Column: 7}},
-			Results:  []ToolMatch{{Server: "crm", Tool: "*", Line: 77, Column: 7}},
-			Restore:  []ToolMatch{{Server: "mail*", Tool: "send", Line: 79, Column: 7}}},
+			Patterns: []TokenPattern{{Name: "customer_id", Regex: "CUST-[0-9]{6}", Line: 76, Column: 7}},
+			Results:  []ToolMatch{{Server: "crm", Tool: "*", Line: 78, Column: 7}},
+			Restore:  []ToolMatch{{Server: "mail*", Tool: "send", Line: 80, Column: 7}}},
 		Audit: Audit{File: "/var/log/bridge/audit.jsonl"},
 	}
 	if !reflect.DeepEqual(p, want) {

@@ -30,6 +30,13 @@ type Tools struct {
 	// the run, or of its session) or RememberConnection (the rest of the
 	// client's connection, across runs).
 	AskRemember string
+	// AskMaxPerRun is the most questions one run puts to the human
+	// (default 10); the run's later calls that need an answer are denied
+	// without a question. Whatever the number, a question dismissed, left
+	// unanswered or that the client failed to ask ends the asking for the
+	// rest of the run, and a "no" holds for its tool: code looping on a
+	// tool cannot wear the human down.
+	AskMaxPerRun int
 }
 
 // Values of Tools.AskRemember.
@@ -78,14 +85,15 @@ type Annotations struct {
 	OpenWorldHint   *bool
 }
 
-var toolsKeys = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember"}
+var toolsKeys = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember", "ask_max_per_run"}
 var ruleKeys = []string{"server", "tool", "annotations", "action", "reason"}
 var annotationKeys = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 
-// Bounds of tools.ask_timeout.
+// Bounds of tools.ask_timeout and tools.ask_max_per_run.
 const (
 	minAskTimeout = time.Second
 	maxAskTimeout = time.Hour
+	maxAskPerRun  = 1000
 )
 
 func (p *parser) tools(k, v *yaml.Node, t *Tools) {
@@ -124,6 +132,8 @@ func (p *parser) tools(k, v *yaml.Node, t *Tools) {
 			if r, ok := p.enum(k, v, name, []string{RememberOff, RememberRun, RememberConnection}); ok {
 				t.AskRemember = r
 			}
+		case "ask_max_per_run":
+			t.AskMaxPerRun = int(p.integer(k, v, name, int64(t.AskMaxPerRun), 1, maxAskPerRun))
 		case "rules":
 			p.items(k, v, name, "a list of rules", func(item *yaml.Node, name string) {
 				if r, ok := p.rule(item, name); ok {

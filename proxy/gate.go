@@ -161,7 +161,7 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 	if d.Ask {
 		ans, why := ask(ctx, asker, pol, Question{RunID: runID, Server: server, Tool: tool, Reason: d.Reason,
 			Arguments: SummarizeArguments(params.Arguments, maxArgumentSummary),
-			Timeout:   pol.Tools.AskTimeout, Remember: pol.Tools.AskRemember})
+			Timeout:   pol.Tools.AskTimeout, Remember: pol.Tools.AskRemember, Limit: pol.Tools.AskMaxPerRun})
 		c.rec.Asked, report.Asked = ans.How, ans.How
 		if !ans.Allow {
 			return g, c.refuse(KindDenied, c.rec.Rule, why)

@@ -30,6 +30,9 @@ type Question struct {
 	// Remember is the longest an answer may be remembered
 	// (tools.ask_remember).
 	Remember string
+	// Limit is the most questions the run may put to the human
+	// (tools.ask_max_per_run); the [Asker] keeps the count.
+	Limit int
 }
 
 // How the human answered, as audited ([policy.Call.Asked]) and traced.
@@ -42,12 +45,19 @@ const (
 	Failed      = "failed" // the client could not ask: it answered the elicitation with an error
 	Fallback    = "fallback"
 	Unsupported = "unsupported" // an Asker's answer: it cannot ask; the proxy then applies tools.ask_fallback
+	// Withheld: the Asker did not put the question, so as not to flood
+	// the human: an earlier question of the run was dismissed, went
+	// unanswered or could not be asked, or the run put its Limit of
+	// questions. Answer.Why says which.
+	Withheld = "withheld"
 )
 
 // Answer is the human's answer to a [Question].
 type Answer struct {
 	Allow bool
 	How   string // one of the constants above
+	// Why says, for an answer Withheld, why the question was not put.
+	Why string
 }
 
 // An [Asker] asks the human whether a call may go ahead, and waits for the
@@ -87,6 +97,8 @@ func ask(ctx context.Context, a Asker, pol *policy.Policy, q Question) (Answer, 
 		return ans, what + ": the client failed to ask the user"
 	case Remembered:
 		return ans, what + ": the user declined it earlier in this run"
+	case Withheld:
+		return ans, what + ": not asked, " + ans.Why
 	}
 	ans.How = Declined
 	return ans, what + ": the user declined it"

@@ -61,6 +61,7 @@ audit:
 		{}, // no answer
 		{How: Unsupported},
 		{Allow: true, How: Remembered},
+		{How: Withheld, Why: "the user dismissed an earlier question of this run"},
 	}}
 	for i, want := range []struct{ text, kind, msg, decision string }{
 		{"hi", "", "", "ask:accepted"},
@@ -69,6 +70,7 @@ audit:
 		{"", KindDenied, "no answer within 1s", "ask:timeout"},
 		{"", KindDenied, "this client cannot ask the user (it did not declare MCP elicitation); the policy's tools.ask_fallback is deny", "ask:fallback"},
 		{"hi", "", "", "ask:remembered"},
+		{"", KindDenied, "alpha/echo needs the user's approval (echoes need a human): not asked, the user dismissed an earlier question of this run", "ask:withheld"},
 	} {
 		var rep CallReport
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -90,7 +92,7 @@ audit:
 	}
 	q := s.questions[0]
 	if q.Server != "alpha" || q.Tool != "echo" || q.Reason != "echoes need a human" || q.Timeout != time.Second ||
-		q.Remember != "off" || q.Arguments != `{"message": "hi", "n": [… 2 items]}` || q.RunID != "r1" {
+		q.Remember != "off" || q.Limit != 10 || q.Arguments != `{"message": "hi", "n": [… 2 items]}` || q.RunID != "r1" {
 		t.Errorf("question: %+v", q)
 	}
 
@@ -104,7 +106,7 @@ audit:
 			asked[a+":"+l["decision"].(string)]++
 		}
 	}
-	want := map[string]int{"accepted:allow": 1, "declined:deny": 1, "cancelled:deny": 1, "timeout:deny": 1, "fallback:deny": 2, "remembered:allow": 1}
+	want := map[string]int{"accepted:allow": 1, "declined:deny": 1, "cancelled:deny": 1, "timeout:deny": 1, "fallback:deny": 2, "remembered:allow": 1, "withheld:deny": 1}
 	for k, n := range want {
 		if asked[k] != n {
 			t.Errorf("audit: %d %s records, want %d (all: %v)", asked[k], k, n, asked)
