@@ -31,6 +31,9 @@ type Docker struct {
 	cli    *client.Client
 	host   string
 	podman bool // the socket is Podman's Docker-compatible API
+	// seccomp is the bridge's seccomp profile as a file, for Podman's
+	// Docker-compatible API, which reads the option as a path.
+	seccomp seccompFile
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -93,6 +96,27 @@ func NewDocker(ctx context.Context, host string) (*Docker, error) {
 		}
 	}
 	return d, nil
+}
+
+// seccompOpt is the security option that puts a container under the
+// bridge's own seccomp profile (seccomp.go). Docker takes the profile
+// itself; Podman's Docker-compatible API takes a path on its host, so
+// there the bridge writes the file, which the service can read only when
+// it runs on this machine.
+func (d *Docker) seccompOpt() (string, error) {
+	if !d.podman {
+		return "seccomp=" + string(seccompProfile()), nil
+	}
+	if !strings.HasPrefix(d.host, "unix://") {
+		return "", fmt.Errorf("the Podman service at %s answers the Docker API, and reads a seccomp profile only "+
+			"as a file on its own machine: the bridge runs no container without its own profile; "+
+			"use the podman backend, or a Podman socket on this machine", d.host)
+	}
+	path, err := d.seccomp.get()
+	if err != nil {
+		return "", err
+	}
+	return "seccomp=" + path, nil
 }
 
 // IsPodman reports whether the socket is Podman's Docker-compatible API
@@ -583,6 +607,11 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 	if d.podman {
 		podmanCompatConfig(spec, hc)
 	}
+	prof, err := d.seccompOpt()
+	if err != nil {
+		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
+	}
+	hc.SecurityOpt = append(hc.SecurityOpt, prof)
 	resp, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, spec.Name)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {

@@ -58,12 +58,8 @@ type Podman struct {
 	// killed holds the ids Kill was called for, so that Wait does not
 	// mistake our own SIGKILL for the OOM killer's.
 	killed sync.Map
-	// seccomp is the path of the tightened seccomp profile (seccomp.go),
-	// written on the first Create, and again should it go missing.
-	seccomp struct {
-		sync.Mutex
-		path string
-	}
+	// seccomp is the bridge's seccomp profile as a file (seccomp.go).
+	seccomp seccompFile
 }
 
 // NewPodman connects to the Podman API service at socketURI, e.g.
@@ -331,17 +327,12 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 		return "", fmt.Errorf("podman: creating container %s: %w", cs.Name, err)
 	}
 	s := podmanSpec(cs)
-	// The engine's default seccomp profile, tightened (seccomp.go).
-	p.seccomp.Lock()
-	if _, err := os.Stat(p.seccomp.path); p.seccomp.path == "" || err != nil {
-		p.seccomp.path, err = podmanSeccompProfile(DefaultRunRoot())
-		if err != nil {
-			p.seccomp.Unlock()
-			return "", fmt.Errorf("podman: %w", err)
-		}
+	// The bridge's own seccomp profile (seccomp.go).
+	prof, err := p.seccomp.get()
+	if err != nil {
+		return "", fmt.Errorf("podman: %w", err)
 	}
-	s.SeccompProfilePath = p.seccomp.path
-	p.seccomp.Unlock()
+	s.SeccompProfilePath = prof
 	if err := s.Validate(); err != nil {
 		return "", fmt.Errorf("podman: invalid container spec: %w", err)
 	}

@@ -85,6 +85,31 @@ nnp = libc.prctl(39, 0, 0, 0, 0)
 check("no_new_privs", nnp == 1 and status.get("NoNewPrivs", "1") == "1",
       f"prctl {nnp}, NoNewPrivs " + status.get("NoNewPrivs", "(not shown)"))
 
+# The seccomp profile: no user namespace (which would give the code every
+# capability over namespaces of its own) and no kernel keyrings (which are
+# not namespaced). Tried in a forked child: unshare needs one thread. Under
+# gVisor these calls reach gVisor's kernel, not the host's.
+NR = {"x86_64": {"unshare": 272, "keyctl": 250}, "aarch64": {"unshare": 97, "keyctl": 219}}.get(os.uname().machine)
+if NR is None:
+    check("seccomp", gvisor, f"not tried on {os.uname().machine}")
+else:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        got = []
+        for name, args in (("unshare", (0x10000000,)), ("keyctl", (0, -3, 1))):  # CLONE_NEWUSER; the session keyring
+            rc = libc.syscall(ctypes.c_long(NR[name]), *[ctypes.c_long(a) for a in args])
+            e = ctypes.get_errno()
+            got.append(f"{name}: " + ("allowed" if rc != -1 else errno.errorcode.get(e, str(e))))
+        os.write(w, ", ".join(got).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    seccomp = os.read(r, 4096).decode()
+    os.close(r)
+    refused = seccomp.count(": E") == 2
+    check("seccomp", refused or gvisor, seccomp + ("" if refused or not gvisor else " (gVisor's own kernel, not the host's)"))
+
 # /tmp: the only writable place; noexec, nosuid, nodev. gVisor lists only
 # noexec of these (nosuid and nodev change nothing for code without
 # capabilities and with no_new_privs); noexec is also proved by running a
