@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bridge-mcp/bridge/internal/artifacts"
@@ -179,18 +180,39 @@ func (s *Server) resourcesMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok || r.Params == nil {
 				break
 			}
-			return s.readArtifact(r.Session, r.Params.URI)
+			return s.readArtifact(ctx, r.Session, r.Params.URI)
 		}
 		return next(ctx, method, req)
 	}
 }
 
-// readArtifact reads one stored file for session ss.
-func (s *Server) readArtifact(ss *mcp.ServerSession, uri string) (*mcp.ReadResourceResult, error) {
+// maxReadsAtOnce bounds the resources/read answers made at once: each
+// holds its file whole, and again base64-encoded in the answer.
+const maxReadsAtOnce = 2
+
+// readLimit is the largest stored file one resources/read returns, and the
+// setting that says so.
+func (s *Server) readLimit() (int64, string) {
+	if s.opts.Policy == nil {
+		return s.opts.Artifacts.MaxBytesRead, "the bridge's Options.Artifacts.MaxBytesRead"
+	}
+	return s.opts.Policy.Current().Policy.Artifacts.MaxBytesRead, "artifacts.max_bytes_read"
+}
+
+// readArtifact reads one stored file for session ss: a file over the read
+// limit is refused before it is read, and at most maxReadsAtOnce answers
+// are made at once (the others wait their turn, or their caller).
+func (s *Server) readArtifact(ctx context.Context, ss *mcp.ServerSession, uri string) (*mcp.ReadResourceResult, error) {
 	run, _, err := artifacts.ParseURI(uri)
 	if err != nil || !s.owners.owns(ss, run) {
 		// Another session's file is as unknown as one that never was.
 		return nil, mcp.ResourceNotFoundError(uri)
+	}
+	select {
+	case s.reads <- struct{}{}:
+		defer func() { <-s.reads }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	e, rc, err := s.opts.Store.Open(uri)
 	if err != nil {
@@ -200,17 +222,46 @@ func (s *Server) readArtifact(ss *mcp.ServerSession, uri string) (*mcp.ReadResou
 		return nil, err
 	}
 	defer rc.Close()
-	// The store holds at most a run's max_bytes_stored; the entry's size
-	// bounds the read.
+	if most, key := s.readLimit(); most > 0 && e.Size > most {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(
+			"%s is %d bytes, over the limit of %s one resources/read returns (%s): a client on this machine can read it at %s until %s; "+
+				"or have the code write less (a summary, a sample, a compressed file)",
+			uri, e.Size, units.FormatSize(most), key, s.opts.Store.Path(e), e.Expires.UTC().Format("2006-01-02 15:04:05Z"))}
+	}
 	data, err := io.ReadAll(io.LimitReader(rc, e.Size+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", uri, err)
 	}
 	c := &mcp.ResourceContents{URI: e.URI, MIMEType: e.MIME}
-	if e.Kind == artifacts.Text && utf8.Valid(data) {
+	if e.Kind == artifacts.Text && utf8.Valid(data) && jsonTextSize(data) <= base64Size(len(data)) {
 		c.Text = string(data)
 	} else {
+		// Base64 bounds the answer at 4/3 of the file; text that JSON
+		// escapes (control characters, six bytes each) could take six times.
 		c.Blob = data
 	}
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{c}}, nil
 }
+
+// jsonTextSize is the size of text as a JSON string, escapes included
+// (encoding/json's: HTML characters and U+2028, U+2029 too).
+func jsonTextSize(text []byte) int {
+	n := 2
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			n += 6
+		case c == 0xe2 && i+2 < len(text) && text[i+1] == 0x80 && (text[i+2] == 0xa8 || text[i+2] == 0xa9):
+			n += 6
+			i += 2
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// base64Size is the size of n bytes as a base64 JSON string.
+func base64Size(n int) int { return (n+2)/3*4 + 2 }

@@ -140,3 +140,39 @@ func TestArtifactOwnersAreForgotten(t *testing.T) {
 		t.Errorf("the bridge remembers the owners of %d runs, want 1 (the last)", n)
 	}
 }
+
+// A stored file over the read limit is refused with an error that says
+// what to do, before it is read; one within it is read.
+func TestArtifactReadBounded(t *testing.T) {
+	dir := t.TempDir()
+	store, err := artifacts.OpenStore(artifacts.StoreOptions{Dir: dir, Logger: zerolog.New(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	lim := artifacts.DefaultLimits()
+	lim.MaxBytesRead = 1 << 20
+	s := newServer(t, Options{Store: store, Artifacts: lim, Instances: withRunner(func(_ context.Context, req sandbox.Request) (sandbox.Result, error) {
+		sendFile(req.Sink, "small.bin", bytes.Repeat([]byte{1}, 2<<20-1))
+		sendFile(req.Sink, "large.bin", bytes.Repeat([]byte{2}, 3<<20))
+		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK}, nil
+	})})
+	cs := connect(t, s, nil)
+	_, out := call(t, cs, map[string]any{"code": "x"})
+	if len(out.Artifacts) != 2 || out.Artifacts[0].URI == "" || out.Artifacts[1].URI == "" {
+		t.Fatalf("artifacts %+v", out.Artifacts)
+	}
+	ctx := context.Background()
+	for i, want := range []string{"over the limit of 1Mi", "over the limit of 1Mi"} {
+		_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: out.Artifacts[i].URI})
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("reading %s: %v, want an error saying %q and where the file is", out.Artifacts[i].Name, err, want)
+		}
+	}
+	lim.MaxBytesRead = 2 << 20
+	s.opts.Artifacts = lim
+	rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: out.Artifacts[0].URI})
+	if err != nil || len(rr.Contents) != 1 || len(rr.Contents[0].Blob)+len(rr.Contents[0].Text) != 2<<20-1 {
+		t.Fatalf("a file within the limit: %v (%d contents, %d bytes blob, %d text)", err, len(rr.Contents), len(rr.Contents[0].Blob), len(rr.Contents[0].Text))
+	}
+}

@@ -66,6 +66,19 @@ func TestPolicyLimitsPerRun(t *testing.T) {
 	if got[0].RunID == "" || got[0].RunID == got[1].RunID || pinned[0] != 1 || pinned[1] != 2 {
 		t.Fatalf("run ids %q %q pinned to generations %v", got[0].RunID, got[1].RunID, pinned)
 	}
+	// max_code_bytes is read at each call, and named when it refuses.
+	write("sandbox:\n  max_code_bytes: 4Ki\n")
+	if changed, err := store.Reload(); !changed || err != nil {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
+	if res, out := call(t, cs, map[string]any{"code": strings.Repeat("#", 4097)}); out.Status != "invalid" ||
+		!strings.Contains(text(res), "code is 4097 bytes, over the limit of 4Ki (sandbox.max_code_bytes)") || len(got) != 3 {
+		t.Fatalf("4097 bytes of code under max_code_bytes 4Ki: %+v %q (%d runs)", out, text(res), len(got))
+	}
+	write("sandbox:\n  timeout: 40s\n  max_timeout: 10m\n  memory: 1Gi\n")
+	if changed, err := store.Reload(); !changed || err != nil {
+		t.Fatalf("reload: %v %v", changed, err)
+	}
 	// The tool's schema follows max_timeout.
 	lt, err := cs.ListTools(context.Background(), &mcp.ListToolsParams{})
 	if err != nil {

@@ -37,6 +37,9 @@ type Options struct {
 	Limits sandbox.Limits
 	// MaxTimeout is the largest timeout_seconds a call may ask for.
 	MaxTimeout time.Duration
+	// MaxCodeBytes bounds the code of one call (default 1 MiB); with a
+	// Policy, its sandbox.max_code_bytes does.
+	MaxCodeBytes int64
 	// Policy, if set, replaces Limits and MaxTimeout with the policy in
 	// force when each call arrives (hot-reloaded); each run is pinned to it
 	// for its tool calls, and audited.
@@ -72,6 +75,8 @@ type Server struct {
 	stopBase context.CancelFunc
 	// owners says which client session made each run's stored files.
 	owners owners
+	// reads are the resources/read answers being made: a token each.
+	reads chan struct{}
 	// sessions are the live sessions, when the policy enables them.
 	sessions *sessions
 	// detached are the runs that ask their human through results.
@@ -95,6 +100,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if err := opts.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
+	}
+	if opts.MaxCodeBytes == 0 {
+		opts.MaxCodeBytes = 1 << 20
 	}
 	if opts.MaxTimeout == 0 {
 		opts.MaxTimeout = 5 * time.Minute
@@ -125,6 +133,7 @@ func New(opts Options) (*Server, error) {
 		log:   opts.Logger,
 		slots: make(chan struct{}, opts.MaxConcurrent),
 		queue: make(chan struct{}, opts.MaxConcurrent+opts.QueueLength),
+		reads: make(chan struct{}, maxReadsAtOnce),
 	}
 	s.sessions = newSessions(opts.Logger)
 	s.base, s.stopBase = context.WithCancel(context.Background())
@@ -171,6 +180,14 @@ func (s *Server) limits(snap *policy.Snapshot) (sandbox.Limits, time.Duration) {
 		snap = s.opts.Policy.Current()
 	}
 	return LimitsFrom(snap.Policy), snap.Policy.Sandbox.MaxTimeout
+}
+
+// maxCode is the most code one call may send, and the setting that says so.
+func (s *Server) maxCode() (int64, string) {
+	if s.opts.Policy == nil {
+		return s.opts.MaxCodeBytes, "the bridge's Options.MaxCodeBytes"
+	}
+	return s.opts.Policy.Current().Policy.Sandbox.MaxCodeBytes, "sandbox.max_code_bytes"
 }
 
 // LimitsFrom are the sandbox limits a policy sets: its sandbox section and

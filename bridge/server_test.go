@@ -206,6 +206,7 @@ func TestRunPythonRejectsBadInput(t *testing.T) {
 		{"timeout too long", map[string]any{"code": "1", "timeout_seconds": 61}, "between 1 and 60"},
 		{"timeout fractional", map[string]any{"code": "1", "timeout_seconds": 2.5}, "whole number"},
 		{"timeout string", map[string]any{"code": "1", "timeout_seconds": "5"}, "whole number"},
+		{"code too big", map[string]any{"code": "#" + strings.Repeat("x", 1<<20)}, "code is 1048577 bytes, over the limit of 1Mi"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -173,6 +174,10 @@ func (s *Server) parseBase(raw json.RawMessage, defTimeout, maxTimeout time.Dura
 	if in.Code == nil {
 		return "", 0, false, in, errors.New("missing required argument code (the Python source to run)")
 	}
+	if most, key := s.maxCode(); int64(len(*in.Code)) > most {
+		return "", 0, false, in, fmt.Errorf("code is %d bytes, over the limit of %s (%s): send less code, and have it read large data from a tool, a mount or a file rather than carry it inline",
+			len(*in.Code), units.FormatSize(most), key)
+	}
 	timeout = defTimeout
 	if in.TimeoutSeconds != nil && string(*in.TimeoutSeconds) != "null" {
 		var f float64
@@ -237,7 +242,7 @@ func (s *Server) artifactLimits(snap *policy.Snapshot) artifacts.Limits {
 // ArtifactsFrom are the limits on a run's files that a policy sets.
 func ArtifactsFrom(a policy.Artifacts) artifacts.Limits {
 	return artifacts.Limits{MaxFiles: a.MaxFiles, MaxBytesInline: a.MaxBytesInline, MaxBytesTotal: a.MaxBytesTotal,
-		ByReference: a.ByReference, MaxBytesStored: a.MaxBytesStored}
+		ByReference: a.ByReference, MaxBytesStored: a.MaxBytesStored, MaxBytesRead: a.MaxBytesRead}
 }
 
 // failure is the result of a call that never ran code.

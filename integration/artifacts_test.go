@@ -76,7 +76,7 @@ func runArtifacts(t *testing.T, cs *mcp.ClientSession, code string) (*mcp.CallTo
 
 func TestArtifacts(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		pol, store := artifactPolicy(t, e, "  max_bytes_stored: 64Mi\n")
+		pol, store := artifactPolicy(t, e, "  max_bytes_stored: 64Mi\n  max_bytes_read: 32Mi\n")
 		cs := connectStdioLarge(t, e, "--policy", pol)
 
 		t.Run("image and csv inline", func(t *testing.T) {

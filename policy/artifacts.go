@@ -10,7 +10,7 @@ import (
 	"github.com/bridge-mcp/bridge/internal/units"
 )
 
-var artifactsKeys = []string{"max_files", "max_bytes_inline", "max_bytes_total", "dir", "by_reference", "max_bytes_stored", "max_bytes_kept", "expiry"}
+var artifactsKeys = []string{"max_files", "max_bytes_inline", "max_bytes_total", "dir", "by_reference", "max_bytes_stored", "max_bytes_kept", "max_bytes_read", "expiry"}
 
 // Artifacts bound the files a run hands back (from /tmp/outputs), inline
 // in its result or by reference to a host folder.
@@ -22,6 +22,7 @@ type Artifacts struct {
 	ByReference    string        // "large" (files over MaxBytesInline) or "all"; default "large"; "all" needs Dir
 	MaxBytesStored int64         // bytes one run may store in Dir; 256Mi (1Mi to 64Gi)
 	MaxBytesKept   int64         // bytes the whole Dir may hold, the oldest runs' files going first; 1Gi, at least MaxBytesStored
+	MaxBytesRead   int64         // the largest stored file one resources/read returns (whole, base64); 8Mi (64Ki to 256Mi)
 	Expiry         time.Duration // how long stored files live and are listed; 1h (1m to 720h)
 }
 
@@ -32,6 +33,8 @@ const (
 	maxArtifactTotal  = 12 << 20
 	minArtifactStored = 1 << 20
 	maxArtifactStored = 64 << 30
+	minArtifactRead   = 64 << 10
+	maxArtifactRead   = 256 << 20
 	minArtifactExpiry = time.Minute
 	maxArtifactExpiry = 30 * 24 * time.Hour
 	artifactsAll      = "all"
@@ -46,6 +49,7 @@ func defaultArtifacts() Artifacts {
 		ByReference:    artifactsLarge,
 		MaxBytesStored: 256 << 20,
 		MaxBytesKept:   1 << 30,
+		MaxBytesRead:   8 << 20,
 		Expiry:         time.Hour,
 	}
 }
@@ -75,6 +79,8 @@ func (p *parser) artifacts(k, v *yaml.Node, a *Artifacts) {
 			a.MaxBytesStored = p.size(k, v, name, a.MaxBytesStored, minArtifactStored, maxArtifactStored)
 		case "max_bytes_kept":
 			a.MaxBytesKept = p.size(k, v, name, a.MaxBytesKept, minArtifactStored, math.MaxInt64)
+		case "max_bytes_read":
+			a.MaxBytesRead = p.size(k, v, name, a.MaxBytesRead, minArtifactRead, maxArtifactRead)
 		case "expiry":
 			if d, ok := p.duration(k, v, name, a.Expiry); ok {
 				if d < minArtifactExpiry || d > maxArtifactExpiry {

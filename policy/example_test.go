@@ -39,5 +39,5 @@ func ExampleParse_error() {
 	_, err := policy.Parse([]byte("version: 1\nsandbox:\n  memroy: 1Gi\n"), "policy.yaml")
 	fmt.Println(err)
 	// Output:
-	// policy.yaml:3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?
+	// policy.yaml:3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "memory"?
 }

@@ -45,6 +45,8 @@ func Format(p *Policy) string {
 	w(1, "output_limit: %s", units.FormatSize(s.OutputLimit))
 	w(1, "max_concurrent: %d", s.MaxConcurrent)
 	w(1, "queue: %d", s.Queue)
+	w(1, "max_code_bytes: %s", units.FormatSize(s.MaxCodeBytes))
+	w(1, "max_request_bytes: %s", units.FormatSize(s.MaxRequestBytes))
 	w(1, "require_enforced_limits: %t", s.RequireEnforcedLimits)
 
 	w(0, "pool:")
@@ -84,6 +86,7 @@ func Format(p *Policy) string {
 	w(1, "by_reference: %s", word(a.ByReference))
 	w(1, "max_bytes_stored: %s", units.FormatSize(a.MaxBytesStored))
 	w(1, "max_bytes_kept: %s", units.FormatSize(a.MaxBytesKept))
+	w(1, "max_bytes_read: %s", units.FormatSize(a.MaxBytesRead))
 	w(1, "expiry: %s", units.FormatDuration(a.Expiry))
 
 	t := &p.Tools

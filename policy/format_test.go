@@ -29,6 +29,8 @@ sandbox:
   output_limit: 64Ki
   max_concurrent: 4
   queue: 16
+  max_code_bytes: 1Mi
+  max_request_bytes: 4Mi
   require_enforced_limits: true
 pool:
   size: 2
@@ -54,6 +56,7 @@ artifacts:
   by_reference: large
   max_bytes_stored: 256Mi
   max_bytes_kept: 1Gi
+  max_bytes_read: 8Mi
   expiry: 1h
 tools:
   servers: ["*"]
@@ -125,6 +128,8 @@ sandbox:
   output_limit: 64Ki
   max_concurrent: 4
   queue: 16
+  max_code_bytes: 1Mi
+  max_request_bytes: 4Mi
   require_enforced_limits: true
 pool:
   size: 2
@@ -150,6 +155,7 @@ artifacts:
   by_reference: large
   max_bytes_stored: 256Mi
   max_bytes_kept: 1Gi
+  max_bytes_read: 8Mi
   expiry: 1h
 tools:
   servers: []

@@ -187,7 +187,7 @@ func TestMountsRefusedByEnvironment(t *testing.T) {
 func TestArtifactsDefaults(t *testing.T) {
 	a := Default().Artifacts
 	want := Artifacts{MaxFiles: 20, MaxBytesInline: 1 << 20, MaxBytesTotal: 4 << 20, ByReference: "large",
-		MaxBytesStored: 256 << 20, MaxBytesKept: 1 << 30, Expiry: time.Hour}
+		MaxBytesStored: 256 << 20, MaxBytesKept: 1 << 30, MaxBytesRead: 8 << 20, Expiry: time.Hour}
 	if a != want {
 		t.Errorf("Default().Artifacts = %+v, want %+v", a, want)
 	}
@@ -255,8 +255,8 @@ func TestArtifactsRefused(t *testing.T) {
 		{"  by_reference: some\n", `3:17: artifacts.by_reference: "some" is not one of large, all`},
 		{"  by_reference: Large\n", `3:17: artifacts.by_reference: "Large" is not one of large, all; did you mean "large"?`},
 		{"  by_reference: all\n", "3:17: artifacts.by_reference: all hands every file back by reference, which needs a folder to keep them in: set artifacts.dir, or use large"},
-		{"  max_file: 3\n", `3:3: unknown key "max_file" in artifacts; known keys: max_files, max_bytes_inline, max_bytes_total, dir, by_reference, max_bytes_stored, max_bytes_kept, expiry; did you mean "max_files"?`},
-		{"  host: /srv\n", `3:3: unknown key "host" in artifacts; known keys: max_files, max_bytes_inline, max_bytes_total, dir, by_reference, max_bytes_stored, max_bytes_kept, expiry; "host" is a key of mounts items`},
+		{"  max_file: 3\n", `3:3: unknown key "max_file" in artifacts; known keys: max_files, max_bytes_inline, max_bytes_total, dir, by_reference, max_bytes_stored, max_bytes_kept, max_bytes_read, expiry; did you mean "max_files"?`},
+		{"  host: /srv\n", `3:3: unknown key "host" in artifacts; known keys: max_files, max_bytes_inline, max_bytes_total, dir, by_reference, max_bytes_stored, max_bytes_kept, max_bytes_read, expiry; "host" is a key of mounts items`},
 		// Cross-key rules, at the key the file sets (the later of two).
 		{"  max_bytes_total: 512Ki\n", "3:20: artifacts.max_bytes_total (512Ki) is less than artifacts.max_bytes_inline (1Mi): the inline files of a result together must fit the largest one"},
 		{"  max_bytes_inline: 5Mi\n", "3:21: artifacts.max_bytes_total (4Mi) is less than artifacts.max_bytes_inline (5Mi)"},

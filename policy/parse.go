@@ -89,6 +89,8 @@ func Default() *Policy {
 			Pids:                  128,
 			TmpfsSize:             64 << 20,
 			OutputLimit:           64 << 10,
+			MaxCodeBytes:          1 << 20,
+			MaxRequestBytes:       4 << 20,
 			MaxConcurrent:         4,
 			Queue:                 16,
 			RequireEnforcedLimits: true,

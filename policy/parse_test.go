@@ -224,12 +224,12 @@ tokenize:
 	want := &Policy{
 		Source: "t.yaml",
 		Sandbox: Sandbox{Engine: "podman", OCIRuntime: "runsc", Image: "localhost/runner:dev", Variant: "slim", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
-			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0},
+			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0, MaxCodeBytes: 1 << 20, MaxRequestBytes: 4 << 20},
 		Pool:     Pool{Size: 5, MaxAge: 2 * time.Hour},
 		Sessions: Sessions{Enabled: true, Max: 8, IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, MaxCalls: 50},
 		Skills:   Skills{Dir: artifactsDir(t, "/var/tmp/bridge-skills"), Save: false, MaxCount: 7, MaxBytes: 2 << 10},
 		Artifacts: Artifacts{MaxFiles: 0, MaxBytesInline: 8 << 20, MaxBytesTotal: 12 << 20, Dir: artifactsDir(t, "/var/tmp/bridge-artifacts"), ByReference: "all",
-			MaxBytesStored: 64 << 30, MaxBytesKept: 64 << 30, Expiry: 720 * time.Hour},
+			MaxBytesStored: 64 << 30, MaxBytesKept: 64 << 30, MaxBytesRead: 8 << 20, Expiry: 720 * time.Hour},
 		Tools: Tools{Servers: []string{"github", "fs-*"}, Default: Deny, Rules: []Rule{
 			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 32, Column: 7},
 			{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, DestructiveHint: &fa, IdempotentHint: &tr, OpenWorldHint: &fa},
@@ -302,6 +302,10 @@ func TestParseErrors(t *testing.T) {
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
 		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit), got a list"}},
 		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit), got a string "hello"`}},
+		// The bounds of what a client sends.
+		{"code over request", "version: 1\nsandbox:\n  max_code_bytes: 8Mi\n", []string{"3:19: sandbox.max_code_bytes (8Mi) is more than sandbox.max_request_bytes (4Mi)"}},
+		{"request under code", "version: 1\nsandbox:\n  max_request_bytes: 512Ki\n", []string{"3:22: sandbox.max_code_bytes (1Mi) is more than sandbox.max_request_bytes (512Ki)"}},
+		{"request too small", "version: 1\nsandbox:\n  max_request_bytes: 1Ki\n", []string{"3:22: sandbox.max_request_bytes: 1Ki is out of range"}},
 		// The pool's and the sessions' bounds.
 		{"pool max_age too short", "version: 1\npool:\n  max_age: 30s\n", []string{"3:12: pool.max_age: 30s is out of range: it must be 60s .. 24h"}},
 		{"pool size too big", "version: 1\npool:\n  size: 33\n", []string{"3:9: pool.size: 33 is out of range"}},
@@ -338,8 +342,8 @@ func TestParseErrors(t *testing.T) {
 
 		// Keys.
 		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit; "timeout" is a key of sandbox`}},
-		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "max_timeout"?`}},
-		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, require_enforced_limits; did you mean "memory"?`}},
+		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "max_timeout"?`}},
+		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
 		{"unknown in rule", "version: 1\ntools:\n  rules:\n    - action: deny\n      tools: x\n", []string{`5:7: unknown key "tools" in tools.rules[0]; known keys: server, tool, annotations, action, reason; did you mean "tool"?`}},
 		{"unknown annotation", "version: 1\ntools:\n  rules:\n    - action: deny\n      annotations: {read_only_hint: true}\n", []string{`5:21: unknown key "read_only_hint" in tools.rules[0].annotations; known keys: readOnlyHint, destructiveHint, idempotentHint, openWorldHint; did you mean "readOnlyHint"?`}},

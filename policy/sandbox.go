@@ -33,12 +33,19 @@ type Sandbox struct {
 	MaxConcurrent int // runs at once; 4
 	Queue         int // calls that may wait for a run slot; 16
 
+	// MaxCodeBytes bounds the code of one call (run_python's code, as
+	// decoded); 1Mi. MaxRequestBytes bounds one message from an MCP client
+	// before it is decoded (a stdio line, an HTTP body); 4Mi, read when
+	// the bridge starts.
+	MaxCodeBytes    int64
+	MaxRequestBytes int64
+
 	// RequireEnforcedLimits refuses to run code where the engine cannot
 	// enforce memory, pids or CPU limits. Default true.
 	RequireEnforcedLimits bool
 }
 
-var sandboxKeys = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "require_enforced_limits"}
+var sandboxKeys = []string{"engine", "oci_runtime", "image", "variant", "timeout", "max_timeout", "memory", "cpus", "pids", "tmpfs_size", "output_limit", "max_concurrent", "queue", "max_code_bytes", "max_request_bytes", "require_enforced_limits"}
 
 // Bounds of the sandbox section's values (docs/policy.md lists them).
 const (
@@ -52,12 +59,15 @@ const (
 	maxOutputLimit = 16 << 20
 	maxConcurrent  = 1024
 	maxQueue       = 65536
+	minCodeBytes   = 1 << 10
+	minRequest     = 64 << 10
+	maxRequest     = 256 << 20
 )
 
 // sandbox reads the sandbox section into s, then checks its keys
 // together: the variant against the image, the timeout against the most.
 func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
-	var timeoutNode, maxTimeoutNode, variantNode *yaml.Node
+	var timeoutNode, maxTimeoutNode, variantNode, codeNode, requestNode *yaml.Node
 	timeoutOK, maxTimeoutOK := true, true
 	if !p.keys(k, v, "sandbox", sandboxKeys, func(key, name string, k, v *yaml.Node) {
 		before := len(p.probs)
@@ -69,12 +79,24 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 			maxTimeoutNode, maxTimeoutOK = v, len(p.probs) == before
 		case "variant":
 			variantNode = v
+		case "max_code_bytes":
+			codeNode = v
+		case "max_request_bytes":
+			requestNode = v
 		}
 	}) {
 		return
 	}
 	if variantNode != nil && s.Image != "" && s.Variant != "slim" {
 		p.errorf(variantNode, "sandbox.variant: %s names an image this bridge builds, but sandbox.image names the image to run (%s): remove one of the two", s.Variant, s.Image)
+	}
+	if s.MaxCodeBytes > s.MaxRequestBytes {
+		n := codeNode
+		if n == nil {
+			n = requestNode
+		}
+		p.errorf(n, "sandbox.max_code_bytes (%s) is more than sandbox.max_request_bytes (%s): code arrives inside a request, so raise max_request_bytes too",
+			units.FormatSize(s.MaxCodeBytes), units.FormatSize(s.MaxRequestBytes))
 	}
 	if timeoutOK && maxTimeoutOK && s.MaxTimeout < s.Timeout {
 		switch {
@@ -128,6 +150,10 @@ func (p *parser) sandboxKey(key, name string, k, v *yaml.Node, s *Sandbox) {
 		s.MaxConcurrent = int(p.integer(k, v, name, int64(s.MaxConcurrent), 1, maxConcurrent))
 	case "queue":
 		s.Queue = int(p.integer(k, v, name, int64(s.Queue), 0, maxQueue))
+	case "max_code_bytes":
+		s.MaxCodeBytes = p.size(k, v, name, s.MaxCodeBytes, minCodeBytes, maxRequest)
+	case "max_request_bytes":
+		s.MaxRequestBytes = p.size(k, v, name, s.MaxRequestBytes, minRequest, maxRequest)
 	case "require_enforced_limits":
 		s.RequireEnforcedLimits = p.boolean(k, v, name, s.RequireEnforcedLimits)
 	}

@@ -218,6 +218,9 @@ func restartOnly(a, b *Policy) []string {
 	if a.Sandbox.Queue != b.Sandbox.Queue {
 		out = append(out, "sandbox.queue")
 	}
+	if a.Sandbox.MaxRequestBytes != b.Sandbox.MaxRequestBytes {
+		out = append(out, "sandbox.max_request_bytes")
+	}
 	if a.Sandbox.RequireEnforcedLimits != b.Sandbox.RequireEnforcedLimits {
 		out = append(out, "sandbox.require_enforced_limits")
 	}

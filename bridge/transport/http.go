@@ -51,6 +51,10 @@ type HTTPOptions struct {
 	// ctx ends before their connections are closed (DefaultShutdownTimeout
 	// if zero).
 	ShutdownTimeout time.Duration
+	// MaxRequest bounds a request's body on /mcp and /sse
+	// (DefaultMaxRequestBytes when it gives none): a larger one is
+	// answered 413, naming MaxRequest.Setting, before it is read.
+	MaxRequest RequestLimit
 	// Ready, if set, is called once the listener is bound, with its
 	// address (the real port when Addr asked for port 0).
 	Ready func(addr net.Addr)
@@ -163,6 +167,7 @@ func (opts HTTPOptions) withDefaults() HTTPOptions {
 	if opts.TokenEnv == "" {
 		opts.TokenEnv = "BRIDGE_HTTP_TOKEN"
 	}
+	opts.MaxRequest = opts.MaxRequest.orDefault()
 	return opts
 }
 
@@ -262,16 +267,18 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 		// Stateful: a session outlives one POST, so the cancellation of a
 		// call (sent in a later POST) finds it, and progress notifications
 		// made in a call's context stream back on that call's response.
-		Stateless:      false,
-		SessionTimeout: sessionTimeout,
+		Stateless:           false,
+		SessionTimeout:      sessionTimeout,
+		MaxRequestBodyBytes: opts.MaxRequest.Bytes,
 	})
-	sse := mcp.NewSSEHandler(getServer, nil)
+	sse := mcp.NewSSEHandler(getServer, &mcp.SSEOptions{MaxRequestBodyBytes: opts.MaxRequest.Bytes})
 	auth := bearerAuth(token)
 	cop := http.NewCrossOriginProtection()
+	limit := limitBody(opts.MaxRequest)
 
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", cop.Handler(auth(endWith(streams, streamable))))
-	mux.Handle("/sse", cop.Handler(auth(endWith(streams, sse))))
+	mux.Handle("/mcp", cop.Handler(auth(limit(endWith(streams, streamable)))))
+	mux.Handle("/sse", cop.Handler(auth(limit(endWith(streams, sse)))))
 	version := opts.Version
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -284,6 +291,21 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 		json.NewEncoder(w).Encode(map[string]string{"status": "ok", "version": version})
 	})
 	return mux
+}
+
+// limitBody answers 413 to a request whose declared length is over limit,
+// before its body is read; a body of unknown length (chunked) is cut at
+// the limit by the SDK, which then answers 413 itself.
+func limitBody(limit RequestLimit) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > limit.Bytes {
+				http.Error(w, limit.over("request body", r.ContentLength), http.StatusRequestEntityTooLarge)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 }
 
 // endWith ends the context of GET requests (the hanging SSE streams) when

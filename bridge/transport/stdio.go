@@ -21,9 +21,35 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// MaxStdioLineLength is the longest line ServeStdio accepts, not counting
-// its newline: the SDK's own limit for its stdio transport (16 MiB).
-const MaxStdioLineLength = mcp.DefaultMaxLineLength
+// DefaultMaxRequestBytes bounds one message from a client when the
+// caller gives no [RequestLimit]: the SDK's own limit for an HTTP body
+// (4 MiB).
+const DefaultMaxRequestBytes = mcp.DefaultMaxRequestBodyBytes
+
+// RequestLimit bounds one message from a client (a stdio line, not
+// counting its newline; an HTTP body), refused before it is held in
+// memory. Setting names what sets it, for the error a client gets.
+type RequestLimit struct {
+	Bytes   int64
+	Setting string
+}
+
+// orDefault is l, or DefaultMaxRequestBytes when l gives no bound.
+func (l RequestLimit) orDefault() RequestLimit {
+	if l.Bytes <= 0 {
+		return RequestLimit{Bytes: DefaultMaxRequestBytes}
+	}
+	return l
+}
+
+// over says how a message of n bytes is over the limit.
+func (l RequestLimit) over(what string, n int64) string {
+	s := fmt.Sprintf("%s of %d bytes is over the limit of %d bytes", what, n, l.Bytes)
+	if l.Setting != "" {
+		s += " (" + l.Setting + ")"
+	}
+	return s
+}
 
 // stdioDrainTimeout bounds how long ServeStdio, once its input has ended,
 // waits for the answers to calls already received before it cancels them. A
@@ -39,9 +65,9 @@ const idPrefixLength = 64 << 10
 // not end the session: it is answered on out with a JSON-RPC error (-32700
 // for a line that is not JSON, -32600 for JSON that is not a JSON-RPC 2.0
 // message, with the line's id when one can be recovered, else null) and the
-// next line is read. Blank lines are skipped. A line longer than
-// MaxStdioLineLength is answered with -32600 and skipped without being held
-// in memory. JSON-RPC batches (a JSON array on one line, which MCP dropped in
+// next line is read. Blank lines are skipped. A line longer than limit
+// (DefaultMaxRequestBytes when it gives none) is answered with -32600,
+// naming limit.Setting, and skipped without being held in memory. JSON-RPC batches (a JSON array on one line, which MCP dropped in
 // 2025-06-18) are refused with -32600.
 //
 // ServeStdio returns nil when in ends (EOF): the calls in flight then get up
@@ -62,15 +88,16 @@ const idPrefixLength = 64 << 10
 // ServeStdio never closes in or out. A Read on in that is blocked when
 // the session ends keeps its goroutine until in returns (as with the SDK's
 // own stdio transport; os.Stdin cannot be interrupted portably).
-func ServeStdio(ctx context.Context, srv *mcp.Server, in io.Reader, out io.Writer, log zerolog.Logger) error {
-	return serveStdio(ctx, srv, in, out, log, MaxStdioLineLength, stdioDrainTimeout)
+func ServeStdio(ctx context.Context, srv *mcp.Server, in io.Reader, out io.Writer, limit RequestLimit, log zerolog.Logger) error {
+	return serveStdio(ctx, srv, in, out, log, limit, stdioDrainTimeout)
 }
 
-func serveStdio(ctx context.Context, srv *mcp.Server, in io.Reader, out io.Writer, log zerolog.Logger, maxLine int, drain time.Duration) error {
+func serveStdio(ctx context.Context, srv *mcp.Server, in io.Reader, out io.Writer, log zerolog.Logger, limit RequestLimit, drain time.Duration) error {
 	if srv == nil {
 		return errors.New("bridge: ServeStdio: nil server")
 	}
-	t := &stdioTransport{ctx: ctx, in: in, out: out, log: log, maxLine: maxLine, drain: drain}
+	limit = limit.orDefault()
+	t := &stdioTransport{ctx: ctx, in: in, out: out, log: log, maxLine: int(limit.Bytes), limit: limit, drain: drain}
 	ss, err := srv.Connect(ctx, t, nil)
 	if err != nil {
 		return fmt.Errorf("connecting the stdio session: %w", err)
@@ -94,6 +121,7 @@ type stdioTransport struct {
 	out     io.Writer
 	log     zerolog.Logger
 	maxLine int
+	limit   RequestLimit
 	drain   time.Duration
 }
 
@@ -239,7 +267,7 @@ func (c *stdioConn) Read(context.Context) (jsonrpc.Message, error) {
 				}
 				return nil, fmt.Errorf("reading stdin: %w", l.err)
 			}
-			msg, bad := decodeLine(l, c.t.maxLine)
+			msg, bad := decodeLine(l, c.t.limit)
 			if bad != nil {
 				c.t.log.Warn().Int("code", bad.code).Str("error", bad.message).Int64("bytes", l.size).
 					Msg("answered a malformed JSON-RPC line with an error")
@@ -383,11 +411,11 @@ type lineError struct {
 const lineHint = "; each line must be one JSON-RPC 2.0 message"
 
 // decodeLine decodes one line. It returns nil, nil for a blank line.
-func decodeLine(l stdioLine, maxLine int) (jsonrpc.Message, *lineError) {
+func decodeLine(l stdioLine, limit RequestLimit) (jsonrpc.Message, *lineError) {
 	if l.tooLong {
 		return nil, &lineError{
 			code:    jsonrpc.CodeInvalidRequest,
-			message: fmt.Sprintf("invalid request: line of %d bytes is over the limit of %d bytes%s", l.size, maxLine, lineHint),
+			message: "invalid request: " + limit.over("line", int64(l.size)) + lineHint,
 			id:      recoverID(l.data),
 		}
 	}

@@ -85,7 +85,7 @@ func startStdio(t *testing.T, ctx context.Context, srv *mcp.Server, maxLine int)
 	}
 	log := zerolog.New(h.log)
 	go func() {
-		h.done <- serveStdio(ctx, srv, inR, outW, log, maxLine, stdioDrainTimeout)
+		h.done <- serveStdio(ctx, srv, inR, outW, log, RequestLimit{Bytes: int64(maxLine), Setting: "test.max_line"}, stdioDrainTimeout)
 		outW.Close()
 	}()
 	go func() {
@@ -205,7 +205,7 @@ func toolNames(t *testing.T, m rpcMessage) []string {
 }
 
 func TestStdioInitializeListCall(t *testing.T) {
-	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), MaxStdioLineLength)
+	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), DefaultMaxRequestBytes)
 	h.initialize()
 	h.send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	m := h.recv()
@@ -226,7 +226,7 @@ func TestStdioInitializeListCall(t *testing.T) {
 }
 
 func TestStdioMalformedLinesKeepTheSession(t *testing.T) {
-	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), MaxStdioLineLength)
+	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), DefaultMaxRequestBytes)
 	h.initialize()
 
 	h.send(`garbage`)
@@ -280,7 +280,7 @@ func TestStdioOverlongLine(t *testing.T) {
 		long    int // the length of the overlong text
 	}{
 		{"small limit", 1000, 3000},
-		{"real limit", MaxStdioLineLength, MaxStdioLineLength + 1<<20},
+		{"real limit", DefaultMaxRequestBytes, DefaultMaxRequestBytes + 1<<20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startStdio(t, t.Context(), newTestMCPServer(t, nil), tc.maxLine)
@@ -290,7 +290,7 @@ func TestStdioOverlongLine(t *testing.T) {
 			long := `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` +
 				strings.Repeat("x", tc.long) + `"}}}`
 			h.send(long)
-			wantError(t, h.recv(), -32600, "11", "over the limit", "bytes")
+			wantError(t, h.recv(), -32600, "11", "over the limit", "bytes (test.max_line)")
 			// A line exactly at the limit still goes through.
 			prefix := `{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"echo","arguments":{"text":"`
 			suffix := `"}}}`
@@ -342,7 +342,7 @@ func TestStdioOverlongLineIsNotBuffered(t *testing.T) {
 	var out syncBuffer
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	if err := serveStdio(t.Context(), newTestMCPServer(t, nil), in, &out, zerolog.Nop(), 4096, stdioDrainTimeout); err != nil {
+	if err := serveStdio(t.Context(), newTestMCPServer(t, nil), in, &out, zerolog.Nop(), RequestLimit{Bytes: 4096}, stdioDrainTimeout); err != nil {
 		t.Fatalf("ServeStdio: %v", err)
 	}
 	runtime.ReadMemStats(&after)
@@ -356,7 +356,7 @@ func TestStdioOverlongLineIsNotBuffered(t *testing.T) {
 }
 
 func TestStdioNotificationOnlySession(t *testing.T) {
-	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), MaxStdioLineLength)
+	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), DefaultMaxRequestBytes)
 	h.send(initializedLine)
 	h.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":99}}`)
 	h.send(`{"jsonrpc":"2.0","method":"notifications/unknown"}`)
@@ -372,7 +372,7 @@ func TestStdioNotificationOnlySession(t *testing.T) {
 }
 
 func TestStdioEOFWithoutInput(t *testing.T) {
-	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), MaxStdioLineLength)
+	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), DefaultMaxRequestBytes)
 	if err := h.wait(); err != nil {
 		t.Errorf("ServeStdio on empty input: %v, want nil", err)
 	}
@@ -385,7 +385,7 @@ func TestStdioEOFAnswersPendingCalls(t *testing.T) {
 	in := strings.NewReader(initializeLine + "\n" + initializedLine + "\n" +
 		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}` + "\n" +
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"piped"}}}`) // no final newline
-	if err := ServeStdio(t.Context(), newTestMCPServer(t, nil), in, &out, zerolog.Nop()); err != nil {
+	if err := ServeStdio(t.Context(), newTestMCPServer(t, nil), in, &out, RequestLimit{}, zerolog.Nop()); err != nil {
 		t.Fatalf("ServeStdio: %v", err)
 	}
 	got := out.String()
@@ -400,7 +400,7 @@ func TestStdioEOFAnswersPendingCalls(t *testing.T) {
 // drain timeout and ServeStdio returns nil.
 func TestStdioEOFCancelsStuckCalls(t *testing.T) {
 	cancelled := make(chan error, 1)
-	h := startStdio(t, t.Context(), newTestMCPServer(t, cancelled), MaxStdioLineLength)
+	h := startStdio(t, t.Context(), newTestMCPServer(t, cancelled), DefaultMaxRequestBytes)
 	h.initialize()
 	h.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
 	time.Sleep(50 * time.Millisecond) // let the call start
@@ -424,7 +424,7 @@ func TestStdioEOFCancelsStuckCalls(t *testing.T) {
 func TestStdioContextCancel(t *testing.T) {
 	cancelled := make(chan error, 1)
 	ctx, cancel := context.WithCancel(t.Context())
-	h := startStdio(t, ctx, newTestMCPServer(t, cancelled), MaxStdioLineLength)
+	h := startStdio(t, ctx, newTestMCPServer(t, cancelled), DefaultMaxRequestBytes)
 	h.initialize()
 	h.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
 	time.Sleep(50 * time.Millisecond)
@@ -447,7 +447,7 @@ func TestStdioContextCancel(t *testing.T) {
 // The client's notifications/cancelled reaches the call in flight.
 func TestStdioClientCancelsCall(t *testing.T) {
 	cancelled := make(chan error, 1)
-	h := startStdio(t, t.Context(), newTestMCPServer(t, cancelled), MaxStdioLineLength)
+	h := startStdio(t, t.Context(), newTestMCPServer(t, cancelled), DefaultMaxRequestBytes)
 	h.initialize()
 	h.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
 	time.Sleep(50 * time.Millisecond)
@@ -471,7 +471,7 @@ func TestStdioClientCancelsCall(t *testing.T) {
 
 // Answers and error answers never interleave within a line.
 func TestStdioConcurrentWritesStayWhole(t *testing.T) {
-	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), MaxStdioLineLength)
+	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), DefaultMaxRequestBytes)
 	h.initialize()
 	const n = 200
 	go func() {
@@ -508,7 +508,7 @@ func itoa(i int) string {
 // A write failure ends the session with an error.
 func TestStdioWriteFailure(t *testing.T) {
 	in := strings.NewReader(initializeLine + "\n")
-	err := ServeStdio(t.Context(), newTestMCPServer(t, nil), in, failingWriter{}, zerolog.Nop())
+	err := ServeStdio(t.Context(), newTestMCPServer(t, nil), in, failingWriter{}, RequestLimit{}, zerolog.Nop())
 	if err == nil {
 		t.Fatal("ServeStdio with a failing stdout returned nil")
 	}

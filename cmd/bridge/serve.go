@@ -117,15 +117,26 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("%v", err)
 	}
 
-	return serveUntilDone(ctx, e, srv, eng, pol.Pool.Size > 0, *httpAddr, log)
+	return serveUntilDone(ctx, e, srv, eng, serving{
+		warm: pol.Pool.Size > 0, httpAddr: *httpAddr,
+		maxRequest: transport.RequestLimit{Bytes: pol.Sandbox.MaxRequestBytes, Setting: "sandbox.max_request_bytes"},
+	}, log)
 }
 
-// serveUntilDone serves srv over stdio, or streamable HTTP at httpAddr,
-// until a signal, the end of stdin or the transport's own end, then shuts
-// it down within shutdownBudget. With warm, the engine is opened now, so
-// that its pool starts filling.
-func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbox.Engine, warm bool, httpAddr string, log zerolog.Logger) (int, error) {
-	if warm {
+// serving is how serveUntilDone serves: warm, the engine is opened at
+// once, so that its pool starts filling; over streamable HTTP at httpAddr,
+// else over stdio; each client message bounded by maxRequest.
+type serving struct {
+	warm       bool
+	httpAddr   string
+	maxRequest transport.RequestLimit
+}
+
+// serveUntilDone serves srv as how says until a signal, the end of stdin
+// or the transport's own end, then shuts it down within shutdownBudget.
+func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbox.Engine, how serving, log zerolog.Logger) (int, error) {
+	httpAddr, maxRequest := how.httpAddr, how.maxRequest
+	if how.warm {
 		// Fill the warm pool now rather than at the first call; an engine
 		// that is not there is reported here and to that call.
 		go func() {
@@ -145,12 +156,12 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 		if httpAddr != "" {
 			served <- transport.ServeHTTP(ctx, srv.MCP(), transport.HTTPOptions{
 				Addr: httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
-				ShutdownTimeout: shutdownBudget * 3 / 5,
+				ShutdownTimeout: shutdownBudget * 3 / 5, MaxRequest: maxRequest,
 			}, log)
 			return
 		}
 		log.Info().Msg("serving MCP over stdio")
-		served <- transport.ServeStdio(ctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, log)
+		served <- transport.ServeStdio(ctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, maxRequest, log)
 	}()
 	finished := false
 	var err error

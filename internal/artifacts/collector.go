@@ -36,12 +36,17 @@ type Limits struct {
 	ByReference string
 	// MaxBytesStored bounds the bytes one run stores.
 	MaxBytesStored int64
+	// MaxBytesRead bounds the stored file one resources/read returns: the
+	// answer holds it whole, base64-encoded.
+	MaxBytesRead int64
 }
 
 // DefaultLimits are the policy's defaults: 20 files, 1 MiB inline, 4 MiB
-// inline in all, by reference when large, 256 MiB stored per run.
+// inline in all, by reference when large, 256 MiB stored per run, 8 MiB
+// read at once.
 func DefaultLimits() Limits {
-	return Limits{MaxFiles: 20, MaxBytesInline: 1 << 20, MaxBytesTotal: 4 << 20, ByReference: ByReferenceLarge, MaxBytesStored: 256 << 20}
+	return Limits{MaxFiles: 20, MaxBytesInline: 1 << 20, MaxBytesTotal: 4 << 20, ByReference: ByReferenceLarge, MaxBytesStored: 256 << 20,
+		MaxBytesRead: 8 << 20}
 }
 
 // Artifact is one file of a run as the result reports it: returned inline

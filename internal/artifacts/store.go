@@ -178,6 +178,10 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 // runDir is the name of a run's folder.
 func runDir(run string) string { return "run-" + run }
 
+// Path is where e's file is kept on the host, for a reader that is on
+// the host too.
+func (s *Store) Path(e Entry) string { return filepath.Join(s.dir, runDir(e.Run), e.Name) }
+
 // removeLeftovers removes the run folders older than the expiry that
 // bridges before this one left (after a crash, or a kill).
 func (s *Store) removeLeftovers() {

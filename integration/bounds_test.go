@@ -1,0 +1,193 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// peakRSS is the process's peak resident set (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc/PID/status")
+	return 0
+}
+
+// TestRequestBounds: what a client sends is bounded before it is copied
+// (issue finding: 12 MB of code took a long-lived serve to 108 MB). Over
+// stdio, as users run it (pool on): a 12 MB line is refused naming
+// sandbox.max_request_bytes, 3 MB of code (under the request bound, over
+// the code bound) is refused as invalid naming sandbox.max_code_bytes,
+// and the bridge then still runs code; its peak RSS is reported.
+func TestRequestBounds(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		args, env := serveArgs(e)
+		cmd := exec.Command(testSuite.bridgeBin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { stdin.Close(); cmd.Wait() }()
+		defer cmd.Process.Kill()
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(nil, 1<<20)
+		send := func(s string) {
+			if _, err := io.WriteString(stdin, s+"\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recv := func() map[string]any {
+			t.Helper()
+			for lines.Scan() {
+				var m map[string]any
+				if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+					t.Fatalf("%v: %.200s", err, lines.Text())
+				}
+				if _, ok := m["id"]; ok {
+					return m
+				}
+			}
+			t.Fatalf("bridge serve ended: %v", lines.Err())
+			return nil
+		}
+		call := func(id int, code string) string {
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
+				"params": map[string]any{"name": "run_python", "arguments": map[string]any{"code": code}}})
+			return string(b)
+		}
+		send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+		recv()
+		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		before := peakRSS(t, cmd.Process.Pid)
+
+		send(call(2, "#"+strings.Repeat("x", 12<<20)))
+		m := recv()
+		b, _ := json.Marshal(m)
+		if errObj, _ := m["error"].(map[string]any); errObj == nil || errObj["code"] != float64(-32600) ||
+			!strings.Contains(errObj["message"].(string), "(sandbox.max_request_bytes)") {
+			t.Fatalf("a 12 MB line: %.400s", b)
+		}
+
+		send(call(3, "#"+strings.Repeat("x", 3<<20)))
+		m = recv()
+		b, _ = json.Marshal(m)
+		res, _ := m["result"].(map[string]any)
+		sc, _ := res["structuredContent"].(map[string]any)
+		if res == nil || res["isError"] != true || sc["status"] != "invalid" ||
+			!strings.Contains(string(b), "over the limit of 1Mi (sandbox.max_code_bytes)") {
+			t.Fatalf("3 MB of code: %.400s", b)
+		}
+
+		send(call(4, "print(6*7)"))
+		m = recv()
+		b, _ = json.Marshal(m)
+		if !strings.Contains(string(b), `42`) {
+			t.Fatalf("the bridge after the bounds: %.400s", b)
+		}
+		peak := peakRSS(t, cmd.Process.Pid)
+		t.Logf("peak RSS %.1f MiB before the large requests, %.1f MiB after", mb(before), mb(peak))
+		// 12 MB of code took a serve to 108 MB before the bound.
+		if peak > 96<<20 {
+			t.Errorf("peak RSS %.1f MiB: the large requests were held in memory", mb(peak))
+		}
+	})
+}
+
+// TestArtifactReadBounds: reading a stored file back is bounded (issue
+// finding: a 200 MiB file read whole took a serve to 1.1 GB, and the
+// client dropped the connection on the answer). Two HTTP clients of one
+// serve (pool on) each store a 50 MiB and an 8 MiB file: the large one is
+// refused, naming artifacts.max_bytes_read and where the file is; both
+// read the largest allowed file at once; the bridge's peak RSS is
+// reported and bounded.
+func TestArtifactReadBounds(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		pol, store := artifactPolicy(t, e, "")
+		first, pid, addr := connectHTTPArgs(t, e, nil, "--policy", pol)
+		second, err := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil).
+			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer second.Close()
+		const code = `import os
+with open("/tmp/outputs/large.bin", "wb") as f:
+    for _ in range(50):
+        f.write(os.urandom(1 << 20))
+open("/tmp/outputs/allowed.bin", "wb").write(os.urandom(8 << 20))
+print("written")`
+		uris := func(cs *mcp.ClientSession) (large, allowed string) {
+			res, arts, _ := runArtifacts(t, cs, code)
+			for _, a := range arts {
+				switch a.Name {
+				case "large.bin":
+					large = a.URI
+				case "allowed.bin":
+					allowed = a.URI
+				}
+			}
+			if large == "" || allowed == "" {
+				t.Fatalf("files not stored: %+v\n%s", arts, contentText(res))
+			}
+			return large, allowed
+		}
+		before := peakRSS(t, pid)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for _, cs := range []*mcp.ClientSession{first, second} {
+			large, allowed := uris(cs)
+			_, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: large})
+			if err == nil || !strings.Contains(err.Error(), "52428800 bytes, over the limit of 8Mi one resources/read returns (artifacts.max_bytes_read)") ||
+				!strings.Contains(err.Error(), store) {
+				t.Errorf("reading 50 MiB: %v, want it refused, naming the key and the folder", err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 3 {
+					rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: allowed})
+					if err != nil || len(rr.Contents) != 1 || len(rr.Contents[0].Blob) != 8<<20 {
+						t.Errorf("reading the largest allowed file: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		peak := peakRSS(t, pid)
+		t.Logf("peak RSS %.1f MiB before the reads (two 58 MiB runs stored), %.1f MiB after two clients read 8 MiB three times each at once", mb(before), mb(peak))
+		if peak > 256<<20 {
+			t.Errorf("peak RSS %.1f MiB while two clients read 8 MiB files", mb(peak))
+		}
+	})
+}
