@@ -34,7 +34,7 @@ func askPolicy(t *testing.T, e *engine, extra string) string {
 
 // recordingServers writes a servers config with the misbehave test
 // upstream recording its calls in the returned file.
-func recordingServers(t *testing.T) (config, record string) {
+func recordingServers(t *testing.T, args ...string) (config, record string) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -43,7 +43,7 @@ func recordingServers(t *testing.T) (config, record string) {
 	dir := t.TempDir()
 	config, record = filepath.Join(dir, "servers.json"), filepath.Join(dir, "record.jsonl")
 	writeServers(t, config, map[string]any{
-		"misbehave": map[string]any{"command": self, "args": []string{"--name", "misbehave", "--record", record},
+		"misbehave": map[string]any{"command": self, "args": append([]string{"--name", "misbehave", "--record", record}, args...),
 			"env": map[string]string{upstreamEnv: "1"}},
 	})
 	return config, record

@@ -8,33 +8,32 @@ import (
 	"testing"
 )
 
-// The code of TestTokenize: it reads a customer's contact through one tool,
-// passes the email on to a tool allowed to receive it and to one that is
-// not, and prints what it holds.
+// The code of TestTokenize: it reads a customer's record through one
+// tool, passes the email on to a tool allowed to receive it and to one
+// that is not, and prints what it holds. Then it tries tokenization as an
+// oracle: a guess of the value, and a wrong one, sent to a tool that
+// echoes them.
 const tokenizeCode = `import re, mcp_tools
-r = mcp_tools.call("misbehave", "echo", message="Write to jane.doe@example.com, call +44 20 7946 0958, pay DE89 3704 0044 0532 0130 00")
-print(r["message"])
-email = re.search(r"<EMAIL_[0-9]+>", r["message"]).group()
-again = mcp_tools.call("misbehave", "echo", message="jane.doe@example.com again")
+r = mcp_tools.call("misbehave", "record")
+print(r)
+email = re.search(r"<EMAIL_[0-9]+>", str(r)).group()
+again = mcp_tools.call("misbehave", "echo", message=email + " again")
 print(again["message"])
 try:
     mcp_tools.call("misbehave", "fail", message="send to " + email)
 except mcp_tools.ToolError as e:
     print("fail:", e)
 print(mcp_tools.call("misbehave", "echo", message="not restored: " + email)["message"])
+for guess in ("jane.doe@example.com", "john.roe@example.com"):
+    print("guess:", mcp_tools.call("misbehave", "echo", message=guess)["message"])
 `
 
-// TestTokenize: personal data in a tokenized tool's results reaches the
-// code as placeholders, the same value as the same placeholder; a tool
-// allowed to receive it gets the real value (the upstream's record says
-// so), and what it answers comes back tokenized; a tool not allowed gets
-// the placeholder. Nothing the code prints holds the value.
 func TestTokenize(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		servers, record := recordingServers(t)
+		servers, record := recordingServers(t, "--fixture", "Write to jane.doe@example.com, call +44 20 7946 0958, pay DE89 3704 0044 0532 0130 00")
 		path := filepath.Join(t.TempDir(), "policy.yaml")
 		pol := "version: 1\n" + sandboxSection(e) + `tokenize:
-  results: [{server: misbehave, tool: echo}]
+  results: [{server: misbehave, tool: record}, {server: misbehave, tool: echo}]
   restore: [{server: misbehave, tool: fail}]
 `
 		if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
@@ -45,14 +44,21 @@ func TestTokenize(t *testing.T) {
 		want := "Write to <EMAIL_1>, call <PHONE_1>, pay <IBAN_1>\n" +
 			"<EMAIL_1> again\n" +
 			"fail: tool 'fail' of MCP server 'misbehave' failed: send to <EMAIL_1>\n" +
-			"not restored: <EMAIL_1>\n"
+			"not restored: <EMAIL_1>\n" +
+			// No oracle: a guess comes back as sent, right or wrong (it
+			// came back <EMAIL_1> when right, <EMAIL_2> when wrong).
+			"guess: jane.doe@example.com\n" +
+			"guess: john.roe@example.com\n"
 		if out.Status != "ok" || out.Stdout != want {
 			t.Fatalf("got %+v\n%s\nwant stdout:\n%s", out, text, want)
 		}
-		for _, secret := range []string{"jane.doe", "7946", "3704"} {
+		for _, secret := range []string{"7946", "3704"} {
 			if strings.Contains(text, secret) {
 				t.Errorf("the agent's text holds %q: %s", secret, text)
 			}
+		}
+		if n := strings.Count(out.Stdout, "jane.doe"); n != 1 {
+			t.Errorf("the code saw the email %d times, want once (its own guess)", n)
 		}
 		fail := recordedArgs(t, record, "fail")
 		if len(fail) != 1 || !strings.Contains(fail[0], "send to jane.doe@example.com") {
@@ -60,8 +66,8 @@ func TestTokenize(t *testing.T) {
 		}
 		echo := recordedArgs(t, record, "echo")
 		var last struct{ Message string }
-		if len(echo) == 3 {
-			_ = json.Unmarshal([]byte(echo[2]), &last)
+		if len(echo) == 4 {
+			_ = json.Unmarshal([]byte(echo[1]), &last)
 		}
 		if last.Message != "not restored: <EMAIL_1>" {
 			t.Errorf("the tool not allowed to receive it got %q", echo)

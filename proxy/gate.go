@@ -37,12 +37,27 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 	upStart := time.Now()
 	res, raw, err := p.byName[server].call(ctx, tool, g.callArgs(), g.timeout, wantRaw)
 	report.Upstream = time.Since(upStart)
-	res, js, err := resultJSON(server, tool, res, raw, err, g.maxResult, &c.rec)
-	if g.tokens != nil {
-		if err == nil {
-			res, js, err = g.tokens.apply(res, js, wantRaw)
-		} else {
-			err = g.tokens.applyError(err)
+	if g.tokens == nil {
+		res, js, err := resultJSON(server, tool, res, raw, err, g.maxResult, &c.rec)
+		return c.finish(res, js, err)
+	}
+	// Tokenized, the result is measured as the code gets it, and no size
+	// is stated: the size of the untokenized one would tell the length of
+	// the values hidden. A bound on what is tokenized at all still holds.
+	res, js, err := resultJSON(server, tool, res, raw, err, 0, &c.rec)
+	overMax := func() error {
+		return errorf(KindLimit, "the result of %s/%s is over the policy's budgets.max_result_bytes (%d bytes, counted after tokenization)",
+			server, tool, g.maxResult)
+	}
+	switch {
+	case err != nil:
+		err = g.tokens.applyError(err)
+	case g.maxResult > 0 && int64(len(js)) > tokenizeBound(g.maxResult):
+		res, js, err = nil, nil, overMax()
+	default:
+		res, js, err = g.tokens.apply(res, js, wantRaw)
+		if err == nil && g.maxResult > 0 && int64(len(js)) > g.maxResult {
+			res, js, err = nil, nil, overMax()
 		}
 	}
 	return c.finish(res, js, err)
@@ -181,6 +196,18 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 	}
 	c.rec.Allowed = true
 	return g, nil
+}
+
+// tokenizeBound is the most of an untokenized result the proxy tokenizes,
+// for a policy's max_result_bytes: twice it and 64 KiB more, so that a
+// result over it is over max_result_bytes once tokenized too (placeholders
+// are at most a few bytes longer than the values they stand for), and the
+// code cannot tell which of the two bounds refused it.
+func tokenizeBound(maxResult int64) int64 {
+	if maxResult <= 0 {
+		return 0
+	}
+	return 2*maxResult + 64<<10
 }
 
 // resultJSON is an upstream's answer as the proxy hands it on: its JSON,

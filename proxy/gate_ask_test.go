@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -150,20 +151,27 @@ tokenize:
   kinds: [email]
   patterns:
     - {name: customer_id, regex: "CUST-[0-9]{4}"}
-  results: [{server: alpha, tool: echo}]
+  results: [{server: alpha, tool: contacts}, {server: alpha, tool: echo}, {server: alpha, tool: env}]
   restore: [{server: alpha, tool: env}]
   max_values: 3
 audit:
   file: AUDIT
 `)
 	run := func(run, tool, args string) (string, error) { return callRun(t, c, run, tool, args) }
-	got, err := run("t1", "echo", `{"message":"ann@example.com is CUST-1234; bob@example.org too; ann@example.com again"}`)
+	got, err := run("t1", "contacts", `{}`)
 	if want := "<EMAIL_1> is <CUSTOMER_ID_1>; <EMAIL_2> too; <EMAIL_1> again"; err != nil || got != want {
 		t.Fatalf("tokenized: %q %v, want %q", got, err, want)
 	}
 	// Another run has its own placeholders, and knows none of t1's.
-	if got, err := run("t2", "echo", `{"message":"bob@example.org"}`); err != nil || got != "<EMAIL_1>" {
+	if got, err := run("t2", "echo", `{"message":"<EMAIL_2>"}`); err != nil || got != "<EMAIL_2>" {
 		t.Errorf("run t2: %q %v", got, err)
+	}
+	// No oracle: a guess sent to a tool that echoes it comes back as
+	// written, right (a value the run holds) or wrong, and is not held.
+	for _, guess := range []string{"ann@example.com", "zed@example.com"} {
+		if got, err := run("t1", "echo", `{"message":"`+guess+`"}`); err != nil || got != guess {
+			t.Errorf("a guess echoed: %q %v, want %q as sent", got, err, guess)
+		}
 	}
 	// The env tool may receive values: it gets the real one back (its
 	// answer, the environment variable of that name, is empty), and a
@@ -175,7 +183,7 @@ audit:
 	// results too: integration TestTokenize, through a restore tool's
 	// error that quotes its argument.)
 	// Past max_values: the result is refused, never passed on.
-	if _, err := run("t1", "echo", `{"message":"c@example.com d@example.com"}`); kindOf(err) != KindLimit || !strings.Contains(err.Error(), "tokenize.max_values (3)") {
+	if _, err := run("t1", "env", `{"name":"TEST_MORE_CONTACTS"}`); kindOf(err) != KindLimit || !strings.Contains(err.Error(), "tokenize.max_values (3)") {
 		t.Errorf("a full vault: %v", err)
 	}
 	b, err := os.ReadFile(audit)
@@ -185,6 +193,35 @@ audit:
 	for _, secret := range []string{"ann@", "bob@", "CUST-1234"} {
 		if strings.Contains(string(b), secret) {
 			t.Errorf("the audit holds %q", secret)
+		}
+	}
+}
+
+// max_result_bytes is measured on the result as the code gets it: the
+// size of the untokenized one would tell the length of the values hidden.
+func TestTokenizeResultSize(t *testing.T) {
+	for _, tc := range []struct {
+		max  int
+		want string // the result, or the error
+	}{
+		// The result: 235 bytes as the upstream wrote it, 217 tokenized.
+		{220, "<EMAIL_1> is CUST-1234; <EMAIL_2> too; <EMAIL_1> again"},
+		{200, "the result of alpha/contacts is over the policy's budgets.max_result_bytes (200 bytes, counted after tokenization)"},
+	} {
+		c, _, _, _ := policyProxy(t, fmt.Sprintf(`
+version: 1
+tokenize:
+  kinds: [email]
+  results: [{server: alpha, tool: contacts}]
+budgets:
+  max_result_bytes: %d
+`, tc.max))
+		got, err := callRun(t, c, "t1", "contacts", `{}`)
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want || strings.Contains(got, "235") {
+			t.Errorf("max_result_bytes %d: %q, want %q", tc.max, got, tc.want)
 		}
 	}
 }

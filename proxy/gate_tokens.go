@@ -26,6 +26,9 @@ type callTokens struct {
 	run    *policy.Run
 	vault  *tokenize.Vault // a run's, or one for a call with no run
 	search bool            // look for new values: the tool is in tokenize.results
+	// sent are the arguments as the code sent them (placeholders, not
+	// values): what it sent comes back as it wrote it (TokenizeReply).
+	sent json.RawMessage
 }
 
 // tokens prepares one call of server's tool: args with the placeholders
@@ -36,6 +39,7 @@ func (p *Proxy) tokens(pol *policy.Policy, run *policy.Run, server, tool string,
 	if !tk.On() {
 		return args, nil, nil
 	}
+	sent := args
 	if run.HoldsValues() && tk.Restores(server, tool) && len(args) > 0 {
 		out, _, err := run.Vault().Restore(args)
 		if err != nil {
@@ -43,7 +47,7 @@ func (p *Proxy) tokens(pol *policy.Policy, run *policy.Run, server, tool string,
 		}
 		args = out
 	}
-	ct := &callTokens{p: p, pol: pol, run: run, search: tk.Tokenizes(server, tool)}
+	ct := &callTokens{p: p, pol: pol, run: run, search: tk.Tokenizes(server, tool), sent: sent}
 	if run == nil && ct.search {
 		// A call with no run: placeholders no later call can restore.
 		ct.vault = tokenize.NewVault(tk.MaxValues, policy.MaxVaultBytes)
@@ -75,7 +79,7 @@ func (ct *callTokens) apply(res *mcp.CallToolResult, js []byte, wantRaw bool) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	out, n, err := v.Tokenize(js, kinds)
+	out, n, err := v.TokenizeReply(js, kinds, ct.sent)
 	if err != nil {
 		return nil, nil, ct.refusal(err)
 	}
@@ -106,7 +110,7 @@ func (ct *callTokens) applyError(err error) error {
 	}
 	js, _ := json.Marshal(err.Error())
 	kinds, kerr := ct.kinds()
-	out, n, terr := v.Tokenize(js, kinds)
+	out, n, terr := v.TokenizeReply(js, kinds, ct.sent)
 	var msg string
 	if kerr != nil || terr != nil || json.Unmarshal(out, &msg) != nil {
 		return &Error{Kind: kind, Message: "the call failed, and its error message cannot be tokenized, so it is not passed on"}

@@ -55,6 +55,9 @@ func testServer() *mcp.Server {
 	add("echo", "Echoes the message back.", func(_ context.Context, a map[string]any) *mcp.CallToolResult {
 		return text(fmt.Sprint(a["message"]))
 	})
+	add("contacts", "Returns a customer's contacts (personal data the caller did not send).", func(context.Context, map[string]any) *mcp.CallToolResult {
+		return text("ann@example.com is CUST-1234; bob@example.org too; ann@example.com again")
+	})
 	add("env", "Returns an environment variable.", func(_ context.Context, a map[string]any) *mcp.CallToolResult {
 		return text(os.Getenv(fmt.Sprint(a["name"])))
 	})
@@ -132,7 +135,8 @@ func stdioServer(t *testing.T, name string) ServerConfig {
 		t.Fatal(err)
 	}
 	return ServerConfig{Name: name, Type: TypeStdio, Command: exe, Args: []string{"-test.run=^$"},
-		Env: map[string]string{"PROXY_TEST_UPSTREAM": "1", "TEST_SECRET": "s3cr3t-value"}}
+		Env: map[string]string{"PROXY_TEST_UPSTREAM": "1", "TEST_SECRET": "s3cr3t-value",
+			"TEST_MORE_CONTACTS": "c@example.com d@example.com"}}
 }
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -197,15 +201,15 @@ func TestProxyLazyCatalogAndCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(servers) != 2 || servers[0].Name != "alpha" || servers[0].State != "ready" || servers[0].Title != "Test upstream" ||
-		servers[0].Description != "A server for the proxy's tests." || servers[0].Tools != 11 {
+		servers[0].Description != "A server for the proxy's tests." || servers[0].Tools != 12 {
 		t.Fatalf("servers = %+v", servers)
 	}
 	cat, err := c.Catalog(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cat.Len() != 22 {
-		t.Fatalf("catalog has %d tools, want 22", cat.Len())
+	if cat.Len() != 24 {
+		t.Fatalf("catalog has %d tools, want 24", cat.Len())
 	}
 	if _, ok := cat.Lookup("beta", "echo"); !ok {
 		t.Fatal("beta/echo missing from the catalog")

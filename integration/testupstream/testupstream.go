@@ -59,6 +59,9 @@ type options struct {
 	// release, if non-nil, makes hanging "hang" calls return once closed.
 	// Only tests set it: the real process hangs forever.
 	release <-chan struct{}
+	// fixture, if set, adds the tool "record", which returns it: data the
+	// caller did not send (a customer record, say).
+	fixture string
 }
 
 // Run serves MCP as the flags in args say until the client goes away or a
@@ -71,6 +74,7 @@ func Run(args []string, stderr io.Writer) int {
 	instructions := fs.String("instructions", "", "server instructions `TEXT`")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on `ADDR` instead of stdio")
 	urlFile := fs.String("url-file", "", "with --http, write the served URL to `FILE`")
+	fixture := fs.String("fixture", "", "add the tool \"record\", which returns `TEXT`")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -82,7 +86,7 @@ func Run(args []string, stderr io.Writer) int {
 		return 2
 	}
 
-	opts := options{name: *name, instructions: *instructions, logw: stderr}
+	opts := options{name: *name, instructions: *instructions, logw: stderr, fixture: *fixture}
 	if *record != "" {
 		rec, err := openRecorder(*record)
 		if err != nil {
@@ -290,6 +294,17 @@ func newServer(opts options) *mcp.Server {
 	})
 	u.server.AddReceivingMiddleware(u.recordCalls)
 	u.addTools()
+	if opts.fixture != "" {
+		u.server.AddTool(&mcp.Tool{
+			Name:        "record",
+			Title:       "Record",
+			Description: "Return a stored record: data the caller did not send.",
+			InputSchema: json.RawMessage(emptySchema),
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+		}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return textResult(opts.fixture), nil
+		})
+	}
 	return u.server
 }
 

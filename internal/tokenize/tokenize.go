@@ -129,6 +129,17 @@ func (v *Vault) Len() int {
 // vault's bounds: then no value is added and the caller must refuse the
 // result rather than leak it; ErrCost (the values found are held).
 func (v *Vault) Tokenize(js []byte, kinds []Kind) (out []byte, n int, err error) {
+	return v.TokenizeReply(js, kinds, nil)
+}
+
+// TokenizeReply is Tokenize for the reply to a request whose arguments
+// were sent (a JSON document, as its sender wrote it: before Restore).
+// A value that occurs in a string of sent is left as it is, and not held:
+// the sender wrote it, so it learns nothing from seeing it again, whereas
+// replacing it would tell the sender whether its guess is a value the
+// vault holds (a tool that echoes its arguments would be an oracle). A
+// sent that is not valid JSON exempts nothing.
+func (v *Vault) TokenizeReply(js []byte, kinds []Kind, sent []byte) (out []byte, n int, err error) {
 	if !json.Valid(js) {
 		return nil, 0, ErrNotJSON
 	}
@@ -139,6 +150,9 @@ func (v *Vault) Tokenize(js []byte, kinds []Kind) (out []byte, n int, err error)
 		return js, 0, nil
 	}
 	d := newDoc(v, js)
+	if d.exempts, err = v.valuesIn(sent, order); err != nil {
+		return nil, 0, err
+	}
 	if len(order) > 0 {
 		// First find the new values of the whole document, so that all of
 		// them, and only if all fit, are held before any is replaced: a value
@@ -219,6 +233,8 @@ type doc struct {
 	pending      []pending
 	seen         map[string]bool // the pending values
 	pendingBytes int
+	exempts      map[string]bool // the values in the request replied to
+	collect      map[string]bool // valuesIn's: the values found, nothing held or replaced
 
 	free, rest, found []span // detect's scratch
 
@@ -229,6 +245,45 @@ type doc struct {
 func newDoc(v *Vault, js []byte) doc {
 	return doc{v: v, js: js, src: unsafe.String(unsafe.SliceData(js), len(js)), budget: costPerByte*len(js) + 1<<16}
 }
+
+// valuesIn returns the values in the strings of the JSON document sent
+// that a reply's tokenization would replace: the values held, and the
+// kinds' matches. It holds none of them. Nil when sent is empty or not
+// valid JSON.
+func (v *Vault) valuesIn(sent []byte, order []Kind) (map[string]bool, error) {
+	if len(sent) == 0 || !json.Valid(sent) {
+		return nil, nil
+	}
+	d := newDoc(v, sent)
+	d.collect = map[string]bool{}
+	if len(order) > 0 {
+		if err := d.detect(order); err != nil {
+			return nil, err
+		}
+	}
+	if len(v.values) > 0 {
+		d.next = 0
+		for i := 0; ; {
+			start, end := nextString(d.src, i)
+			if start < 0 {
+				break
+			}
+			i = end
+			s := d.src[start+1 : end-1]
+			if !plain(s) {
+				s = d.decoded[d.next]
+				d.next++
+			}
+			if _, n := d.scrub(s); n < 0 {
+				return nil, ErrCost
+			}
+		}
+	}
+	return d.collect, nil
+}
+
+// exempt reports whether val is in the request replied to.
+func (d *doc) exempt(val string) bool { return d.exempts[val] }
 
 // nextString returns the bounds of the next string literal, quotes
 // included, at or after i in the valid JSON src, or -1, -1. In valid JSON
@@ -403,7 +458,11 @@ func (d *doc) detectIn(s string, order []Kind) error {
 // note records val, a match of kind k, unless it is held or pending.
 func (d *doc) note(val string, k *Kind) error {
 	v := d.v
-	if _, ok := v.byValue[val]; ok || d.seen[val] {
+	if d.collect != nil {
+		d.collect[strings.Clone(val)] = true
+		return nil
+	}
+	if _, ok := v.byValue[val]; ok || d.seen[val] || d.exempt(val) {
 		return nil
 	}
 	switch {
@@ -503,6 +562,15 @@ func (d *doc) scrub(s string) (r string, n int) {
 			end, id, steps := x.longest(s, i)
 			if d.budget -= steps; d.budget < 0 {
 				return "", -1
+			}
+			if end > 0 && d.collect != nil {
+				d.collect[v.values[id]] = true
+				i = end
+				continue
+			}
+			if end > 0 && d.exempt(v.values[id]) {
+				i = end // the request's own text, left as it is
+				continue
 			}
 			if end > 0 {
 				if n == 0 {

@@ -868,3 +868,34 @@ func BenchmarkRestore(b *testing.B) {
 		}
 	})
 }
+
+// A reply that echoes what the request sent tells the sender nothing: a
+// guessed value comes back as written, held or not, and is not held; what
+// the request did not send is tokenized as ever.
+func TestReplyIsNoOracle(t *testing.T) {
+	v := NewVault(100, 10000)
+	if _, _, err := v.Tokenize([]byte(`"ann@example.com"`), all(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, sent, reply, want string }{
+		{"a right guess, held", `{"q":"ann@example.com"}`, `"you said ann@example.com"`, `"you said ann@example.com"`},
+		{"a wrong guess", `{"q":"zed@example.com"}`, `"you said zed@example.com"`, `"you said zed@example.com"`},
+		{"an escaped guess", `{"q":"ann\u0040example.com"}`, `"ann@example.com"`, `"ann@example.com"`},
+		{"the guess, and a value not sent", `{"q":"zed@example.com"}`, `"zed@example.com knows ann@example.com and bob@example.org"`,
+			`"zed@example.com knows <EMAIL_1> and <EMAIL_2>"`},
+		{"a placeholder sent, its value back", `{"q":"<EMAIL_1>"}`, `"ann@example.com"`, `"<EMAIL_1>"`},
+		{"a held value inside a longer one sent", `{"q":"mary.ann@example.com"}`, `"mary.ann@example.com"`, `"mary.ann@example.com"`},
+		{"no request", ``, `"ann@example.com"`, `"<EMAIL_1>"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := v.TokenizeReply([]byte(tc.reply), all(t), []byte(tc.sent))
+			if err != nil || string(out) != tc.want {
+				t.Errorf("TokenizeReply = %s, %v; want %s", out, err, tc.want)
+			}
+		})
+	}
+	// Only bob@example.org was held on: no guess was.
+	if v.Len() != 2 {
+		t.Errorf("the vault holds %d values, want 2 (ann, bob)", v.Len())
+	}
+}
