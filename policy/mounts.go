@@ -114,6 +114,10 @@ func (p *parser) mount(n *yaml.Node, name string) (Mount, *yaml.Node, bool) {
 				p.errorf(v, "%s: %s%s holds a comma or a colon, which engines read as separators in a mount: rename the folder", kname, dir, note)
 				return
 			}
+			if why := specialsRefusal(dir, MountScanEntries); why != "" {
+				p.errorf(v, "%s: %s", kname, why)
+				return
+			}
 			given, _ = expandHome(s)
 			given = filepath.Clean(given)
 			m.Host = dir
@@ -139,6 +143,28 @@ func (p *parser) mount(n *yaml.Node, name string) (Mount, *yaml.Node, bool) {
 		}
 	}
 	return m, pathNode, len(p.probs) == before
+}
+
+// MountScanEntries is how many entries of a mount's folder are looked at
+// for FIFOs when the policy is read.
+const MountScanEntries = 100_000
+
+// specialsRefusal says why dir cannot be mounted, "" when it can: it holds
+// a FIFO, which a read-only mount does not stop the code from opening for
+// writing (the runner's Landlock rule does, where the kernel has Landlock;
+// this refuses it everywhere). Unix sockets are allowed: the code can make
+// no unix socket to connect with (docs/security.md).
+func specialsRefusal(dir string, maxEntries int) string {
+	s := paths.Special(dir, maxEntries)
+	if s.NFIFOs == 0 {
+		return ""
+	}
+	more := ""
+	if s.NFIFOs > len(s.FIFOs) {
+		more = fmt.Sprintf(" and %d more", s.NFIFOs-len(s.FIFOs))
+	}
+	return fmt.Sprintf("%s holds %d FIFO(s) (%s%s): code could write through one to whatever host process reads it, "+
+		"which a read-only mount does not stop; remove them, or mount a folder without them", dir, s.NFIFOs, strings.Join(s.FIFOs, ", "), more)
 }
 
 // containerPath checks a mount's path in the container: absolute, under

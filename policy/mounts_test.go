@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,6 +121,7 @@ func TestMountsRefused(t *testing.T) {
 		{"inside the run root", "mounts:\n  - host: " + base + "/xdg/bridge/run-1\n", "3:11: mounts[0].host: " + base + "/xdg/bridge/run-1 is inside " + base + "/xdg/bridge, the bridge's run directories"},
 		{"holding the run root", "mounts:\n  - host: " + base + "/xdg\n", "3:11: mounts[0].host: " + base + "/xdg holds " + base + "/xdg/bridge, the bridge's run directories"},
 		{"rootless podman socket", "mounts:\n  - host: " + base + "/xdg/podman\n", "3:11: mounts[0].host: " + base + "/xdg/podman is the folder of rootless Podman's API socket"},
+		{"a FIFO inside", "mounts:\n  - host: " + fifoFolder(t) + "\n", "3:11: mounts[0].host: " + fifoFolder(t) + " holds 1 FIFO(s) (" + fifoFolder(t) + "/in/queue): code could write through one to whatever host process reads it"},
 		{"missing", "mounts:\n  - host: " + base + "/nope\n", "3:11: mounts[0].host: " + base + "/nope does not exist: create it, or fix the path"},
 		{"dangling symlink", "mounts:\n  - host: " + base + "/dangling\n", "3:11: mounts[0].host: " + base + "/dangling is a symlink to a path that does not exist"},
 		{"a file", "mounts:\n  - host: " + base + "/file.txt\n", "3:11: mounts[0].host: " + base + "/file.txt is a file, not a folder: name the folder that holds it"},
@@ -368,4 +370,21 @@ func TestMountReadable(t *testing.T) {
 	if got := (Mount{Host: base + "/nope"}).Readable(); !strings.Contains(got, "no such file") {
 		t.Errorf("a missing folder: %q", got)
 	}
+}
+
+// fifoFolder is a folder holding a FIFO a level down (made once a test).
+func fifoFolder(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(os.TempDir(), "bridge-policy-fifo-"+strings.ReplaceAll(t.Name(), "/", "_"))
+	if _, err := os.Stat(dir); err == nil {
+		return dir
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "in"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := syscall.Mkfifo(filepath.Join(dir, "in", "queue"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/docker/docker/api/types/mount"
@@ -145,6 +146,16 @@ func TestCheckDataMountHosts(t *testing.T) {
 	}
 	if err := checkDataMountHosts([]DataMount{{Host: link, Path: "/data/x"}}); err == nil || !strings.Contains(err.Error(), "the path now leads through a symlink to /") {
 		t.Errorf("a folder swapped for a symlink: %v", err)
+	}
+	// A FIFO made after the policy was read: no container.
+	if err := os.Mkdir(filepath.Join(dir, "in"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "in", "q"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkDataMountHosts([]DataMount{{Host: dir, Path: "/data/x"}}); err == nil || !strings.Contains(err.Error(), "now holds 1 FIFO(s) ("+dir+"/in/q)") {
+		t.Errorf("a FIFO: %v", err)
 	}
 }
 

@@ -970,6 +970,122 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
 # --- files: set-up before the code, sending after it -----------------------
 
 
+# --- confinement -------------------------------------------------------------
+
+# What the container's seccomp profile cannot say, since the runner itself
+# needs it first: once the relay is connected, the process (and the code,
+# its threads and children after it) creates no unix socket, so it cannot
+# connect to one it finds in a mount, nor send a datagram to one; and where
+# the kernel has Landlock, it opens no file for writing outside /tmp, /dev
+# and /proc, so not a FIFO it finds in a mount (a read-only mount stops
+# writes to files, not to FIFOs). docs/security.md says what remains.
+
+# Per architecture: AUDIT_ARCH, and the numbers of socket and socketpair.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 53), "aarch64": (0xC00000B7, 198, 199)}
+_LANDLOCK_WRITE_FILE = 1 << 1
+_LANDLOCK_WRITABLE = ("/tmp", "/dev", "/proc")
+
+
+def confine() -> int:
+    """Installs the seccomp filter (or dies: the code never runs without
+    it) and the Landlock rule where the kernel has Landlock. Returns the
+    Landlock ABI applied, 0 for none."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    arch = _SECCOMP_ARCH.get(os.uname().machine)
+    if arch is None:
+        die(EXIT_PROTOCOL, f"the runner confines code on x86_64 and aarch64 only, not {os.uname().machine}")
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        die(EXIT_PROTOCOL, f"no_new_privs: {os.strerror(ctypes.get_errno())}")
+    abi = _landlock(libc)
+    audit, nr_socket, nr_socketpair = arch
+    deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    # (code, jt, jf, k) with jumps as labels, resolved below.
+    prog: list[tuple[int, Any, Any, int]] = [
+        (0x20, 0, 0, 4),  # ld arch
+        (0x15, "nr", "deny", audit),  # another ABI (i386, x32's table): refused
+        ("nr", None, None, 0),
+        (0x20, 0, 0, 0),  # ld nr
+        (0x35, "deny", 0, 0x40000000),  # x32 system calls
+        (0x15, "socket", 0, nr_socket),
+        (0x15, "pair", "allow", nr_socketpair),
+        ("socket", None, None, 0),
+        (0x20, 0, 0, 16),  # ld args[0] (low half)
+        (0x15, "deny", "allow", 1),  # AF_UNIX
+        ("pair", None, None, 0),
+        (0x20, 0, 0, 16),
+        (0x15, 0, "allow", 1),  # AF_UNIX
+        (0x20, 0, 0, 24),  # ld args[1]: the type
+        (0x54, 0, 0, 0xF),  # and the type's bits
+        (0x15, "deny", "allow", 2),  # SOCK_DGRAM: sendto may name any socket
+        ("allow", None, None, 0),
+        (0x06, 0, 0, allow),
+        ("deny", None, None, 0),
+        (0x06, 0, 0, deny),
+    ]
+    labels: dict[str, int] = {}
+    code: list[tuple[int, Any, Any, int]] = []
+    for ins in prog:
+        if isinstance(ins[0], str):
+            labels[ins[0]] = len(code)
+        else:
+            code.append(ins)
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    def jump(i: int, to: Any) -> int:
+        return to if isinstance(to, int) else labels[to] - i - 1
+
+    filters = (Filter * len(code))(*[Filter(op, jump(i, jt), jump(i, jf), k) for i, (op, jt, jf, k) in enumerate(code)])
+    fprog = Prog(len(code), filters)
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        die(EXIT_PROTOCOL, f"installing the runner's seccomp filter: {os.strerror(ctypes.get_errno())}")
+    return abi
+
+
+def _landlock(libc: Any) -> int:
+    """Lets the process open files for writing only beneath
+    _LANDLOCK_WRITABLE, where the kernel has Landlock; returns its ABI, or
+    0 where it has none (gVisor, a kernel without it)."""
+    import ctypes
+
+    abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 1:
+        return 0
+    attr = ctypes.c_uint64(_LANDLOCK_WRITE_FILE)  # struct landlock_ruleset_attr, ABI 1
+    ruleset = libc.syscall(444, ctypes.byref(attr), 8, 0)
+    if ruleset < 0:
+        die(EXIT_PROTOCOL, f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
+
+    class Beneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    try:
+        for path in _LANDLOCK_WRITABLE:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = Beneath(_LANDLOCK_WRITE_FILE, fd)
+                if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
+                    die(EXIT_PROTOCOL, f"landlock_add_rule {path}: {os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(fd)
+        if libc.syscall(446, ruleset, 0) != 0:  # landlock_restrict_self
+            die(EXIT_PROTOCOL, f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(ruleset)
+    return int(abi)
+
+
 def make_outputs() -> bool:
     """Creates OUTPUTS_DIR (mode 0700) and tells the code its path. It is
     new in a fresh container; one that exists already may hold another
@@ -1052,6 +1168,7 @@ def main() -> NoReturn:
     copy_mpl_cache()
 
     relay = Relay.connect(path)
+    confine()
     v = sys.version_info
     relay.send({"type": "hello", "version": PROTOCOL_VERSION, "token": token, "python": f"{v.major}.{v.minor}.{v.micro}"})
     try:

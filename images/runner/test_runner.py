@@ -11,6 +11,7 @@ Run from the repository root: python3 -m unittest discover -s images/runner -v
 from __future__ import annotations
 
 import base64
+import shutil
 import json
 import os
 import socket
@@ -943,6 +944,15 @@ class QueryTest(unittest.TestCase):
 OUT = "import os\nout = os.environ['BRIDGE_OUTPUTS']\n"
 
 
+def landlock_abi() -> int:
+    """The Landlock ABI this kernel offers, 0 for none."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, 0, 1))
+
+
 def write_files(*specs: tuple[str, bytes | int, int]) -> str:
     """Code that writes each (name, content or size, mtime in s) below out."""
     lines = [OUT]
@@ -1013,18 +1023,54 @@ class FilesTest(unittest.TestCase):
         )
         self.assertEqual(r.exit["files_skipped"], 0)
 
-    def test_fifo_and_socket_are_special_and_do_not_hang(self) -> None:
+    def test_fifo_is_special_and_does_not_hang(self) -> None:
+        # (The code can make no unix socket to leave there: test_confined.)
         code = OUT + (
-            "import socket\n"
             "os.mkfifo(os.path.join(out, 'pipe'))\n"
-            "s = socket.socket(socket.AF_UNIX)\n"
-            "s.bind(os.path.join(out, 'sock'))\n"
             "open(os.path.join(out, 'real'), 'w').write('r')\n"
         )
         r = run(code)
-        self.assertEqual(sorted((s["name"], s["reason"]) for s in r.files.skips), [("pipe", "special"), ("sock", "special")])
+        self.assertEqual(sorted((s["name"], s["reason"]) for s in r.files.skips), [("pipe", "special")])
         self.assertEqual(r.files.files, {"real": (b"r", "complete")})
         self.assertLess(r.seconds, 10)
+
+    def test_confined(self) -> None:
+        # No unix socket of its own (so none to connect to one in a mount,
+        # nor a datagram to send to one), a connected pair still; no FIFO
+        # opened for writing outside /tmp, /dev and /proc where the kernel
+        # has Landlock; threads and children alike.
+        outside = tempfile.mkdtemp(dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, outside)
+        os.mkfifo(os.path.join(outside, "fifo"))
+        code = (
+            "import errno, os, socket, threading\n"
+            "def t(name, f):\n"
+            "    try:\n"
+            "        f()\n"
+            "        print(name, 'OK')\n"
+            "    except OSError as e:\n"
+            "        print(name, errno.errorcode[e.errno])\n"
+            "t('unix', lambda: socket.socket(socket.AF_UNIX))\n"
+            "t('pair_dgram', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))\n"
+            "t('pair_stream', lambda: socket.socketpair())\n"
+            "t('inet', lambda: socket.socket(socket.AF_INET).close())\n"
+            f"t('fifo', lambda: os.open({os.path.join(outside, 'fifo')!r}, os.O_WRONLY | os.O_NONBLOCK))\n"
+            "t('tmp', lambda: open('/tmp/bridge-confined-probe', 'w').close())\n"
+            "th = threading.Thread(target=t, args=('thread_unix', lambda: socket.socket(socket.AF_UNIX)))\n"
+            "th.start(); th.join()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    t('child_unix', lambda: socket.socket(socket.AF_UNIX))\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n"
+        )
+        r = run(code)
+        got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        want = {"unix": "EPERM", "pair_dgram": "EPERM", "pair_stream": "OK", "inet": "OK", "tmp": "OK",
+                "thread_unix": "EPERM", "child_unix": "EPERM", "fifo": "EACCES"}
+        if not landlock_abi():
+            want["fifo"] = "ENXIO"  # no reader; the kernel has no Landlock to refuse it
+        self.assertEqual(got, want)
 
     def test_too_large(self) -> None:
         code = write_files(("big", 101, 1), ("fits", 100, 2))

@@ -273,7 +273,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		fmt.Sprintf("OCI runtime %s; the code sees %s", ex.OCIRuntime(), smoke.Kernel.Detail),
 		fmt.Sprintf("the engine says it runs containers with %s, but the code did not meet that kernel: "+
 			"check the engine's runtime configuration, and report `bridge doctor --json`", ex.OCIRuntime()))
-	for _, name := range []string{"network", "read_only_root", "uid", "capabilities", "no_new_privs", "seccomp", "tmpfs"} {
+	for _, name := range []string{"network", "read_only_root", "uid", "capabilities", "no_new_privs", "seccomp", "unix_sockets", "tmpfs"} {
 		s, ok := smoke.Checks[name]
 		safe = add(name, ok && s.OK, s.Detail, hardeningHint(name, c.Engine)) && safe
 	}

@@ -110,6 +110,20 @@ else:
     refused = seccomp.count(": E") == 2
     check("seccomp", refused or gvisor, seccomp + ("" if refused or not gvisor else " (gVisor's own kernel, not the host's)"))
 
+# The runner's own confinement: the code can make no unix socket (so it
+# cannot connect to one in a mounted folder), and where the kernel has
+# Landlock it opens no file for writing outside /tmp, /dev and /proc (so
+# no FIFO in a mounted folder).
+try:
+    socket.socket(socket.AF_UNIX).close()
+    unix = "allowed"
+except OSError as e:
+    unix = errno.errorcode.get(e.errno, str(e.errno))
+libc.syscall.restype = ctypes.c_long
+landlock = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(..., LANDLOCK_CREATE_RULESET_VERSION)
+check("unix_sockets", unix == "EPERM", f"socket(AF_UNIX): {unix}; Landlock: " +
+      (f"ABI {landlock}" if landlock > 0 else "none (FIFOs in mounts are refused when the policy is read and when a container is made)"))
+
 # /tmp: the only writable place; noexec, nosuid, nodev. gVisor lists only
 # noexec of these (nosuid and nodev change nothing for code without
 # capabilities and with no_new_privs); noexec is also proved by running a
