@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -188,6 +189,63 @@ print("written")`
 		t.Logf("peak RSS %.1f MiB before the reads (two 58 MiB runs stored), %.1f MiB after two clients read 8 MiB three times each at once", mb(before), mb(peak))
 		if peak > 256<<20 {
 			t.Errorf("peak RSS %.1f MiB while two clients read 8 MiB files", mb(peak))
+		}
+	})
+}
+
+// TestNoClientStarvesAnother: two HTTP clients whose runs hold tool calls
+// that never answer (16 each, taking the bridge's shared result capacity
+// and then waiting for more) do not hold up a third client's call (issue
+// finding: the third client's echo took 32.7 s, until the slow calls
+// ended). The third run may take 20 s: before, it timed out waiting; the
+// hostile runs are cancelled only after it.
+func TestNoClientStarvesAnother(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		servers, _ := recordingServers(t)
+		first, _, addr := connectHTTPArgs(t, e, nil, "--servers-config", servers)
+		connect := func(name string) *mcp.ClientSession {
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, nil).
+				Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cs.Close() })
+			return cs
+		}
+		second, third := connect("second"), connect("third")
+		const hostile = `import threading, mcp_tools
+def call():
+    try:
+        mcp_tools.call("misbehave", "hang")
+    except Exception:
+        pass
+ts = [threading.Thread(target=call) for _ in range(16)]
+for t in ts: t.start()
+for t in ts: t.join()`
+		hctx, stop := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, cs := range []*mcp.ClientSession{first, second} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cs.CallTool(hctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": hostile, "timeout_seconds": 120}})
+			}()
+		}
+		defer wg.Wait()
+		defer stop()
+		time.Sleep(3 * time.Second) // the hostile calls reach the upstream
+		start := time.Now()
+		res, err := third.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{
+			"code": "import mcp_tools\nprint(mcp_tools.call(\"misbehave\", \"echo\", message=\"third\")[\"message\"])", "timeout_seconds": 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out callOutput
+		b, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(b, &out)
+		t.Logf("the third client's run (one echo) took %s while the two hostile clients' calls were held", time.Since(start).Round(time.Millisecond))
+		if out.Status != "ok" || strings.TrimSpace(out.Stdout) != "third" {
+			t.Errorf("the third client's call: %+v %s", out, contentText(res))
 		}
 	})
 }

@@ -251,7 +251,7 @@ func TestToolCallsReserveResultCapacity(t *testing.T) {
 	}{
 		{0, 1, 8},        // the default, 8 MiB
 		{4 << 20, 1, 16}, // a lower result limit lets more run
-		{2 << 20, 3, 64}, // 32 a run, but 64 for the Executor
+		{2 << 20, 3, 67}, // 32 a run, but 64 for the Executor, plus each run's own call
 	} {
 		tools := &blockingTools{}
 		ex := newTestExecutor(t, newFake(flood), ExecutorOptions{Tools: tools, ResultBytes: c.resultBytes})
@@ -272,5 +272,102 @@ func TestToolCallsReserveResultCapacity(t *testing.T) {
 		if n := ex.results.inUse(); n != 0 {
 			t.Errorf("%d bytes of result capacity still taken after the runs", n)
 		}
+	}
+}
+
+// slowFastTools holds the calls of tool "slow" until their run ends and
+// answers tool "fast" at once, noting how many slow calls were in flight.
+type slowFastTools struct {
+	mu         sync.Mutex
+	slow       int
+	slowAtFast []int
+}
+
+func (s *slowFastTools) CallTool(ctx context.Context, _ string, call relay.ToolCall) relay.ToolResult {
+	s.mu.Lock()
+	if call.Tool == "fast" {
+		s.slowAtFast = append(s.slowAtFast, s.slow)
+		s.mu.Unlock()
+		return relay.ToolResult{ID: call.ID, Result: json.RawMessage(`{"content":[]}`)}
+	}
+	s.slow++
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	s.slow--
+	s.mu.Unlock()
+	return relay.ToolResult{ID: call.ID, Error: &relay.ToolError{Type: "timeout", Message: "cancelled"}}
+}
+
+func (s *slowFastTools) Query(ctx context.Context, runID string, q relay.Query) relay.ToolResult {
+	return relay.ToolResult{ID: q.ID, Error: &relay.ToolError{Type: "invalid", Message: "no queries"}}
+}
+
+func (s *slowFastTools) slowNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slow
+}
+
+// Two runs whose slow calls take every byte of the bridge's shared result
+// capacity do not hold up a third run's call: each run's first call in
+// flight is its own (issue finding: a third client's echo waited 32.7 s).
+func TestOneRunCannotStarveAnother(t *testing.T) {
+	tools := &slowFastTools{}
+	flood := func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		for i := range 20 {
+			if r.send(map[string]any{"type": "tool_call", "id": i + 1, "server": "s", "tool": "slow"}) != nil {
+				break
+			}
+		}
+		<-ctx.Done()
+		return ExitState{ExitCode: 137}
+	}
+	one := func(ctx context.Context, sock, token string, _ ContainerSpec) ExitState {
+		r, err := connectAndExec(ctx, sock, token)
+		if err != nil {
+			return ExitState{ExitCode: 1}
+		}
+		if r.send(map[string]any{"type": "tool_call", "id": 1, "server": "s", "tool": "fast"}) != nil {
+			return ExitState{ExitCode: 1}
+		}
+		if m, err := r.recv(); err != nil || m["type"] != "tool_result" {
+			return ExitState{ExitCode: 1}
+		}
+		r.send(map[string]any{"type": "exit", "status": "ok", "exit_code": 0, "stdout_cut": 0, "stderr_cut": 0, "files_skipped": 0})
+		return ExitState{ExitCode: 0}
+	}
+	var started atomic.Int32
+	rt := newFake(func(ctx context.Context, sock, token string, spec ContainerSpec) ExitState {
+		if started.Add(1) <= 2 {
+			return flood(ctx, sock, token, spec)
+		}
+		return one(ctx, sock, token, spec)
+	})
+	ex := newTestExecutor(t, rt, ExecutorOptions{Tools: tools})
+	l := testLimits()
+	l.Timeout = 3 * time.Second
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { ex.Run(context.Background(), Request{Code: "pass", Limits: l}) })
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for tools.slowNow() < 16 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := tools.slowNow(); n != 16 {
+		t.Fatalf("%d slow calls in flight, want 16 (8 a run: the shared capacity taken)", n)
+	}
+	res, err := ex.Run(context.Background(), Request{Code: "pass", Limits: l})
+	wg.Wait()
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("the third run: %+v, %v", res, err)
+	}
+	if len(tools.slowAtFast) != 1 || tools.slowAtFast[0] != 16 {
+		t.Errorf("slow calls in flight when the third run's call ran: %v, want [16] (it ran while they held the capacity)", tools.slowAtFast)
 	}
 }

@@ -81,6 +81,7 @@ type runConn struct {
 
 	mu       sync.Mutex
 	inFlight map[int64]bool
+	ownCall  bool // a call holds the run's own place (reserveResult)
 }
 
 // cutOff ends the connection for err; the first reason wins.
@@ -218,11 +219,26 @@ func (rc *runConn) request(ctx context.Context, m relay.Message, deadline time.T
 
 // reserveResult takes the result capacity of one tool call, the run's
 // first, then the [Executor]'s, waiting for it, and returns the func that
-// gives it back, or ok false when the run ended first.
+// gives it back, or ok false when the run ended first. One call of each run
+// at a time takes nothing of the Executor's: other runs' slow calls, which
+// may hold all of it, never stop a run's call from starting (so the
+// Executor's capacity is maxBridgeResultBytes plus a call's for each run).
 func (rc *runConn) reserveResult(ctx context.Context) (release func(), ok bool) {
 	n := rc.e.opts.ResultBytes
 	if rc.results.acquire(ctx, n) != nil {
 		return nil, false
+	}
+	rc.mu.Lock()
+	own := !rc.ownCall
+	rc.ownCall = true
+	rc.mu.Unlock()
+	if own {
+		return func() {
+			rc.mu.Lock()
+			rc.ownCall = false
+			rc.mu.Unlock()
+			rc.results.release(n)
+		}, true
 	}
 	if rc.e.results.acquire(ctx, n) != nil {
 		rc.results.release(n)
