@@ -85,7 +85,23 @@ type runState struct {
 	unasked   string
 }
 
-var _ toolhost.Run = (*runState)(nil)
+var (
+	_ toolhost.Run        = (*runState)(nil)
+	_ toolhost.Originator = (*runState)(nil)
+)
+
+// Client is the MCP client the run is for, as it named itself: "name
+// version", or "" when it gave no name.
+func (rs *runState) Client() string {
+	if rs.session == nil {
+		return ""
+	}
+	p := rs.session.InitializeParams()
+	if p == nil || p.ClientInfo == nil || p.ClientInfo.Name == "" {
+		return ""
+	}
+	return strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)
+}
 
 // Record adds one call to the trace.
 func (rs *runState) Record(e TraceEntry) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -86,7 +87,7 @@ func TestSkills(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		servers := misbehaveServers(t)
 		dir := filepath.Join(t.TempDir(), "skills")
-		pol := skillsPolicy(t, e, dir, "")
+		pol := skillsPolicy(t, e, dir, "  overwrite: true\n")
 		debugAddr := freeLoopbackAddr(t)
 		cs, _, stderr := connectStdioArgs(t, e, nil, "--policy", pol, "--servers-config", servers, "--debug-addr", debugAddr)
 		run := func(code string) (callOutput, string) { return sessionCall(t, cs, map[string]any{"code": code}) }
@@ -110,7 +111,7 @@ func TestSkills(t *testing.T) {
 			t.Fatalf("the folder holds %v", f)
 		}
 		awaitLog(t, stderr, "the save's audit", func(log string) bool {
-			return strings.Contains(log, `"event":"skill_save"`) && strings.Contains(log, `"outcome":"saved"`)
+			return strings.Contains(log, `"event":"skill_save"`) && strings.Contains(log, `"outcome":"saved"`) && strings.Contains(log, `"client":"`)
 		})
 
 		// Run 2, in a fresh container, imports it and calls it: its tool
@@ -270,6 +271,19 @@ print("done")
 		}
 		if _, err := os.Stat(filepath.Join(dir, "another.skill.json")); err == nil {
 			t.Error("a save with saving off wrote the skill")
+		}
+
+		// The default policy lets no run replace a skill: shout stays as
+		// reviewed, and who saved it (the client, its run) is on record.
+		def := skillsPolicy(t, e, dir, "")
+		stdout, errOut, code = bridgeCLI(t, env, "import mcp_tools\ntry:\n    mcp_tools.save_skill('shout', 'x = 1', overwrite=True)\nexcept mcp_tools.SkillError as e:\n    print(e.type, e)\n",
+			append([]string{"run", "--policy", def, "--runtime", e.cand.Engine}, append(flags[5:], "-")...)...)
+		if code != 0 || !strings.Contains(stdout, "denied") || !strings.Contains(stdout, "skills.overwrite: false") {
+			t.Errorf("bridge run replacing a skill by default: exit %d\n%s%s", code, stdout, errOut)
+		}
+		show, _, _ = bridgeCLI(t, env, "", "skills", "show", "--policy", pol, "shout")
+		if !strings.Contains(show, "def shout(message)") || !regexp.MustCompile(`# skill shout, saved .* by .+, run [0-9a-f]+\n`).MatchString(show) {
+			t.Errorf("shout after a refused replacement, with who saved it:\n%s", show)
 		}
 
 		// bridge skills rm removes it; a run then gets a plain ImportError.

@@ -140,11 +140,16 @@ func (a *Auditor) Call(c Call) {
 }
 
 // SkillSave records a run's attempt to save a skill: outcome is "saved",
-// "replaced" or "refused", and why says why it was refused.
-func (a *Auditor) SkillSave(runID, name string, bytes int, outcome, why string) {
+// "replaced" or "refused", and why says why it was refused; client is the
+// MCP client the run was for ("" when unknown).
+func (a *Auditor) SkillSave(runID, client, name string, bytes int, outcome, why string) {
 	ev, done := a.event()
 	defer done()
-	ev = ev.Str("event", "skill_save").Str("run_id", runID).Str("skill", name).Int("source_bytes", bytes).Str("outcome", outcome)
+	ev = ev.Str("event", "skill_save").Str("run_id", runID)
+	if client != "" {
+		ev = ev.Str("client", client)
+	}
+	ev = ev.Str("skill", name).Int("source_bytes", bytes).Str("outcome", outcome)
 	if why != "" {
 		ev = ev.Str("reason", why)
 	}

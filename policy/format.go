@@ -63,6 +63,7 @@ func Format(p *Policy) string {
 	w(0, "skills:")
 	w(1, "dir: %s", strconv.Quote(p.Skills.Dir))
 	w(1, "save: %t", p.Skills.Save)
+	w(1, "overwrite: %t", p.Skills.Overwrite)
 	w(1, "read_only: %t", p.Skills.ReadOnly)
 	w(1, "max_count: %d", p.Skills.MaxCount)
 	w(1, "max_bytes: %s", units.FormatSize(p.Skills.MaxBytes))

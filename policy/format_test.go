@@ -44,6 +44,7 @@ sessions:
 skills:
   dir: ""
   save: true
+  overwrite: false
   read_only: false
   max_count: 100
   max_bytes: 64Ki
@@ -143,6 +144,7 @@ sessions:
 skills:
   dir: ""
   save: true
+  overwrite: false
   read_only: false
   max_count: 100
   max_bytes: 64Ki

@@ -8,7 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var skillsKeys = []string{"dir", "save", "read_only", "max_count", "max_bytes"}
+var skillsKeys = []string{"dir", "save", "overwrite", "read_only", "max_count", "max_bytes"}
 
 // Skills are Python modules that runs save (mcp_tools.save_skill) and later
 // runs import (from skills import NAME). They live in a host folder; the
@@ -21,6 +21,10 @@ type Skills struct {
 	// Save lets runs save skills; true by default. Off, runs still list
 	// and import the skills there are.
 	Save bool
+	// Overwrite lets a run replace a skill that exists (save_skill with
+	// overwrite=True); false by default: a skill an operator reviewed is
+	// not replaced behind their back, only removed (`bridge skills rm`).
+	Overwrite bool
 	// ReadOnly means the bridge never writes the folder: runs cannot save
 	// and `bridge skills rm` refuses. For a folder the deployment ships.
 	// It implies Save false.
@@ -73,6 +77,8 @@ func (p *parser) skills(k, v *yaml.Node, s *Skills) {
 		case "save":
 			s.Save = p.boolean(k, v, name, s.Save)
 			saveNode = v
+		case "overwrite":
+			s.Overwrite = p.boolean(k, v, name, s.Overwrite)
 		case "read_only":
 			s.ReadOnly = p.boolean(k, v, name, s.ReadOnly)
 			roNode = v

@@ -166,8 +166,9 @@ func (a *Auditor) summarize(r *Run, final bool) {
 // its tool calls: saves are written one by one; refusals up to
 // AuditRepeats of each kind (kind: the error type), the rest counted and
 // summarized (tool_call_summary, server "skills", tool "save_skill") when
-// the run ends. outcome is "saved", "replaced" or "refused".
-func (s *Store) SkillSave(runID, name string, bytes int, outcome, kind, why string) {
+// the run ends. outcome is "saved", "replaced" or "refused"; client is the
+// MCP client the run was for.
+func (s *Store) SkillSave(runID, client, name string, bytes int, outcome, kind, why string) {
 	c := Call{RunID: runID, Server: "skills", Tool: "save_skill", Allowed: outcome != "refused", Rule: kind}
 	write := true
 	if r := s.Run(runID); r != nil {
@@ -178,6 +179,6 @@ func (s *Store) SkillSave(runID, name string, bytes int, outcome, kind, why stri
 		s.audit.summaries("", due)
 	}
 	if write {
-		s.audit.SkillSave(runID, name, bytes, outcome, why)
+		s.audit.SkillSave(runID, client, name, bytes, outcome, why)
 	}
 }

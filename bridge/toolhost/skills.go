@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/bridge-mcp/bridge/proxy/catalog"
 
@@ -32,14 +33,24 @@ type SkillsOptions struct {
 	Audit SkillAuditor
 	// MaxResult bounds one answer, as ToolHandler's maxResult.
 	MaxResult int
-	Logger    zerolog.Logger
+	// Runs, if set, are the runs in flight: a save records the client of
+	// its run when the run is an [Originator].
+	Runs   *Runs
+	Logger zerolog.Logger
+}
+
+// An Originator is a [Run] that knows who it runs for.
+type Originator interface {
+	// Client is the MCP client the run is for: the name and version it
+	// gave when it connected.
+	Client() string
 }
 
 // SkillAuditor records skill saves.
 type SkillAuditor interface {
 	// SkillSave records one: outcome "saved", "replaced" or "refused",
 	// kind the error type of a refusal.
-	SkillSave(runID, name string, bytes int, outcome, kind, why string)
+	SkillSave(runID, client, name string, bytes int, outcome, kind, why string)
 }
 
 var _ SkillAuditor = (*policy.Store)(nil)
@@ -326,7 +337,7 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 	refuse := func(kind, format string, args ...any) relay.ToolResult {
 		r := toolError(kind, format, args...)
 		if h.opts.Audit != nil {
-			h.opts.Audit.SkillSave(runID, name, len(*a.Source), "refused", kind, r.Error.Message)
+			h.opts.Audit.SkillSave(runID, h.origin(runID).Client, name, len(*a.Source), "refused", kind, r.Error.Message)
 		}
 		return r
 	}
@@ -340,8 +351,14 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 	if err != nil {
 		return refuse(relay.ErrSkillsUnavailable, "%v", err)
 	}
-	s := skills.Skill{Name: *a.Name, Description: a.Description, Signature: a.Signature, Servers: a.Servers, Source: *a.Source}
-	replaced, err := st.Save(s, a.Overwrite)
+	if a.Overwrite && !cfg.Overwrite {
+		if _, err := st.Get(*a.Name); err == nil {
+			return refuse(relay.ErrDenied, "skill %q exists, and the policy lets no run replace a skill (skills.overwrite: false): save it under another name; the operator may remove the old one with `bridge skills rm %s`", name, name)
+		}
+	}
+	s := skills.Skill{Name: *a.Name, Description: a.Description, Signature: a.Signature, Servers: a.Servers, Source: *a.Source,
+		SavedBy: h.origin(runID)}
+	replaced, err := st.Save(s, a.Overwrite && cfg.Overwrite)
 	switch {
 	case errors.Is(err, skills.ErrExists):
 		return refuse(relay.ErrSkillExists, "%v", err)
@@ -359,15 +376,40 @@ func (h *skillHandler) save(runID string, cfg policy.Skills, args json.RawMessag
 		outcome = "replaced"
 	}
 	if h.opts.Audit != nil {
-		h.opts.Audit.SkillSave(runID, s.Name, len(s.Source), outcome, "", "")
+		h.opts.Audit.SkillSave(runID, s.SavedBy.Client, s.Name, len(s.Source), outcome, "", "")
 	}
 	h.opts.Logger.Debug().Str("run_id", runID).Str("skill", s.Name).Int("bytes", len(s.Source)).Str("outcome", outcome).Msg("skill saved")
 	return answer(savedSkill{Name: s.Name, Bytes: len(s.Source), Replaced: replaced})
 }
 
+// origin is who a save of run runID is by.
+func (h *skillHandler) origin(runID string) *skills.Origin {
+	o := &skills.Origin{Run: runID}
+	if or, ok := h.opts.Runs.get(runID).(Originator); ok {
+		o.Client = clipText(or.Client(), 200)
+	}
+	return o
+}
+
+// clipText is s without control, bidi or invisible characters, cut to n
+// bytes on a rune boundary: a client's name as it gave it.
+func clipText(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || skills.Hidden(r) || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, s)
+	for len(s) > n {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}
+
 // search adds the skills that match the query to tools, the tools' own
-// answer (or a tools_unavailable error, for a bridge without upstreams),
-// best first over both, within the query's limit.
+// answer (or a tools_unavailable error, for a bridge without upstreams):
+// the tools first, then the skills, within the query's limit.
 func (h *skillHandler) search(cfg policy.Skills, args json.RawMessage, tools relay.ToolResult) relay.ToolResult {
 	var a struct {
 		Query string `json:"query"`
@@ -383,38 +425,39 @@ func (h *skillHandler) search(cfg policy.Skills, args json.RawMessage, tools rel
 	if a.Limit != nil && *a.Limit > 0 {
 		limit = min(*a.Limit, maxSearchLimit)
 	}
-	// Tool hits as the inner handler answered them, skill hits beside
-	// them, then best first over both.
-	type hit struct {
-		v     any
-		score float64
-	}
-	var hits []hit
+	// Tool hits as the inner handler ranked them, then skill hits as the
+	// skills' own index ranked them: scores of two indexes do not compare,
+	// and a skill must never outrank a tool that matches (twenty filler
+	// skills made a planted send_email outrank the real tool). The best
+	// skill keeps the last place when tools would fill the limit.
+	var toolHits, skillHits []any
 	if tools.Error == nil {
-		var toolHits []searchHit
-		if err := json.Unmarshal(tools.Result, &toolHits); err != nil {
+		var ths []searchHit
+		if err := json.Unmarshal(tools.Result, &ths); err != nil {
 			return failed(err)
 		}
-		for _, t := range toolHits {
-			hits = append(hits, hit{t, t.Score})
+		for _, t := range ths {
+			toolHits = append(toolHits, t)
 		}
 	}
 	if st, err := h.open(cfg); err == nil {
 		if idx, err := h.listing(st); err == nil {
 			for _, sh := range idx.cat.Search(a.Query, limit) {
-				hits = append(hits, hit{skillHit{Skill: sh.Tool.Name, Description: catalog.Summary(sh.Tool.Description),
-					Signature: sh.Tool.Title, Score: sh.Score}, sh.Score})
+				skillHits = append(skillHits, skillHit{Skill: sh.Tool.Name, Description: catalog.Summary(sh.Tool.Description),
+					Signature: sh.Tool.Title, Score: sh.Score})
 			}
 		}
 	}
-	if tools.Error != nil && len(hits) == 0 {
+	if tools.Error != nil && len(skillHits) == 0 {
 		return tools // no upstreams, and no skill matched: say why there are no tools
 	}
-	sort.SliceStable(hits, func(i, j int) bool { return hits[i].score > hits[j].score })
-	out := make([]any, 0, min(limit, len(hits)))
-	for _, x := range hits[:min(limit, len(hits))] {
-		out = append(out, x.v)
+	nTools := min(len(toolHits), limit)
+	if len(skillHits) > 0 && nTools == limit && limit > 1 {
+		nTools--
 	}
+	out := make([]any, 0, limit)
+	out = append(out, toolHits[:nTools]...)
+	out = append(out, skillHits[:min(len(skillHits), limit-nTools)]...)
 	return answer(out)
 }
 

@@ -388,8 +388,9 @@ func remoteProxyPolicy(proxyURL string, p *policy.Policy) error {
 
 // withSkills answers the code's skill operations from the skills folder of
 // the policy in force, and passes the rest to tools.
-func withSkills(tools sandbox.ToolHandler, store *policy.Store, log zerolog.Logger) sandbox.ToolHandler {
+func withSkills(tools sandbox.ToolHandler, store *policy.Store, runs *toolhost.Runs, log zerolog.Logger) sandbox.ToolHandler {
 	return toolhost.WithSkills(tools, toolhost.SkillsOptions{
+		Runs: runs,
 		// The policy in force now, not the one the run is pinned to: turning
 		// saving off applies to runs already going.
 		Config: func(string) policy.Skills { return store.Current().Policy.Skills },

@@ -90,7 +90,7 @@ func skillsList(e *env, args []string) (int, error) {
 		return 0, nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSIGNATURE\tSERVERS\tSAVED\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tSIGNATURE\tSERVERS\tSAVED\tBY\tDESCRIPTION")
 	for _, s := range list {
 		servers := strings.Join(s.Servers, ",")
 		if servers == "" {
@@ -100,7 +100,8 @@ func skillsList(e *env, args []string) (int, error) {
 		if sig == "" {
 			sig = "(module)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, oneLine(sig, 40), oneLine(servers, 30), s.Saved.Local().Format(time.DateTime), oneLine(s.Description, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, oneLine(sig, 40), oneLine(servers, 30), s.Saved.Local().Format(time.DateTime),
+			oneLine(s.SavedBy.String(), 40), oneLine(s.Description, 60))
 	}
 	tw.Flush()
 	fmt.Fprintf(e.stderr, "%d skills in %s\n", len(list), st.Dir())
@@ -125,9 +126,9 @@ func skillsShow(e *env, args []string) (int, error) {
 	if err != nil {
 		return 1, notFoundHint(err, st)
 	}
-	fmt.Fprintf(e.stdout, "# skill %s, saved %s\n", s.Name, s.Saved.Local().Format(time.DateTime))
+	fmt.Fprintf(e.stdout, "# skill %s, saved %s by %s\n", s.Name, s.Saved.Local().Format(time.DateTime), oneLine(s.SavedBy.String(), 200))
 	if src := visible(s.Source); src != s.Source {
-		fmt.Fprintln(e.stdout, "# WARNING: the source holds control characters, shown below as escapes (\\x1b...): bridge itself refuses such a save, so this file was written by other means")
+		fmt.Fprintln(e.stdout, "# WARNING: the source holds control, bidi or invisible characters, shown below as escapes (\\x1b, \\u{202e}...): bridge itself refuses such a save, so this file was written by other means")
 	}
 	if s.Description != "" {
 		fmt.Fprintf(e.stdout, "# %s\n", oneLine(s.Description, 200))
@@ -189,8 +190,9 @@ func notFoundHint(err error, st *skills.Store) error {
 // not drive the operator's terminal (move the cursor, erase a line) while
 // it is reviewed.
 func visible(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' }) < 0 &&
-		!strings.Contains(strings.ReplaceAll(s, "\r\n", ""), "\r") {
+	if strings.IndexFunc(s, func(r rune) bool {
+		return (unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r') || skills.Hidden(r)
+	}) < 0 && !strings.Contains(strings.ReplaceAll(s, "\r\n", ""), "\r") {
 		return s
 	}
 	var b strings.Builder
@@ -202,6 +204,8 @@ func visible(s string) string {
 			b.WriteRune(r)
 		case unicode.IsControl(r):
 			fmt.Fprintf(&b, "\\x%02x", r)
+		case skills.Hidden(r):
+			fmt.Fprintf(&b, "\\u{%04x}", r) // bidi and invisible characters: Trojan Source
 		default:
 			b.WriteRune(r)
 		}

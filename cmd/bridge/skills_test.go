@@ -74,6 +74,15 @@ func TestSkillsCommands(t *testing.T) {
 	if strings.Contains(out, "\x1b") || !strings.Contains(out, `fine\x1b[2K`) {
 		t.Errorf("list of a forged skill: %q", out)
 	}
+	// And with bidi controls (Trojan Source), shown escaped.
+	trojan := `{"name": "trojan", "description": "sends mail\u202e", "source": "access = 'user\u202e \u2066# admin\u2069 \u2066'\n", "saved": "2026-11-24T10:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(dir, "trojan.skill.json"), []byte(trojan), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = runCLI(t, "skills", "show", "--policy", pol, "trojan")
+	if strings.ContainsAny(out, "\u202e\u2066\u2069") || !strings.Contains(out, `access = 'user\u{202e} \u{2066}# admin\u{2069} \u{2066}'`) || !strings.Contains(out, "WARNING") {
+		t.Errorf("show of a skill with bidi controls:\n%q", out)
+	}
 
 	// rm: removes; a name that is not there fails; a read-only folder refuses.
 	ro := skillsPolicyFile(t, dir, "  read_only: true\n")
@@ -105,7 +114,7 @@ func TestSkillsFollowThePolicyInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	h := withSkills(nil, store, zerolog.Nop())
+	h := withSkills(nil, store, nil, zerolog.Nop())
 	store.Begin("run-1")
 	defer store.End("run-1")
 	save := func(name string) *relay.ToolError {

@@ -36,7 +36,7 @@ func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, l
 		t.handler = toolhost.New(up, toolhost.Options{Runs: t.runs, Times: t.times, Logger: log})
 	}
 	// The skills are there with or without upstreams.
-	t.handler = withSkills(t.handler, store, log)
+	t.handler = withSkills(t.handler, store, t.runs, log)
 	return t, nil
 }
 

@@ -42,7 +42,32 @@ type Skill struct {
 	// the source can tell.
 	Servers []string  `json:"servers,omitempty"`
 	Saved   time.Time `json:"saved"`
-	Source  string    `json:"source"`
+	// SavedBy says who saved it, as far as the bridge knew; nil for a
+	// skill saved before the bridge recorded it, or by other means.
+	SavedBy *Origin `json:"saved_by,omitempty"`
+	Source  string  `json:"source"`
+}
+
+// Origin is who saved a skill: the MCP client of the run (the name and
+// version it gave), and the run.
+type Origin struct {
+	Client string `json:"client,omitempty"`
+	Run    string `json:"run,omitempty"`
+}
+
+// String is the origin for people, e.g. "claude-code 1.2, run 4f2a".
+func (o *Origin) String() string {
+	if o == nil {
+		return "unknown"
+	}
+	client := o.Client
+	if client == "" {
+		client = "an unnamed client"
+	}
+	if o.Run == "" {
+		return client
+	}
+	return client + ", run " + o.Run
 }
 
 // Bounds of what a skill says of itself, in bytes and entries.
@@ -105,12 +130,17 @@ func Check(s Skill, lim Limits) error {
 		return invalidf("the skill's source is not UTF-8 text")
 	case strings.IndexFunc(s.Source, badInSource) >= 0:
 		return invalidf("the skill's source holds a control character (such as NUL or ESC) outside a tab or line end: write it as an escape in a string, e.g. \\x1b")
+	case strings.IndexFunc(s.Source, Hidden) >= 0:
+		r := []rune(s.Source)[runeIndex(s.Source, Hidden)]
+		return invalidf("the skill's source holds an invisible or bidi control character (U+%04X): it can make what a reviewer reads differ from what runs; write it as an escape in a string, e.g. \\u%04x", r, r)
 	case len(s.Description) > maxDescription || !plainText(s.Description):
 		return invalidf("the description must be at most %d bytes of UTF-8 text without control characters", maxDescription)
 	case len(s.Signature) > maxSignature || !plainText(s.Signature):
 		return invalidf("the signature must be at most %d bytes of UTF-8 text without control characters", maxSignature)
 	case len(s.Servers) > maxServers:
 		return invalidf("a skill lists at most %d servers", maxServers)
+	case s.SavedBy != nil && (len(s.SavedBy.Client) > maxServerName || !plainText(s.SavedBy.Client) || len(s.SavedBy.Run) > 64 || !plainText(s.SavedBy.Run)):
+		return invalidf("who saved a skill must be at most %d bytes of text", maxServerName)
 	}
 	for _, srv := range s.Servers {
 		if srv == "" || len(srv) > maxServerName || !plainText(srv) {
@@ -132,9 +162,36 @@ func badInSource(r rune) bool {
 	return unicode.IsControl(r)
 }
 
-// plainText is UTF-8 without any control character.
+// plainText is UTF-8 without any control, invisible or bidi character.
 func plainText(s string) bool {
-	return utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0
+	return utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0 && strings.IndexFunc(s, Hidden) < 0
+}
+
+// Hidden reports the characters that change how text is shown without
+// being seen: Unicode's format characters (bidi embeddings, overrides and
+// isolates, zero-width spaces and joiners, the BOM, tag characters), the
+// line and paragraph separators, and a few more that render as nothing.
+// In a skill's source they let what a reviewer reads differ from what
+// runs (Trojan Source); in a description they hide instructions.
+func Hidden(r rune) bool {
+	switch r {
+	case '\u2028', '\u2029', '\u115f', '\u1160', '\u3164', '\uffa0', '\u180e':
+		return true
+	}
+	return unicode.Is(unicode.Cf, r)
+}
+
+// runeIndex is the index, in runes, of the first rune of s for which f is
+// true, or -1.
+func runeIndex(s string, f func(rune) bool) int {
+	i := 0
+	for _, r := range s {
+		if f(r) {
+			return i
+		}
+		i++
+	}
+	return -1
 }
 
 // Store is a folder of skills. It is safe for concurrent use, and for
@@ -187,6 +244,9 @@ func (st *Store) Save(s Skill, overwrite bool) (replaced bool, err error) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if err := st.checkDir(); err != nil {
+		return false, err
+	}
 	final := st.path(s.Name)
 	_, statErr := os.Lstat(final)
 	exists := statErr == nil
@@ -235,9 +295,34 @@ func (st *Store) Save(s Skill, overwrite bool) (replaced bool, err error) {
 	return exists, nil
 }
 
+// checkDir refuses a folder another user owns, or that its group or
+// others may write (they could plant or replace skills every run
+// imports), as artifacts.dir is checked. A folder that does not exist
+// yet is fine: Save makes it, mode 0700.
+func (st *Store) checkDir() error {
+	var fs syscall.Stat_t
+	err := syscall.Lstat(st.dir, &fs)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("the skills folder %s: %w", st.dir, err)
+	case fs.Mode&syscall.S_IFMT != syscall.S_IFDIR:
+		return fmt.Errorf("the skills folder %s is not a folder (a symbolic link, or a file): name a folder (skills.dir)", st.dir)
+	case int(fs.Uid) != os.Geteuid():
+		return fmt.Errorf("the skills folder %s belongs to uid %d, not to this user (uid %d): name a folder of your own (skills.dir)", st.dir, fs.Uid, os.Geteuid())
+	case fs.Mode&0o022 != 0:
+		return fmt.Errorf("the skills folder %s is writable by its group or others (mode %04o): anyone who can write there can change what every run imports; chmod 700 it", st.dir, fs.Mode&0o7777)
+	}
+	return nil
+}
+
 // Get reads the skill name.
 func (st *Store) Get(name string) (Skill, error) {
 	if err := CheckName(name); err != nil {
+		return Skill{}, err
+	}
+	if err := st.checkDir(); err != nil {
 		return Skill{}, err
 	}
 	data, err := st.read(st.path(name))
@@ -281,6 +366,9 @@ func (st *Store) read(path string) ([]byte, error) {
 
 // List returns every skill, by name, without its source.
 func (st *Store) List() ([]Skill, error) {
+	if err := st.checkDir(); err != nil {
+		return nil, err
+	}
 	names, err := st.names()
 	if err != nil {
 		return nil, err

@@ -95,6 +95,14 @@ func TestSaveRefusals(t *testing.T) {
 		{Skill{Name: "nul", Source: "x = 1\x00"}, "control character"},
 		{Skill{Name: "esc", Source: "x = 1  # \x1b[2K\x1b[1A hidden\n"}, "control character"},
 		{Skill{Name: "bad_utf8", Source: "x = '\xff'\n"}, "not UTF-8 text"},
+		// Trojan Source: bidi controls reorder what a reviewer sees; zero-
+		// width and tag characters hide text from them.
+		{Skill{Name: "bidi_rlo", Source: "access = 'user\u202e \u2066# admin\u2069 \u2066'\n"}, "invisible or bidi"},
+		{Skill{Name: "bidi_lri", Source: "x = 1  # \u2066hidden\u2069\n"}, "invisible or bidi"},
+		{Skill{Name: "zero_width", Source: "x\u200b = 1\n"}, "invisible or bidi"},
+		{Skill{Name: "tags", Source: "x = 1  # \U000e0049\U000e0067\n"}, "invisible or bidi"},
+		{Skill{Name: "desc_bidi", Source: ok, Description: "sends mail\u202e"}, "description"},
+		{Skill{Name: "sig_zw", Source: ok, Signature: "(to,\u200b body)"}, "signature"},
 		{Skill{Name: "desc_esc", Source: ok, Description: "fine\x1b[2K"}, "description"},
 		{Skill{Name: "srv_esc", Source: ok, Servers: []string{"a\x1bb"}}, "server"},
 		{Skill{Name: "desc", Source: ok, Description: strings.Repeat("d", 2000)}, "description"},
@@ -245,5 +253,37 @@ func TestGetRefusesOddFiles(t *testing.T) {
 	}
 	if err := CheckName("../x"); !errors.Is(err, ErrInvalid) {
 		t.Errorf("CheckName's error does not wrap ErrInvalid: %v", err)
+	}
+}
+
+// The folder is checked as artifacts.dir is: a folder another user owns,
+// or one its group or others may write, is refused; a file someone left
+// there is not read as a skill if it is not the user's.
+func TestFolderChecked(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "skills")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(dir, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Save(Skill{Name: "x1", Source: "x = 1\n"}, false); err == nil || !strings.Contains(err.Error(), "writable by its group or others (mode 0777)") {
+		t.Errorf("Save into a 0777 folder: %v", err)
+	}
+	if _, err := st.List(); err == nil || !strings.Contains(err.Error(), "writable by its group or others") {
+		t.Errorf("List of a 0777 folder: %v", err)
+	}
+	if _, err := st.Get("x1"); err == nil || !strings.Contains(err.Error(), "writable by its group or others") {
+		t.Errorf("Get from a 0777 folder: %v", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Save(Skill{Name: "x1", Source: "x = 1\n"}, false); err != nil {
+		t.Errorf("Save into a 0700 folder: %v", err)
 	}
 }
