@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 const (
@@ -1258,9 +1260,10 @@ func TestHostile(t *testing.T) {
 				"env": map[string]string{upstreamEnv: "1", "UPSTREAM_SECRET": hostileUpstreamSecret}},
 		})
 		policyFile := filepath.Join(dir, "policy.yaml")
-		// The pool off: after each attack, no container of the bridge may
-		// be left (the pool's are tested in pool_test.go).
-		policy := "version: 1\n" + sandboxSection(e) + "pool:\n  size: 0\n" + "tools:\n  rules:\n    - server: misbehave\n      tool: crash\n      action: deny\n      reason: \"" + hostileDenyReason + "\"\n"
+		// The pool on, as users run it (2 ready containers): each attack
+		// runs in a container made before it, for it alone; after it, that
+		// container is gone and only the pool's ready ones are left.
+		policy := "version: 1\n" + sandboxSection(e) + "tools:\n  rules:\n    - server: misbehave\n      tool: crash\n      action: deny\n      reason: \"" + hostileDenyReason + "\"\n"
 		if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -1305,6 +1308,7 @@ func TestHostile(t *testing.T) {
 				if c.limits && !e.enforced {
 					t.Skip("this engine cannot enforce memory and pids limits (TestRootlessPodman checks that it says so)")
 				}
+				ready := readyPool(t, e, pid)
 				w.reset()
 				r := hostileCall(t, cs, c.code, c.timeout)
 				row.status, row.wall = r.Status, r.wall
@@ -1314,18 +1318,14 @@ func TestHostile(t *testing.T) {
 					c.after(&v)
 				}
 
-				// The bridge: no container left and the next run works
+				// The bridge: the attack's container gone, nothing left but
+				// the pool's ready containers, and the next run works
 				// (failures whatever the case's marks say), and it is back
 				// to its baseline, bounded all along and not spinning.
 				// The run's container is removed after its answer, in the
 				// background: give that a few seconds.
-				left := containersOf(t, e, pid)
-				for deadline := time.Now().Add(10 * time.Second); len(left) != 0 && time.Now().Before(deadline); {
-					time.Sleep(100 * time.Millisecond)
-					left = containersOf(t, e, pid)
-				}
-				if len(left) != 0 {
-					t.Errorf("container(s) of the bridge left 10 s after the run: %v", left)
+				if left := attackLeft(t, e, pid, ready); left != "" {
+					t.Errorf("after the run: %s", left)
 				}
 				if next := hostileCall(t, cs, hostileNextCode, 30); next.Status != "ok" || next.Stdout != "42\n0 0\n" {
 					t.Errorf("the next run: %s", next)
@@ -1427,3 +1427,48 @@ func cpuQuiet(pid int) (share float64, took time.Duration, err error) {
 }
 
 func mb(n int64) float64 { return float64(n) / (1 << 20) }
+
+// hostilePoolSize is the pool of TestHostile's bridge: the default.
+const hostilePoolSize = 2
+
+// readyPool waits until the bridge pid's warm pool is full, and returns its
+// containers' ids: the next run takes one of them.
+func readyPool(t *testing.T, e *engine, pid int) map[string]bool {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cs := containersOf(t, e, pid)
+		if len(cs) == hostilePoolSize || time.Now().After(deadline) {
+			ids := map[string]bool{}
+			for _, c := range cs {
+				ids[c.ID] = true
+			}
+			if len(cs) != hostilePoolSize {
+				t.Fatalf("the warm pool has %d containers 30 s on, want %d", len(cs), hostilePoolSize)
+			}
+			return ids
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// attackLeft waits up to 10 s for the run that took one of ready to be
+// gone, with no more than the pool's containers left, and says what is
+// wrong if that does not happen, "" if it does.
+func attackLeft(t *testing.T, e *engine, pid int, ready map[string]bool) string {
+	t.Helper()
+	var cs []sandbox.ContainerInfo
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		cs = containersOf(t, e, pid)
+		kept := 0
+		for _, c := range cs {
+			if ready[c.ID] {
+				kept++
+			}
+		}
+		if kept < len(ready) && len(cs) <= hostilePoolSize {
+			return ""
+		}
+	}
+	return fmt.Sprintf("10 s after the run, the bridge has %d containers (the pool keeps %d), %v; every container that was ready before it is still there, the run's included", len(cs), hostilePoolSize, cs)
+}
