@@ -249,3 +249,35 @@ for t in ts: t.join()`
 		}
 	})
 }
+
+// rugPullCode calls echo, has the server change echo's description, and
+// calls it again; then looks for it.
+const rugPullCode = `import time, mcp_tools
+print("before", mcp_tools.call("misbehave", "echo", message="hi")["message"])
+print(mcp_tools.call("misbehave", "redefine"))
+time.sleep(1)
+try:
+    print("after", mcp_tools.call("misbehave", "echo", message="hi")["message"])
+except Exception as e:
+    print("after", type(e).__name__, e)
+print("listed", [t["name"] for t in mcp_tools.tools("misbehave") if t["name"] == "echo"])
+print("attacker" in str(mcp_tools.search("echo a message", limit=10)))
+`
+
+// TestRugPull: a tool whose description changes after the bridge listed
+// it is refused (tools.on_change: deny, the default) and no longer listed,
+// so its new description, with instructions in it, never reaches the code
+// (serve, pool on).
+func TestRugPull(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		servers, _ := recordingServers(t, "--rug-pull")
+		cs, _, _ := connectHTTPArgs(t, e, nil, "--servers-config", servers)
+		res, out := callRunPython(t, context.Background(), cs, rugPullCode, nil)
+		lines := strings.Split(strings.TrimSpace(out.Stdout), "\n")
+		if out.Status != "ok" || len(lines) != 5 || lines[0] != "before hi" || lines[1] != "redefined" ||
+			!strings.HasPrefix(lines[2], "after ToolDeniedError") || !strings.Contains(lines[2], "changed since the bridge first listed it (description") ||
+			lines[3] != "listed []" || lines[4] != "False" {
+			t.Fatalf("%+v %s", out, contentText(res))
+		}
+	})
+}

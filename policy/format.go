@@ -111,6 +111,7 @@ func Format(p *Policy) string {
 	w(1, "ask_timeout: %s", units.FormatDuration(t.AskTimeout))
 	w(1, "ask_remember: %s", word(t.AskRemember))
 	w(1, "ask_max_per_run: %d", t.AskMaxPerRun)
+	w(1, "on_change: %s", t.OnChange)
 
 	bu := &p.Budgets
 	w(0, "budgets:")

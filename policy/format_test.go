@@ -67,6 +67,7 @@ tools:
   ask_timeout: 2m
   ask_remember: run
   ask_max_per_run: 10
+  on_change: deny
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi
@@ -177,6 +178,7 @@ tools:
   ask_timeout: 2m
   ask_remember: run
   ask_max_per_run: 10
+  on_change: deny
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi

@@ -107,6 +107,7 @@ func Default() *Policy {
 			AskTimeout:   2 * time.Minute,
 			AskRemember:  RememberRun,
 			AskMaxPerRun: 10,
+			OnChange:     Deny,
 		},
 		Budgets: Budgets{
 			MaxCallsPerRun:   1000,

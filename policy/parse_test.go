@@ -234,7 +234,7 @@ tokenize:
 			{Server: "github", Tool: "delete_*", Action: Deny, Reason: "no deleting", Line: 32, Column: 7},
 			{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, DestructiveHint: &fa, IdempotentHint: &tr, OpenWorldHint: &fa},
 				Action: Allow, Line: 36, Column: 9},
-		}, AskFallback: Allow, AskTimeout: 30 * time.Second, AskRemember: RememberConnection, AskMaxPerRun: 3},
+		}, AskFallback: Allow, AskTimeout: 30 * time.Second, AskRemember: RememberConnection, AskMaxPerRun: 3, OnChange: Deny},
 		Budgets: Budgets{MaxCallsPerRun: 0, MaxArgumentBytes: 4 << 20, MaxResultBytes: 1, CallTimeout: 500 * time.Millisecond, Rates: []Rate{
 			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 52, Column: 7},
 			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 53, Column: 7},

@@ -37,6 +37,13 @@ type Tools struct {
 	// rest of the run, and a "no" holds for its tool: code looping on a
 	// tool cannot wear the human down.
 	AskMaxPerRun int
+	// OnChange is what a call gets when its tool's definition (title,
+	// description, schemas, annotations) changed since the bridge first
+	// saw it (a "rug pull": the tool the operator reviewed is not the one
+	// called): Deny (the default; the tool is not listed either),
+	// Ask (the human sees what changed) or Allow (allowed,
+	// and the change logged and audited).
+	OnChange Action
 }
 
 // Values of Tools.AskRemember.
@@ -85,7 +92,7 @@ type Annotations struct {
 	OpenWorldHint   *bool
 }
 
-var toolsKeys = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember", "ask_max_per_run"}
+var toolsKeys = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember", "ask_max_per_run", "on_change"}
 var ruleKeys = []string{"server", "tool", "annotations", "action", "reason"}
 var annotationKeys = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 
@@ -134,6 +141,10 @@ func (p *parser) tools(k, v *yaml.Node, t *Tools) {
 			}
 		case "ask_max_per_run":
 			t.AskMaxPerRun = int(p.integer(k, v, name, int64(t.AskMaxPerRun), 1, maxAskPerRun))
+		case "on_change":
+			if a, ok := p.enum(k, v, name, []string{"deny", "ask", "allow"}); ok {
+				t.OnChange = Action(a)
+			}
 		case "rules":
 			p.items(k, v, name, "a list of rules", func(item *yaml.Node, name string) {
 				if r, ok := p.rule(item, name); ok {

@@ -169,6 +169,22 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 	if !d.Allow && !d.Ask {
 		return g, c.refuse(KindDenied, c.rec.Rule, d.Reason)
 	}
+	if changed := p.changedTool(ToolName(server, tool)); changed != "" {
+		// A rug pull: the tool is not the one first listed (pins.go).
+		switch pol.Tools.OnChange {
+		case policy.Ask:
+			d.Ask, d.Allow = true, false
+			d.Reason = fmt.Sprintf("the tool's %s changed since the bridge first listed it: it may not be the tool you reviewed", changed)
+			c.rec.Rule, report.Decision = "tools.on_change", d.Verdict()
+		case policy.Allow:
+			c.rec.Rule = "tools.on_change"
+		default:
+			report.Decision = "deny"
+			return g, c.refuse(KindDenied, "tools.on_change", fmt.Sprintf(
+				"the definition of %s/%s changed since the bridge first listed it (%s), and the policy refuses a changed tool (tools.on_change: deny): "+
+					"the tool reviewed is not the tool that would be called; the operator can review it and restart the bridge", server, tool, changed))
+		}
+	}
 	if max := pol.Budgets.MaxArgumentBytes; int64(c.rec.ArgumentBytes) > max {
 		return g, c.refuse(KindLimit, "budgets.max_argument_bytes", fmt.Sprintf(
 			"the arguments to %s/%s are %d bytes, over the policy's budgets.max_argument_bytes (%d)", server, tool, c.rec.ArgumentBytes, max))

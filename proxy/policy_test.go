@@ -375,3 +375,56 @@ audit:
 		t.Fatalf("records and calls per run: %v, want %v each", got, want)
 	}
 }
+
+// A tool whose definition changes after the proxy first listed it (a rug
+// pull) is, by tools.on_change, refused and no longer listed (deny, the
+// default), or called and audited (allow).
+func TestToolRugPull(t *testing.T) {
+	for _, mode := range []string{"deny", "allow"} {
+		t.Run(mode, func(t *testing.T) {
+			c, _, _, audit := policyProxy(t, "version: 1\ntools:\n  on_change: "+mode+"\naudit:\n  file: AUDIT\n")
+			if got, err := callRun(t, c, "t1", "echo", `{"message":"hi"}`); err != nil || got != "hi" {
+				t.Fatalf("echo before: %q %v", got, err)
+			}
+			if got, err := callRun(t, c, "t1", "redefine", `{}`); err != nil || got != "redefined" {
+				t.Fatalf("redefine: %q %v", got, err)
+			}
+			// The server says its tools changed; the proxy lists them again.
+			var got string
+			var err error
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if got, err = callRun(t, c, "t1", "echo", `{"message":"after"}`); err != nil || mode == "allow" {
+					break
+				}
+			}
+			cat, cerr := c.Catalog(context.Background())
+			if cerr != nil {
+				t.Fatal(cerr)
+			}
+			_, listed := cat.Lookup("alpha", "echo")
+			switch mode {
+			case "deny":
+				if kindOf(err) != KindDenied || !strings.Contains(err.Error(), "changed since the bridge first listed it (description)") ||
+					!strings.Contains(err.Error(), "tools.on_change: deny") || strings.Contains(err.Error(), "attacker") {
+					t.Errorf("echo after the change: %q %v", got, err)
+				}
+				if listed {
+					t.Error("the changed tool is still listed: its new description reaches the code")
+				}
+			case "allow":
+				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if b, _ := os.ReadFile(audit); strings.Contains(string(b), `"rule":"tools.on_change"`) {
+						break
+					}
+					got, err = callRun(t, c, "t1", "echo", `{"message":"after"}`)
+				}
+				if err != nil || got != "after" || !listed {
+					t.Errorf("echo after the change: %q %v (listed %v)", got, err, listed)
+				}
+				if b, _ := os.ReadFile(audit); !strings.Contains(string(b), `"rule":"tools.on_change"`) {
+					t.Errorf("the call of a changed tool is not audited as such:\n%s", b)
+				}
+			}
+		})
+	}
+}

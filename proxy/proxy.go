@@ -82,6 +82,7 @@ type Proxy struct {
 	version atomic.Uint64
 	reg     map[string]registered // by proxy tool name: the listed tools
 	known   map[string][2]string  // by proxy tool name: every upstream tool, listed or denied
+	pins    map[string]*pin       // by proxy tool name: each tool's definition as first listed (pins.go)
 
 	kinds kindCache // the tokenize kinds of the latest policy
 }
@@ -107,6 +108,7 @@ func New(cfg Config, opts Options) *Proxy {
 		byName: map[string]*upstream{},
 		reg:    map[string]registered{},
 		known:  map[string][2]string{},
+		pins:   map[string]*pin{},
 	}
 	for _, sc := range cfg.Servers {
 		u := newUpstream(base, sc, &p.opts, p.log, p.refreshServer)
@@ -322,6 +324,9 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 		p.known[name] = [2]string{server, t.Name}
 		if pol != nil && !pol.Decide(toolPolicy(server, t)).Listed() {
 			continue // denied tools are not listed
+		}
+		if p.pinOrCheck(name, t) != "" && pol != nil && pol.Tools.OnChange == policy.Deny {
+			continue // a changed tool the policy denies: its new description is not shown
 		}
 		def := *t
 		def.Name = name
