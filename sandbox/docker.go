@@ -735,6 +735,17 @@ func dockerNotRunning(err error) bool {
 // Remove implements [Runtime].
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	for i := 0; d.podman && err != nil && strings.Contains(err.Error(), "container state improper") && i < 10; i++ {
+		// Podman's Docker-compatible API (rootless, 4.x) refuses to force
+		// a container that is exiting just then: "could not be stopped:
+		// container state improper". A moment later it is stopped.
+		select {
+		case <-ctx.Done():
+			return d.wrapContainer(err, "remove", id)
+		case <-time.After(50 * time.Millisecond):
+		}
+		err = d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	}
 	if err == nil || cerrdefs.IsNotFound(err) ||
 		strings.Contains(err.Error(), "no such container") ||
 		strings.Contains(err.Error(), "already in progress") {
