@@ -112,6 +112,7 @@ func Format(p *Policy) string {
 	w(1, "ask_remember: %s", word(t.AskRemember))
 	w(1, "ask_max_per_run: %d", t.AskMaxPerRun)
 	w(1, "on_change: %s", t.OnChange)
+	w(1, "lock_file: %s", strconv.Quote(t.LockFile))
 
 	bu := &p.Budgets
 	w(0, "budgets:")

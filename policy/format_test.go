@@ -68,6 +68,7 @@ tools:
   ask_remember: run
   ask_max_per_run: 10
   on_change: deny
+  lock_file: ""
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi
@@ -179,6 +180,7 @@ tools:
   ask_remember: run
   ask_max_per_run: 10
   on_change: deny
+  lock_file: ""
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi

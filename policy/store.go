@@ -218,6 +218,9 @@ func restartOnly(a, b *Policy) []string {
 	if a.Sandbox.Queue != b.Sandbox.Queue {
 		out = append(out, "sandbox.queue")
 	}
+	if a.Tools.LockFile != b.Tools.LockFile {
+		out = append(out, "tools.lock_file")
+	}
 	if a.Sandbox.MaxRequestBytes != b.Sandbox.MaxRequestBytes {
 		out = append(out, "sandbox.max_request_bytes")
 	}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -44,6 +45,11 @@ type Tools struct {
 	// Ask (the human sees what changed) or Allow (allowed,
 	// and the change logged and audited).
 	OnChange Action
+	// LockFile, if set, is the tools lock file (`bridge tools lock`) whose
+	// definitions the bridge pins instead of the ones it first lists; a
+	// tool it does not list counts as changed. Absolute, ~ expanded. Read
+	// at start only.
+	LockFile string
 }
 
 // Values of Tools.AskRemember.
@@ -92,7 +98,7 @@ type Annotations struct {
 	OpenWorldHint   *bool
 }
 
-var toolsKeys = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember", "ask_max_per_run", "on_change"}
+var toolsKeys = []string{"servers", "default", "rules", "ask_fallback", "ask_timeout", "ask_remember", "ask_max_per_run", "on_change", "lock_file"}
 var ruleKeys = []string{"server", "tool", "annotations", "action", "reason"}
 var annotationKeys = []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 
@@ -144,6 +150,20 @@ func (p *parser) tools(k, v *yaml.Node, t *Tools) {
 		case "on_change":
 			if a, ok := p.enum(k, v, name, []string{"deny", "ask", "allow"}); ok {
 				t.OnChange = Action(a)
+			}
+		case "lock_file":
+			if str, ok := p.str(k, v, name); ok {
+				f, err := expandHome(str)
+				switch {
+				case err != nil:
+					p.errorf(v, "%s: %v", name, err)
+				case f == "":
+					t.LockFile = ""
+				case !filepath.IsAbs(f):
+					p.errorf(v, "%s: %q is a relative path: give an absolute path, or one starting with ~/", name, str)
+				default:
+					t.LockFile = filepath.Clean(f)
+				}
 			}
 		case "rules":
 			p.items(k, v, name, "a list of rules", func(item *yaml.Node, name string) {

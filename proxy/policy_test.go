@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -426,5 +428,66 @@ func TestToolRugPull(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A lock file pins the definitions instead of the first listing: a tool
+// that differs from it, or that it does not list, gets tools.on_change.
+func TestToolsLock(t *testing.T) {
+	p, _, _ := startProxy(t, Options{}, stdioServer(t, "alpha"))
+	lock, failed := p.LockTools(context.Background())
+	if len(failed) != 0 || len(lock.Tools["alpha"]) != 13 {
+		t.Fatalf("LockTools: %d tools, %v", len(lock.Tools["alpha"]), failed)
+	}
+	b, err := json.MarshalIndent(lock, "", "  ") // as bridge tools lock writes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseLock(b)
+	if err != nil || len(LockDiff(again, lock)) != 0 {
+		t.Fatalf("round trip: %v %v", err, LockDiff(again, lock))
+	}
+	// The lock as an operator reviewed it, before the server changed echo
+	// and added env: echo's description differs, env is not in it.
+	echo := lock.Tools["alpha"]["echo"]
+	echo.Definition["description"] = json.RawMessage(`"Echoes the message back, as reviewed."`)
+	fields := map[string][]byte{}
+	for k, v := range echo.Definition {
+		fields[k] = v
+	}
+	d := digestOf(fields)
+	echo.SHA256 = hex.EncodeToString(d[:])
+	lock.Tools["alpha"]["echo"] = echo
+	delete(lock.Tools["alpha"], "env")
+	if diff := strings.Join(LockDiff(lock, again), "\n"); diff != "changed alpha/echo: description\nnew alpha/env: not in the lock file" {
+		t.Errorf("LockDiff:\n%s", diff)
+	}
+	tampered, _ := json.Marshal(lock)
+	if _, err := ParseLock(bytes.Replace(tampered, []byte("as reviewed"), []byte("as edited"), 1)); err == nil || !strings.Contains(err.Error(), "does not match its sha256") {
+		t.Errorf("a lock edited by hand: %v", err)
+	}
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(file, []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := policy.NewStore(pol, file, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	_, c, _ := startProxy(t, Options{Policy: store, Lock: lock}, stdioServer(t, "alpha"))
+	for tool, want := range map[string]string{"echo": "(description)", "env": "(not in the lock file)"} {
+		if _, err := callRun(t, c, "t1", tool, `{"message":"x","name":"HOME"}`); kindOf(err) != KindDenied || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s under the lock: %v, want denied %s", tool, err, want)
+		}
+	}
+	if got, err := callRun(t, c, "t1", "calls", `{}`); err != nil || got == "" {
+		t.Errorf("a tool as locked: %q %v", got, err)
 	}
 }

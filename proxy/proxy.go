@@ -58,6 +58,10 @@ type Options struct {
 	// rates, timeout) and audits every decision. Nil: everything is allowed,
 	// with CallTimeout.
 	Policy *policy.Store
+	// Lock, if set, pins the tools' definitions from a lock file the
+	// operator wrote (`bridge tools lock`) instead of as first listed: a
+	// tool not in it counts as changed ("not in the lock file").
+	Lock *Lock
 }
 
 // Proxy is an MCP server that offers the tools of every configured upstream
@@ -109,6 +113,9 @@ func New(cfg Config, opts Options) *Proxy {
 		reg:    map[string]registered{},
 		known:  map[string][2]string{},
 		pins:   map[string]*pin{},
+	}
+	if opts.Lock != nil {
+		p.pins = opts.Lock.pins()
 	}
 	for _, sc := range cfg.Servers {
 		u := newUpstream(base, sc, &p.opts, p.log, p.refreshServer)

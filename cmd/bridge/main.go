@@ -138,6 +138,7 @@ func commands() []command {
 		{"doctor", "check the container engines and prove the sandbox holds", cmdDoctor},
 		{"policy", "check a policy file (policy check) or explain a decision (policy explain SERVER TOOL)", cmdPolicy},
 		{"skills", "list, show or remove the skills that runs saved (skills list, skills show NAME, skills rm NAME)", cmdSkills},
+		{"tools", "pin the upstream tools' definitions against rug pulls (tools lock, tools diff)", cmdTools},
 		{"image", "build a runner image: slim, datascience, or with your packages (image build); print its name (image name)", cmdImage},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) (int, error) {
 			fmt.Fprintln(e.stdout, "bridge", versionString())

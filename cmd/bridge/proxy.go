@@ -108,7 +108,11 @@ func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, l
 	if len(cfg.Servers) == 0 {
 		return nil, func() {}, nil
 	}
-	p := proxy.New(cfg, proxyOptions(store, store.Current().Policy.Budgets.CallTimeout, log))
+	opts := proxyOptions(store, store.Current().Policy.Budgets.CallTimeout, log)
+	if opts.Lock, err = toolsLock(store.Current().Policy); err != nil {
+		return nil, nil, err
+	}
+	p := proxy.New(cfg, opts)
 	r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
 		return p.Connect(ctx, log)
 	})
@@ -155,7 +159,11 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitUsage, err
 	}
-	p := proxy.New(cfg, proxyOptions(store, pol.Budgets.CallTimeout, log))
+	opts := proxyOptions(store, pol.Budgets.CallTimeout, log)
+	if opts.Lock, err = toolsLock(pol); err != nil {
+		return exitUsage, err
+	}
+	p := proxy.New(cfg, opts)
 	defer p.Close()
 	err = transport.ServeHTTP(ctx, p.Server(), transport.HTTPOptions{
 		Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), TokenEnv: "BRIDGE_PROXY_TOKEN", Version: versionString(),

@@ -65,6 +65,9 @@ type options struct {
 	// rugPull adds the tool "redefine", which changes echo's description
 	// after the client listed it (a rug pull).
 	rugPull bool
+	// echoDescription, if set, replaces echo's description (a server
+	// changed since its tools were locked).
+	echoDescription string
 }
 
 // Run serves MCP as the flags in args say until the client goes away or a
@@ -79,6 +82,7 @@ func Run(args []string, stderr io.Writer) int {
 	urlFile := fs.String("url-file", "", "with --http, write the served URL to `FILE`")
 	fixture := fs.String("fixture", "", "add the tool \"record\", which returns `TEXT`")
 	rugPull := fs.Bool("rug-pull", false, "add the tool \"redefine\", which changes echo's description")
+	echoDescription := fs.String("echo-description", "", "echo's description `TEXT` instead of its own")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -90,7 +94,7 @@ func Run(args []string, stderr io.Writer) int {
 		return 2
 	}
 
-	opts := options{name: *name, instructions: *instructions, logw: stderr, fixture: *fixture, rugPull: *rugPull}
+	opts := options{name: *name, instructions: *instructions, logw: stderr, fixture: *fixture, rugPull: *rugPull, echoDescription: *echoDescription}
 	if *record != "" {
 		rec, err := openRecorder(*record)
 		if err != nil {
@@ -433,10 +437,14 @@ const bigPattern = "0123456789abcdef\n"
 
 func (u *upstream) addTools() {
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
+	echoDescription := "Echo a message back. Returns the message as text and as structured content."
+	if u.opts.echoDescription != "" {
+		echoDescription = u.opts.echoDescription
+	}
 	u.server.AddTool(&mcp.Tool{
 		Name:         "echo",
 		Title:        "Echo",
-		Description:  "Echo a message back. Returns the message as text and as structured content.",
+		Description:  echoDescription,
 		InputSchema:  json.RawMessage(echoSchema),
 		OutputSchema: json.RawMessage(echoOutputSchema),
 		Annotations:  readOnly,
