@@ -805,6 +805,17 @@ func BenchmarkTokenize(b *testing.B) {
 		}
 		b.ReportMetric(float64(n), "replacements")
 	})
+	b.Run("reply", func(b *testing.B) { // known, as the reply to 1 KiB of arguments with a value in them
+		v := NewVault(100000, 64<<20)
+		_, _, _ = v.Tokenize(js, kinds)
+		sent := []byte(`{"query":"` + strings.Repeat("customer ", 100) + `ann@example.com","limit":100}`)
+		b.SetBytes(int64(len(js)))
+		for b.Loop() {
+			if _, _, err := v.TokenizeReply(js, kinds, sent); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("scrub", func(b *testing.B) { // no kinds, held values only
 		v := NewVault(100000, 64<<20)
 		_, _, _ = v.Tokenize(js, kinds)
