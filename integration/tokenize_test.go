@@ -33,7 +33,7 @@ func TestTokenize(t *testing.T) {
 		servers, record := recordingServers(t, "--fixture", "Write to jane.doe@example.com, call +44 20 7946 0958, pay DE89 3704 0044 0532 0130 00")
 		path := filepath.Join(t.TempDir(), "policy.yaml")
 		pol := "version: 1\n" + sandboxSection(e) + `tokenize:
-  results: [{server: misbehave, tool: record}, {server: misbehave, tool: echo}]
+  results: [{server: misbehave, tool: record}]
   restore: [{server: misbehave, tool: fail}]
 `
 		if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
@@ -45,8 +45,8 @@ func TestTokenize(t *testing.T) {
 			"<EMAIL_1> again\n" +
 			"fail: tool 'fail' of MCP server 'misbehave' failed: send to <EMAIL_1>\n" +
 			"not restored: <EMAIL_1>\n" +
-			// No oracle: a guess comes back as sent, right or wrong (it
-			// came back <EMAIL_1> when right, <EMAIL_2> when wrong).
+			// No oracle through echo (not in results): a guess comes back
+			// as sent, right or wrong (it came back <EMAIL_1> when right).
 			"guess: jane.doe@example.com\n" +
 			"guess: john.roe@example.com\n"
 		if out.Status != "ok" || out.Stdout != want {

@@ -215,10 +215,11 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 }
 
 // tokenizeBound is the most of an untokenized result the proxy tokenizes,
-// for a policy's max_result_bytes: twice it and 64 KiB more, so that a
-// result over it is over max_result_bytes once tokenized too (placeholders
-// are at most a few bytes longer than the values they stand for), and the
-// code cannot tell which of the two bounds refused it.
+// for a policy's max_result_bytes: twice it and 64 KiB more. Both refusals
+// say the same, without a size; but a placeholder can be much shorter than
+// its value (a long pattern match), so a result refused here might have
+// fitted once tokenized: that its hidden values are very long shows at
+// this coarse bound (docs/security.md).
 func tokenizeBound(maxResult int64) int64 {
 	if maxResult <= 0 {
 		return 0

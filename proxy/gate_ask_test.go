@@ -151,7 +151,7 @@ tokenize:
   kinds: [email]
   patterns:
     - {name: customer_id, regex: "CUST-[0-9]{4}"}
-  results: [{server: alpha, tool: contacts}, {server: alpha, tool: echo}, {server: alpha, tool: env}]
+  results: [{server: alpha, tool: contacts}, {server: alpha, tool: env}]
   restore: [{server: alpha, tool: env}]
   max_values: 3
 audit:
@@ -166,8 +166,15 @@ audit:
 	if got, err := run("t2", "echo", `{"message":"<EMAIL_2>"}`); err != nil || got != "<EMAIL_2>" {
 		t.Errorf("run t2: %q %v", got, err)
 	}
-	// No oracle: a guess sent to a tool that echoes it comes back as
-	// written, right (a value the run holds) or wrong, and is not held.
+	// A tool in results tokenizes its result whatever the code sent: a
+	// value the code guessed is not left in clear in genuine data.
+	if got, err := run("t1", "contacts", `{"note":"ann@example.com"}`); err != nil || got != "<EMAIL_1> is <CUSTOMER_ID_1>; <EMAIL_2> too; <EMAIL_1> again" {
+		t.Errorf("contacts with a guess sent: %q %v", got, err)
+	}
+	// No oracle through a tool whose results are not tokenized: a guess
+	// sent to one that echoes it comes back as written, right (a value the
+	// run holds) or wrong. (A tool in results tokenizes what it returns
+	// whatever was sent: its echo is an oracle, documented.)
 	for _, guess := range []string{"ann@example.com", "zed@example.com"} {
 		if got, err := run("t1", "echo", `{"message":"`+guess+`"}`); err != nil || got != guess {
 			t.Errorf("a guess echoed: %q %v, want %q as sent", got, err, guess)

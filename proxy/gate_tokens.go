@@ -27,7 +27,11 @@ type callTokens struct {
 	vault  *tokenize.Vault // a run's, or one for a call with no run
 	search bool            // look for new values: the tool is in tokenize.results
 	// sent are the arguments as the code sent them (placeholders, not
-	// values): what it sent comes back as it wrote it (TokenizeReply).
+	// values), for a tool not in tokenize.results: what it sent comes back
+	// as it wrote it (TokenizeReply), so that an echo of a guess does not
+	// say whether the run holds it. A tool in results is a source of
+	// personal data: its results are tokenized whatever the code sent,
+	// else a genuine value would come back in clear exactly when guessed.
 	sent json.RawMessage
 }
 
@@ -47,7 +51,10 @@ func (p *Proxy) tokens(pol *policy.Policy, run *policy.Run, server, tool string,
 		}
 		args = out
 	}
-	ct := &callTokens{p: p, pol: pol, run: run, search: tk.Tokenizes(server, tool), sent: sent}
+	ct := &callTokens{p: p, pol: pol, run: run, search: tk.Tokenizes(server, tool)}
+	if !ct.search {
+		ct.sent = sent
+	}
 	if run == nil && ct.search {
 		// A call with no run: placeholders no later call can restore.
 		ct.vault = tokenize.NewVault(tk.MaxValues, policy.MaxVaultBytes)

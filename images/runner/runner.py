@@ -975,15 +975,26 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
 # What the container's seccomp profile cannot say, since the runner itself
 # needs it first: once the relay is connected, the process (and the code,
 # its threads and children after it) creates no unix socket, so it cannot
-# connect to one it finds in a mount, nor send a datagram to one; and where
-# the kernel has Landlock, it opens no file for writing outside /tmp, /dev
-# and /proc, so not a FIFO it finds in a mount (a read-only mount stops
-# writes to files, not to FIFOs). docs/security.md says what remains.
+# connect to one it finds in a mount, nor send a datagram to one, nor trace
+# another process; and where the kernel has Landlock, it opens no file for
+# writing outside /tmp and /dev, so not a FIFO it finds in a mount (a
+# read-only mount stops writes to files, not to FIFOs).
+# docs/security.md says what remains.
 
-# Per architecture: AUDIT_ARCH, and the numbers of socket and socketpair.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 53), "aarch64": (0xC00000B7, 198, 199)}
+# Per architecture: AUDIT_ARCH, the numbers of socket and socketpair, and
+# those refused outright: ptrace, process_vm_readv, process_vm_writev and
+# pidfd_getfd (the code could otherwise drive another process of the
+# container that the filter does not bind, its init, where the kernel lets
+# a process trace another of its uid).
+_SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, 41, 53, (101, 310, 311, 438)),
+    "aarch64": (0xC00000B7, 198, 199, (117, 270, 271, 438)),
+}
 _LANDLOCK_WRITE_FILE = 1 << 1
-_LANDLOCK_WRITABLE = ("/tmp", "/dev", "/proc")
+# Not /proc: writing there reaches other processes (/proc/1/mem). Pipes
+# and sockets reopened through /proc/self/fd are not in a file hierarchy,
+# so Landlock lets them be (print to /dev/stdout works).
+_LANDLOCK_WRITABLE = ("/tmp", "/dev")
 
 
 def confine() -> int:
@@ -1000,7 +1011,7 @@ def confine() -> int:
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         die(EXIT_PROTOCOL, f"no_new_privs: {os.strerror(ctypes.get_errno())}")
     abi = _landlock(libc)
-    audit, nr_socket, nr_socketpair = arch
+    audit, nr_socket, nr_socketpair, refused = arch
     deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
     # (code, jt, jf, k) with jumps as labels, resolved below.
     prog: list[tuple[int, Any, Any, int]] = [
@@ -1009,6 +1020,7 @@ def confine() -> int:
         ("nr", None, None, 0),
         (0x20, 0, 0, 0),  # ld nr
         (0x35, "deny", 0, 0x40000000),  # x32 system calls
+        *[(0x15, "deny", 0, nr) for nr in refused],
         (0x15, "socket", 0, nr_socket),
         (0x15, "pair", "allow", nr_socketpair),
         ("socket", None, None, 0),
@@ -1019,7 +1031,11 @@ def confine() -> int:
         (0x15, 0, "allow", 1),  # AF_UNIX
         (0x20, 0, 0, 24),  # ld args[1]: the type
         (0x54, 0, 0, 0xF),  # and the type's bits
-        (0x15, "deny", "allow", 2),  # SOCK_DGRAM: sendto may name any socket
+        # Connected kinds only: SOCK_STREAM, SOCK_SEQPACKET. A datagram
+        # pair (SOCK_DGRAM, or SOCK_RAW, which unix sockets take for one)
+        # may sendto any path.
+        (0x15, "allow", 0, 1),
+        (0x15, "allow", "deny", 5),
         ("allow", None, None, 0),
         (0x06, 0, 0, allow),
         ("deny", None, None, 0),

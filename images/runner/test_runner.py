@@ -1037,7 +1037,7 @@ class FilesTest(unittest.TestCase):
     def test_confined(self) -> None:
         # No unix socket of its own (so none to connect to one in a mount,
         # nor a datagram to send to one), a connected pair still; no FIFO
-        # opened for writing outside /tmp, /dev and /proc where the kernel
+        # opened for writing outside /tmp and /dev where the kernel
         # has Landlock; threads and children alike.
         outside = tempfile.mkdtemp(dir="/var/tmp")
         self.addCleanup(shutil.rmtree, outside)
@@ -1052,6 +1052,16 @@ class FilesTest(unittest.TestCase):
             "        print(name, errno.errorcode[e.errno])\n"
             "t('unix', lambda: socket.socket(socket.AF_UNIX))\n"
             "t('pair_dgram', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM))\n"
+            "t('pair_raw', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW))\n"
+            "t('pair_seqpacket', lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))\n"
+            "import ctypes\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "def ptrace():\n"
+            "    if libc.ptrace(16, os.getppid(), None, None) != 0:\n"  # PTRACE_ATTACH
+            "        raise OSError(ctypes.get_errno(), 'ptrace')\n"
+            "t('ptrace', ptrace)\n"
+            "t('proc_write', lambda: open('/proc/self/comm', 'w').write('x'))\n"
+            "t('dev_stdout', lambda: open('/dev/stdout', 'w').close())\n"
             "t('pair_stream', lambda: socket.socketpair())\n"
             "t('inet', lambda: socket.socket(socket.AF_INET).close())\n"
             f"t('fifo', lambda: os.open({os.path.join(outside, 'fifo')!r}, os.O_WRONLY | os.O_NONBLOCK))\n"
@@ -1066,10 +1076,12 @@ class FilesTest(unittest.TestCase):
         )
         r = run(code)
         got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
-        want = {"unix": "EPERM", "pair_dgram": "EPERM", "pair_stream": "OK", "inet": "OK", "tmp": "OK",
+        want = {"unix": "EPERM", "pair_dgram": "EPERM", "pair_raw": "EPERM", "pair_seqpacket": "OK", "pair_stream": "OK",
+                "ptrace": "EPERM", "proc_write": "EACCES", "dev_stdout": "OK", "inet": "OK", "tmp": "OK",
                 "thread_unix": "EPERM", "child_unix": "EPERM", "fifo": "EACCES"}
         if not landlock_abi():
             want["fifo"] = "ENXIO"  # no reader; the kernel has no Landlock to refuse it
+            want["proc_write"] = "OK"
         self.assertEqual(got, want)
 
     def test_too_large(self) -> None:

@@ -112,7 +112,7 @@ else:
 
 # The runner's own confinement: the code can make no unix socket (so it
 # cannot connect to one in a mounted folder), and where the kernel has
-# Landlock it opens no file for writing outside /tmp, /dev and /proc (so
+# Landlock it opens no file for writing outside /tmp and /dev (so
 # no FIFO in a mounted folder).
 try:
     socket.socket(socket.AF_UNIX).close()

@@ -174,9 +174,11 @@ func plainText(s string) bool {
 // In a skill's source they let what a reviewer reads differ from what
 // runs (Trojan Source); in a description they hide instructions.
 func Hidden(r rune) bool {
-	switch r {
-	case '\u2028', '\u2029', '\u115f', '\u1160', '\u3164', '\uffa0', '\u180e':
+	switch {
+	case r == '\u2028', r == '\u2029', r == '\u115f', r == '\u1160', r == '\u3164', r == '\uffa0', r == '\u180e', r == '\u034f':
 		return true
+	case r >= '\ufe00' && r <= '\ufe0f', r >= 0xe0100 && r <= 0xe01ef, r >= '\u180b' && r <= '\u180d':
+		return true // variation selectors: invisible, and able to carry hidden text
 	}
 	return unicode.Is(unicode.Cf, r)
 }

@@ -101,6 +101,7 @@ func TestSaveRefusals(t *testing.T) {
 		{Skill{Name: "bidi_lri", Source: "x = 1  # \u2066hidden\u2069\n"}, "invisible or bidi"},
 		{Skill{Name: "zero_width", Source: "x\u200b = 1\n"}, "invisible or bidi"},
 		{Skill{Name: "tags", Source: "x = 1  # \U000e0049\U000e0067\n"}, "invisible or bidi"},
+		{Skill{Name: "variation", Source: "x = 1  # a\U000e0100\U000e0101\ufe0f\n"}, "invisible or bidi"},
 		{Skill{Name: "desc_bidi", Source: ok, Description: "sends mail\u202e"}, "description"},
 		{Skill{Name: "sig_zw", Source: ok, Signature: "(to,\u200b body)"}, "signature"},
 		{Skill{Name: "desc_esc", Source: ok, Description: "fine\x1b[2K"}, "description"},
