@@ -735,10 +735,12 @@ func dockerNotRunning(err error) bool {
 // Remove implements [Runtime].
 func (d *Docker) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	for i := 0; d.podman && err != nil && strings.Contains(err.Error(), "container state improper") && i < 10; i++ {
-		// Podman's Docker-compatible API (rootless, 4.x) refuses to force
-		// a container that is exiting just then: "could not be stopped:
-		// container state improper". A moment later it is stopped.
+	for i := 0; err != nil && exitingRace(err) && i < 10; i++ {
+		// A forced remove of a container that is exiting just then fails:
+		// Docker 20.10 says "Could not kill running container ..., cannot
+		// remove - Container ... is not running", Podman's compatible API
+		// (rootless, 4.x) "could not be stopped: container state
+		// improper". A moment later it is stopped, and goes.
 		select {
 		case <-ctx.Done():
 			return d.wrapContainer(err, "remove", id)
@@ -752,6 +754,14 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 		return nil
 	}
 	return d.wrapContainer(err, "remove", id)
+}
+
+// exitingRace reports an engine's error for a forced remove that met the
+// container exiting.
+func exitingRace(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "container state improper") ||
+		(strings.Contains(msg, "Could not kill running container") && strings.Contains(msg, "is not running"))
 }
 
 // Logs implements [Runtime].

@@ -329,3 +329,16 @@ func TestPodmanCompatConfig(t *testing.T) {
 		t.Errorf("tmpfs for a writable root: %v", hc.Tmpfs)
 	}
 }
+
+func TestExitingRace(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"Error response from daemon: Could not kill running container f3ed, cannot remove - Container f3ed is not running":              true,
+		"cannot remove container 1c3b as it could not be stopped: sending SIGKILL to container 1c3b: container state improper: stopped": true,
+		"Error response from daemon: No such container: f3ed":                                                                           false,
+		"Error response from daemon: Could not kill running container f3ed, cannot remove - permission denied":                          false,
+	} {
+		if got := exitingRace(errors.New(msg)); got != want {
+			t.Errorf("exitingRace(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}
