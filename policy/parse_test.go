@@ -405,10 +405,12 @@ func TestParseErrors(t *testing.T) {
 		{"pattern empty match", "version: 1\ntokenize:\n  patterns:\n    - {name: id, regex: \"[0-9]*\"}\n", []string{`4:25: tokenize.patterns[0].regex: "[0-9]*" can match the empty string (alone or at a word boundary, ^ or $); it must match a value`}},
 		{"pattern empty at a boundary", "version: 1\ntokenize:\n  patterns:\n    - {name: id, regex: \"\\\\b[0-9]{0,12}\\\\b\"}\n", []string{`4:25: tokenize.patterns[0].regex: "\\b[0-9]{0,12}\\b" can match the empty string (alone or at a word boundary, ^ or $); it must match a value`}},
 		{"pattern missing regex", "version: 1\ntokenize:\n  patterns:\n    - {name: id}\n", []string{`4:7: tokenize.patterns[0]: missing regex: a pattern has a name and a regex`}},
-		{"pattern twice", "version: 1\ntokenize:\n  patterns:\n    - {name: id, regex: \"I[0-9]\"}\n    - {name: id, regex: \"J[0-9]\"}\n", []string{`5:14: tokenize.patterns[1].name: a pattern named "id" is defined already`}},
+		{"pattern twice", "version: 1\ntokenize:\n  results: [{server: crm}]\n  patterns:\n    - {name: id, regex: \"I[0-9]\"}\n    - {name: id, regex: \"J[0-9]\"}\n", []string{`6:14: tokenize.patterns[1].name: a pattern named "id" is defined already`}},
 		{"results not a list", "version: 1\ntokenize:\n  results: crm\n", []string{`3:12: tokenize.results: want a list of tools ({server, tool}), got a string "crm"`}},
 		{"results item", "version: 1\ntokenize:\n  results: [crm]\n", []string{`3:13: tokenize.results[0]: want a mapping with server and tool globs, got a string "crm"`}},
-		{"restore unknown key", "version: 1\ntokenize:\n  restore:\n    - {server: a, tools: b}\n", []string{`4:19: unknown key "tools" in tokenize.restore[0]; known keys: server, tool; did you mean "tool"?`}},
+		{"restore unknown key", "version: 1\ntokenize:\n  results: [{server: a}]\n  restore:\n    - {server: a, tools: b}\n", []string{`5:19: unknown key "tools" in tokenize.restore[0]; known keys: server, tool; did you mean "tool"?`}},
+		{"restore without results", "version: 1\ntokenize:\n  restore:\n    - {server: crm, tool: send_*}\n", []string{`2:1: tokenize: restore set, but tokenize.results is empty, so tokenization would be off: list in results the tools whose results are tokenized (e.g. - {server: crm, tool: "*"}), or remove the section`}},
+		{"patterns without results", "version: 1\ntokenize:\n  results: []\n  patterns:\n    - {name: id, regex: \"I[0-9]+\"}\n  restore: [{server: crm}]\n", []string{`2:1: tokenize: restore and patterns set, but tokenize.results is empty, so tokenization would be off: list in results the tools whose results are tokenized (e.g. - {server: crm, tool: "*"}), or remove the section`}},
 		{"max values", "version: 1\ntokenize:\n  max_values: 0\n", []string{`3:15: tokenize.max_values: 0 is out of range: it must be 1 .. 1000000`}},
 
 		// Required keys.
