@@ -172,6 +172,9 @@ func (r *aRun) started(sc *sessionCall) {
 		r.rs.mu.Unlock()
 	}
 	if r.snap != nil {
+		if run := r.s.opts.Policy.Run(r.id); run != nil && sc != nil {
+			run.ShareVault(&sc.s.vault)
+		}
 		r.s.opts.Policy.Audit().RunStart(r.id, session, r.snap.Gen, r.snap.Policy.Sandbox, r.timeout)
 		r.audited = true
 	}

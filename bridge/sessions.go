@@ -40,6 +40,9 @@ type session struct {
 	lock chan struct{}
 	// approved are the calls the human allowed for the rest of the session.
 	approved approvals
+	// vault holds the personal values its calls' tool results held
+	// (tokenize): a placeholder kept in a variable keeps its meaning.
+	vault policy.VaultSlot
 
 	// Under sessions.mu.
 	inst  sandbox.Instance // nil until started

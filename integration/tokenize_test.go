@@ -74,3 +74,51 @@ func TestTokenize(t *testing.T) {
 		}
 	})
 }
+
+// TestTokenizeSession: in a session, a placeholder kept in a variable from
+// an earlier call still stands for its own value in a later one. The
+// session's calls share one vault: before they did not, and the later
+// call's first email took the same placeholder, so the kept one was put
+// back as the other person's address.
+func TestTokenizeSession(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		servers, record := recordingServers(t)
+		path := filepath.Join(t.TempDir(), "policy.yaml")
+		pol := "version: 1\n" + sandboxSection(e) + `pool:
+  size: 1
+sessions:
+  enabled: true
+tokenize:
+  results: [{server: misbehave, tool: echo}]
+  restore: [{server: misbehave, tool: fail}]
+`
+		if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cs := connectAsking(t, e, nil, "", "--policy", path, "--servers-config", servers)
+		first := `import mcp_tools
+kept = mcp_tools.call("misbehave", "echo", message="jane.doe@example.com")["message"]
+print(kept)
+`
+		out, text := sessionCall(t, cs, map[string]any{"code": first, "session": "crm"})
+		if out.Status != "ok" || out.Stdout != "<EMAIL_1>\n" {
+			t.Fatalf("first call: %+v\n%s", out, text)
+		}
+		second := `import mcp_tools
+other = mcp_tools.call("misbehave", "echo", message="john.roe@example.com")["message"]
+print(other)
+try:
+    mcp_tools.call("misbehave", "fail", message="send to " + kept)
+except mcp_tools.ToolError as e:
+    print("fail:", e)
+`
+		out, text = sessionCall(t, cs, map[string]any{"code": second, "session": "crm"})
+		if out.Status != "ok" || out.Stdout != "<EMAIL_2>\nfail: tool 'fail' of MCP server 'misbehave' failed: send to <EMAIL_1>\n" {
+			t.Errorf("second call: %+v\n%s", out, text)
+		}
+		fail := recordedArgs(t, record, "fail")
+		if len(fail) != 1 || !strings.Contains(fail[0], "send to jane.doe@example.com") {
+			t.Errorf("the tool allowed to receive the kept placeholder's value got %q, want jane.doe's address", fail)
+		}
+	})
+}

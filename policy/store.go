@@ -314,24 +314,47 @@ type Run struct {
 	until int64 // remote runs: unix nanos after which the Store forgets the run; guarded by Store.runsMu
 	tally tally // its audit records (Store.Record)
 
-	vault atomic.Pointer[tokenize.Vault]
+	vault  VaultSlot
+	shared atomic.Pointer[VaultSlot] // ShareVault's, used instead of vault
 }
 
 // MaxVaultBytes bounds the bytes of the values one run's vault holds.
 const MaxVaultBytes = 16 << 20
 
+// A VaultSlot holds a vault made on first use. Each [Run] has its own; the
+// runs of one session share the session's ([Run.ShareVault]). The zero
+// value is an empty slot.
+type VaultSlot struct {
+	v atomic.Pointer[tokenize.Vault]
+}
+
+// ShareVault makes the run use slot's vault rather than its own: a
+// session's calls share one, so that a placeholder kept in a variable from
+// an earlier call still stands for its own value (and a later call's new
+// value never takes its name). Call it before the run's first tool call.
+func (r *Run) ShareVault(slot *VaultSlot) { r.shared.Store(slot) }
+
+func (r *Run) slot() *VaultSlot {
+	if s := r.shared.Load(); s != nil {
+		return s
+	}
+	return &r.vault
+}
+
 // Vault is the run's personal values and their placeholders
 // (tokenize.max_values of them at most), made on first use: it lives as
-// long as the run, and only in this process's memory.
+// long as the run (or the session whose vault it shares), and only in this
+// process's memory.
 func (r *Run) Vault() *tokenize.Vault {
-	if v := r.vault.Load(); v != nil {
+	slot := r.slot()
+	if v := slot.v.Load(); v != nil {
 		return v
 	}
 	v := tokenize.NewVault(r.Snap.Policy.Tokenize.MaxValues, MaxVaultBytes)
-	if r.vault.CompareAndSwap(nil, v) {
+	if slot.v.CompareAndSwap(nil, v) {
 		return v
 	}
-	return r.vault.Load()
+	return slot.v.Load()
 }
 
 // HoldsValues reports whether the run holds personal values.
@@ -339,7 +362,7 @@ func (r *Run) HoldsValues() bool {
 	if r == nil {
 		return false
 	}
-	v := r.vault.Load()
+	v := r.slot().v.Load()
 	return v != nil && v.Len() > 0
 }
 

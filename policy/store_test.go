@@ -301,3 +301,26 @@ func TestStoreBoundsRemoteRuns(t *testing.T) {
 		t.Fatalf("%d remote runs tracked (%d in all), want 1 (2)", s.remote, len(s.runs))
 	}
 }
+
+// TestStoreRunsShareAVault: runs given one VaultSlot (a session's calls)
+// hold the same values; a run given none keeps its own.
+func TestStoreRunsShareAVault(t *testing.T) {
+	s, err := NewStore(Default(), "", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var slot VaultSlot
+	a, b, c := s.Begin("aaaaaaaaaaaa"), s.Begin("bbbbbbbbbbbb"), s.Begin("cccccccccccc")
+	a.ShareVault(&slot)
+	b.ShareVault(&slot)
+	if a.Vault() != b.Vault() {
+		t.Fatal("two runs sharing a slot got different vaults")
+	}
+	if c.Vault() == a.Vault() {
+		t.Fatal("a run with no shared slot got the shared vault")
+	}
+	if a.HoldsValues() || b.HoldsValues() {
+		t.Fatal("an empty vault holds values")
+	}
+}
