@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -137,6 +138,19 @@ func (p *parser) tokenize(k, v *yaml.Node, t *Tokenize) {
 			t.MaxValues = int(p.integer(k, v, name, int64(t.MaxValues), 1, maxTokenValues))
 		}
 	})
+	// Tokenization is off while results is empty: restore tools or
+	// patterns would otherwise be silently ignored.
+	var set []string
+	if len(t.Restore) > 0 {
+		set = append(set, "restore")
+	}
+	if len(t.Patterns) > 0 {
+		set = append(set, "patterns")
+	}
+	if len(set) > 0 && len(t.Results) == 0 {
+		p.errorf(k, "tokenize: %s set, but tokenize.results is empty, so tokenization would be off: "+
+			"list in results the tools whose results are tokenized (e.g. - {server: crm, tool: \"*\"}), or remove the section", strings.Join(set, " and "))
+	}
 }
 
 func (p *parser) tokenPattern(n *yaml.Node, name string, have []TokenPattern) (TokenPattern, bool) {
