@@ -1153,6 +1153,9 @@ class SkillsTest(Base):
             (lambda: mcp_tools.save_skill("", "x = 1"), "not valid"),
             (lambda: mcp_tools.save_skill("a" * 300, "x = 1"), "not valid"),
             (lambda: mcp_tools.save_skill("len_", len), "not builtin_function_or_method"),
+            (lambda: mcp_tools.save_skill("print", "x = 1"), "taken by a Python built-in"),
+            (lambda: mcp_tools.save_skill("json", "x = 1"), "taken by a module of Python's standard library"),
+            (lambda: mcp_tools.save_skill("mcp_tools", "x = 1"), "taken by the installed module mcp_tools"),
         ]
         for call, want in cases:
             with self.subTest(want=want):

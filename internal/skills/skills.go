@@ -111,7 +111,7 @@ func CheckName(name string) error {
 	case !namePattern.MatchString(name):
 		return invalidf("skill name %q is not valid: 1 to 64 lower-case letters, digits and '_', starting with a letter", clip(name, 80))
 	case reserved[name]:
-		return invalidf("skill name %q is taken by Python, its standard library or mcp_tools: pick another", name)
+		return invalidf("skill name %q is taken by Python (a keyword, a built-in or a module of its standard library), the data-science image's packages or mcp_tools: `from skills import %s` would read as the other: pick another", name, name)
 	}
 	return nil
 }
@@ -425,13 +425,16 @@ func clip(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// reserved are the names a skill may not take: Python's keywords, the
-// standard library's modules (Python 3.11, lower-case, public) and the
-// bridge's own modules. A test holds the standard library's list equal
-// to the runner's Python.
+// reserved are the names a skill may not take: Python's keywords and
+// built-ins, the standard library's modules (Python 3.11, lower-case,
+// public), the top-level modules of the data-science image's packages and
+// the bridge's own names. Tests hold the built-ins and the standard
+// library's list equal to the runner's Python. The runner also refuses the
+// name of any module its image has (save_skill): an image built with more
+// packages is known only there.
 var reserved = func() map[string]bool {
 	m := map[string]bool{}
-	for _, n := range strings.Fields(keywords + " " + stdlibModules + " " + bridgeModules) {
+	for _, n := range strings.Fields(keywords + " " + builtinNames + " " + stdlibModules + " " + packageModules + " " + bridgeModules) {
 		m[n] = true
 	}
 	return m
@@ -439,7 +442,27 @@ var reserved = func() map[string]bool {
 
 const keywords = "and as assert async await break class continue def del elif else except finally for from global if import in is lambda nonlocal not or pass raise return try while with yield"
 
-const bridgeModules = "mcp_tools skills"
+// bridgeModules are the bridge's modules, and the built-in the runner adds.
+const bridgeModules = "mcp_tools skills display"
+
+// builtinNames are Python 3.11's built-ins (lower-case, public):
+// `from skills import print` would shadow print.
+const builtinNames = `
+	abs aiter all anext any ascii bin bool breakpoint bytearray bytes callable chr classmethod
+	compile complex copyright credits delattr dict dir divmod enumerate eval exec exit filter
+	float format frozenset getattr globals hasattr hash help hex id input int isinstance
+	issubclass iter len license list locals map max memoryview min next object oct open ord
+	pow print property quit range repr reversed round set setattr slice sorted staticmethod
+	str sum super tuple type vars zip
+`
+
+// packageModules are the top-level modules of the data-science image's
+// packages (Dockerfile.runner) and of what they pull in, lower-case.
+const packageModules = `
+	numpy pandas matplotlib scipy sklearn openpyxl tabulate jinja2 markupsafe joblib
+	threadpoolctl dateutil pytz six kiwisolver cycler pyparsing packaging
+	et_xmlfile bottleneck numexpr tz
+`
 
 const stdlibModules = `
 	abc aifc antigravity argparse array ast asynchat asyncio asyncore atexit audioop base64

@@ -288,3 +288,39 @@ func TestFolderChecked(t *testing.T) {
 		t.Errorf("Save into a 0700 folder: %v", err)
 	}
 }
+
+// The built-ins here are those of the runner's Python (3.11), as python3
+// on this machine lists them.
+func TestBuiltinNamesMatchPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 not found")
+		}
+		t.Skip("python3 not found")
+	}
+	out, err := exec.Command(py, "-c", "import sys, builtins\nif sys.version_info[:2] != (3, 11): print('SKIP', sys.version)\nelse: print(' '.join(sorted(n for n in dir(builtins) if not n.startswith('_') and n == n.lower())))").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(string(out), "SKIP") {
+		t.Skipf("python3 is not 3.11: %s", out)
+	}
+	if got, want := strings.Join(strings.Fields(builtinNames), " "), strings.TrimSpace(string(out)); got != want {
+		t.Errorf("builtinNames differ from python3's:\n got %v\nwant %v", got, want)
+	}
+}
+
+// Names that would shadow a built-in or an installed package are refused.
+func TestCheckNameRefusesShadows(t *testing.T) {
+	for _, name := range []string{"print", "len", "open", "numpy", "pandas", "matplotlib", "display", "json", "skills"} {
+		if err := CheckName(name); err == nil {
+			t.Errorf("CheckName(%q) = nil, want it refused", name)
+		}
+	}
+	for _, name := range []string{"monthly_report", "fetch_orders", "printer"} {
+		if err := CheckName(name); err != nil {
+			t.Errorf("CheckName(%q) = %v, want it allowed", name, err)
+		}
+	}
+}

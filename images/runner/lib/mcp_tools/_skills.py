@@ -62,6 +62,12 @@ def save_skill(name, fn_or_source, description="", overwrite=False):
             f"skill name {name[:80]!r} is not valid: 1 to 64 lower-case letters, digits and '_', starting with a letter",
             type="invalid",
         )
+    taken = _taken(name)
+    if taken:
+        raise SkillError(
+            f"skill name {name!r} is taken by {taken}: `from skills import {name}` would read as the other: pick another",
+            type="invalid",
+        )
     # What saving needs (ast, inspect) is imported only when code saves:
     # importing mcp_tools or a skill does not pay for it.
     from . import _carry
@@ -96,6 +102,27 @@ def save_skill(name, fn_or_source, description="", overwrite=False):
     forget(name)
     replaced = bool(got.get("replaced")) if isinstance(got, dict) else False
     return {"name": name, "bytes": len(source.encode()), "replaced": replaced, "signature": signature, "servers": servers}
+
+
+def _taken(name):
+    """What else name stands for in this image, or "": a built-in, or a
+    top-level module Python finds here (the standard library's, or an
+    installed package's: the bridge knows only the standard images')."""
+    import builtins
+
+    if hasattr(builtins, name):
+        return "a Python built-in"
+    if name in getattr(sys, "stdlib_module_names", sys.builtin_module_names):
+        return "a module of Python's standard library"
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None:
+        return ""
+    return f"the installed module {name}"
 
 
 # --- listing and loading ---------------------------------------------------
