@@ -368,3 +368,33 @@ func TestCLIPolicy(t *testing.T) {
 		}
 	})
 }
+
+// TestDoctorShowsPolicyInForce: without --policy, doctor says which policy
+// is in force (the file at the default place, or the built-in defaults)
+// and what it sets for the pool, sessions and skills; it said nothing when
+// there was no file.
+func TestDoctorShowsPolicyInForce(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		config := t.TempDir()
+		env := append(engineEnv(e), "XDG_CONFIG_HOME="+config)
+		out, errOut, code := bridgeCLI(t, env, "", "doctor", "--runtime", e.cand.Engine)
+		for _, want := range []string{"the built-in defaults", "warm pool: 2 ready container(s)", "sessions: off", "skills: "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("doctor without a policy file: no %q in\n%s\n%s (exit %d)", want, out, errOut, code)
+			}
+		}
+		file := filepath.Join(config, "bridge", "policy.yaml")
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte("version: 1\npool:\n  size: 0\nsessions:\n  enabled: true\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code = bridgeCLI(t, env, "", "doctor", "--runtime", e.cand.Engine)
+		for _, want := range []string{"policy " + file, "warm pool: off", "sessions: on"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("doctor with the default policy file: no %q in\n%s\n%s (exit %d)", want, out, errOut, code)
+			}
+		}
+	})
+}

@@ -36,12 +36,16 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, err
 	}
 	image := runnerImage(p)
-	if file != "" && !*asJSON {
+	if !*asJSON {
 		req := "requires enforced memory, pids and CPU limits (an engine that cannot enforce them fails)"
 		if !p.Sandbox.RequireEnforcedLimits {
 			req = "accepts engines that cannot enforce limits (require_enforced_limits: false)"
 		}
-		fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n", file, p.Sandbox.Engine, p.Sandbox.OCIRuntime, req)
+		name := file
+		if name == "" {
+			name = fmt.Sprintf("(none at %s: the built-in defaults, as bridge serve would use them)", defaultPolicyPath())
+		}
+		fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n", name, p.Sandbox.Engine, p.Sandbox.OCIRuntime, req)
 		pool := "off (pool.size 0): every run starts its container"
 		if p.Pool.Size > 0 {
 			pool = fmt.Sprintf("%d ready container(s) kept by bridge serve, each replaced after %s", p.Pool.Size, units.FormatDuration(p.Pool.MaxAge))
