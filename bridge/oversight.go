@@ -83,6 +83,17 @@ type runState struct {
 	// went unanswered, or could not be asked).
 	questions int
 	unasked   string
+	// vaultKey and vaultEnds name a session's tokenized values (Vault).
+	vaultKey  string
+	vaultEnds time.Time
+}
+
+// Vault names the tokenized values of the run's session, which a remote
+// MCP proxy keeps for the session's runs until ends; "" outside a session.
+func (rs *runState) Vault() (key string, ends time.Time) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.vaultKey, rs.vaultEnds
 }
 
 var (

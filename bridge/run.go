@@ -169,6 +169,7 @@ func (r *aRun) started(sc *sessionCall) {
 		session = sc.s.id
 		r.rs.mu.Lock()
 		r.rs.run = &sc.s.approved
+		r.rs.vaultKey, r.rs.vaultEnds = sc.s.vaultKey, sc.s.vaultEnds
 		r.rs.mu.Unlock()
 	}
 	if r.snap != nil {

@@ -41,8 +41,12 @@ type session struct {
 	// approved are the calls the human allowed for the rest of the session.
 	approved approvals
 	// vault holds the personal values its calls' tool results held
-	// (tokenize): a placeholder kept in a variable keeps its meaning.
-	vault policy.VaultSlot
+	// (tokenize): a placeholder kept in a variable keeps its meaning. A
+	// remote MCP proxy keeps them under vaultKey until vaultEnds, when the
+	// session ends at the latest (sessions.max_lifetime).
+	vault     policy.VaultSlot
+	vaultKey  string
+	vaultEnds time.Time
 
 	// Under sessions.mu.
 	inst  sandbox.Instance // nil until started
@@ -170,7 +174,9 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 				ss.mu.Unlock()
 				return nil, fmt.Errorf("%w: %d sessions exist, the most the policy allows (sessions.max): end one with reset, or call without session", errTooManySessions, cfg.Max)
 			}
-			s = &session{key: key, id: sandbox.NewRunID(), created: time.Now(), lock: make(chan struct{}, 1)}
+			now := time.Now()
+			s = &session{key: key, id: sandbox.NewRunID(), created: now, lock: make(chan struct{}, 1),
+				vaultKey: sandbox.NewRunID() + sandbox.NewRunID(), vaultEnds: now.Add(cfg.MaxLifetime)}
 			s.lock <- struct{}{} // the start holds it
 			ss.m[key] = s
 			ss.watch(key.client)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // The code of TestTokenize: it reads a customer's record through one
@@ -80,22 +82,55 @@ func TestTokenize(t *testing.T) {
 // session's calls share one vault: before they did not, and the later
 // call's first email took the same placeholder, so the kept one was put
 // back as the other person's address.
+//
+// With a remote MCP proxy (`bridge proxy --http`, which applies the
+// tokenize section), the proxy keeps the session's values for its calls
+// too: the bridge names them with each call (MetaVault).
 func TestTokenizeSession(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
-		servers, record := recordingServers(t)
-		path := filepath.Join(t.TempDir(), "policy.yaml")
-		pol := "version: 1\n" + sandboxSection(e) + `pool:
-  size: 1
-sessions:
-  enabled: true
-tokenize:
+	const tokenize = `tokenize:
   results: [{server: misbehave, tool: echo}]
   restore: [{server: misbehave, tool: fail}]
 `
-		if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
-			t.Fatal(err)
+	for _, remote := range []bool{false, true} {
+		name := "local"
+		if remote {
+			name = "remote"
 		}
-		cs := connectAsking(t, e, nil, "", "--policy", path, "--servers-config", servers)
+		t.Run(name, func(t *testing.T) {
+			forEachEngine(t, func(t *testing.T, e *engine) {
+				servers, record := recordingServers(t)
+				dir := t.TempDir()
+				path := filepath.Join(dir, "policy.yaml")
+				pol := "version: 1\n" + sandboxSection(e) + "pool:\n  size: 1\nsessions:\n  enabled: true\n"
+				args := []string{"--policy", path}
+				if remote {
+					proxyPolicy := filepath.Join(dir, "proxy.yaml")
+					if err := os.WriteFile(proxyPolicy, []byte("version: 1\n"+tokenize), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					a, _ := startProxy(t, servers, "--policy", proxyPolicy)
+					args = append(args, "--proxy-url", "http://"+a+"/mcp")
+				} else {
+					pol += tokenize
+					args = append(args, "--servers-config", servers)
+				}
+				if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				var cs *mcp.ClientSession
+				if remote {
+					cs, _, _ = connectStdioArgs(t, e, nil, args...)
+				} else {
+					cs = connectAsking(t, e, nil, "", args...)
+				}
+				tokenizeSession(t, cs, record)
+			})
+		})
+	}
+}
+
+func tokenizeSession(t *testing.T, cs *mcp.ClientSession, record string) {
+	{
 		first := `import mcp_tools
 kept = mcp_tools.call("misbehave", "echo", message="jane.doe@example.com")["message"]
 print(kept)
@@ -120,5 +155,5 @@ except mcp_tools.ToolError as e:
 		if len(fail) != 1 || !strings.Contains(fail[0], "send to jane.doe@example.com") {
 			t.Errorf("the tool allowed to receive the kept placeholder's value got %q, want jane.doe's address", fail)
 		}
-	})
+	}
 }

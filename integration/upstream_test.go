@@ -406,11 +406,11 @@ func docExamples(t *testing.T, path string) []docExample {
 	return out
 }
 
-// startProxy runs `bridge proxy --http 127.0.0.1:0` on config and returns
-// its address and its log.
-func startProxy(t *testing.T, config string) (string, *syncBuffer) {
+// startProxy runs `bridge proxy --http 127.0.0.1:0` on config (and extra
+// flags) and returns its address and its log.
+func startProxy(t *testing.T, config string, extra ...string) (string, *syncBuffer) {
 	t.Helper()
-	cmd := exec.Command(testSuite.bridgeBin, "proxy", "--http", "127.0.0.1:0", "--servers-config", config)
+	cmd := exec.Command(testSuite.bridgeBin, append([]string{"proxy", "--http", "127.0.0.1:0", "--servers-config", config}, extra...)...)
 	cmd.Env = append(os.Environ(), "BRIDGE_LOG_LEVEL=debug")
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw

@@ -41,8 +41,9 @@ type Store struct {
 	adjust   func(*Policy) (*Policy, error) // see Adjust
 
 	runsMu    sync.Mutex
-	runs      map[string]*Run // local (Begin) and remote (Remote) runs
-	remote    int             // how many of runs are remote
+	runs      map[string]*Run         // local (Begin) and remote (Remote) runs
+	remote    int                     // how many of runs are remote
+	vaults    map[string]*sharedVault // remote sessions' vaults, by key (ShareVault)
 	lastSweep time.Time
 	now       func() time.Time // the clock: time.Now, but in tests
 
@@ -53,7 +54,7 @@ type Store struct {
 // NewStore returns a [Store] with p in force. path, if not empty, is the file
 // p was read from (by Load), which Reload and Watch read again.
 func NewStore(p *Policy, path string, log zerolog.Logger) (*Store, error) {
-	s := &Store{path: path, log: log, runs: map[string]*Run{}, sum: p.sum, now: time.Now}
+	s := &Store{path: path, log: log, runs: map[string]*Run{}, vaults: map[string]*sharedVault{}, sum: p.sum, now: time.Now}
 	a, err := OpenAuditor(p.Audit, log)
 	if err != nil {
 		return nil, err
@@ -540,5 +541,63 @@ func (s *Store) sweep(now time.Time, full bool) (gone []*Run) {
 			gone = append(gone, r)
 		}
 	}
+	for key, v := range s.vaults {
+		if now.UnixNano() > v.until {
+			delete(s.vaults, key)
+		}
+	}
 	return gone
+}
+
+// sharedVault is a remote session's vault (ShareVault): kept until its
+// session can make no more calls.
+type sharedVault struct {
+	slot  VaultSlot
+	until int64 // unix nanos; guarded by Store.runsMu
+}
+
+// ShareVault makes the remote run r use the vault of the session key names
+// (made on first use), which a bridge using this process as its MCP proxy
+// sends with each call of a session's run: so that a session's calls share
+// their values here as they do in a bridge's own proxy. ends is when the
+// session ends at the latest, by this process's clock; the vault is kept
+// until then (RunGrace after, at most MaxRunLife from now), whatever the
+// runs. A run begun here (Begin) keeps its own arrangement. At most
+// MaxRemoteRuns vaults are kept; the error, a *RunRefused, says why one is
+// refused.
+func (s *Store) ShareVault(r *Run, key string, ends time.Time) error {
+	if r == nil || r.local {
+		return nil
+	}
+	if !ValidRunID(key) {
+		return &RunRefused{Rule: RuleRunID, Invalid: true, msg: fmt.Sprintf(
+			"invalid session vault key (%d bytes): 1 to %d lower-case letters and digits", len(key), MaxRunIDLen)}
+	}
+	now := s.now()
+	until := now.Add(MaxRunLife)
+	if !ends.IsZero() && ends.Add(RunGrace).Before(until) {
+		until = ends.Add(RunGrace)
+	}
+	s.runsMu.Lock()
+	defer s.runsMu.Unlock()
+	v := s.vaults[key]
+	if v == nil || now.UnixNano() > v.until {
+		if len(s.vaults) >= MaxRemoteRuns {
+			for k, old := range s.vaults {
+				if now.UnixNano() > old.until {
+					delete(s.vaults, k)
+				}
+			}
+		}
+		if len(s.vaults) >= MaxRemoteRuns {
+			return &RunRefused{Rule: RuleRuns, msg: fmt.Sprintf(
+				"too many sessions on this MCP proxy: it keeps the values of at most %d sessions that may still be live; "+
+					"try again when some have ended, or give some bridges a proxy of their own", MaxRemoteRuns)}
+		}
+		v = &sharedVault{}
+		s.vaults[key] = v
+	}
+	v.until = max(v.until, until.UnixNano())
+	r.ShareVault(&v.slot)
+	return nil
 }

@@ -324,3 +324,56 @@ func TestStoreRunsShareAVault(t *testing.T) {
 		t.Fatal("an empty vault holds values")
 	}
 }
+
+// TestStoreShareVaultKeepsASessionsValues: a remote session's runs share
+// the vault its key names, until the session's end plus the grace, even
+// while none of its runs is live; a run begun here is not re-pointed, and
+// a bad key is refused.
+func TestStoreShareVaultKeepsASessionsValues(t *testing.T) {
+	s, advance := clockStore(t, "version: 1\n")
+	t0 := advance(0)
+	ends := t0.Add(time.Hour)
+	first := remote(t, s, "call1", t0.Add(time.Minute))
+	if err := s.ShareVault(first, "sessionkey1", ends); err != nil {
+		t.Fatal(err)
+	}
+	first.Vault() // made on the first call's first result
+	// The session idles 20 minutes: the first run is forgotten.
+	for i := range 20 {
+		advance(time.Minute)
+		remote(t, s, fmt.Sprintf("other%d", i), advance(0).Add(time.Minute))
+	}
+	if s.Run("call1") != nil {
+		t.Fatal("the first run is still tracked")
+	}
+	second := remote(t, s, "call2", advance(0).Add(time.Minute))
+	if err := s.ShareVault(second, "sessionkey1", ends); err != nil {
+		t.Fatal(err)
+	}
+	if second.Vault() != first.Vault() {
+		t.Fatal("a later call of the session got another vault")
+	}
+	other := remote(t, s, "call3", advance(0).Add(time.Minute))
+	if err := s.ShareVault(other, "sessionkey2", ends); err != nil {
+		t.Fatal(err)
+	}
+	if other.Vault() == first.Vault() {
+		t.Fatal("another session got this one's vault")
+	}
+	local := s.Begin("local1")
+	if err := s.ShareVault(local, "sessionkey1", ends); err != nil || local.Vault() == first.Vault() {
+		t.Fatalf("a run begun here was re-pointed to a remote session's vault (err %v)", err)
+	}
+	if err := s.ShareVault(other, "Bad Key", ends); err == nil {
+		t.Fatal("a bad key was accepted")
+	}
+	// Past the session's end and the grace, the vault is forgotten.
+	advance(ends.Sub(advance(0)) + RunGrace + time.Second)
+	late := remote(t, s, "call4", advance(0).Add(time.Minute))
+	if err := s.ShareVault(late, "sessionkey1", advance(0).Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if late.Vault() == first.Vault() {
+		t.Fatal("a vault is kept past its session's end")
+	}
+}

@@ -328,6 +328,12 @@ type Call struct {
 	// Report, if set, is filled in with how the call was decided (and,
 	// with a proxy in this process, the upstream's time).
 	Report *CallReport
+	// Vault, for a call of a session's run, names the session's tokenized
+	// values and VaultEnds when the session ends at the latest: a remote
+	// proxy keeps them for the session's runs (MetaVault). A proxy in this
+	// process shares them through the run ([policy.Run.ShareVault]).
+	Vault     string
+	VaultEnds time.Time
 }
 
 // Call makes call. It returns the tool's result as the proxy sent it,
@@ -345,7 +351,7 @@ func (c *Client) Call(ctx context.Context, call Call) (*mcp.CallToolResult, erro
 	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
 		Name:      name,
 		Arguments: call.Args,
-		Meta:      callMeta(ctx, call.RunID, server, tool),
+		Meta:      callMeta(ctx, call, server, tool),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -413,7 +419,7 @@ func (c *Client) target(ctx context.Context, server, tool string) (name string, 
 // stand-in ([Proxy].call).
 func (c *Client) callLocal(ctx context.Context, call Call, unknown *Error, wantRaw bool) (*mcp.CallToolResult, []byte, error) {
 	server, tool := call.Server, call.Tool
-	params := &mcp.CallToolParamsRaw{Name: ToolName(server, tool), Arguments: call.Args, Meta: callMeta(ctx, call.RunID, server, tool)}
+	params := &mcp.CallToolParamsRaw{Name: ToolName(server, tool), Arguments: call.Args, Meta: callMeta(ctx, call, server, tool)}
 	res, js, known, err := c.local.localCall(ctx, params, server, tool, wantRaw, call.Asker, call.Report)
 	switch {
 	case !known && unknown != nil:

@@ -150,6 +150,12 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 			}
 			return g, c.refuse(kind, rule, err.Error())
 		}
+		if key, _ := params.Meta[MetaVault].(string); key != "" {
+			// A session's run: its values are the session's.
+			if err := store.ShareVault(run, key, metaTime(params.Meta, MetaVaultTimeLeft, c.start)); err != nil {
+				return g, c.refuse(KindLimit, "", err.Error())
+			}
+		}
 		c.run, snap = run, run.Snap
 	}
 	pol := snap.Policy

@@ -18,10 +18,16 @@ const KindInvalid = "invalid"
 // and, when ctx has a deadline (the sandbox gives each call its run's), the
 // milliseconds the run has left, so that a remote proxy keeps the run's
 // call budget for as long as the run may call.
-func callMeta(ctx context.Context, runID, server, tool string) mcp.Meta {
-	m := mcp.Meta{MetaRunID: runID, MetaServer: server, MetaTool: tool}
-	if d, ok := ctx.Deadline(); ok && runID != "" {
+func callMeta(ctx context.Context, call Call, server, tool string) mcp.Meta {
+	m := mcp.Meta{MetaRunID: call.RunID, MetaServer: server, MetaTool: tool}
+	if d, ok := ctx.Deadline(); ok && call.RunID != "" {
 		m[MetaRunTimeLeft] = max(time.Until(d), 0).Milliseconds()
+	}
+	if call.Vault != "" && call.RunID != "" {
+		m[MetaVault] = call.Vault
+		if !call.VaultEnds.IsZero() {
+			m[MetaVaultTimeLeft] = max(time.Until(call.VaultEnds), 0).Milliseconds()
+		}
 	}
 	return m
 }
@@ -31,8 +37,14 @@ func callMeta(ctx context.Context, runID, server, tool string) mcp.Meta {
 // when it says none. A time left beyond [policy.MaxRunLife] is kept beyond
 // it (the Store refuses such a run) but bounded, so it cannot overflow.
 func runDeadline(meta mcp.Meta, now time.Time) time.Time {
+	return metaTime(meta, MetaRunTimeLeft, now)
+}
+
+// metaTime is now plus the milliseconds meta's key says, bounded as
+// runDeadline says; zero when it says none.
+func metaTime(meta mcp.Meta, key string, now time.Time) time.Time {
 	var ms float64
-	switch v := meta[MetaRunTimeLeft].(type) {
+	switch v := meta[key].(type) {
 	case float64: // decoded from JSON
 		ms = v
 	case int64: // from callMeta, in the same process

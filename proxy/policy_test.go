@@ -296,12 +296,12 @@ func TestPolicyRunIDsAndTimeLeft(t *testing.T) {
 func TestRunTimeLeftMeta(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	m := callMeta(ctx, "r1", "s", "t")
+	m := callMeta(ctx, Call{RunID: "r1"}, "s", "t")
 	left, ok := m[MetaRunTimeLeft].(int64)
 	if !ok || left <= 0 || left > int64(time.Hour/time.Millisecond) || m[MetaRunID] != "r1" {
 		t.Fatalf("meta %v", m)
 	}
-	if m := callMeta(context.Background(), "r1", "s", "t"); m[MetaRunTimeLeft] != nil {
+	if m := callMeta(context.Background(), Call{RunID: "r1"}, "s", "t"); m[MetaRunTimeLeft] != nil {
 		t.Fatalf("no deadline, yet meta %v", m)
 	}
 	now := time.Now()

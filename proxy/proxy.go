@@ -27,6 +27,12 @@ const (
 	// MetaRunTimeLeft, on a tools/call, is how many milliseconds the run
 	// may still last: a remote proxy keeps the run's call budget that long.
 	MetaRunTimeLeft = "io.github.bridge-mcp/run-time-left-ms"
+	// MetaVault, on a tools/call of a session's run, names the session's
+	// tokenized values, which its runs share (policy.Store.ShareVault);
+	// MetaVaultTimeLeft is how many milliseconds the session may still
+	// last: the proxy keeps the values that long.
+	MetaVault         = "io.github.bridge-mcp/vault"
+	MetaVaultTimeLeft = "io.github.bridge-mcp/vault-time-left-ms"
 	// MetaError, on an isError result, says the proxy made it, and why:
 	// one of the Kind constants. A tool's own error results lack it.
 	MetaError = "io.github.bridge-mcp/error"

@@ -2,6 +2,7 @@ package toolhost
 
 import (
 	"sync"
+	"time"
 
 	"github.com/bridge-mcp/bridge/proxy"
 )
@@ -12,6 +13,13 @@ type Run interface {
 	proxy.Asker
 	// Record adds one call to the run's trace.
 	Record(TraceEntry)
+}
+
+// sessionRun is a [Run] of a session: Vault names the session's tokenized
+// values, which a remote MCP proxy keeps for its runs until ends
+// ([proxy.Call] Vault); "" outside a session.
+type sessionRun interface {
+	Vault() (key string, ends time.Time)
 }
 
 // TraceEntry is one tool call of a run, as structuredContent.tool_calls

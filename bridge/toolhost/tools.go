@@ -118,6 +118,9 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 	pc := proxy.Call{RunID: runID, Server: call.Server, Tool: call.Tool, Args: call.Args, Report: &rep}
 	if run != nil {
 		pc.Asker = run
+		if sv, ok := run.(sessionRun); ok {
+			pc.Vault, pc.VaultEnds = sv.Vault()
+		}
 	}
 	js, err := h.up.CallJSON(ctx, pc)
 	var r relay.ToolResult
