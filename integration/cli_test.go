@@ -398,3 +398,68 @@ func TestDoctorShowsPolicyInForce(t *testing.T) {
 		}
 	})
 }
+
+// TestCLIRunOutputs: `bridge run --outputs DIR` keeps the files the code
+// wrote in /tmp/outputs (a real PNG, and a name that tries to climb out of
+// DIR), never replaces a file there nor follows a link, and says on stderr
+// where each went; without --outputs it says how many were not kept.
+func TestCLIRunOutputs(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		work := t.TempDir()
+		dir := filepath.Join(work, "out")
+		outside := filepath.Join(work, "victim.txt")
+		if err := os.WriteFile(outside, []byte("untouched"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A 1x1 PNG, written as bytes: the slim image has no matplotlib.
+		code := `import base64, os
+png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+open("/tmp/outputs/plot.png", "wb").write(png)
+open("/tmp/outputs/..\\..\\victim.txt", "w").write("escaped")
+os.symlink("/etc/passwd", "/tmp/outputs/passwd")
+print("wrote")
+`
+		flags := []string{"run", "--runtime", e.cand.Engine}
+		if !e.enforced {
+			flags = append(flags, "--allow-unenforced-limits")
+		}
+		out, errOut, rc := bridgeCLI(t, engineEnv(e), code, append(flags, "-")...)
+		if rc != 0 || out != "wrote\n" || !strings.Contains(errOut, "bridge: 3 files in /tmp/outputs were not kept: pass --outputs DIR to keep them") {
+			t.Fatalf("without --outputs: exit %d, stdout %q, stderr:\n%s", rc, out, errOut)
+		}
+		for i := range 2 {
+			out, errOut, rc = bridgeCLI(t, engineEnv(e), code, append(flags, "--outputs", dir, "-")...)
+			if rc != 0 || out != "wrote\n" {
+				t.Fatalf("exit %d, stdout %q, stderr:\n%s", rc, out, errOut)
+			}
+			png, victim := "plot.png", "victim.txt"
+			if i == 1 {
+				png, victim = "plot (2).png", "victim (2).txt"
+			}
+			for _, want := range []string{
+				"bridge: kept /tmp/outputs/plot.png as " + filepath.Join(dir, png) + " (image/png, 70 bytes)",
+				`bridge: kept /tmp/outputs/..\..\victim.txt as ` + filepath.Join(dir, victim),
+				"bridge: not kept: /tmp/outputs/passwd (0 bytes): a symbolic link: never followed",
+			} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("run %d: stderr does not say %q:\n%s", i+1, want, errOut)
+				}
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "plot.png"))
+		if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) || len(b) != 70 {
+			t.Errorf("plot.png: %d bytes, %v", len(b), err)
+		}
+		if b, _ := os.ReadFile(outside); string(b) != "untouched" {
+			t.Errorf("a file outside --outputs was written: %q", b)
+		}
+		ents, _ := os.ReadDir(dir)
+		var names []string
+		for _, en := range ents {
+			names = append(names, en.Name())
+		}
+		if want := "plot (2).png plot.png victim (2).txt victim.txt"; strings.Join(names, " ") != want {
+			t.Errorf("the folder holds %q, want %s", names, want)
+		}
+	})
+}

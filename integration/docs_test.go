@@ -144,6 +144,9 @@ var docsRules = []docsRule{
 		files: map[string]string{"plot.py": "import matplotlib.pyplot as plt\nimport pandas as pd\n" +
 			"df = pd.DataFrame({\"x\": range(5), \"y\": [v * v for v in range(5)]})\n" +
 			"df.plot(x=\"x\", y=\"y\")\nplt.savefig(\"/tmp/plot.png\")\nprint(\"saved\", df.y.sum())\n"}},
+	{match: "bridge run --variant datascience --outputs out plot.py", output: "bridge: kept /tmp/outputs/plot.png as out/plot.png (image/png",
+		why:   "--outputs keeps the figure the code saved in /tmp/outputs (README)",
+		files: map[string]string{"plot.py": "import matplotlib.pyplot as plt\nplt.plot([0, 1, 4])\nplt.savefig(\"/tmp/outputs/plot.png\")\n"}},
 	{match: "bridge run --servers-config servers.json script.py", output: "echo-ok", npm: true,
 		why:   "the code may use those MCP servers",
 		files: map[string]string{"script.py": "import mcp_tools\nprint(mcp_tools.call(\"everything\", \"echo\", message=\"echo-ok\"))\n"}},

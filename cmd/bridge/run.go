@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -23,6 +24,8 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	var uf upstreamFlags
 	uf.register(fs, true)
 	sf.callTimeout(fs)
+	outputs := fs.String("outputs", "", "keep the files the code writes in /tmp/outputs in this `DIR` (created if missing; a name\n"+
+		"already there gets \" (2)\", nothing is replaced); within the policy's artifacts.max_files and max_bytes_stored")
 	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\nwith a policy file, the sandbox flags may only tighten it")
 	args, err := parseFlags(fs, args)
 	if err != nil {
@@ -64,25 +67,25 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		return exitBridge, err
 	}
 	runID := sandbox.NewRunID()
+	var mu sync.Mutex
+	files, err := newRunFiles(*outputs, runID, bridge.ArtifactsFrom(pol.Artifacts), func(stream, data string) {
+		mu.Lock()
+		defer mu.Unlock()
+		w := e.stdout
+		if stream == "stderr" {
+			w = e.stderr
+		}
+		io.WriteString(w, data)
+	})
+	if err != nil {
+		return exitUsage, err
+	}
+	defer files.close()
 	run := store.Begin(runID)
 	defer store.End(runID)
 	store.Audit().RunStart(runID, "", run.Snap.Gen, pol.Sandbox, limits.Timeout)
 	start := time.Now()
-	var mu sync.Mutex
-	res, err := eng.Run(ctx, sandbox.Request{
-		Code:   code,
-		Limits: limits,
-		RunID:  runID,
-		OnOutput: func(stream, data string) {
-			mu.Lock()
-			defer mu.Unlock()
-			w := e.stdout
-			if stream == "stderr" {
-				w = e.stderr
-			}
-			io.WriteString(w, data)
-		},
-	})
+	res, err := eng.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, Sink: files.sink(), Files: files.limits()})
 	status := string(res.Status)
 	if err != nil {
 		status = "unavailable"
@@ -91,6 +94,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitBridge, err
 	}
+	files.report(e.stderr, res.FilesSkipped)
 	return reportRun(e, res), nil
 }
 

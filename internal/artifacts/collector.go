@@ -98,7 +98,7 @@ func (a Artifact) Returned() bool { return a.Inlined || a.URI != "" }
 type Collector struct {
 	run   string
 	lim   Limits
-	store *Store
+	store keeper // nil: none
 
 	mu       sync.Mutex
 	list     []Artifact
@@ -114,6 +114,23 @@ type Collector struct {
 // store is where files go by reference; nil: no host folder, and files
 // that do not fit inline are not returned.
 func NewCollector(runID string, l Limits, store *Store) *Collector {
+	if store == nil {
+		return newCollector(runID, l, nil)
+	}
+	return newCollector(runID, l, store)
+}
+
+// NewFolderCollector returns a [Collector] for the run runID that keeps
+// every file in the folder f (bridge run --outputs), under the limits that
+// bound what a run stores: l.MaxFiles files, l.MaxBytesStored bytes in
+// all. Nothing goes inline: the collector holds no file in memory, and
+// each file returned has the URI (file://) of where it was kept.
+func NewFolderCollector(runID string, l Limits, f *Folder) *Collector {
+	l.ByReference = ByReferenceAll
+	return newCollector(runID, l, f)
+}
+
+func newCollector(runID string, l Limits, store keeper) *Collector {
 	l.MaxFiles = max(l.MaxFiles, 0)
 	l.MaxBytesInline = max(l.MaxBytesInline, 0)
 	l.MaxBytesTotal = max(l.MaxBytesTotal, 0)
@@ -135,7 +152,7 @@ func (c *Collector) FileLimits() sandbox.FileLimits {
 	inlineFile := min(c.lim.MaxBytesInline, c.lim.MaxBytesTotal)
 	fl := sandbox.FileLimits{MaxFiles: c.lim.MaxFiles, MaxFileBytes: inlineFile, MaxBytes: c.lim.MaxBytesTotal}
 	if c.store != nil {
-		storable := min(c.lim.MaxBytesStored, c.store.maxKept)
+		storable := min(c.lim.MaxBytesStored, c.store.maxFileBytes())
 		if c.all() {
 			fl.MaxFileBytes, fl.MaxBytes = storable, c.lim.MaxBytesStored
 		} else {
@@ -171,7 +188,7 @@ func (c *Collector) File(f sandbox.FileInfo) sandbox.FileWriter {
 			w.note = fmt.Sprintf("would pass the %s one run may store on the host (artifacts.max_bytes_stored): not returned; write fewer or smaller files", units.Bytes(c.lim.MaxBytesStored))
 			break
 		}
-		sw, err := c.store.begin(c.run, f.Name, size)
+		sw, err := c.store.keep(c.run, f.Name, size)
 		if err != nil {
 			w.note = "could not be stored on the host: " + err.Error() + ": not returned"
 			break
@@ -281,11 +298,11 @@ type fileWriter struct {
 	info  sandbox.FileInfo
 	mode  mode
 	got   int64
-	buf   []byte       // modeInline
-	sw    *storeWriter // modeStore
-	sniff sniffer      // modeStore
-	why   string       // modeStore: why by reference
-	note  string       // why not returned; set: modeDrop
+	buf   []byte   // modeInline
+	sw    keptFile // modeStore
+	sniff sniffer  // modeStore
+	why   string   // modeStore: why by reference
+	note  string   // why not returned; set: modeDrop
 	ended bool
 }
 

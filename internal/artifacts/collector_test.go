@@ -354,7 +354,7 @@ func TestCollectorStoreFails(t *testing.T) {
 	c := NewCollector("r1", DefaultLimits(), s)
 	w := c.File(sandbox.FileInfo{Name: "a.csv", Size: 2 << 20})
 	w.Write(text(1 << 20))
-	c.cur.sw.f.Close() // the disk goes away
+	c.cur.sw.(*storeWriter).f.Close() // the disk goes away
 	if _, err := w.Write(text(1 << 20)); err == nil {
 		t.Error("a failed write was not reported")
 	}

@@ -1,8 +1,6 @@
 package artifacts
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -177,6 +175,16 @@ func OpenStore(opts StoreOptions) (*Store, error) {
 
 // runDir is the name of a run's folder.
 func runDir(run string) string { return "run-" + run }
+
+func (s *Store) maxFileBytes() int64 { return s.maxKept }
+
+func (s *Store) keep(run, name string, size int64) (keptFile, error) {
+	w, err := s.begin(run, name, size)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
 
 // Path is where e's file is kept on the host, for a reader that is on
 // the host too.
@@ -479,23 +487,13 @@ func (s *Store) begin(run, name string, size int64) (w *storeWriter, err error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening the run's folder in %s: %w", s.dir, err)
 	}
-	for range 3 {
-		var rnd [12]byte
-		_, _ = rand.Read(rnd[:])
-		tmp := ".tmp-" + hex.EncodeToString(rnd[:])
-		fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if errors.Is(err, unix.EEXIST) {
-			continue
-		}
-		if err != nil {
-			unix.Close(dfd)
-			return nil, fmt.Errorf("creating a file in %s: %w", s.dir, err)
-		}
-		s.reserved += size
-		return &storeWriter{s: s, run: run, name: clean, size: size, dfd: dfd, f: os.NewFile(uintptr(fd), tmp), tmp: tmp, held: true}, nil
+	fd, tmp, err := createTemp(dfd, 0o600)
+	if err != nil {
+		unix.Close(dfd)
+		return nil, fmt.Errorf("creating a file in %s: %w", s.dir, err)
 	}
-	unix.Close(dfd)
-	return nil, errors.New("could not create a temporary file: names taken")
+	s.reserved += size
+	return &storeWriter{s: s, run: run, name: clean, size: size, dfd: dfd, f: os.NewFile(uintptr(fd), tmp), tmp: tmp, held: true}, nil
 }
 
 // Write writes the next bytes; past the size announced, or when writing
@@ -588,19 +586,9 @@ func (w *storeWriter) linkLocked(mime string, kind Kind, st *unix.Stat_t) (Entry
 	if s.closed {
 		return Entry{}, errors.New("the bridge is shutting down")
 	}
-	name := w.name
-	for i := 2; ; i++ {
-		err := unix.Linkat(w.dfd, w.tmp, w.dfd, name, 0)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.EEXIST) {
-			return Entry{}, fmt.Errorf("naming the file in %s: %w", s.dir, err)
-		}
-		if i > maxSuffix {
-			return Entry{}, fmt.Errorf("%d files of this run are already named like %s: name them apart", maxSuffix, name)
-		}
-		name = withSuffix(w.name, i)
+	name, err := linkFree(w.dfd, w.tmp, w.name, s.dir)
+	if err != nil {
+		return Entry{}, err
 	}
 	now := s.now()
 	e := &stored{Entry: Entry{URI: URI(w.run, name), Run: w.run, Name: name, MIME: mime, Kind: kind, Size: w.size,
