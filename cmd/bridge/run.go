@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -43,6 +44,9 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	pol, polPath, limits, runnerImage, err := runPolicy(e, *policyPath, uf.proxyURL, sf.set)
 	if err != nil {
+		if terr := timeoutOverMax(e, *policyPath, sf.set); terr != nil {
+			return exitUsage, terr
+		}
 		return exitUsage, err
 	}
 	store, err := policy.NewStore(pol, polPath, e.log)
@@ -96,6 +100,55 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	files.report(e.stderr, res.FilesSkipped)
 	return reportRun(e, res), nil
+}
+
+// timeoutOverMax explains, after the policy was refused, a --timeout
+// longer than sandbox.max_timeout: which key, in which policy (a file, or
+// the built-in defaults), and how bridge run can raise it (--policy FILE
+// with that key). It is nil when the timeout is not what was refused.
+func timeoutOverMax(e *env, path string, settings []policy.Setting) error {
+	var asked policy.Setting
+	var others []policy.Setting
+	for _, s := range settings {
+		if s.Key == "sandbox.timeout" {
+			asked = s
+		} else {
+			others = append(others, s)
+		}
+	}
+	if asked.Key == "" {
+		return nil
+	}
+	if path == "" {
+		path = defaultPolicyFile(e)
+	}
+	base, mode := policy.Default(), policy.Replace
+	if path != "" {
+		file, err := policy.Load(path)
+		if err != nil {
+			return nil
+		}
+		base, mode = file, policy.Tighten
+	}
+	p, err := base.With(others, mode)
+	if err != nil {
+		return nil
+	}
+	// The timeout asked for, read with the file's grammar and bounds.
+	want, err := policy.Default().With([]policy.Setting{asked, {Key: "sandbox.max_timeout", Value: asked.Value}}, policy.Replace)
+	if err != nil || want.Sandbox.Timeout <= p.Sandbox.MaxTimeout {
+		return nil
+	}
+	have, wanted := units.FormatDuration(p.Sandbox.MaxTimeout), units.FormatDuration(want.Sandbox.Timeout)
+	if path == "" {
+		return usagef("%s %s is longer than sandbox.max_timeout, %s under the built-in defaults (no policy file: none given with --policy, none at %s): "+
+			"to allow it, write a policy file with `version: 1` and `sandbox: {max_timeout: %s}` and pass it with --policy FILE (docs/policy.md), "+
+			"or give a --timeout of at most %s",
+			asked.Flag, asked.Value, have, defaultPolicyPath(), wanted, have)
+	}
+	return usagef("%s %s is longer than sandbox.max_timeout, %s in the policy in force, %s: "+
+		"to allow it, raise sandbox.max_timeout to at least %s in that file (or pass another with --policy FILE), or give a --timeout of at most %s",
+		asked.Flag, asked.Value, have, path, wanted, have)
 }
 
 // reportRun prints what the output does not say and picks the exit code.
