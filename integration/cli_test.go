@@ -463,3 +463,44 @@ print("wrote")
 		}
 	})
 }
+
+// TestCLIImageOnOtherEngine: an --image that only the other engine holds
+// (auto picked Podman; the image is in Docker's store, and the other way
+// round) fails with --runtime for the engine that holds it.
+func TestCLIImageOnOtherEngine(t *testing.T) {
+	byName := map[string]*engine{}
+	for _, e := range testSuite.engines {
+		byName[e.name] = e
+	}
+	docker, podman := byName["docker"], byName["podman"]
+	if docker == nil || podman == nil {
+		t.Skip("needs Docker and rootful Podman under test")
+	}
+	env := []string{"DOCKER_HOST=" + docker.cand.URI, "CONTAINER_HOST=" + podman.cand.URI}
+	for _, tt := range []struct {
+		holder  *engine
+		runtime string // what the run asks for
+		want    string
+	}{
+		{docker, "auto", "--runtime docker"},
+		{podman, "docker", "--runtime podman"},
+	} {
+		t.Run("in "+tt.holder.name, func(t *testing.T) {
+			image := fmt.Sprintf("localhost/bridge-runner:only-%s-%d", tt.holder.name, time.Now().UnixNano())
+			var cmd *exec.Cmd
+			if tt.holder == docker {
+				cmd = exec.Command("docker", "--host", docker.cand.URI, "tag", imageName(), image)
+			} else {
+				cmd = exec.Command("podman", "--remote", "--url", podman.cand.URI, "tag", imageName(), image)
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("tagging %s: %v\n%s", image, err, out)
+			}
+			t.Cleanup(func() { removeImage(t, tt.holder, image) })
+			_, errOut, code := bridgeCLI(t, env, "print(1)", "run", "--runtime", tt.runtime, "--image", image, "--allow-unenforced-limits", "-")
+			if code != 125 || !strings.Contains(errOut, tt.holder.name+" holds "+image+": run with "+tt.want) {
+				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+			}
+		})
+	}
+}

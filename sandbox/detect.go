@@ -166,3 +166,37 @@ type openError struct {
 
 func (e *openError) Error() string   { return e.msg }
 func (e *openError) Unwrap() []error { return e.errs }
+
+// OtherEngine is the engine that is not engine: EngineDocker for
+// EnginePodman and the other way round; "" for any other name.
+func OtherEngine(engine string) string {
+	switch engine {
+	case EnginePodman:
+		return EngineDocker
+	case EngineDocker:
+		return EnginePodman
+	}
+	return ""
+}
+
+// HasImage reports whether the first engine among Candidates(engine) that
+// answers holds image in its local store. It is for hints on a failure
+// path: it gives up after 5 s, and any failure is false.
+func HasImage(ctx context.Context, engine, image string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cands, err := Candidates(engine, os.Getenv)
+	if err != nil {
+		return false
+	}
+	for _, c := range cands {
+		rt, err := Connect(ctx, c)
+		if err != nil {
+			continue
+		}
+		_, err = rt.ImageInfo(ctx, image)
+		rt.Close()
+		return err == nil
+	}
+	return false
+}

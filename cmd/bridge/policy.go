@@ -267,7 +267,7 @@ func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) 
 	defer rt.Close()
 	if _, err := rt.ImageInfo(ctx, image); err != nil {
 		if errors.Is(err, sandbox.ErrImageNotFound) {
-			err = fmt.Errorf("%s has no image %s: %s", rt.Name(), image, images.MissingHint(image, rt.Name()))
+			err = fmt.Errorf("%s has no image %s: %s", rt.Name(), image, missingImageHint(hasImage)(image, rt.Name()))
 		}
 		out = append(out, fmt.Sprintf("%s: %v", key, err))
 	}

@@ -33,3 +33,24 @@ func TestRunTimeoutOverMax(t *testing.T) {
 		}
 	}
 }
+
+// TestImageHintOtherEngine: an image missing on the engine picked but held
+// by the other one gets --runtime for that one first.
+func TestImageHintOtherEngine(t *testing.T) {
+	held := map[string]bool{"docker localhost/mine:1": true}
+	var asked []string
+	hint := missingImageHint(func(engine, image string) bool {
+		asked = append(asked, engine+" "+image)
+		return held[engine+" "+image]
+	})
+	h := hint("localhost/mine:1", "podman")
+	if !strings.HasPrefix(h, "docker holds localhost/mine:1: run with --runtime docker") || !strings.Contains(h, "pull or build localhost/mine:1 yourself with podman") {
+		t.Errorf("hint %q", h)
+	}
+	if h := hint("localhost/other:1", "docker"); strings.Contains(h, "--runtime podman") || !strings.Contains(h, "with docker") {
+		t.Errorf("hint %q", h)
+	}
+	if strings.Join(asked, ",") != "docker localhost/mine:1,podman localhost/other:1" {
+		t.Errorf("asked %q", asked)
+	}
+}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
@@ -46,7 +49,7 @@ func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, l
 func wireEngine(pol *policy.Policy, image string, tools sandbox.ToolHandler, store *policy.Store, pool bool, log zerolog.Logger) *sandbox.Engine {
 	opts := sandbox.EngineOptions{
 		Name: pol.Sandbox.Engine,
-		Executor: sandbox.ExecutorOptions{Image: image, ImageHint: images.MissingHint,
+		Executor: sandbox.ExecutorOptions{Image: image, ImageHint: missingImageHint(hasImage),
 			AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, OCIRuntime: pol.Sandbox.OCIRuntime, Tools: tools},
 		Logger: log,
 	}
@@ -70,4 +73,23 @@ func wireEngine(pol *policy.Policy, image string, tools sandbox.ToolHandler, sto
 // under snap.
 func poolOptions(snap *policy.Snapshot) sandbox.PoolOptions {
 	return sandbox.PoolOptions{Size: snap.Policy.Pool.Size, MaxAge: snap.Policy.Pool.MaxAge, Limits: bridge.LimitsFrom(snap.Policy)}
+}
+
+// missingImageHint says what to do about an image missing from engine
+// (sandbox.ExecutorOptions.ImageHint): images.MissingHint, after --runtime
+// for the other engine when has says it holds the image (asked only on
+// this failure path).
+func missingImageHint(has func(engine, image string) bool) func(image, engine string) string {
+	return func(image, engine string) string {
+		hint := images.MissingHint(image, engine)
+		if other := sandbox.OtherEngine(engine); other != "" && has(other, image) {
+			return fmt.Sprintf("%s holds %s: run with --runtime %s (sandbox.engine: %s in a policy); or %s", other, image, other, other, hint)
+		}
+		return hint
+	}
+}
+
+// hasImage reports whether engine holds image (sandbox.HasImage).
+func hasImage(engine, image string) bool {
+	return sandbox.HasImage(context.Background(), engine, image)
 }
