@@ -544,16 +544,25 @@ try:
     mcp_tools.call("misbehave", "crash")
 except mcp_tools.ToolDeniedError as e:
     print("denied:", e)
+try:
+    mcp_tools.call("misbehave", "fail", message="x")
+except mcp_tools.ToolDeniedError as e:
+    print("asked:", e)
 `
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		policyFile := filepath.Join(dir, "policy-"+e.name+".yaml")
-		doc := "version: 1\n" + sandboxSection(e) + "tools:\n  rules:\n    - tool: crash\n      action: deny\n      reason: no crashing\n"
+		doc := "version: 1\n" + sandboxSection(e) + "tools:\n  rules:\n    - tool: crash\n      action: deny\n      reason: no crashing\n" +
+			"    - tool: fail\n      action: ask\n      reason: failing needs a human\n"
 		if err := os.WriteFile(policyFile, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		env := append(engineEnv(e), "XDG_CONFIG_HOME="+dir)
 		stdout, stderr, exit := bridgeCLI(t, env, code, "run", "--policy", policyFile, "--servers-config", servers, "-")
-		if exit != 0 || stdout != "from bridge run\ndenied: no crashing\n" {
+		// bridge run has no MCP client: it says so, and what to do.
+		asked := "asked: misbehave/fail needs the user's approval (failing needs a human), and bridge run cannot ask a person (it has no MCP client): " +
+			"allow the tool for this run in a policy file (--policy FILE, a tools rule with action: allow), or run the code through bridge serve " +
+			"with a client that supports MCP elicitation; the policy's tools.ask_fallback is deny\n"
+		if exit != 0 || stdout != "from bridge run\ndenied: no crashing\n"+asked {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exit, stdout, stderr)
 		}
 	})

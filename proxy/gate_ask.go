@@ -56,7 +56,9 @@ const (
 type Answer struct {
 	Allow bool
 	How   string // one of the constants above
-	// Why says, for an answer Withheld, why the question was not put.
+	// Why says, for an answer Withheld, why the question was not put;
+	// for Unsupported, why no one can be asked (and what to do), in place
+	// of the client's lack of MCP elicitation.
 	Why string
 }
 
@@ -80,8 +82,12 @@ func ask(ctx context.Context, a Asker, pol *policy.Policy, q Question) (Answer, 
 	what := fmt.Sprintf("%s/%s needs the user's approval (%s)", q.Server, q.Tool, q.Reason)
 	switch ans.How {
 	case Unsupported:
+		why := "this client cannot ask the user (it did not declare MCP elicitation)"
+		if ans.Why != "" {
+			why = ans.Why
+		}
 		ans = Answer{Allow: pol.Tools.AskFallback == policy.Allow, How: Fallback}
-		return ans, what + ", and this client cannot ask the user (it did not declare MCP elicitation); the policy's tools.ask_fallback is deny"
+		return ans, what + ", and " + why + "; the policy's tools.ask_fallback is deny"
 	case Accepted, Remembered:
 		if ans.Allow {
 			return ans, ""

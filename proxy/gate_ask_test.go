@@ -61,6 +61,7 @@ audit:
 		{How: Cancelled},
 		{}, // no answer
 		{How: Unsupported},
+		{How: Unsupported, Why: "there is no client to ask"},
 		{Allow: true, How: Remembered},
 		{How: Withheld, Why: "the user dismissed an earlier question of this run"},
 	}}
@@ -70,6 +71,7 @@ audit:
 		{"", KindDenied, "the user dismissed the request", "ask:cancelled"},
 		{"", KindDenied, "no answer within 1s", "ask:timeout"},
 		{"", KindDenied, "this client cannot ask the user (it did not declare MCP elicitation); the policy's tools.ask_fallback is deny", "ask:fallback"},
+		{"", KindDenied, "alpha/echo needs the user's approval (echoes need a human), and there is no client to ask; the policy's tools.ask_fallback is deny", "ask:fallback"},
 		{"hi", "", "", "ask:remembered"},
 		{"", KindDenied, "alpha/echo needs the user's approval (echoes need a human): not asked, the user dismissed an earlier question of this run", "ask:withheld"},
 	} {
@@ -107,7 +109,7 @@ audit:
 			asked[a+":"+l["decision"].(string)]++
 		}
 	}
-	want := map[string]int{"accepted:allow": 1, "declined:deny": 1, "cancelled:deny": 1, "timeout:deny": 1, "fallback:deny": 2, "remembered:allow": 1, "withheld:deny": 1}
+	want := map[string]int{"accepted:allow": 1, "declined:deny": 1, "cancelled:deny": 1, "timeout:deny": 1, "fallback:deny": 3, "remembered:allow": 1, "withheld:deny": 1}
 	for k, n := range want {
 		if asked[k] != n {
 			t.Errorf("audit: %d %s records, want %d (all: %v)", asked[k], k, n, asked)

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/policy"
+	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -85,6 +87,8 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, err
 	}
 	defer files.close()
+	// A call the policy asks about cannot be asked here: say why, and what to do.
+	defer tools.runs.Register(runID, noClient{})()
 	run := store.Begin(runID)
 	defer store.End(runID)
 	store.Audit().RunStart(runID, "", run.Snap.Gen, pol.Sandbox, limits.Timeout)
@@ -150,6 +154,22 @@ func timeoutOverMax(e *env, path string, settings []policy.Setting) error {
 		"to allow it, raise sandbox.max_timeout to at least %s in that file (or pass another with --policy FILE), or give a --timeout of at most %s",
 		asked.Flag, asked.Value, have, path, wanted, have)
 }
+
+// noClient is the [toolhost.Run] of a `bridge run`: there is no MCP client
+// to ask a person through, and no result to trace the calls in.
+type noClient struct{}
+
+// Ask answers that no one can be asked, why and what to do instead.
+func (noClient) Ask(context.Context, proxy.Question) proxy.Answer {
+	return proxy.Answer{How: proxy.Unsupported, Why: "bridge run cannot ask a person (it has no MCP client): " +
+		"allow the tool for this run in a policy file (--policy FILE, a tools rule with action: allow), " +
+		"or run the code through bridge serve with a client that supports MCP elicitation"}
+}
+
+// Record drops the call's trace: bridge run prints no result to put it in.
+func (noClient) Record(toolhost.TraceEntry) {}
+
+var _ toolhost.Run = noClient{}
 
 // reportRun prints what the output does not say and picks the exit code.
 func reportRun(e *env, res sandbox.Result) int {
