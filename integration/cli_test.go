@@ -504,3 +504,30 @@ func TestCLIImageOnOtherEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIRunscOnRuncPodman: --oci-runtime runsc on a Podman service that
+// runs every container with runc, where gVisor is installed (as `bridge
+// doctor` says): the error says so, and that a second service is needed,
+// not to install gVisor.
+func TestCLIRunscOnRuncPodman(t *testing.T) {
+	var podman *engine
+	for _, e := range testSuite.engines {
+		if e.name == "podman" {
+			podman = e
+		}
+	}
+	if podman == nil {
+		t.Skip("needs rootful Podman under test")
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		if ci() {
+			t.Fatal("runsc is not installed: integration/env/setup.sh installs it")
+		}
+		t.Skip("runsc is not installed")
+	}
+	_, errOut, code := bridgeCLI(t, engineEnv(podman), "print(1)", "run", "--runtime", "podman", "--oci-runtime", "runsc", "-")
+	if code != 125 || !strings.Contains(errOut, "gVisor is installed on this machine") ||
+		!strings.Contains(errOut, "CONTAINER_HOST=unix:///run/podman/podman-runsc.sock") || strings.Contains(errOut, "install gVisor") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -52,6 +54,13 @@ type OCIRuntimeInfo struct {
 // engine that cannot run want yields an error wrapping ErrOCIRuntime that
 // says what to set up.
 func ResolveOCIRuntime(info EngineInfo, want string) (request, effective string, err error) {
+	return resolveOCIRuntime(info, want, func() string { return localRunsc(info) })
+}
+
+// resolveOCIRuntime is ResolveOCIRuntime; runsc says where runsc is
+// installed on the engine's machine ("" for nowhere, or not known), for
+// the hint of an error.
+func resolveOCIRuntime(info EngineInfo, want string, runsc func() string) (request, effective string, err error) {
 	if err := CheckOCIRuntime(want); err != nil {
 		return "", "", err
 	}
@@ -69,14 +78,14 @@ func ResolveOCIRuntime(info EngineInfo, want string) (request, effective string,
 		}
 		sort.Strings(names)
 		return "", "", fmt.Errorf("%w: %s at %s has no OCI runtime named %s (it has %s): %s",
-			ErrOCIRuntime, info.Name, info.Socket, want, strings.Join(names, ", "), setupHint(info, want))
+			ErrOCIRuntime, info.Name, info.Socket, want, strings.Join(names, ", "), setupHint(info, want, runsc))
 	}
 	// Every container of this engine runs with its default runtime.
 	if runtimeName(info.OCIRuntime) == want {
 		return want, want, nil
 	}
 	return "", "", fmt.Errorf("%w: %s at %s runs every container with %s, and its API cannot choose another runtime per container: %s",
-		ErrOCIRuntime, info.Name, info.Socket, orUnknown(info.OCIRuntime), setupHint(info, want))
+		ErrOCIRuntime, info.Name, info.Socket, orUnknown(info.OCIRuntime), setupHint(info, want, runsc))
 }
 
 // runtimeName is the name of a runtime given as a name or a path
@@ -107,23 +116,59 @@ const DockerRunscConfig = `"runtimes": {"runsc": {"path": "/usr/bin/runsc", "run
 const PodmanRunscService = "podman --runtime runsc --runtime-flag network=none --runtime-flag host-uds=open " +
 	"system service --time=0 unix:///run/podman/podman-runsc.sock"
 
-// setupHint says how to make the engine of info run want.
-func setupHint(info EngineInfo, want string) string {
-	switch {
-	case want == OCIRuntimeRunsc && info.Name == EngineDocker:
-		return "install gVisor (Debian and Ubuntu: `apt-get install runsc`; else https://gvisor.dev/docs/user_guide/install/), " +
-			"register it in /etc/docker/daemon.json as " + DockerRunscConfig + ", reload dockerd (`sudo kill -HUP $(pidof dockerd)`), " +
-			"then check with `bridge doctor --oci-runtime runsc`"
-	case want == OCIRuntimeRunsc:
-		return "install gVisor (Debian and Ubuntu: `apt-get install runsc`), start a Podman service that runs every container with it (`" +
-			PodmanRunscService + "`) and point the bridge at that socket " +
-			"(CONTAINER_HOST=unix:///run/podman/podman-runsc.sock, engine podman), " +
-			"then check with `bridge doctor --oci-runtime runsc`"
-	case info.Name == EngineDocker:
+// setupHint says how to make the engine of info run want; runsc says
+// where runsc is installed on the engine's machine, if it is (asked only
+// when want is runsc).
+func setupHint(info EngineInfo, want string, runsc func() string) string {
+	if want == OCIRuntimeRunsc {
+		return runscHint(info, runsc())
+	}
+	if info.Name == EngineDocker {
 		return "register " + want + " with dockerd (the \"runtimes\" of /etc/docker/daemon.json) and reload it"
 	}
 	return "start the Podman service with `podman --runtime " + want + " system service ...`, " +
 		"or set runtime = \"" + want + "\" in the [engine] table of its containers.conf"
+}
+
+// runscHint says how to make the engine of info run runsc, which is
+// installed at path ("" for not installed) on its machine. Once gVisor is
+// installed (as `bridge doctor` says), what is missing is the engine's
+// part, not an install.
+func runscHint(info EngineInfo, path string) string {
+	const check = "then check with `bridge doctor --oci-runtime runsc`"
+	install := "install gVisor (Debian and Ubuntu: `apt-get install runsc`; else https://gvisor.dev/docs/user_guide/install/), "
+	if info.Name == EngineDocker {
+		register := "register it in /etc/docker/daemon.json as " + DockerRunscConfig + ", reload dockerd (`sudo kill -HUP $(pidof dockerd)`), " + check
+		if path != "" {
+			return "gVisor is installed on this machine (" + path + ") but not registered with docker: " + register
+		}
+		return install + register
+	}
+	service := "a Podman service that runs every container with runsc (`sudo " + PodmanRunscService + "`) and point the bridge at that socket " +
+		"(CONTAINER_HOST=unix:///run/podman/podman-runsc.sock, --runtime podman), " + check
+	if path != "" {
+		return "gVisor is installed on this machine (" + path + "), so what is missing is a second Podman service for it: start " + service
+	}
+	return install + "start " + service
+}
+
+// localRunsc is where runsc is installed on this machine, when the engine
+// of info is on it (a unix socket): on the PATH, or in the places it is
+// installed in that an ordinary user's PATH may lack; "" if nowhere.
+func localRunsc(info EngineInfo) string {
+	if info.Socket != "" && !strings.HasPrefix(info.Socket, "unix://") {
+		return ""
+	}
+	if p, err := exec.LookPath(OCIRuntimeRunsc); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin", "/usr/local/sbin"} {
+		p := filepath.Join(dir, OCIRuntimeRunsc)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
 }
 
 // GVisorFlagsMissing lists the runsc flags the bridge needs that args (a
