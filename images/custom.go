@@ -31,6 +31,10 @@ type Custom struct {
 	Apt []string
 	// WheelsDir is a folder holding .whl files; "" for none.
 	WheelsDir string
+	// Arch is the machine the image is for (x86_64, aarch64), against
+	// which the wheels' platform tags are checked; "" means this one's
+	// (Arch()).
+	Arch string
 }
 
 // debName is Debian's grammar of a package name (Debian Policy 5.6.7): at
@@ -183,6 +187,17 @@ func (c Custom) resolve() (resolved, error) {
 		if r.wheels, err = Wheels(c.WheelsDir); err != nil {
 			return r, err
 		}
+		arch := c.Arch
+		if arch == "" {
+			arch = Arch()
+		}
+		var errs []error
+		for _, p := range r.wheels {
+			errs = append(errs, CheckWheelTags(filepath.Base(p), arch))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return r, err
+		}
 	}
 	if len(r.apt) == 0 && len(r.wheels) == 0 {
 		return r, errors.New("a custom image needs --apt PKG or --wheels DIR (or both)")
@@ -261,15 +276,54 @@ func BuildCustom(ctx context.Context, rt sandbox.Images, c Custom, out io.Writer
 	if len(r.wheels) > 0 {
 		args["PIP"] = "1"
 	}
-	err = rt.BuildImage(ctx, sandbox.BuildOptions{ContextDir: dir, Dockerfile: "Dockerfile", Tag: r.name, Args: args, Out: out})
+	tail := &tailWriter{w: out}
+	err = rt.BuildImage(ctx, sandbox.BuildOptions{ContextDir: dir, Dockerfile: "Dockerfile", Tag: r.name, Args: args, Out: tail})
 	if err != nil {
-		return "", fmt.Errorf("building %s with %s: %w\n(the build log above says which step failed: "+
-			"where apt-get found no package, check its name with `apt-cache search WORD` or at https://packages.debian.org/bookworm/; "+
-			"where pip found no distribution, put its wheel in the --wheels folder too, or install it from Debian "+
-			"(--apt python3-NAME, or --variant datascience))", r.name, rt.Name(), err)
+		return "", fmt.Errorf("building %s with %s: %w\n(%s)", r.name, rt.Name(), err, buildHint(tail.String()))
 	}
 	return r.name, nil
 }
+
+// Hints for a custom build that failed, by the step the log's end shows.
+const (
+	aptHint = "apt-get found no package: check its name with `apt-cache search WORD` or at https://packages.debian.org/bookworm/"
+	pipHint = "pip could not install the wheels: where it found no distribution, put its wheel in the --wheels folder too " +
+		"(`pip download --only-binary :all: --platform manylinux2014_" + "ARCH --python-version " + PythonVersion + " -d DIR PKG` fetches it with its dependencies), " +
+		"or install it from Debian (--apt python3-NAME, or --variant datascience)"
+)
+
+// buildHint says what to do about a custom build whose log ended with
+// tail: about the packages' names when apt-get failed, about the wheels
+// when pip did, else where to look.
+func buildHint(tail string) string {
+	switch {
+	case strings.Contains(tail, "E: Unable to locate package") || strings.Contains(tail, "has no installation candidate"):
+		return aptHint
+	case strings.Contains(tail, "pip install") && strings.Contains(tail, "ERROR: "):
+		return strings.Replace(pipHint, "ARCH", archOr(Arch()), 1)
+	}
+	return "the build log above says which step failed: if apt-get, " + aptHint + "; if pip, " + strings.Replace(pipHint, "ARCH", archOr(Arch()), 1)
+}
+
+// maxTail is how much of a build log's end tailWriter keeps.
+const maxTail = 16 << 10
+
+// tailWriter passes what it is given on to w, and keeps its last maxTail
+// bytes.
+type tailWriter struct {
+	w    io.Writer
+	tail []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.tail = append(t.tail, p...)
+	if len(t.tail) > maxTail {
+		t.tail = append(t.tail[:0], t.tail[len(t.tail)-maxTail:]...)
+	}
+	return t.w.Write(p)
+}
+
+func (t *tailWriter) String() string { return string(t.tail) }
 
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)

@@ -363,3 +363,32 @@ func TestImageFromRunner(t *testing.T) {
 		}
 	})
 }
+
+// TestImageWheelsRefused: a wheel for another Python is refused before any
+// build, naming its tags; a wheel whose dependency is missing fails in
+// pip's step, and the hint is about the wheels, not apt's package names.
+func TestImageWheelsRefused(t *testing.T) {
+	wrong := t.TempDir()
+	writeWheel(t, wrong, "bridgetest_dep", "1.0", nil, wheelFile{"bridgetest_dep/__init__.py", "VALUE = 41\n"})
+	if err := os.Rename(filepath.Join(wrong, "bridgetest_dep-1.0-py3-none-any.whl"),
+		filepath.Join(wrong, "bridgetest_dep-1.0-cp312-cp312-manylinux_2_17_x86_64.whl")); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := bridgeCLI(t, nil, "", "image", "build", "--wheels", wrong)
+	if code != 2 || !strings.Contains(errOut, "bridgetest_dep-1.0-cp312-cp312-manylinux_2_17_x86_64.whl (python cp312, abi cp312") ||
+		!strings.Contains(errOut, "CPython 3.11") {
+		t.Fatalf("a cp312 wheel: exit %d\n%s", code, errOut)
+	}
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		needImage(t, e, imageName())
+		dir := t.TempDir()
+		writeWheel(t, dir, "bridgetest_lonely", "1.0", []string{"bridgetest-missing"}, wheelFile{"bridgetest_lonely/__init__.py", "X = 1\n"})
+		_, errOut, code := bridgeCLI(t, engineEnv(e), "", "image", "build", "--runtime", e.cand.Engine, "--wheels", dir)
+		if code == 0 {
+			t.Fatal("a wheel whose dependency is missing was installed")
+		}
+		if !strings.Contains(errOut, "pip could not install the wheels") || strings.Contains(errOut, "apt-cache search") {
+			t.Fatalf("exit %d\n%s", code, errOut)
+		}
+	})
+}
