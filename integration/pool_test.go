@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -276,6 +277,78 @@ func TestPoolShutdown(t *testing.T) {
 					time.Sleep(100 * time.Millisecond)
 				}
 			})
+		}
+	})
+}
+
+// A mounted folder replaced or deleted on the host while the pool holds
+// containers that mounted it: through `bridge serve`, pool on, no run
+// reads the old (now empty) folder from a ready container. A replaced
+// folder is read as it is now; a deleted one fails every run, warm or not,
+// with the error of a run that starts its own container; the stale ready
+// containers are discarded, and the pool recovers once the folder is back.
+func TestPoolMountDeleted(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		sales, _ := mountedFolder(t)
+		cs, _, stderr, addr, _ := poolBridge(t, e, 2, "mounts:\n  - host: "+sales+"\n")
+		awaitPool(t, addr, 60*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		const read = "import os\nprint(sorted(os.listdir('/data/sales')))\nprint(open('/data/sales/sales.csv').read(), end='')"
+		if out := mustRun(t, cs, read); !strings.Contains(out, "north,12") {
+			t.Fatalf("the mounted CSV: %q", out)
+		}
+		awaitPool(t, addr, 30*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+
+		// Replaced: the ready containers hold the old folder, empty now.
+		fill := func(csv string) {
+			t.Helper()
+			if err := os.Mkdir(sales, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(sales, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(sales, "sales.csv"), []byte(csv), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.RemoveAll(sales); err != nil {
+			t.Fatal(err)
+		}
+		fill("region,amount\neast,7\n")
+		for i := range 3 {
+			if out := mustRun(t, cs, read); !strings.Contains(out, "east,7") {
+				t.Fatalf("run %d after the folder was replaced read %q, not the new CSV", i, out)
+			}
+		}
+		awaitPool(t, addr, 60*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		before, _ := poolStats(t, addr)
+
+		// Deleted: each run fails, naming the folder, as a cold run does.
+		if err := os.RemoveAll(sales); err != nil {
+			t.Fatal(err)
+		}
+		want := "the policy's mount " + sales + " → /data/sales: the host folder no longer exists: recreate it, or remove the mount from the policy"
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for i := range 3 {
+			res, out := callRunPython(t, ctx, cs, read, nil)
+			if !res.IsError || out.Status != "unavailable" || out.Stdout != "" || !strings.Contains(out.Message, want) {
+				t.Fatalf("run %d after the folder was deleted: isError %v, %+v\nwant status unavailable and %q\nstderr:\n%s", i, res.IsError, out, want, stderr.String())
+			}
+		}
+		after := awaitPool(t, addr, 10*time.Second, "nothing ready", func(s sandbox.PoolStats) bool { return s.Ready == 0 && s.Removing == 0 })
+		if after.Hits != before.Hits || after.Discarded < before.Discarded+2 {
+			t.Fatalf("pool before the deletion %+v, after 3 runs %+v: want no warm run and the 2 ready discarded", before, after)
+		}
+
+		// Back: the pool recovers on its own (its starts back off meanwhile).
+		fill("region,amount\nwest,3\n")
+		awaitPool(t, addr, 90*time.Second, "2 ready again", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
+		if out := mustRun(t, cs, read); !strings.Contains(out, "west,3") {
+			t.Fatalf("the folder back: read %q", out)
+		}
+		if st, _ := poolStats(t, addr); st.Hits != after.Hits+1 {
+			t.Fatalf("the run once the folder was back was not warm: %+v", st)
 		}
 	})
 }

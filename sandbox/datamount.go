@@ -84,6 +84,34 @@ func checkDataMountHosts(ms []DataMount) error {
 	return nil
 }
 
+// statDataMounts stats each mount's host folder (nil where that fails),
+// to tell later whether it is still the folder a container mounted.
+func statDataMounts(ms []DataMount) []os.FileInfo {
+	if len(ms) == 0 {
+		return nil
+	}
+	fis := make([]os.FileInfo, len(ms))
+	for n, m := range ms {
+		fis[n], _ = os.Stat(m.Host)
+	}
+	return fis
+}
+
+// mountsChanged says which of the container's data mounts no longer holds
+// the folder it was created with ("" when all do): the host folder was
+// deleted, or replaced by another (device and inode differ). Such a
+// container shows the code an empty or stale folder, so a ready one is
+// discarded rather than run (the pool's take path: a stat per mount).
+func (i *Container) mountsChanged() string {
+	for n, m := range i.limits.Mounts {
+		fi, err := os.Stat(m.Host)
+		if err != nil || n >= len(i.mounted) || i.mounted[n] == nil || !os.SameFile(fi, i.mounted[n]) {
+			return m.Host
+		}
+	}
+	return ""
+}
+
 // ErrDataMountsGVisor means the data mounts cannot be made noexec under
 // gVisor on this engine (see Docker.Create).
 var ErrDataMountsGVisor = errors.New("data mounts cannot be held noexec under gVisor on Docker")

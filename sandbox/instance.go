@@ -65,9 +65,14 @@ type Container struct {
 	dir  string // the run directory holding the socket
 	// limits are those the container was created with.
 	limits Limits
-	conn   *runnerConn
-	log    zerolog.Logger
-	start  time.Time // when Start began
+	// mounted are its data mounts' host folders as they were when it was
+	// created (nil where a stat failed: the create fails then), in the
+	// order of limits.Mounts: a pooled container whose folders are no
+	// longer these must not run code (mountsChanged).
+	mounted []os.FileInfo
+	conn    *runnerConn
+	log     zerolog.Logger
+	start   time.Time // when Start began
 	// exited delivers the container's end, once; gone is closed at the
 	// same moment, for those who only ask whether it ended (the pool);
 	// stopWait ends the wait.
@@ -219,6 +224,7 @@ func (i *Container) create(ctx context.Context, token string, pooled bool) error
 		// engine would drop, so what runs is what the spec says.
 		i.log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
 	}
+	i.mounted = statDataMounts(i.limits.Mounts)
 	engineCtx := context.WithoutCancel(ctx)
 	cctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
 	id, err := e.rt.Create(cctx, spec)

@@ -169,12 +169,13 @@ func (p *Pool) Configure(size int, maxAge time.Duration, l Limits) error {
 }
 
 // takeStale removes from ready the containers that are dead, too old, of
-// an old shape or beyond the size, and returns them. p.mu is held.
+// an old shape, beyond the size, or whose data mounts' folders were
+// deleted or replaced on the host, and returns them. p.mu is held.
 func (p *Pool) takeStale(now time.Time) []*Container {
 	var drop []*Container
 	keep := p.ready[:0]
 	for _, r := range p.ready {
-		if r.gen != p.gen || r.inst.ended() || now.Sub(r.born) >= p.maxAge || len(keep) >= p.size {
+		if r.gen != p.gen || r.inst.ended() || now.Sub(r.born) >= p.maxAge || len(keep) >= p.size || r.inst.mountsChanged() != "" {
 			drop = append(drop, r.inst)
 			continue
 		}
@@ -293,10 +294,20 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 	case !sameShape(p.shape, l):
 		miss = "the run's limits differ from the pool's"
 	}
+	var changed string
 	for miss == "" && len(p.ready) > 0 {
 		r := p.ready[0]
 		p.ready = slices.Delete(p.ready, 0, 1)
 		if r.inst.ended() || now.Sub(r.born) >= p.maxAge {
+			drop = append(drop, r.inst)
+			continue
+		}
+		// A mount's folder deleted or replaced since the container was
+		// made: it would show the code an empty or old folder. The
+		// cold start below meets the folder as it is now (and fails,
+		// naming it, when it is gone).
+		if h := r.inst.mountsChanged(); h != "" {
+			changed = h
 			drop = append(drop, r.inst)
 			continue
 		}
@@ -307,7 +318,10 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 		p.stats.Hits++
 	} else {
 		p.stats.Misses++
-		if miss == "" {
+		switch {
+		case miss == "" && changed != "":
+			miss = "the ready containers' mount " + changed + " was deleted or replaced on the host"
+		case miss == "":
 			miss = "no ready container"
 			if p.stats.LastError != "" {
 				miss += " (the pool's starts fail: " + p.stats.LastError + ")"

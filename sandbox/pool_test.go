@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -363,4 +365,78 @@ func TestPoolServesASessionsFirstCall(t *testing.T) {
 		}
 	}
 	waitReady(t, p, 1) // refilled, while the session keeps its own
+}
+
+// A ready container whose mount's host folder was replaced (another inode)
+// or deleted since it was made never runs code: the run starts cold, which
+// sees the folder as it is now and, when it is gone, fails as a run
+// without the pool does; the stale containers are discarded, not kept.
+func TestPoolMountReplacedOrDeleted(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "sales")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := testLimits()
+	l.Mounts = []DataMount{{Host: data, Path: "/data/sales"}}
+	rt := newFake(pythonRunner(t))
+	p := newTestPool(t, rt, 2, l)
+	waitReady(t, p, 2)
+	if res, err := p.Run(context.Background(), Request{Code: "pass", Limits: l}); err != nil || !res.Warm {
+		t.Fatalf("a run with the folder in place: %+v, %v; want warm", res, err)
+	}
+	waitReady(t, p, 2)
+
+	// Replaced: same path, another folder. An engine's mount holds the
+	// old folder, so its inode number is not reused meanwhile: so does
+	// this open handle (the fake mounts nothing).
+	old, err := os.Open(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := os.Remove(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Run(context.Background(), Request{Code: "print('ran')", Limits: l})
+	if err != nil || res.Status != StatusOK || res.Warm || !strings.Contains(res.Cold, "mount "+data+" was deleted or replaced") {
+		t.Fatalf("a run after the folder was replaced: %+v, %v; want a cold run that says why", res, err)
+	}
+	// The pool refills with containers of the new folder, and runs warm.
+	waitReady(t, p, 2)
+	if res, err := p.Run(context.Background(), Request{Code: "pass", Limits: l}); err != nil || !res.Warm {
+		t.Fatalf("a run once the pool refilled: %+v, %v; want warm", res, err)
+	}
+	waitReady(t, p, 2)
+	before := p.Stats()
+
+	// Deleted: every run fails as a cold one does, naming the folder.
+	if err := os.Remove(data); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		res, err := p.Run(context.Background(), Request{Code: "print('ran')", Limits: l})
+		if err == nil || !strings.Contains(err.Error(), "the policy's mount "+data+" → /data/sales: the host folder no longer exists") || res.Stdout != "" {
+			t.Fatalf("run %d after the folder was deleted: %+v, %v; want the cold path's error", i, res, err)
+		}
+	}
+	after := p.Stats()
+	if after.Hits != before.Hits || after.Ready != 0 || after.Discarded < before.Discarded+2 {
+		t.Fatalf("stats before the deletion %+v, after 3 runs %+v: want no hit, nothing ready, the 2 ready discarded", before, after)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rt.mu.Lock()
+		n := len(rt.containers)
+		rt.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers left after the folder was deleted: the stale ones leak", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

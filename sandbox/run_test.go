@@ -81,6 +81,10 @@ func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, e
 	if createErr != nil {
 		return "", createErr
 	}
+	// As the engines' backends do (Docker.Create, Podman.Create).
+	if err := checkDataMountHosts(spec.DataMounts); err != nil {
+		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
+	}
 	if f.createSlow {
 		<-ctx.Done()
 	}
