@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,9 +18,20 @@ import (
 	"github.com/bridge-mcp/bridge/proxy"
 )
 
-// maxTraceEntries bounds a run's tool-call trace; calls beyond it are
-// counted.
+// maxTraceEntries bounds a run's tool-call trace. Once it is full, an
+// allowed call that went through is cut first: a denied, asked, refused
+// or failed one takes the place of the latest such call, and is cut only
+// when the trace holds nothing else. Calls cut are counted by kind.
 const maxTraceEntries = 100
+
+// traceKind is the kind a trace entry is counted under when cut: its
+// decision, or "failed" for an allowed call that failed.
+func traceKind(e TraceEntry) string {
+	if e.Decision == "allowed" && e.Error != "" {
+		return "failed"
+	}
+	return e.Decision
+}
 
 // TraceEntry is one tool call of a run, as structuredContent.tool_calls
 // reports it.
@@ -73,7 +86,7 @@ type runState struct {
 	// the run starts.
 	prog     *progress
 	trace    []TraceEntry
-	cut      int
+	cut      map[string]int // calls cut from the trace, by traceKind
 	counts   map[string]int // by decision
 	run      *approvals     // remembered for the run (or its session)
 	conn     *approvals     // remembered for the connection
@@ -129,19 +142,39 @@ func (rs *runState) Record(e TraceEntry) {
 		rs.counts["failed"]++
 	}
 	if len(rs.trace) >= maxTraceEntries {
-		rs.cut++
-		return
+		// Full: a call that went through makes room for one that did not.
+		drop := -1
+		if traceKind(e) != "allowed" {
+			for i := len(rs.trace) - 1; i >= 0; i-- {
+				if traceKind(rs.trace[i]) == "allowed" {
+					drop = i
+					break
+				}
+			}
+		}
+		if rs.cut == nil {
+			rs.cut = map[string]int{}
+		}
+		if drop < 0 {
+			rs.cut[traceKind(e)]++
+			return
+		}
+		rs.cut["allowed"]++
+		rs.trace = slices.Delete(rs.trace, drop, drop+1)
 	}
 	rs.trace = append(rs.trace, e)
 }
 
-// summary is the trace, the count of calls cut from it, and a short line
-// for the agent when it helps: when a call was denied, asked about or
-// failed ("" when every call went through).
-func (rs *runState) summary() (entries []TraceEntry, cut int, line string) {
+// summary is the trace, the calls cut from it (in all, and by kind), and
+// a short line for the agent when it helps: when a call was denied, asked
+// about or failed ("" when every call went through).
+func (rs *runState) summary() (entries []TraceEntry, cut int, cutBy map[string]int, line string) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	n := len(rs.trace) + rs.cut
+	for _, c := range rs.cut {
+		cut += c
+	}
+	n := len(rs.trace) + cut
 	var parts []string
 	for _, k := range []string{"denied", "asked", "refused", "failed"} {
 		if c := rs.counts[k]; c > 0 {
@@ -151,7 +184,10 @@ func (rs *runState) summary() (entries []TraceEntry, cut int, line string) {
 	if len(parts) > 0 {
 		line = fmt.Sprintf("[%d tool call%s: %s]", n, plural(n), strings.Join(parts, ", "))
 	}
-	return append([]TraceEntry(nil), rs.trace...), rs.cut, line
+	if cut > 0 {
+		cutBy = maps.Clone(rs.cut)
+	}
+	return append([]TraceEntry(nil), rs.trace...), cut, cutBy, line
 }
 
 func plural(n int) string {

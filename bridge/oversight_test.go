@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,11 +18,11 @@ import (
 
 func TestTraceSummary(t *testing.T) {
 	rs := &runState{}
-	if _, _, line := rs.summary(); line != "" {
+	if _, _, _, line := rs.summary(); line != "" {
 		t.Errorf("no calls: line %q", line)
 	}
 	rs.Record(TraceEntry{Server: "a", Tool: "x", Decision: "allowed"})
-	if got, cut, line := rs.summary(); len(got) != 1 || cut != 0 || line != "" {
+	if got, cut, _, line := rs.summary(); len(got) != 1 || cut != 0 || line != "" {
 		t.Errorf("one allowed call: %v %d %q", got, cut, line)
 	}
 	rs.Record(TraceEntry{Server: "a", Tool: "y", Decision: "denied", Error: "denied"})
@@ -30,12 +31,47 @@ func TestTraceSummary(t *testing.T) {
 	for i := range maxTraceEntries {
 		rs.Record(TraceEntry{Server: "b", Tool: fmt.Sprint(i), Decision: "allowed"})
 	}
-	got, cut, line := rs.summary()
-	if len(got) != maxTraceEntries || cut != 4 || got[0].Tool != "x" || got[1].Tool != "y" || got[2].Tool != "z" {
-		t.Errorf("%d entries, %d cut; first %+v", len(got), cut, got[:3])
+	got, cut, cutBy, line := rs.summary()
+	if len(got) != maxTraceEntries || cut != 4 || cutBy["allowed"] != 4 || got[0].Tool != "x" || got[1].Tool != "y" || got[2].Tool != "z" {
+		t.Errorf("%d entries, %d cut (%v); first %+v", len(got), cut, cutBy, got[:3])
 	}
 	if want := "[104 tool calls: 1 denied, 1 asked, 1 failed]"; line != want {
 		t.Errorf("line %q, want %q", line, want)
+	}
+}
+
+// A call that did not go through is kept in a full trace, in place of
+// the latest that did; only when the trace holds nothing else is it cut.
+// What was cut is counted by kind.
+func TestTraceKeepsWhatWentWrong(t *testing.T) {
+	rs := &runState{}
+	for i := range 120 {
+		rs.Record(TraceEntry{Server: "a", Tool: fmt.Sprint(i), Decision: "allowed"})
+	}
+	rs.Record(TraceEntry{Server: "a", Tool: "drop_table", Decision: "denied", Error: "denied"})
+	rs.Record(TraceEntry{Server: "a", Tool: "slow", Decision: "allowed", Error: "timeout"})
+	rs.Record(TraceEntry{Server: "a", Tool: "121", Decision: "allowed"})
+	got, cut, cutBy, line := rs.summary()
+	if len(got) != maxTraceEntries || cut != 23 || len(cutBy) != 1 || cutBy["allowed"] != 23 {
+		t.Fatalf("%d entries, %d cut (%v): want %d, 23 allowed cut", len(got), cut, cutBy, maxTraceEntries)
+	}
+	if got[0].Tool != "0" || got[97].Tool != "97" || got[98].Tool != "drop_table" || got[99].Tool != "slow" {
+		t.Errorf("want the first 98 allowed calls, then the denied and the failed one; got %+v ... %+v", got[0], got[96:])
+	}
+	if want := "[123 tool calls: 1 denied, 1 failed]"; line != want {
+		t.Errorf("line %q, want %q", line, want)
+	}
+	// A trace of nothing but denied calls: the later ones are cut.
+	for range 2 * maxTraceEntries {
+		rs.Record(TraceEntry{Server: "a", Tool: "rm", Decision: "denied", Error: "denied"})
+	}
+	rs.Record(TraceEntry{Server: "a", Tool: "q", Decision: "refused", Error: "limit"})
+	got, cut, cutBy, _ = rs.summary()
+	if len(got) != maxTraceEntries || got[0].Tool != "drop_table" || got[1].Tool != "slow" || got[99].Tool != "rm" {
+		t.Errorf("a trace full of denied calls: %d entries, first %+v, last %+v", len(got), got[0], got[99])
+	}
+	if want := map[string]int{"allowed": 121, "denied": 102, "refused": 1}; !maps.Equal(cutBy, want) || cut != 224 {
+		t.Errorf("cut %d by kind %v, want %v", cut, cutBy, want)
 	}
 }
 

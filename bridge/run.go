@@ -251,7 +251,7 @@ func (s *Server) renderRun(req *mcp.CallToolRequest, r *aRun, sessionEnded strin
 	o := out.StructuredContent.(Output)
 	renderArtifacts(out, &o, list, unlisted+int(res.FilesSkipped))
 	var traceLine string
-	o.ToolCalls, o.ToolCallsCut, traceLine = r.rs.summary()
+	o.ToolCalls, o.ToolCallsCut, o.ToolCallsCutBy, traceLine = r.rs.summary()
 	if traceLine != "" {
 		out.Content = append(out.Content, &mcp.TextContent{Text: traceLine})
 	}

@@ -66,7 +66,8 @@ func runPythonTool(maxTimeout time.Duration, sessions bool) *mcp.Tool {
 }
 
 // outputSchema names the fields an agent reads first; the others
-// (duration_ms, stdout_cut, stderr_cut, message, artifacts, session_ended)
+// (duration_ms, stdout_cut, stderr_cut, message, artifacts, session_ended,
+// tool_calls...)
 // are in structuredContent all the same, and in the README: listing them
 // all cost 31 of the tools/list budget's tokens.
 const outputSchema = `{"type":"object","properties":{"status":{"type":"string"},"exit_code":{"type":"integer"},"stdout":{"type":"string"},"stderr":{"type":"string"}},"required":["status"]}`
@@ -91,10 +92,14 @@ type Output struct {
 	Artifacts []ArtifactOutput `json:"artifacts,omitempty"`
 	// ArtifactsUnlisted counts the files not returned beyond those listed.
 	ArtifactsUnlisted int `json:"artifacts_unlisted,omitempty"`
-	// ToolCalls are the run's tool calls, in the order they were answered
-	// (the first maxTraceEntries); ToolCallsCut counts the others.
-	ToolCalls    []TraceEntry `json:"tool_calls,omitempty"`
-	ToolCallsCut int          `json:"tool_calls_cut,omitempty"`
+	// ToolCalls are the run's tool calls, in the order they were answered:
+	// at most maxTraceEntries, the denied, asked, refused and failed ones
+	// kept before those that went through. ToolCallsCut counts the calls
+	// left out, and ToolCallsCutBy counts them by kind ("allowed",
+	// "failed", "denied", "asked", "refused").
+	ToolCalls      []TraceEntry   `json:"tool_calls,omitempty"`
+	ToolCallsCut   int            `json:"tool_calls_cut,omitempty"`
+	ToolCallsCutBy map[string]int `json:"tool_calls_cut_by,omitempty"`
 }
 
 // input is what a call may pass. Decoding is strict: unknown fields and

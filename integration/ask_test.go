@@ -136,6 +136,8 @@ type traceOutput struct {
 		ArgumentBytes                         int `json:"argument_bytes"`
 		ResultBytes                           int `json:"result_bytes"`
 	} `json:"tool_calls"`
+	ToolCallsCut   int            `json:"tool_calls_cut"`
+	ToolCallsCutBy map[string]int `json:"tool_calls_cut_by"`
 }
 
 func traceCall(t *testing.T, cs *mcp.ClientSession, code string) (traceOutput, string) {

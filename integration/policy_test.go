@@ -205,3 +205,49 @@ func waitLog(t *testing.T, log *syncBuffer, s string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestPolicyTraceKeepsDenied: a run that makes 120 allowed tool calls and
+// then one the policy denies gets back a trace of 100 calls that holds the
+// denied one (the allowed calls are cut first), and says what was cut.
+func TestPolicyTraceKeepsDenied(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		dir := t.TempDir()
+		servers := filepath.Join(dir, "servers.json")
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeServers(t, servers, map[string]any{
+			"misbehave": map[string]any{"command": self, "args": []string{"--name", "misbehave"},
+				"env": map[string]string{upstreamEnv: "1"}},
+		})
+		policyFile := filepath.Join(dir, "policy.yaml")
+		pol := "version: 1\n" + sandboxSection(e) + "tools:\n  rules:\n    - server: misbehave\n      tool: crash\n      action: deny\n"
+		if err := os.WriteFile(policyFile, []byte(pol), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cs, _, _ := connectStdioArgs(t, e, nil, "--servers-config", servers, "--policy", policyFile)
+		out, text := traceCall(t, cs, `
+import mcp_tools
+for i in range(120):
+    mcp_tools.call("misbehave", "echo", message=str(i))
+try:
+    mcp_tools.call("misbehave", "crash")
+except mcp_tools.ToolDeniedError:
+    print("denied")
+`)
+		if out.Status != "ok" || out.Stdout != "denied\n" {
+			t.Fatalf("status %q, stdout %q: %s", out.Status, out.Stdout, text)
+		}
+		n := len(out.ToolCalls)
+		if n != 100 || out.ToolCalls[n-1].Tool != "crash" || out.ToolCalls[n-1].Decision != "denied" || out.ToolCalls[0].Tool != "echo" {
+			t.Fatalf("trace of %d calls, last %+v: want 100 ending with the denied crash", n, out.ToolCalls[n-1])
+		}
+		if out.ToolCallsCut != 21 || len(out.ToolCallsCutBy) != 1 || out.ToolCallsCutBy["allowed"] != 21 {
+			t.Fatalf("cut %d, by kind %v: want 21 allowed", out.ToolCallsCut, out.ToolCallsCutBy)
+		}
+		if !strings.Contains(text, "[121 tool calls: 1 denied]") {
+			t.Fatalf("text %q lacks the trace line", text)
+		}
+	})
+}
