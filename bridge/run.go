@@ -35,7 +35,7 @@ var (
 func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callArgs, key sessionKey, scfg policy.Sessions, rs *runState, start time.Time) *mcp.CallToolResult {
 	ctx, release, refusal := s.admit(ctx, start)
 	if refusal != nil {
-		return refusal
+		return noteSessionEnded(refusal, resetNote(a, false))
 	}
 	defer release()
 	r := s.beginRun(ctx, req, a, rs, start)
@@ -57,7 +57,7 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	if err != nil {
 		status, msg := s.acquireFailed(err)
 		r.res.Status = sandbox.Status(status)
-		return failure(status, msg, start)
+		return noteSessionEnded(failure(status, msg, start), resetNote(a, false))
 	}
 	if sc != nil {
 		r.started(sc)
@@ -70,9 +70,15 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	r.res.Duration = time.Since(began)
 	if err != nil {
 		s.log.Error().Err(err).Msg("run failed")
-		return failure(statusUnavailable, "the sandbox could not run the code: "+err.Error()+doctorHint(err), start)
+		return noteSessionEnded(failure(statusUnavailable, "the sandbox could not run the code: "+err.Error()+doctorHint(err), start), resetNote(a, false))
 	}
-	return s.renderRun(req, r, sc.ended(a.session))
+	ended := sc.ended(a.session)
+	if note := resetNote(a, true); note != "" && ended != "" {
+		ended = note + "; then " + ended
+	} else if note != "" {
+		ended = note
+	}
+	return s.renderRun(req, r, ended)
 }
 
 // admit gives a call a place in the queue, or answers busy at once, then

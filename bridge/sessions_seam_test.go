@@ -264,3 +264,31 @@ func TestSessionResetAndBusy(t *testing.T) {
 	}
 	eng.awaitClosed(t, 2, 2)
 }
+
+// reset: true with code ends the session, then runs the code in a new
+// one of that name, and the result says both.
+func TestSessionResetWithCode(t *testing.T) {
+	s, eng := sessionServer(t, "")
+	cs := connect(t, s, nil)
+	runIn(t, cs, "a", "x=1", 0)
+	r, out := call(t, cs, map[string]any{"code": "?x\ny=2", "session": "a", "reset": true})
+	want := `reset: session "a" was ended, its state is lost; the code ran in a new session "a"`
+	if out.Status != "ok" || out.Stdout != "<none>\n" || out.SessionEnded != want || !strings.Contains(text(r), "["+want+"]") {
+		t.Fatalf("reset with code: %+v\n%s", out, text(r))
+	}
+	// The new session goes on.
+	if out := runIn(t, cs, "a", "?y", 0); out.Stdout != "2\n" || out.SessionEnded != "" {
+		t.Fatalf("the call after: %+v", out)
+	}
+	// No session of that name: the result says so too.
+	_, out = call(t, cs, map[string]any{"code": "z=3", "session": "b", "reset": true})
+	if want := `reset: there was no session "b" to end; the code ran in a new session "b"`; out.SessionEnded != want {
+		t.Fatalf("reset with code of no session: %+v", out)
+	}
+	// The new session's own end is said after the reset's.
+	_, out = call(t, cs, map[string]any{"code": "crash", "session": "b", "reset": true})
+	if !strings.HasPrefix(out.SessionEnded, `reset: session "b" was ended, its state is lost; the code ran in a new session "b"; then session "b" ended: its interpreter is gone`) {
+		t.Fatalf("reset with code that loses the interpreter: %+v", out)
+	}
+	eng.awaitClosed(t, 4, 3)
+}

@@ -118,6 +118,9 @@ type callArgs struct {
 	asked   bool   // timeout_seconds was given
 	session string // "" without a session
 	reset   bool
+	// resetEnded says that reset ended a session of that name before the
+	// code ran (resetNote).
+	resetEnded bool
 }
 
 // parseInput checks a call's arguments: the timeout is defTimeout unless
@@ -216,6 +219,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	key := sessionKey{client: req.Session, name: a.session}
 	if a.reset {
 		existed := s.sessions.reset(key)
+		a.resetEnded = existed
 		if strings.TrimSpace(a.code) == "" {
 			msg := fmt.Sprintf("session %q ended: its container is removed", a.session)
 			if !existed {
@@ -233,6 +237,37 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		return s.startDetached(ctx, req, rs, run), nil
 	}
 	return run(ctx), nil
+}
+
+// resetNote is what session_ended says of a call with reset: true and
+// code (the reset ends the session, the code then runs in a new one of
+// that name): "" without reset. ran says the code was run.
+func resetNote(a callArgs, ran bool) string {
+	switch {
+	case !a.reset:
+		return ""
+	case a.resetEnded && ran:
+		return fmt.Sprintf("reset: session %q was ended, its state is lost; the code ran in a new session %q", a.session, a.session)
+	case a.resetEnded:
+		return fmt.Sprintf("reset: session %q was ended, its state is lost; the code did not run", a.session)
+	case ran:
+		return fmt.Sprintf("reset: there was no session %q to end; the code ran in a new session %q", a.session, a.session)
+	}
+	return ""
+}
+
+// noteSessionEnded adds note to a result's session_ended, and as a line
+// to its text.
+func noteSessionEnded(res *mcp.CallToolResult, note string) *mcp.CallToolResult {
+	if note == "" {
+		return res
+	}
+	if o, ok := res.StructuredContent.(Output); ok {
+		o.SessionEnded = note
+		res.StructuredContent = o
+	}
+	res.Content = append(res.Content, &mcp.TextContent{Text: "[" + note + "]"})
+	return res
 }
 
 // artifactLimits are the limits on the files a run sends back: the

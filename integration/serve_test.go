@@ -204,6 +204,8 @@ type callOutput struct {
 	Stderr     string `json:"stderr"`
 	DurationMS int64  `json:"duration_ms"`
 	Message    string `json:"message"`
+	// SessionEnded says why the call's session ended, or what reset did.
+	SessionEnded string `json:"session_ended"`
 }
 
 func callRunPython(t *testing.T, ctx context.Context, cs *mcp.ClientSession, code string, progressToken any) (*mcp.CallToolResult, callOutput) {

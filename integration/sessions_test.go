@@ -328,3 +328,28 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestSessionsResetWithCode: with the warm pool on, reset: true with code
+// ends the session and runs the code in a new one of that name, and the
+// result says so (session_ended, and a line of its text); the new session
+// goes on.
+func TestSessionsResetWithCode(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		pol := filepath.Join(t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(pol, []byte("version: 1\n"+sandboxSection(e)+"pool:\n  size: 1\nsessions:\n  enabled: true\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cs, _, _ := connectStdioArgs(t, e, nil, "--policy", pol)
+		if out, text := sessionCall(t, cs, map[string]any{"code": "x = 1", "session": "s"}); out.Status != "ok" || out.SessionEnded != "" {
+			t.Fatalf("first call: %+v %s", out, text)
+		}
+		out, text := sessionCall(t, cs, map[string]any{"code": "print(globals().get('x'))\ny = 2", "session": "s", "reset": true})
+		want := `reset: session "s" was ended, its state is lost; the code ran in a new session "s"`
+		if out.Status != "ok" || out.Stdout != "None\n" || out.SessionEnded != want || !strings.Contains(text, "["+want+"]") {
+			t.Fatalf("reset with code: %+v\n%s", out, text)
+		}
+		if out, text := sessionCall(t, cs, map[string]any{"code": "print(y)", "session": "s"}); out.Stdout != "2\n" || out.SessionEnded != "" {
+			t.Fatalf("the call after the reset: %+v %s", out, text)
+		}
+	})
+}
