@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,6 +56,10 @@ type Options struct {
 	// Store, if set, keeps the files that are returned by reference, and
 	// the server answers resources/list and resources/read from it.
 	Store *artifacts.Store
+	// DataScience says the runner image holds the datascience variant's
+	// packages (numpy, pandas, matplotlib...): the tool's description
+	// says so.
+	DataScience bool
 	// ProgressInterval is the least time between two progress
 	// notifications of one call (default 1 s).
 	ProgressInterval time.Duration
@@ -148,25 +153,48 @@ func New(opts Options) (*Server, error) {
 	if opts.Store != nil {
 		s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
 	}
-	_, maxTimeout := s.limits(nil)
-	_, sessionsOn := s.sessionConfig()
-	s.mcp.AddTool(runPythonTool(maxTimeout, sessionsOn), s.handleRunPython)
+	var snap *policy.Snapshot
 	if opts.Policy != nil {
-		// The tool's schema states the largest timeout and whether
-		// sessions exist: keep it true.
-		registered, registeredSessions := maxTimeout, sessionsOn
+		snap = opts.Policy.Current()
+	}
+	registered := s.toolInfo(snap)
+	s.mcp.AddTool(runPythonTool(registered), s.handleRunPython)
+	if opts.Policy != nil {
+		// The tool's definition states the largest timeout, whether
+		// sessions exist and where the mounts are: keep it true. A
+		// change is announced to clients (notifications/tools/list_changed).
 		var mu sync.Mutex
 		opts.Policy.OnChange(func(snap *policy.Snapshot) {
 			mu.Lock()
 			defer mu.Unlock()
-			m, on := snap.Policy.Sandbox.MaxTimeout, snap.Policy.Sessions.Enabled
-			if m != registered || on != registeredSessions {
-				registered, registeredSessions = m, on
-				s.mcp.AddTool(runPythonTool(m, on), s.handleRunPython)
+			if ti := s.toolInfo(snap); !ti.equal(registered) {
+				registered = ti
+				s.mcp.AddTool(runPythonTool(ti), s.handleRunPython)
 			}
 		})
 	}
 	return s, nil
+}
+
+// toolInfo is what the tool's definition states under the policy snap
+// (nil: the one in force, or [Options] without a policy).
+func (s *Server) toolInfo(snap *policy.Snapshot) toolInfo {
+	l, maxTimeout := s.limits(snap)
+	ti := toolInfo{maxTimeout: maxTimeout, dataScience: s.opts.DataScience}
+	if s.opts.Policy != nil {
+		if snap == nil {
+			snap = s.opts.Policy.Current()
+		}
+		ti.sessions = snap.Policy.Sessions.Enabled
+	}
+	for _, m := range l.Mounts {
+		ti.mounts = append(ti.mounts, m.Path)
+	}
+	return ti
+}
+
+func (a toolInfo) equal(b toolInfo) bool {
+	return a.maxTimeout == b.maxTimeout && a.sessions == b.sessions && a.dataScience == b.dataScience && slices.Equal(a.mounts, b.mounts)
 }
 
 // limits returns the limits of a run and the largest timeout a call may

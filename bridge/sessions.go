@@ -15,8 +15,13 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// sessionNamePattern is what a session name may be: the agent picks it.
-var sessionNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+// sessionNameRule is what a session name may be (the agent picks it): 1
+// to 64 letters, digits, '_', '.' or '-', starting with a letter or digit.
+// The tool's input schema states it as the session's pattern; \w is
+// [A-Za-z0-9_] in Go's regexp and in JSON Schema's (ECMA-262) alike.
+const sessionNameRule = `^[A-Za-z0-9][\w.-]{0,63}$`
+
+var sessionNamePattern = regexp.MustCompile(sessionNameRule)
 
 // sessionBusyWait bounds how long a call waits for its session's previous
 // call to end before it is answered busy (the call's own timeout, if

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/policy"
@@ -101,7 +104,101 @@ func TestSessionSchemaFollowsPolicy(t *testing.T) {
 		t.Fatalf("reload: %v %v", changed, err)
 	}
 	in, desc := schema()
-	if !strings.Contains(in, `"session":{"type":"string"}`) || !strings.Contains(in, `"reset":{"type":"boolean"}`) || !strings.Contains(desc, "unless they share a session name") {
+	if !strings.Contains(in, `"session":{"pattern":"^[A-Za-z0-9][\\w.-]{0,63}$","type":"string"}`) || !strings.Contains(in, `"reset":{"type":"boolean"}`) ||
+		!strings.Contains(desc, "unless calls share a session") || strings.Contains(desc, "fresh isolated") || strings.Contains(desc, "nothing kept") {
 		t.Errorf("sessions on: %s\n%s", in, desc)
+	}
+}
+
+// The session's pattern in the schema is the rule parseInput applies:
+// what one accepts, so does the other (JSON Schema's \w is ASCII too).
+func TestSessionNamePattern(t *testing.T) {
+	var schema struct {
+		Properties struct {
+			Session struct{ Pattern string } `json:"session"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(runPythonTool(toolInfo{maxTimeout: time.Minute, sessions: true}).InputSchema.(json.RawMessage), &schema); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(schema.Properties.Session.Pattern)
+	for name, ok := range map[string]bool{
+		"a": true, "A.b-c_9": true, "0": true, strings.Repeat("x", 64): true,
+		"": false, strings.Repeat("x", 65): false, "_a": false, ".a": false, "-a": false, "a b": false, "a/b": false, "é": false, "a\n": false,
+	} {
+		if re.MatchString(name) != ok || sessionNamePattern.MatchString(name) != ok {
+			t.Errorf("session name %q: schema %v, parseInput %v; want %v", name, re.MatchString(name), sessionNamePattern.MatchString(name), ok)
+		}
+	}
+}
+
+// The description says what this bridge is: fresh containers or
+// sessions, where the policy's folders are (a few of them, and how many
+// more), the data-science packages when the image has them.
+func TestToolDescription(t *testing.T) {
+	mounts := []string{"/data/sales", "/data/other", "/data/reports", "/data/a", "/data/b"}
+	for _, c := range []struct {
+		name     string
+		ti       toolInfo
+		has, not []string
+	}{
+		{"plain", toolInfo{}, []string{"fresh isolated container", "nothing kept between calls", "import mcp_tools", "help()"}, []string{"session", "Data:", "numpy"}},
+		{"sessions", toolInfo{sessions: true}, []string{"a fresh one per call unless calls share a session (reset:true ends it)"}, []string{"fresh isolated", "nothing kept"}},
+		{"a mount", toolInfo{mounts: mounts[:1]}, []string{" Data: /data/sales."}, nil},
+		{"three mounts", toolInfo{mounts: mounts[:3]}, []string{" Data: /data/sales, /data/other, /data/reports."}, []string{"more"}},
+		{"five mounts", toolInfo{mounts: mounts}, []string{" Data: /data/sales, /data/other, /data/reports +2 more."}, []string{"/data/a"}},
+		{"datascience", toolInfo{dataScience: true}, []string{"numpy, pandas, matplotlib", "`mcp_tools.show(fig)` saves a chart"}, nil},
+	} {
+		desc := runPythonTool(c.ti).Description
+		for _, w := range c.has {
+			if !strings.Contains(desc, w) {
+				t.Errorf("%s: the description lacks %q: %s", c.name, w, desc)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(desc, w) {
+				t.Errorf("%s: the description says %q: %s", c.name, w, desc)
+			}
+		}
+	}
+}
+
+// The description follows a reload of the policy's mounts, and clients
+// are told (notifications/tools/list_changed).
+func TestToolDescriptionFollowsMounts(t *testing.T) {
+	s, store, file := policyServer(t, "", nil)
+	changed := make(chan struct{}, 4)
+	cs := connect(t, s, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }})
+	desc := func() string {
+		t.Helper()
+		res, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Tools[0].Description
+	}
+	if d := desc(); strings.Contains(d, "Data:") {
+		t.Fatalf("no mounts, but: %s", d)
+	}
+	dir := t.TempDir()
+	for _, n := range []string{"sales", "other"} {
+		if err := os.Mkdir(filepath.Join(dir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol := "version: 1\nmounts:\n  - host: " + filepath.Join(dir, "sales") + "\n  - host: " + filepath.Join(dir, "other") + "\n    path: /data/in\n"
+	if err := os.WriteFile(file, []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := store.Reload(); !ok || err != nil {
+		t.Fatalf("reload: %v %v", ok, err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notifications/tools/list_changed after the mounts changed")
+	}
+	if d := desc(); !strings.Contains(d, " Data: /data/sales, /data/in.") {
+		t.Fatalf("after the reload: %s", d)
 	}
 }

@@ -23,14 +23,62 @@ import (
 // ToolName is the bridge's only tool.
 const ToolName = "run_python"
 
-// toolDescription teaches the agent the tool in as few tokens as do the job:
-// the whole tools/list answer must stay at or under 300 tokens.
-const toolDescription = "Run Python 3 in a fresh isolated container: no network, " +
-	"read-only except /tmp, nothing kept between calls. Top-level await works. " +
-	"You get back what the code prints (print only what you need) and the files it saves in /tmp/outputs " +
-	"(`mcp_tools.show(fig)` saves a chart). " +
-	"`import mcp_tools` reaches the user's other MCP servers: `search(\"...\")`, " +
-	"`call(server, tool, **args)`, `save_skill(name, fn)` for later runs; `help()` prints the manual."
+// The tool's description teaches the agent the tool in as few tokens as do
+// the job: the whole tools/list answer must stay at or under 300 tokens,
+// with sessions on and a few mounts. It tells the truth of this bridge:
+// whether calls may keep state, where the policy's folders are, what the
+// image holds beyond Python.
+const (
+	descFresh = "Run Python 3 in a fresh isolated container: no network, " +
+		"read-only except /tmp, nothing kept between calls."
+	// descSessions replaces descFresh when the policy enables sessions.
+	descSessions = "Run Python 3 in an isolated container: no network, read-only except /tmp; " +
+		"a fresh one per call unless calls share a session (reset:true ends it)."
+	descOutput = " Top-level await works. " +
+		"Returns what it prints (print only what you need) and files saved in /tmp/outputs."
+	// descDataScience is said when the image holds the datascience
+	// variant's packages (docs/images.md).
+	descDataScience = " numpy, pandas, matplotlib, scipy, sklearn installed; `mcp_tools.show(fig)` saves a chart."
+	descTools       = " `import mcp_tools` reaches the user's other MCP servers: `search(q)`, " +
+		"`call(server, tool, **args)`, `help()`."
+)
+
+// maxListedMounts is how many of the policy's mounts the description
+// names; it counts the others.
+const maxListedMounts = 3
+
+// toolInfo is what the tool's definition states of this bridge; it
+// follows the policy in force.
+type toolInfo struct {
+	maxTimeout  time.Duration
+	sessions    bool
+	mounts      []string // the container paths of the policy's mounts
+	dataScience bool
+}
+
+// describe is the tool's description for ti.
+func describe(ti toolInfo) string {
+	var b strings.Builder
+	if ti.sessions {
+		b.WriteString(descSessions)
+	} else {
+		b.WriteString(descFresh)
+	}
+	b.WriteString(descOutput)
+	if ti.dataScience {
+		b.WriteString(descDataScience)
+	}
+	b.WriteString(descTools)
+	if n := len(ti.mounts); n > 0 {
+		b.WriteString(" Data: ")
+		b.WriteString(strings.Join(ti.mounts[:min(n, maxListedMounts)], ", "))
+		if n > maxListedMounts {
+			fmt.Fprintf(&b, " +%d more", n-maxListedMounts)
+		}
+		b.WriteByte('.')
+	}
+	return b.String()
+}
 
 const instructions = "Use run_python to compute, transform and filter data in a sandbox, and to use the tools of the user's other MCP servers from code; print only the result you need."
 
@@ -41,27 +89,24 @@ const (
 	statusUnavailable = "unavailable" // the sandbox could not run the code
 )
 
-// sessionDescription replaces "nothing kept between calls" when the
-// policy enables sessions.
-const sessionDescription = "nothing kept between calls unless they share a session name (reset:true ends it)."
-
 // runPythonTool is the tool's definition, with compact hand-written schemas
-// (the SDK emits them byte for byte). With sessions, it takes session and
-// reset too.
-func runPythonTool(maxTimeout time.Duration, sessions bool) *mcp.Tool {
-	props := fmt.Sprintf(`"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d}`, int(maxTimeout/time.Second))
-	desc := toolDescription
-	if sessions {
-		props += `,"session":{"type":"string"},"reset":{"type":"boolean"}`
-		desc = strings.Replace(desc, "nothing kept between calls.", sessionDescription, 1)
+// (the SDK emits them byte for byte). With sessions, it takes session
+// (its name's rule as a pattern) and reset too.
+func runPythonTool(ti toolInfo) *mcp.Tool {
+	props := fmt.Sprintf(`"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d}`, int(ti.maxTimeout/time.Second))
+	if ti.sessions {
+		pattern, _ := json.Marshal(sessionNameRule)
+		props += `,"session":{"type":"string","pattern":` + string(pattern) + `},"reset":{"type":"boolean"}`
 	}
 	input := `{"type":"object","properties":{` + props + `},"required":["code"],"additionalProperties":false}`
 	return &mcp.Tool{
 		Name:         ToolName,
-		Description:  desc,
+		Description:  describe(ti),
 		InputSchema:  json.RawMessage(input),
 		OutputSchema: json.RawMessage(outputSchema),
-		Annotations:  &mcp.ToolAnnotations{OpenWorldHint: ptr(false)},
+		// No annotations: the SDK would send readOnlyHint and
+		// idempotentHint false (the defaults) with any, 22 tokens, and
+		// openWorldHint false is untrue once upstream servers exist.
 	}
 }
 
@@ -71,8 +116,6 @@ func runPythonTool(maxTimeout time.Duration, sessions bool) *mcp.Tool {
 // are in structuredContent all the same, and in the README: listing them
 // all cost 31 of the tools/list budget's tokens.
 const outputSchema = `{"type":"object","properties":{"status":{"type":"string"},"exit_code":{"type":"integer"},"stdout":{"type":"string"},"stderr":{"type":"string"}},"required":["status"]}`
-
-func ptr[T any](v T) *T { return &v }
 
 // Output is the structuredContent of every run_python result.
 type Output struct {

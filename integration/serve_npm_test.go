@@ -263,20 +263,49 @@ func TestToolsListTokenBudget(t *testing.T) {
 			t.Fatalf("tools/list costs %d tokens with no upstream servers and %d with three: it must not change", none, with3)
 		}
 		// With sessions on, the tool takes two more arguments and says
-		// what a session is: still within the budget.
-		pol := filepath.Join(t.TempDir(), "policy.yaml")
-		if err := os.WriteFile(pol, []byte("version: 1\n"+sandboxSection(e)+"sessions:\n  enabled: true\n"), 0o644); err != nil {
+		// what a session is; with mounts, it names their paths; with the
+		// datascience image, its packages: still within the budget.
+		sales, other := mountedFolder(t)
+		reports := filepath.Join(filepath.Dir(sales), "reports")
+		if err := os.Mkdir(reports, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("tools/list: %d tokens with sessions off, %d on", none, toolsListTokens(t, npm, e, "--policy", pol))
+		mounts := "mounts:\n  - host: " + sales + "\n  - host: " + other + "\n  - host: " + reports + "\n"
+		counts := map[string]int{}
+		for _, c := range []struct{ name, sandbox, rest string }{
+			{"sessions", "", ""},
+			{"sessions and 3 mounts", "", mounts},
+			{"sessions, 3 mounts and the datascience image", "  variant: datascience\n", mounts},
+		} {
+			pol := filepath.Join(t.TempDir(), "policy.yaml")
+			if err := os.WriteFile(pol, []byte("version: 1\n"+sandboxSection(e)+c.sandbox+"pool:\n  size: 0\nsessions:\n  enabled: true\n"+c.rest), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			n, desc := toolsListTokensDesc(t, npm, e, "--policy", pol)
+			counts[c.name] = n
+			if c.rest != "" && !strings.Contains(desc, " Data: /data/sales, /data/other, /data/reports.") {
+				t.Errorf("%s: the description does not name the mounts: %s", c.name, desc)
+			}
+			if c.sandbox != "" && !strings.Contains(desc, "numpy, pandas, matplotlib") {
+				t.Errorf("%s: the description does not name the packages: %s", c.name, desc)
+			}
+		}
+		t.Logf("tools/list: %d tokens with sessions off; %v", none, counts)
 	})
 }
 
-// toolsListTokens starts `bridge serve` with extra flags, runs one
+// toolsListTokens is toolsListTokensDesc's count.
+func toolsListTokens(t *testing.T, npm string, e *engine, extra ...string) int {
+	t.Helper()
+	n, _ := toolsListTokensDesc(t, npm, e, extra...)
+	return n
+}
+
+// toolsListTokensDesc starts `bridge serve` with extra flags, runs one
 // run_python (so the upstreams, if any, are connected), and counts the
 // o200k_base tokens of its raw tools/list result, which must stay within
-// the budget.
-func toolsListTokens(t *testing.T, npm string, e *engine, extra ...string) int {
+// the budget; and returns the tool's description.
+func toolsListTokensDesc(t *testing.T, npm string, e *engine, extra ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -324,7 +353,7 @@ func toolsListTokens(t *testing.T, npm string, e *engine, extra ...string) int {
 	if n > toolsListTokenBudget {
 		t.Fatalf("tools/list result costs %d tokens, over the budget of %d:\n%s", n, toolsListTokenBudget, raw)
 	}
-	return n
+	return n, lt.Tools[0].Description
 }
 
 // toolsOf returns the tools member of a tools/list result.

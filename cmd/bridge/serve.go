@@ -13,6 +13,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/bridge/transport"
+	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
@@ -110,6 +111,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		QueueLength:   pol.Sandbox.Queue,
 		Policy:        store,
 		Store:         files,
+		DataScience:   pol.Sandbox.Image == "" && pol.Sandbox.Variant == images.DataScience,
 		Version:       versionString(),
 		Logger:        log,
 	})
