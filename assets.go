@@ -6,9 +6,11 @@ package assets
 import "embed"
 
 // RunnerContext holds Dockerfile.runner, the runner and its lib/ (the mcp_tools
-// package), at the paths the Dockerfile expects relative to the build context.
+// package, the notebook habits and the IPython stand-in), at the paths the
+// Dockerfile expects relative to the build context.
 //
 //go:embed Dockerfile.runner images/runner/runner.py images/runner/lib/mcp_tools/*.py images/runner/lib/skills.py
+//go:embed images/runner/lib/_bridge_notebook.py images/runner/lib/_fallback/IPython/*.py
 var RunnerContext embed.FS
 
 // RunnerDockerfile is the path of the Dockerfile inside RunnerContext.

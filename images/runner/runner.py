@@ -677,12 +677,14 @@ class Relay:
         return await self._awaiting("query", self._query(op, args))
 
 
-def publish(relay: Relay) -> None:
+def publish(relay: Relay, session: bool = False) -> None:
     """Makes the tool-call plumbing importable by user code (the mcp_tools
-    package builds on it) as the module _bridge_relay."""
+    package builds on it) as the module _bridge_relay, with whether the
+    code runs in a session (mcp_tools.help() says what that keeps)."""
     mod = type(sys)("_bridge_relay")
     mod.__doc__ = "Tool calls and queries through the bridge's relay (used by mcp_tools)."
     mod.PROTOCOL_VERSION = PROTOCOL_VERSION
+    mod.session = session
     mod.ToolError = ToolError
     mod.call_tool = relay.call_tool
     mod.acall_tool = relay.acall_tool
@@ -869,7 +871,7 @@ def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME) -> Ou
     lines = io.StringIO(source, newline=None).readlines()
     linecache.cache[filename] = (len(source), None, lines, filename)
     try:
-        code = compile(source, filename, "exec", flags=PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        code = compile_code(source, lines, filename, main.__dict__)
     except BaseException as e:  # SyntaxError, or ValueError for a NUL byte before 3.12
         return failure(e, with_traceback=False)
     try:
@@ -880,10 +882,42 @@ def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME) -> Ou
         else:
             exec(code, main.__dict__)
     except SystemExit as e:
-        return system_exit(e)
+        outcome = system_exit(e)
     except BaseException as e:
-        return failure(e, with_traceback=True)
-    return Outcome()
+        outcome = failure(e, with_traceback=True)
+    else:
+        outcome = Outcome()
+    if "matplotlib.pyplot" in sys.modules and _notebook is not None and os.getpid() == _runner_pid:
+        try:
+            _notebook.show_open_figures()
+        except BaseException as e:  # a session's interrupt while figures are saved
+            if outcome.exit_code == 0:
+                outcome = failure(e, with_traceback=False)
+    return outcome
+
+
+# --- notebook habits ---------------------------------------------------------
+
+# As in Jupyter, the value of the code's last expression statement is shown,
+# display() is a built-in, and plt.show() and the figures left open come back
+# as images: lib/_bridge_notebook.py, bytecode in the image (this script is
+# compiled at every start). Set by install_notebook; None outside main.
+_notebook: Any = None
+_runner_pid = os.getpid()  # a child the code forked shows no figures of its own
+
+
+def install_notebook() -> None:
+    global _notebook
+    import _bridge_notebook
+
+    _bridge_notebook.install()
+    _notebook = _bridge_notebook
+
+
+def compile_code(source: str, lines: list[str], filename: str, namespace: dict[str, Any]) -> Any:
+    if _notebook is not None:
+        return _notebook.compile_code(source, lines, filename, namespace)
+    return compile(source, filename, "exec", flags=PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
 
 
 def system_exit(e: SystemExit) -> Outcome:
@@ -1187,6 +1221,11 @@ def main() -> NoReturn:
     confine()
     v = sys.version_info
     relay.send({"type": "hello", "version": PROTOCOL_VERSION, "token": token, "python": f"{v.major}.{v.minor}.{v.micro}"})
+    # The modules the code may import from the bridge (mcp_tools); -I
+    # keeps the runner's own directory off the path. Loaded while a warm
+    # container waits for its exec, not on the run's time.
+    sys.path.insert(0, LIB_DIR)
+    install_notebook()
     try:
         msg = relay.recv()
         check_exec(msg)
@@ -1196,10 +1235,7 @@ def main() -> NoReturn:
         die(EXIT_PROTOCOL, f"relay protocol error: {e}")
 
     relay.start()
-    publish(relay)
-    # The modules the code may import from the bridge (mcp_tools); -I
-    # keeps the runner's own directory off the path.
-    sys.path.insert(0, LIB_DIR)
+    publish(relay, msg.get("session", False))
 
     module = new_main()
     seen: dict[bytes, tuple[int, int]] = {}  # a session's files, as last looked at

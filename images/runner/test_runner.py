@@ -90,19 +90,20 @@ class FileFrames:
         self._current: dict | None = None
         self._data = bytearray()
         self._total = 0
+        self._base = 0  # files of a session's earlier calls: each call's ids start at 1
 
     def see(self, msg: dict) -> None:
         t = msg["type"]
         cur = self._current
         if t == "file":
             assert cur is None, f"file {msg} before the end of {cur}"
-            assert msg["id"] == len(self.files) + 1, f"file id {msg['id']}, want {len(self.files) + 1}"
+            assert msg["id"] == len(self.files) - self._base + 1, f"file id {msg['id']}, want {len(self.files) - self._base + 1}"
             assert valid_name(msg["name"]), msg["name"]
             assert msg["name"] not in self.files, f"{msg['name']} sent twice"
             assert type(msg["size"]) is int and 0 <= msg["size"] <= self.limits["max_file_bytes"], msg
             self._total += msg["size"]
             assert self._total <= self.limits["max_bytes"], f"over max_bytes with {msg}"
-            assert len(self.files) < self.limits["max_files"], f"over max_files with {msg}"
+            assert len(self.files) - self._base < self.limits["max_files"], f"over max_files with {msg}"
             self._current = msg
             self._data = bytearray()
             self.files[msg["name"]] = (b"", "")
@@ -135,6 +136,8 @@ class FileFrames:
             assert len(self.skips) <= 100, "more than 100 file_skip frames"
         elif t == "exit":
             assert cur is None, f"exit inside file {cur}"
+            self._base = len(self.files)
+            self._total = 0
 
 
 class FakeHost:
@@ -353,7 +356,7 @@ class OutputTest(unittest.TestCase):
         self.assertEqual([(q["op"], q["args"]) for q in r.of_type("query")], [("servers", {})])
 
     def test_stderr_is_separate(self) -> None:
-        r = run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.stderr.write('more\\n')")
+        r = run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.stderr.write('more\\n');")
         self.assertEqual(r.stdout, "out\n")
         self.assertEqual(r.stderr, "err\nmore\n")
 
@@ -378,7 +381,7 @@ class OutputTest(unittest.TestCase):
             "os.write(1, b'raw out\\n')\n"
             "os.write(2, b'raw err\\n')\n"
             "subprocess.run([sys.executable, '-c', 'print(\"child out\")'], check=True)\n"
-            "subprocess.run(['sh', '-c', 'echo child err >&2'], check=True)\n"
+            "subprocess.run(['sh', '-c', 'echo child err >&2'], check=True);\n"
         )
         r = run(code)
         self.assertEqual(r.stdout, "raw out\nchild out\n")
@@ -392,13 +395,13 @@ class OutputTest(unittest.TestCase):
             "time.sleep(0.2)\n"
             "os.write(1, euro[1:2])\n"
             "time.sleep(0.2)\n"
-            "os.write(1, euro[2:] + b'!\\n')\n"
+            "os.write(1, euro[2:] + b'!\\n');\n"
         )
         r = run(code)
         self.assertEqual(r.stdout, "\u20ac!\n")
 
     def test_invalid_utf8_is_replaced(self) -> None:
-        r = run("import os\nos.write(1, b'a\\xffb\\n')")
+        r = run("import os\nos.write(1, b'a\\xffb\\n');")
         self.assertEqual(r.stdout, "a\ufffdb\n")
 
     def test_many_small_writes_are_coalesced(self) -> None:
@@ -408,7 +411,7 @@ class OutputTest(unittest.TestCase):
         self.assertLess(len(r.of_type("stdout")), 20000)
 
     def test_output_beyond_limit_is_cut_and_counted(self) -> None:
-        code = "import sys\nsys.stdout.write('x' * 5000)\nsys.stdout.flush()\nsys.stdout.write('y' * 3000)\nsys.stderr.write('e' * 1500)"
+        code = "import sys\nsys.stdout.write('x' * 5000)\nsys.stdout.flush()\nsys.stdout.write('y' * 3000)\nsys.stderr.write('e' * 1500);"
         r = run(code, output_limit=1024)
         self.assertEqual(r.stdout, "x" * 1024)
         self.assertEqual(r.stderr, "e" * 1024)
@@ -418,7 +421,7 @@ class OutputTest(unittest.TestCase):
 
     def test_limit_cuts_at_a_character_boundary(self) -> None:
         # 1024 is not a multiple of 3: the last character that fits ends at 1023.
-        r = run("import sys\nsys.stdout.write('\\u20ac' * 1000)", output_limit=1024)
+        r = run("import sys\nsys.stdout.write('\\u20ac' * 1000);", output_limit=1024)
         self.assertEqual(r.stdout, "\u20ac" * 341)
         self.assertEqual(r.exit["stdout_cut"], 3000 - 1023)
 
@@ -1072,7 +1075,7 @@ class FilesTest(unittest.TestCase):
             "if pid == 0:\n"
             "    t('child_unix', lambda: socket.socket(socket.AF_UNIX))\n"
             "    os._exit(0)\n"
-            "os.waitpid(pid, 0)\n"
+            "os.waitpid(pid, 0);\n"
         )
         r = run(code)
         got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
@@ -1264,6 +1267,267 @@ def runner_files() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# Enough of matplotlib and pandas, as packages the code puts on its path, for
+# the runner's notebook habits; a figure saves a PNG that names it.
+FAKE_LIBS = {
+    "matplotlib/__init__.py": "",
+    "matplotlib/figure.py": (
+        "class Figure:\n"
+        "    def __init__(self, num):\n"
+        "        self.number = num\n"
+        "        self.stale = True\n"
+        "    def savefig(self, path, format=None):\n"
+        "        with open(path, 'wb') as f:\n"
+        "            f.write(b'\\x89PNG\\r\\n\\x1a\\n' + f'figure {self.number}'.encode())\n"
+        "        self.stale = False\n"
+    ),
+    "matplotlib/axes.py": "class Axes:\n    def __init__(self, figure):\n        self.figure = figure\n",
+    "matplotlib/lines.py": "class Line2D:\n    def __init__(self, axes):\n        self.axes = axes\n        self.figure = axes.figure\n",
+    "matplotlib/pyplot.py": (
+        "from matplotlib.figure import Figure\n"
+        "from matplotlib.axes import Axes\n"
+        "from matplotlib.lines import Line2D\n"
+        "_figs = {}\n"
+        "_current = []\n"
+        "def figure(num=None):\n"
+        "    if num is None:\n"
+        "        num = max(_figs, default=0) + 1\n"
+        "    fig = _figs.setdefault(num, Figure(num))\n"
+        "    _current[:] = [fig]\n"
+        "    return fig\n"
+        "def gcf():\n"
+        "    return _current[0] if _current and _current[0].number in _figs else figure()\n"
+        "def get_fignums():\n"
+        "    return sorted(_figs)\n"
+        "def close(fig=None):\n"
+        "    _figs.pop(fig.number, None)\n"
+        "def plot(*args):\n"
+        "    fig = gcf()\n"
+        "    fig.stale = True\n"
+        "    return [Line2D(Axes(fig))]\n"
+        "def subplots():\n"
+        "    fig = figure()\n"
+        "    return fig, Axes(fig)\n"
+        "def show(*args, **kwargs):\n"
+        "    print('the backend would show, here nothing')\n"
+    ),
+    "pandas/__init__.py": (
+        "class _Iloc:\n"
+        "    def __init__(self, rows):\n"
+        "        self.rows = rows\n"
+        "    def __getitem__(self, key):\n"
+        "        return self.rows[key[0]][key[1]]\n"
+        "class DataFrame:\n"
+        "    def __init__(self, columns):\n"
+        "        self.columns = list(columns)\n"
+        "        self._rows = list(zip(*columns.values()))\n"
+        "        self.shape = (len(self._rows), len(self.columns))\n"
+        "        self.index = list(range(len(self._rows)))\n"
+        "        self.iloc = _Iloc(self._rows)\n"
+    ),
+}
+
+
+class NotebookTest(unittest.TestCase):
+    """Jupyter's habits: the last expression's value, display(), plt.show()
+    and the figures left open (docs/sandbox-api.md, "Notebook habits")."""
+
+    def setUp(self) -> None:
+        tmp = tempfile.TemporaryDirectory(prefix="bridge-runner-fakes-")
+        self.addCleanup(tmp.cleanup)
+        os.chmod(tmp.name, 0o755)
+        for name, text in FAKE_LIBS.items():
+            path = os.path.join(tmp.name, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        self.fakes = f"import sys\nsys.path.insert(0, {tmp.name!r})\n"
+
+    def pngs(self, r: Run) -> dict[str, bytes]:
+        return {name: data for name, (data, status) in r.files.files.items() if data.startswith(b"\x89PNG")}
+
+    def test_last_expression_shows_its_repr(self) -> None:
+        cases = [
+            ("x = 41\nx + 1", "42\n"),
+            ("'text'", "'text'\n"),
+            ("[1, 'a']", "[1, 'a']\n"),
+            ("None", ""),
+            ("print('once')", "once\n"),
+            ("x = 1\nx + 1;", ""),
+            ("x = 1\nx + 1 ;  # hidden", ""),
+            ("x = 1\nx + 1  # a comment; not hidden", "2\n"),
+            ("x = 1; x", "1\n"),
+            ("if True:\n    5", ""),
+            ("x = 5", ""),
+            ("import os", ""),
+            ("def f():\n    return 3\nf()", "3\n"),
+            ("d = {'a': 1}\nd", "{'a': 1}\n"),
+            ("(1 +\n 2)", "3\n"),
+            ("sum([\n1,\n2])", "3\n"),
+            ("1 + \\\n2", "3\n"),
+            ('"""\nimport os\n"""', "'\\nimport os\\n'\n"),
+            ("class A:\n    def __repr__(self):\n        return 'an A'\nA()", "an A\n"),
+            ("import asyncio\nawait asyncio.sleep(0, result=7)", "7\n"),
+            ("import asyncio\nx = await asyncio.sleep(0, result=7)\nx * 2", "14\n"),
+            ("print = lambda *a: 'shadowed'\nprint(1)", "'shadowed'\n"),
+        ]
+        for code, want in cases:
+            with self.subTest(code=code):
+                r = run(code)
+                self.assertEqual(r.exit["status"], "ok", r.stderr)
+                self.assertEqual(r.stdout, want)
+
+    def test_last_expression_that_raises(self) -> None:
+        r = run("x = 1\n\n1 / 0")
+        self.assertEqual(r.exit["error"]["type"], "ZeroDivisionError")
+        self.assertEqual(r.stdout, "")
+        self.assertIn('File "<code>", line 3, in <module>\n    1 / 0\n', r.stderr)
+        self.assertNotIn("displayhook", r.stderr)
+        r = run("import asyncio\nasync def f():\n    raise KeyError('k')\nawait f()")
+        self.assertEqual(r.exit["error"]["type"], "KeyError")
+        self.assertIn('File "<code>", line 4, in <module>', r.stderr)
+        self.assertIn('File "<code>", line 3, in f', r.stderr)
+
+    def test_syntax_errors_are_reported_as_before(self) -> None:
+        for code, line in (("x = 1\n(1 +", 2), ("x = 1\nreturn 5", 2), ("x = (1,\n", 1), ("x = 1\nf(x for x in y, 1)", 2)):
+            with self.subTest(code=code):
+                r = run(code)
+                self.assertEqual(r.exit["error"]["type"], "SyntaxError", r.stderr)
+                self.assertIn(f'File "<code>", line {line}', r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+
+    def test_each_call_of_a_session_shows_its_last_value(self) -> None:
+        r = SessionTest.session(self, ["x = 41\nx", "x + 1", "x;", "display(x, 'y')"])
+        self.assertEqual([e["status"] for e in r.of_type("exit")], ["ok"] * 4, r.diag)
+        self.assertEqual(r.stdout, "41\n42\n41\n'y'\n")
+
+    def test_display_and_the_ipython_stand_in(self) -> None:
+        r = run("display(1, 'a', None)\nfrom IPython.display import display as d\nd([2])\nimport IPython\nprint('_fallback' in IPython.__file__)")
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        import importlib.util
+
+        # The stand-in only where there is no real IPython.
+        self.assertEqual(r.stdout, f"1\n'a'\nNone\n[2]\n{importlib.util.find_spec('IPython') is None}\n")
+
+    def test_dataframe_as_a_table(self) -> None:
+        r = run(self.fakes + "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})\ndisplay(df)\ndf")
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        table = "|  | a | b |\n| --- | ---: | --- |\n| 0 | 1 | x |\n| 1 | 2 | y |\n"
+        self.assertEqual(r.stdout, table + table)
+
+    def test_plt_show_sends_the_open_figures_and_closes_them(self) -> None:
+        code = self.fakes + (
+            "import matplotlib.pyplot as plt\n"
+            "plt.plot([1, 2])\n"
+            "plt.figure()\n"
+            "plt.plot([3])\n"
+            "plt.show()\n"
+            "print(plt.get_fignums(), plt.show.__module__)\n"
+        )
+        r = run(code)
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        self.assertEqual(r.stdout, "[] matplotlib.pyplot\n")
+        self.assertEqual(self.pngs(r), {"figure-1.png": b"\x89PNG\r\n\x1a\nfigure 1", "figure-2.png": b"\x89PNG\r\n\x1a\nfigure 2"})
+
+    def test_figures_left_open_come_back(self) -> None:
+        code = self.fakes + "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nplt.plot([1])\nprint('drawn')\n"
+        r = run(code)
+        self.assertEqual(r.stdout, "drawn\n")
+        self.assertEqual(list(self.pngs(r)), ["figure-1.png"])
+        # Also after an error, as Jupyter's inline backend does.
+        r = run(code + "1 / 0\n")
+        self.assertEqual(r.exit["error"]["type"], "ZeroDivisionError")
+        self.assertEqual(list(self.pngs(r)), ["figure-1.png"])
+
+    def test_a_figure_as_the_last_value_comes_back_once(self) -> None:
+        for last in ("plt.plot([1])", "ax", "fig"):
+            with self.subTest(last=last):
+                r = run(self.fakes + "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n" + last)
+                self.assertEqual(r.exit["status"], "ok", r.stderr)
+                self.assertEqual(r.stdout, "")
+                self.assertEqual(list(self.pngs(r)), ["figure-1.png"])
+
+    def test_shown_figure_is_not_sent_again_unless_changed(self) -> None:
+        base = self.fakes + "import matplotlib.pyplot as plt\nfrom mcp_tools import show\nfig, ax = plt.subplots()\nshow(fig, name='chart')\n"
+        r = run(base)
+        self.assertEqual(list(self.pngs(r)), ["chart.png"])
+        r = run(base + "plt.plot([2])\n")  # changed since: sent again
+        self.assertEqual(sorted(self.pngs(r)), ["chart.png", "figure-1.png"])
+
+    def test_session_figures_come_back_with_each_call(self) -> None:
+        first = self.fakes + "import matplotlib.pyplot as plt\nplt.plot([1])\n"
+        r = SessionTest.session(self, [first, "plt.plot([2])", "print(plt.get_fignums())"])
+        self.assertEqual([e["status"] for e in r.of_type("exit")], ["ok"] * 3, r.diag)
+        self.assertEqual(r.stdout, "[]\n")
+        self.assertEqual(sorted(self.pngs(r)), ["figure-1.png", "figure-2.png"])
+
+    def test_no_matplotlib_without_the_code_importing_it(self) -> None:
+        r = run("import sys\nx = [1]\nx\ndisplay(x)\nprint(sorted(m for m in ('matplotlib', 'pandas', 'mcp_tools', 'ast') if m in sys.modules))")
+        self.assertEqual(r.stdout, "[1]\n[]\n")
+
+    def test_real_matplotlib_and_pandas(self) -> None:
+        # In the datascience image (integration/notebook_test.go runs them there too).
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None or importlib.util.find_spec("pandas") is None:
+            self.skipTest("matplotlib and pandas are not installed")
+        code = (
+            "import matplotlib\n"
+            "matplotlib.use('Agg')\n"
+            "import matplotlib.pyplot as plt\n"
+            "import pandas as pd\n"
+            "from mcp_tools import show\n"
+            "df = pd.DataFrame({'x': [1, 2], 'y': [3.5, 4.0]})\n"
+            "df.plot(x='x', y='y')\n"
+            "plt.show()\n"
+            "fig, ax = plt.subplots()\n"
+            "ax.plot([1, 2])\n"
+            "show(fig, name='kept')\n"  # shown, unchanged: not sent again at the end
+            "plt.figure()\n"
+            "plt.plot([3, 1])\n"  # left open: comes back
+            "df\n"
+        )
+        r = run(code, env={"MPLCONFIGDIR": tempfile.mkdtemp(prefix="bridge-mpl-")})
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        self.assertEqual(r.stdout, "|  | x | y |\n| --- | ---: | ---: |\n| 0 | 1 | 3.5 |\n| 1 | 2 | 4.0 |\n")
+        self.assertEqual(sorted(self.pngs(r)), ["figure-1.png", "figure-2.png", "kept.png"])
+
+    def test_ipython_stand_in(self) -> None:
+        fallback = RUNNER.parent / "lib" / "_fallback"
+        r = run(f"import sys\nsys.path.insert(0, {str(fallback)!r})\nfrom IPython.display import display\nimport IPython\n"
+                "print(IPython.__doc__.split(':')[0], display is __builtins__.display if hasattr(__builtins__, 'display') else display is __builtins__['display'])\ndisplay('x')")
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        self.assertEqual(r.stdout, "Not IPython True\n'x'\n")
+
+    def test_may_show_last_is_never_wrong(self) -> None:
+        # False only where the last statement is no expression showing a value.
+        sys.path.insert(0, str(RUNNER.parent / "lib"))
+        try:
+            import _bridge_notebook
+        finally:
+            del sys.path[0]
+        import ast
+        import io
+
+        snippets = [
+            "x = 1", "x = (1,\n2)", "f(\nx=1)", "import os", "from os import path", "def f(): pass", "print(1)",
+            "print(1) or 5", "print(1)\n# done", "print('a;b')", "foo(\nprint(1))", "a \\\nif b else c", "x == 1",
+            "x <= 1", "x >>= 1", "lambda x=1: x", "x: int = 1", "@dec\ndef f(): pass", "for i in x: i", "x = 1; y",
+            '"""\nimport os\n# end"""', "f(\nx=\"(\")", "print(f'{x}')", "print(x, end='')", "d['a'] = (1)",
+            "if x: y", "x.y = z", "type(x)", "await f()", "async def f(): pass", "[x\nfor x in y]", "x = 1\n\n   \n",
+            "print('x')\nprint = 3", "def print(x):\n    return x\nprint(1)",
+        ]
+        for code in snippets:
+            with self.subTest(code=code):
+                lines = io.StringIO(code, newline=None).readlines()
+                body = ast.parse(code).body if not code.startswith("await") else ast.parse("(" + code + ")").body
+                shows = bool(body) and isinstance(body[-1], ast.Expr) and not (
+                    isinstance(body[-1].value, ast.Call) and getattr(body[-1].value.func, "id", "") == "print" and "print =" not in code and "def print" not in code
+                )
+                if shows:
+                    self.assertTrue(_bridge_notebook.may_show_last(lines, code, {}), "skipped an expression")
 
 
 class SessionTest(unittest.TestCase):

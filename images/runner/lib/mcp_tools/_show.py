@@ -42,7 +42,15 @@ def show(obj, name=None, *, max_rows=20, max_cols=12):
         return None
     figure = _figure(obj)
     if figure is not None:
-        return _write(name, "figure", ".png", lambda path, fmt: figure.savefig(path, format=fmt))
+        path = _write(name, "figure", ".png", lambda path, fmt: figure.savefig(path, format=fmt))
+        # As saved: savefig leaves it stale (it restores the colours it
+        # changed), any later change makes it stale again.
+        try:
+            figure.stale = False
+        except AttributeError:
+            pass
+        _shown_figures().add(figure)
+        return path
     if _is(obj, "PIL", ("Image",)) and hasattr(obj, "save"):
         return _write(name, "image", ".png", lambda path, fmt: _pil_save(obj, path, fmt))
     if isinstance(obj, (bytes, bytearray, memoryview)):
@@ -52,6 +60,24 @@ def show(obj, name=None, *, max_rows=20, max_cols=12):
             return _write(name, "image", ext, lambda path, fmt: _write_bytes(path, data))
     print(obj)
     return None
+
+
+def was_shown(figure):
+    """Whether show() saved this matplotlib figure (the runner does not send
+    a figure still open at the end again if it did and it did not change)."""
+    return _shown is not None and figure in _shown
+
+
+_shown = None  # a WeakSet of the figures saved, made with the first
+
+
+def _shown_figures():
+    global _shown
+    if _shown is None:
+        import weakref
+
+        _shown = weakref.WeakSet()
+    return _shown
 
 
 def image_type(data):
