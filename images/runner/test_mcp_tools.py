@@ -29,7 +29,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).with_name("lib")))
 
 import mcp_tools  # noqa: E402
-from mcp_tools import _core, _show  # noqa: E402
+from mcp_tools import _core, _help, _show  # noqa: E402
 
 
 class RelayError(Exception):
@@ -724,6 +724,82 @@ class HelpTest(Base):
     def test_other_errors(self) -> None:
         self.relay.query_error = RelayError("upstream", "the proxy crashed")
         self.assertIn("could not be listed: upstream: the proxy crashed", self.help_text())
+
+    def mounts(self, *entries: tuple[str, str]) -> str:
+        """A fake /data with mounts (name, options) and a mountinfo naming
+        them among others; returns the fake root."""
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        root = os.path.join(tmp.name, "data")
+        lines = ["22 1 0:21 / / ro,relatime - overlay overlay ro", "23 22 0:5 / /tmp rw,nosuid,nodev,noexec - tmpfs tmpfs rw"]
+        for n, (name, opts) in enumerate(entries):
+            path = os.path.join(root, name)
+            os.makedirs(path)
+            for f in ("b.csv", "a.csv", "c.txt", "d.txt", "e.txt")[: n + 1]:
+                open(os.path.join(path, f), "w").close()
+            os.mkdir(os.path.join(path, "sub"))
+            esc = chr(92) + "040"  # mountinfo's escape of a space
+            lines.append(f"{30 + n} 22 8:1 /srv/{name.replace(' ', esc)} {path.replace(' ', esc)} {opts} - ext4 /dev/sda1 rw")
+        info = os.path.join(tmp.name, "mountinfo")
+        with open(info, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        patches = [mock.patch.object(_help, "_MOUNTINFO", info), mock.patch.object(_help, "_DATA_ROOT", root)]
+        for p in patches:
+            p.start()
+            self.addCleanup(p.stop)
+        return root
+
+    def test_fresh_container(self) -> None:
+        with mock.patch.dict(os.environ, {"BRIDGE_VARIANT": "slim"}):
+            text = self.help_text()
+        self.assertIn("in a fresh container", text)
+        self.assertIn("image slim.", text)
+        self.assertIn("Nothing is kept between calls.", text)
+        self.assertIn("timeout\n  kills the container", text)
+        self.assertNotIn("session", text)
+        self.assertIn("- Mounted folders: none.", text)
+        self.assertIn("display(x, ...)", text)
+        self.assertIn("plt.show()", text)
+        self.assertIn("/tmp/outputs", text)
+
+    def test_in_a_session(self) -> None:
+        sys.modules["_bridge_relay"].session = True
+        text = self.help_text()
+        self.assertIn("in a session's container", text)
+        self.assertNotIn("Nothing is kept", text)
+        flat = " ".join(text.split())
+        self.assertIn("the variables, functions and imports of its earlier calls are here, and their files in /tmp", flat)
+        self.assertIn("files of /tmp/outputs already sent come back again only if changed", flat)
+        self.assertIn("raises KeyboardInterrupt: code that stops within 3 s keeps the session and its state", flat)
+        self.assertIn("killed with its container and the state is lost", flat)
+
+    def test_mounts_listed(self) -> None:
+        root = self.mounts(("sales", "ro,nosuid,nodev,noexec,relatime"), ("my reports", "rw,nosuid"))
+        text = self.help_text()
+        self.assertIn("- Mounted folders, from the operator:", text)
+        self.assertIn(f"    {root}/my reports (writable), 3 entries: a.csv, b.csv, sub/\n", text)
+        self.assertIn(f"    {root}/sales (read-only), 2 entries: b.csv, sub/\n", text)
+
+    def test_many_mounts_stay_one_screen(self) -> None:
+        sys.modules["_bridge_relay"].session = True
+        self.relay.servers = [{"name": f"server-number-{n}", "description": "", "module": f"server_number_{n}"} for n in range(200)]
+        root = self.mounts(*[(f"m{n}", "ro") for n in range(5)], ("m5", "ro"), ("m6", "ro"))
+        text = self.help_text()
+        self.assertIn(f"    {root}/m4 (read-only), 6 entries: a.csv, b.csv, c.txt, d.txt, ...\n", text)
+        self.assertIn(f"    ... and 2 more under {root}\n", text)
+        self.assertLessEqual(len(text.splitlines()), 50)
+        self.assertLessEqual(max(len(line) for line in text.splitlines()), 100)
+
+    def test_packages(self) -> None:
+        import importlib.util
+
+        real = importlib.util.find_spec
+        with mock.patch.object(importlib.util, "find_spec", lambda name, *a: object() if name in ("numpy", "pandas") else real("no_such_module_x")):
+            text = self.help_text()
+        self.assertIn("- Packages: numpy, pandas and the standard library; no pip. Not here: matplotlib,", " ".join(text.split()))
+        with mock.patch.object(importlib.util, "find_spec", lambda name, *a: None):
+            text = self.help_text()
+        self.assertIn("- Packages: Python's standard library only (no numpy, pandas, matplotlib, scipy...); no pip.", " ".join(text.split()))
 
 
 if __name__ == "__main__":

@@ -4,40 +4,151 @@ import os
 
 from . import _core
 
-_HELP = """\
-bridge sandbox: you are Python {python} in a fresh container, uid {uid}.
+# The manual, a paragraph per subject; {fields} are filled in by help().
+_HEAD = "bridge sandbox: you are Python {python} in {where}, uid {uid}; image {variant}."
 
+_FRESH = """\
 - No network: sockets cannot reach anything.
 - The filesystem is read-only except /tmp ({tmp}), which is noexec and
   vanishes when the run ends. Nothing is kept between calls.
 - Limits: memory {memory}, processes {pids}, CPU {cpu}; the call's timeout
-  kills the container, keeping the output printed until then.
-- What you print is what the agent gets back (stdout, then stderr); output
-  beyond the cap is cut and counted. Print only what is needed.
-- Files you save in /tmp/outputs ($BRIDGE_OUTPUTS) come back too, images as
-  images, within the operator's limits. mcp_tools.show(x) saves a matplotlib
-  figure or PIL image there as PNG, prints a DataFrame as a Markdown table.
-- Top-level `await` works: `await asyncio.gather(...)` runs things side by side.
-- Python's standard library is here; pip and the network are not.
+  kills the container, keeping the output printed until then."""
 
+_SESSION = """\
+- No network: sockets cannot reach anything.
+- A session: the variables, functions and imports of its earlier calls are
+  here, and their files in /tmp ({tmp}, noexec; all else is read-only); files
+  of /tmp/outputs already sent come back again only if changed.
+- Limits: memory {memory}, processes {pids}, CPU {cpu}. The call's timeout (or
+  cancellation) raises KeyboardInterrupt: code that stops within 3 s keeps the
+  session and its state; code that goes on is killed with its container and
+  the state is lost, as when memory runs out."""
+
+_BACK = """\
+- Comes back: stdout, then stderr (cut and counted beyond the cap: print only
+  what is needed); files left in /tmp/outputs ($BRIDGE_OUTPUTS), images as images.
+- As in Jupyter, the last line's expression is shown (repr; a DataFrame as a
+  Markdown table; a figure as an image; not None, nor after a trailing ;), as
+  is display(x, ...); plt.show() and figures left open come back as images.
+- Top-level `await` works: `await asyncio.gather(...)` runs things side by side."""
+
+_TOOLS = """\
 MCP tools, through `import mcp_tools` (help(mcp_tools.call) and so on for more):
   mcp_tools.search("what to do", limit=5)  find tools: server, tool, params
   mcp_tools.servers()                     connected servers: name, module
   mcp_tools.tools(server)                 a server's tools: name, summary
   mcp_tools.describe(server, tool)        a tool in full, with its result shape
-  mcp_tools.call(server, tool, {{"arg": 1}}) or call(server, tool, arg=1)
+  mcp_tools.call(server, tool, {"arg": 1}) or call(server, tool, arg=1)
                                           calls the tool, returns the result
-  await mcp_tools.acall(...)              the same, awaitable: asyncio.gather
-  mcp_tools.call_raw / acall_raw          the raw MCP CallToolResult dict
+  await mcp_tools.acall(...)              the same, awaitable; call_raw, acall_raw
+                                          return the raw MCP CallToolResult dict
   from mcp_tools.<module> import <tool>   one function per tool; help() it
   mcp_tools.save_skill("name", fn, "what it does")  keep fn for later runs
   from skills import name                 a saved skill; mcp_tools.skills() lists them
-A result is its structuredContent if any, else its content (JSON text parsed;
-one item alone, several in a list). A tool that fails raises ToolError; all
-errors are mcp_tools.MCPToolsError (UnknownToolError, ToolTimeoutError...).
-"""
+  mcp_tools.show(x)                       saves a figure or image, prints a table
+A result is its structuredContent, else its content (JSON text parsed; one item
+alone, several in a list). Errors: mcp_tools.MCPToolsError (ToolError...)."""
 
-_MAX_SERVER_LINES = 8  # keeps the manual on one screen
+# The packages worth naming, as imported; find_spec looks, imports nothing.
+_PACKAGES = ("numpy", "pandas", "matplotlib", "scipy", "sklearn", "PIL", "openpyxl", "tabulate", "jinja2")
+_MOUNTINFO = "/proc/self/mountinfo"
+_DATA_ROOT = "/data"  # where the operator's mounts are
+_MAX_MOUNTS = 5  # lines of mounts, then a count of the others
+_MAX_ENTRIES = 4  # names of a mount's entries shown
+_MAX_SCAN = 10000  # entries of a mount looked at
+
+
+def _in_session():
+    try:
+        import _bridge_relay
+    except ImportError:
+        return False
+    return bool(getattr(_bridge_relay, "session", False))
+
+
+def _packages_lines():
+    import importlib.util
+
+    found = []
+    for name in _PACKAGES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.append(name)
+        except (ImportError, ValueError):
+            pass
+    missing = [p for p in _PACKAGES if p not in found]
+    if not found:
+        line = f"- Packages: Python's standard library only (no {', '.join(missing[:4])}...); no pip."
+    else:
+        line = f"- Packages: {', '.join(found)} and the standard library; no pip."
+        if missing:
+            line += f" Not here: {', '.join(missing)}."
+    import textwrap
+
+    return textwrap.wrap(line, 79, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def _unescape(field):
+    """A mountinfo path: spaces, tabs, newlines and backslashes are octal escapes."""
+    if "\\" not in field:
+        return field
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mounts():
+    """The mounts under _DATA_ROOT: (path, read_only), by path."""
+    try:
+        with open(_MOUNTINFO) as f:
+            text = f.read()
+    except OSError:
+        return []
+    found = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 6:
+            continue
+        point = _unescape(fields[4])
+        if point.startswith(_DATA_ROOT + "/"):
+            found[point] = "ro" in fields[5].split(",")  # the last mount at a path wins
+    return sorted(found.items())
+
+
+def _entries(path):
+    names = []
+    more = False
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                if len(names) == _MAX_SCAN:
+                    more = True
+                    break
+                names.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    except OSError as e:
+        return f"cannot be listed ({e.strerror})"
+    names.sort()
+    count = f"more than {_MAX_SCAN}" if more else str(len(names))
+    if not names:
+        return "empty"
+    shown = ", ".join(names[:_MAX_ENTRIES]) + (", ..." if len(names) > _MAX_ENTRIES else "")
+    return f"{count} {'entry' if count == '1' else 'entries'}: {shown}"
+
+
+def _mounts_lines():
+    mounts = _mounts()
+    if not mounts:
+        return ["- Mounted folders: none."]
+    lines = ["- Mounted folders, from the operator:"]
+    for path, read_only in mounts[:_MAX_MOUNTS]:
+        line = f"    {path} ({'read-only' if read_only else 'writable'}), {_entries(path)}"
+        lines.append(line if len(line) <= 100 else line[:99] + "…")
+    if len(mounts) > _MAX_MOUNTS:
+        lines.append(f"    ... and {len(mounts) - _MAX_MOUNTS} more under {_DATA_ROOT}")
+    return lines
+
+
+_MAX_SERVER_LINES = 6  # keeps the manual on one screen
 
 
 def _read(*paths):
@@ -120,15 +231,24 @@ def help(obj=None):  # noqa: A001 - the name the tool's description promises
 
         return builtins.help(obj)
 
-    text = _HELP.format(
-        python=sys.version.split()[0],
-        uid=os.getuid(),
-        tmp=_tmp(),
-        memory=_memory(),
-        pids=_read("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max") or "not limited",
-        cpu=_cpu(),
-    )
-    print(text + "\n" + "\n".join(_servers_lines()))
+    session = _in_session()
+    fields = {
+        "python": sys.version.split()[0],
+        "where": "a session's container" if session else "a fresh container",
+        "uid": os.getuid(),
+        "variant": os.environ.get("BRIDGE_VARIANT") or "unknown",
+        "tmp": _tmp(),
+        "memory": _memory(),
+        "pids": _read("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max") or "not limited",
+        "cpu": _cpu(),
+    }
+    lines = [_HEAD.format(**fields), ""]
+    lines += (_SESSION if session else _FRESH).format(**fields).splitlines()
+    lines += _packages_lines()
+    lines += _mounts_lines()
+    lines += _BACK.splitlines()
+    lines += ["", *_TOOLS.splitlines(), "", *_servers_lines()]
+    print("\n".join(lines))
 
 
 help.__module__ = "mcp_tools"
