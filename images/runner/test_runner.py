@@ -1474,6 +1474,7 @@ class NotebookTest(unittest.TestCase):
         if importlib.util.find_spec("matplotlib") is None or importlib.util.find_spec("pandas") is None:
             self.skipTest("matplotlib and pandas are not installed")
         code = (
+            "from IPython.display import display\n"  # matplotlib then asks IPython.get_ipython()
             "import matplotlib\n"
             "matplotlib.use('Agg')\n"
             "import matplotlib.pyplot as plt\n"
@@ -1497,9 +1498,9 @@ class NotebookTest(unittest.TestCase):
     def test_ipython_stand_in(self) -> None:
         fallback = RUNNER.parent / "lib" / "_fallback"
         r = run(f"import sys\nsys.path.insert(0, {str(fallback)!r})\nfrom IPython.display import display\nimport IPython\n"
-                "print(IPython.__doc__.split(':')[0], display is __builtins__.display if hasattr(__builtins__, 'display') else display is __builtins__['display'])\ndisplay('x')")
+                "import builtins\nprint(IPython.__doc__.split(':')[0], display is builtins.display, IPython.get_ipython())\ndisplay('x')")
         self.assertEqual(r.exit["status"], "ok", r.stderr)
-        self.assertEqual(r.stdout, "Not IPython True\n'x'\n")
+        self.assertEqual(r.stdout, "Not IPython True None\n'x'\n")
 
     def test_may_show_last_is_never_wrong(self) -> None:
         # False only where the last statement is no expression showing a value.
