@@ -31,7 +31,7 @@ const (
 	// Slim is Debian's python3 and the runner, nothing else: the default.
 	Slim = "slim"
 	// DataScience is Slim plus Debian's numpy, pandas, matplotlib, scipy,
-	// scikit-learn, Pillow and openpyxl.
+	// scikit-learn, Pillow, openpyxl, tabulate and Jinja2.
 	DataScience = "datascience"
 )
 
