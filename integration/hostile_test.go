@@ -1072,7 +1072,7 @@ sys.stdout.flush()
 			name: "one 100 MB line", timeout: 60,
 			code: `
 import sys
-sys.stdout.write("y" * 100_000_000 + "\n")
+sys.stdout.write("y" * 100_000_000 + "\n");
 `,
 			check: func(v *verdict, r hostileRun) {
 				v.status(r, "ok")

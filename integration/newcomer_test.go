@@ -62,7 +62,7 @@ func TestNewcomerExamplePolicyAndFlags(t *testing.T) {
 			t.Fatalf("flags after the file: exit %d, stdout %q\n%s", code, out, errOut)
 		}
 		// A tighter output limit in the size grammar applies.
-		_, errOut, code = bridgeCLI(t, env, "import sys; sys.stdout.write('x' * 5000)", "run", "--runtime", e.cand.Engine, "--output-limit", "2Ki", "-")
+		_, errOut, code = bridgeCLI(t, env, "import sys; sys.stdout.write('x' * 5000);", "run", "--runtime", e.cand.Engine, "--output-limit", "2Ki", "-")
 		if code != 0 || !strings.Contains(errOut, "output cut: 2952 bytes of stdout") {
 			t.Errorf("--output-limit 2Ki: exit %d\n%s", code, errOut)
 		}
