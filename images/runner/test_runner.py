@@ -1490,7 +1490,9 @@ class NotebookTest(unittest.TestCase):
             "plt.plot([3, 1])\n"  # left open: comes back
             "df\n"
         )
-        r = run(code, env={"MPLCONFIGDIR": tempfile.mkdtemp(prefix="bridge-mpl-")})
+        mpl = tempfile.TemporaryDirectory(prefix="bridge-mpl-")
+        self.addCleanup(mpl.cleanup)
+        r = run(code, env={"MPLCONFIGDIR": mpl.name})
         self.assertEqual(r.exit["status"], "ok", r.stderr)
         self.assertEqual(r.stdout, "|  | x | y |\n| --- | ---: | ---: |\n| 0 | 1 | 3.5 |\n| 1 | 2 | 4.0 |\n")
         self.assertEqual(sorted(self.pngs(r)), ["figure-1.png", "figure-2.png", "kept.png"])
