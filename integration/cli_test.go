@@ -531,3 +531,15 @@ func TestCLIRunscOnRuncPodman(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
 	}
 }
+
+// TestCLIRunIsAScript: bridge run runs a file as python3 would: the last
+// expression's value is not printed, as it is for run_python's cells.
+func TestCLIRunIsAScript(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		env := append(engineEnv(e), "XDG_CONFIG_HOME="+t.TempDir())
+		stdout, stderr, code := bridgeCLI(t, env, "print('start')\nx = 41\nx + 1\n", "run", "--runtime", e.cand.Engine, "-")
+		if code != 0 || stdout != "start\n" {
+			t.Errorf("bridge run: exit %d, stdout %q (want only \"start\\n\")\n%s", code, stdout, stderr)
+		}
+	})
+}

@@ -90,7 +90,7 @@ func TestNewcomerFlagErrors(t *testing.T) {
 		{[]string{"run", "--timeout", "10", "-"}, `invalid value "10" for --timeout: want a duration such as 30s, 5m or 1h30m, got a number 10: add a unit, e.g. 10s`},
 		{[]string{"run", "--memory", "256MB", "-"}, `invalid value "256MB" for --memory: invalid size "256MB": write 256Mi for 1024s or 256M for 1000s`},
 		{[]string{"serve", "--max-concurent", "2"}, "did you mean --max-concurrent?"},
-		{[]string{"run", "--timeout", "10m", "-"}, "--timeout 10m is longer than sandbox.max_timeout 5m"},
+		{[]string{"run", "--timeout", "10m", "-"}, "--timeout 10m is longer than sandbox.max_timeout, 5m under the built-in defaults"},
 		{[]string{"run", "a.py", "b.py", "--timeout", "5s"}, `want one FILE (or - for stdin), got 2: "a.py", "b.py"`},
 		{[]string{"polcy", "check"}, `unknown command "polcy"; did you mean "policy"?`},
 		{[]string{"--timeout", "5s"}, "--timeout is not a command; flags come after the command"},

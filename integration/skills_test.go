@@ -69,10 +69,19 @@ cases = {
     "long": ("a" * 300, ok),
     "oversized": ("big", "x = 1\n" * 1000),
     "syntax": ("broken", "def f(:\n    pass\n"),
+    "builtin": ("print", ok),
 }
 for case, (name, source) in cases.items():
     try:
         mcp_tools.save_skill(name, source)
+        print(json.dumps({"case": case, "saved": True}))
+    except mcp_tools.SkillError as e:
+        print(json.dumps({"case": case, "type": e.type, "message": str(e)}))
+# Past the runner's own check, straight to the bridge: it refuses too.
+from mcp_tools import _skills
+for case, name in (("host_package", "numpy"), ("host_builtin", "len")):
+    try:
+        _skills._ask("save_skill", {"name": name, "source": ok, "description": "", "signature": "", "servers": [], "overwrite": False})
         print(json.dumps({"case": case, "saved": True}))
     except mcp_tools.SkillError as e:
         print(json.dumps({"case": case, "type": e.type, "message": str(e)}))
@@ -150,13 +159,16 @@ func TestSkills(t *testing.T) {
 			t.Fatalf("refusals: %+v %s", out, text)
 		}
 		want := map[string][2]string{
-			"traversal": {"invalid", "is not valid"},
-			"stdlib":    {"invalid", "taken by Python"},
-			"mcp_tools": {"invalid", "taken by Python, its standard library or mcp_tools"},
-			"empty":     {"invalid", "is not valid"},
-			"long":      {"invalid", "is not valid"},
-			"oversized": {"limit", "skills.max_bytes"},
-			"syntax":    {"invalid", "does not compile (line 1)"},
+			"traversal":    {"invalid", "is not valid"},
+			"stdlib":       {"invalid", "taken by a module of Python's standard library"},
+			"mcp_tools":    {"invalid", "taken by the installed module mcp_tools"},
+			"builtin":      {"invalid", "taken by a Python built-in"},
+			"host_package": {"invalid", "taken by Python (a keyword, a built-in or a module of its standard library), the data-science image's packages"},
+			"host_builtin": {"invalid", "taken by Python (a keyword, a built-in"},
+			"empty":        {"invalid", "is not valid"},
+			"long":         {"invalid", "is not valid"},
+			"oversized":    {"limit", "skills.max_bytes"},
+			"syntax":       {"invalid", "does not compile (line 1)"},
 		}
 		got := map[string]bool{}
 		for _, l := range strings.Split(strings.TrimSpace(out.Stdout), "\n") {

@@ -310,6 +310,10 @@ type ExecRequest struct {
 	// the code (KeyboardInterrupt) rather than killing the container,
 	// unless the code does not stop within the interrupt grace.
 	Session bool
+	// Script runs the code as `python3 FILE` would, not as a notebook
+	// cell: the value of its last expression is not shown, and figures
+	// left open do not come back.
+	Script bool
 }
 
 // Exec runs x.Code in the instance and reports how it ended. An instance
@@ -398,7 +402,7 @@ func (i *Container) handOver(ctx context.Context, x ExecRequest) (cancelled bool
 	// bounded, and cancelling ctx closes the connection.
 	conn := i.conn
 	unhook := context.AfterFunc(ctx, func() { conn.Close() })
-	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Session: x.Session, Files: relay.FileLimits{
+	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Session: x.Session, Script: x.Script, Files: relay.FileLimits{
 		MaxFiles: x.Files.MaxFiles, MaxFileBytes: x.Files.MaxFileBytes, MaxBytes: x.Files.MaxBytes}}, i.e.opts.StartTimeout)
 	if !unhook() || ctx.Err() != nil {
 		return true, nil

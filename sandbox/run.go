@@ -75,6 +75,8 @@ type Request struct {
 	Sink Sink
 	// Files bound the files the run sends back; the zero value sends none.
 	Files FileLimits
+	// Script runs the code as `python3 FILE` would ([ExecRequest.Script]).
+	Script bool
 }
 
 // ToolHandler answers the code's tool calls and its questions about the
@@ -316,7 +318,7 @@ func (req Request) exec() (ExecRequest, error) {
 		sink = outputSink{f: req.OnOutput}
 	}
 	return ExecRequest{RunID: id, Code: req.Code, Timeout: req.Limits.Timeout,
-		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink}, nil
+		OutputBytes: req.Limits.OutputBytes, Files: req.Files, Sink: sink, Script: req.Script}, nil
 }
 
 // startFailed is the outcome of a run whose container did not start: a

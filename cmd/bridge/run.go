@@ -93,7 +93,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	defer store.End(runID)
 	store.Audit().RunStart(runID, "", run.Snap.Gen, pol.Sandbox, limits.Timeout)
 	start := time.Now()
-	res, err := eng.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, Sink: files.sink(), Files: files.limits()})
+	res, err := eng.Run(ctx, sandbox.Request{Code: code, Limits: limits, RunID: runID, Sink: files.sink(), Files: files.limits(), Script: true})
 	status := string(res.Status)
 	if err != nil {
 		status = "unavailable"

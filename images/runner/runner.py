@@ -157,13 +157,15 @@ def is_int(value: object) -> bool:
 def check_exec(msg: dict[str, Any]) -> None:
     if msg["type"] != "exec":
         raise ProtocolError(f"expected an exec frame, got {msg['type']!r}")
-    check_fields(msg, {"version", "code", "output_limit", "files"}, frozenset({"session"}))
+    check_fields(msg, {"version", "code", "output_limit", "files"}, frozenset({"session", "script"}))
     if msg["version"] != PROTOCOL_VERSION or not is_int(msg["version"]):
         raise ProtocolError(f"exec speaks protocol version {msg['version']!r}, runner speaks {PROTOCOL_VERSION}")
     if not isinstance(msg["code"], str):
         raise ProtocolError("exec.code is not a string")
     if not isinstance(msg.get("session", False), bool):
         raise ProtocolError("exec.session is not a boolean")
+    if not isinstance(msg.get("script", False), bool):
+        raise ProtocolError("exec.script is not a boolean")
     if not is_int(msg["output_limit"]) or msg["output_limit"] < 0:
         raise ProtocolError("exec.output_limit is not a non-negative integer")
     files = msg["files"]
@@ -861,7 +863,9 @@ def is_code_filename(name: str) -> bool:
     return name == CODE_FILENAME or (name.startswith("<code ") and name.endswith(">"))
 
 
-def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME) -> Outcome:
+def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME, script: bool = False) -> Outcome:
+    """Runs source in main as a notebook cell (the last expression's value
+    shown, figures left open sent), or with script as `python3 FILE` would."""
     if main is None:
         main = new_main()
     # Tracebacks, inspect.getsource and pdb read the source from linecache.
@@ -871,7 +875,7 @@ def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME) -> Ou
     lines = io.StringIO(source, newline=None).readlines()
     linecache.cache[filename] = (len(source), None, lines, filename)
     try:
-        code = compile_code(source, lines, filename, main.__dict__)
+        code = compile_code(source, lines, filename, main.__dict__, script)
     except BaseException as e:  # SyntaxError, or ValueError for a NUL byte before 3.12
         return failure(e, with_traceback=False)
     try:
@@ -887,7 +891,7 @@ def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME) -> Ou
         outcome = failure(e, with_traceback=True)
     else:
         outcome = Outcome()
-    if "matplotlib.pyplot" in sys.modules and _notebook is not None and os.getpid() == _runner_pid:
+    if not script and "matplotlib.pyplot" in sys.modules and _notebook is not None and os.getpid() == _runner_pid:
         try:
             _notebook.show_open_figures()
         except BaseException as e:  # a session's interrupt while figures are saved
@@ -914,8 +918,8 @@ def install_notebook() -> None:
     _notebook = _bridge_notebook
 
 
-def compile_code(source: str, lines: list[str], filename: str, namespace: dict[str, Any]) -> Any:
-    if _notebook is not None:
+def compile_code(source: str, lines: list[str], filename: str, namespace: dict[str, Any], script: bool = False) -> Any:
+    if _notebook is not None and not script:
         return _notebook.compile_code(source, lines, filename, namespace)
     return compile(source, filename, "exec", flags=PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
 
@@ -1284,7 +1288,7 @@ def run_once(relay: Relay, msg: dict[str, Any], module: Any, filename: str, sess
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     relay.begin(session)
     try:
-        outcome = run_code(msg["code"], module, filename)
+        outcome = run_code(msg["code"], module, filename, msg.get("script", False))
     except KeyboardInterrupt as e:  # an interrupt just as the code ended
         outcome = failure(e, with_traceback=False)
     # A late interrupt may still be raised while these run: retry them.

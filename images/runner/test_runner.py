@@ -48,10 +48,12 @@ def frame(msg: Any) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
-def exec_frame(code: str, output_limit: int = 64 << 10, files: dict | None = None, session: bool = False) -> bytes:
+def exec_frame(code: str, output_limit: int = 64 << 10, files: dict | None = None, session: bool = False, script: bool = False) -> bytes:
     msg = {"type": "exec", "version": VERSION, "code": code, "output_limit": output_limit, "files": files or FILES}
     if session:
         msg["session"] = True
+    if script:
+        msg["script"] = True
     return frame(msg)
 
 
@@ -1440,6 +1442,21 @@ class NotebookTest(unittest.TestCase):
         r = run(code + "1 / 0\n")
         self.assertEqual(r.exit["error"]["type"], "ZeroDivisionError")
         self.assertEqual(list(self.pngs(r)), ["figure-1.png"])
+
+    def test_a_script_runs_as_python_would(self) -> None:
+        # bridge run FILE: no last value shown, no figure left open sent;
+        # plt.show() still saves (a script has no screen to show it on).
+        r = run(first=exec_frame("x = 41\nx + 1", script=True))
+        self.assertEqual((r.exit["status"], r.stdout), ("ok", ""), r.stderr)
+        code = self.fakes + "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nplt.plot([1])\nfig\n"
+        r = run(first=exec_frame(code, script=True))
+        self.assertEqual((r.exit["status"], r.stdout, list(self.pngs(r))), ("ok", "", []), r.stderr)
+        r = run(first=exec_frame(code + "plt.show()\n", script=True))
+        self.assertEqual(list(self.pngs(r)), ["figure-1.png"])
+        msg = {"type": "exec", "version": VERSION, "code": "pass", "output_limit": 10, "files": FILES, "script": "yes"}
+        r = run(first=frame(msg))
+        self.assertEqual(r.returncode, 2, r.diag)
+        self.assertIn("exec.script is not a boolean", r.diag)
 
     def test_a_figure_as_the_last_value_comes_back_once(self) -> None:
         for last in ("plt.plot([1])", "ax", "fig"):

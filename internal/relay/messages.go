@@ -159,6 +159,10 @@ type Exec struct {
 	// Session keeps the interpreter after the code ends: the runner sends
 	// exit without hanging up and waits for the next exec (docs/protocol.md).
 	Session bool `json:"session,omitempty"`
+	// Script runs the code as `python3 FILE` would (bridge run): the value
+	// of its last expression is not shown, and figures left open do not
+	// come back (docs/protocol.md).
+	Script bool `json:"script,omitempty"`
 }
 
 // ToolError is the error half of a [ToolResult].
