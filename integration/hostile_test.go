@@ -1082,6 +1082,52 @@ sys.stdout.write("y" * 100_000_000 + "\n");
 			},
 		},
 		{
+			// The last expression's value is shown (notebook habits): its
+			// repr runs in the runner after the code, and is bounded as
+			// any output.
+			name: "a last value of 100 MB", timeout: 60,
+			code: `
+class A:
+    def __repr__(self):
+        return "r" * 100_000_000
+A()
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "ok")
+				if len(r.Stdout) != 64<<10 || int64(len(r.Stdout))+r.StdoutCut != 100_000_001 {
+					v.errorf("stdout %d bytes + %d cut, want 65536 + %d", len(r.Stdout), r.StdoutCut, 100_000_001-64<<10)
+				}
+			},
+		},
+		{
+			name: "a last value whose repr raises", timeout: 20,
+			code: `
+class A:
+    def __repr__(self):
+        raise RuntimeError("no repr for you")
+A()
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "error")
+				if !strings.Contains(r.Stderr, "RuntimeError: no repr for you") || !strings.Contains(r.Stderr, `line 5`) {
+					v.errorf("stderr %q: want the RuntimeError and the line of the expression", r.Stderr)
+				}
+			},
+		},
+		{
+			name: "a last value whose repr never returns", timeout: 3,
+			code: `
+class A:
+    def __repr__(self):
+        while True:
+            pass
+A()
+`,
+			check: func(v *verdict, r hostileRun) {
+				v.status(r, "timeout")
+			},
+		},
+		{
 			// The relay directory is the host's run directory, mounted
 			// read-only; no engine socket is in reach.
 			name: "host paths", timeout: 20,

@@ -229,3 +229,28 @@ func TestNotebookHelp(t *testing.T) {
 		}
 	})
 }
+
+// TestNotebookFigureFlood: code that leaves 300 figures open, or shows 300
+// in a loop, gets back at most artifacts.max_files images, is told of the
+// rest, and the bridge answers within the run's time with its pool on.
+func TestNotebookFigureFlood(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		cs := notebookBridge(t, e, "datascience", "artifacts:\n  max_files: 5\n")
+		for name, code := range map[string]string{
+			"left open": "import matplotlib.pyplot as plt\nfor i in range(300):\n    plt.figure(figsize=(1, 1), dpi=20)\nprint(len(plt.get_fignums()))",
+			"shown":     "import matplotlib.pyplot as plt\nfor i in range(300):\n    plt.figure(figsize=(1, 1), dpi=20)\n    plt.show()\nprint(len(plt.get_fignums()))",
+		} {
+			t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+				start := time.Now()
+				r := notebookCall(t, cs, code, "")
+				t.Logf("%s: %s in %s, %d images", name, r.out.Status, time.Since(start).Round(time.Millisecond), len(r.images))
+				if r.out.Status != "ok" || len(r.images) != 5 {
+					t.Errorf("%+v: %d images, want 5 (artifacts.max_files)\n%s", r.out, len(r.images), r.text)
+				}
+				if !strings.Contains(r.text, "past artifacts.max_files (5)") || !strings.Contains(r.text, "290 more") {
+					t.Errorf("the 295 files over the limit are not reported:\n%s", r.text)
+				}
+			})
+		}
+	})
+}
