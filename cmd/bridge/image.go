@@ -19,7 +19,8 @@ const imageUsage = `Usage:
   bridge image name [--variant V] [--apt PKG... --wheels DIR]
                                       print the image that build makes
 Variants: slim (the default: python3 and the runner), datascience (slim plus
-Debian's numpy, pandas, matplotlib, scipy, scikit-learn, Pillow, openpyxl).
+Debian's numpy, pandas, matplotlib, scipy, scikit-learn, Pillow, openpyxl,
+tabulate, Jinja2).
 A policy picks one with sandbox.variant, or names any image with sandbox.image;
 docs/images.md says what each holds and how to add your own packages.
 Run ` + "`bridge image build -h`" + ` for its flags.

@@ -92,7 +92,7 @@ type Package struct {
 // NotablePackages are the distributions doctor looks for in every image:
 // the data-science variant's. smoke.py holds the same list.
 func NotablePackages() []string {
-	return []string{"numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "Pillow", "openpyxl"}
+	return []string{"numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "Pillow", "openpyxl", "tabulate", "Jinja2"}
 }
 
 // Report is the whole diagnosis.

@@ -265,10 +265,10 @@ func TestPackagesText(t *testing.T) {
 		pkgs []Package
 		want string
 	}{
-		{nil, "Python 3.11.2; none of numpy, pandas, matplotlib, scipy, scikit-learn, Pillow, openpyxl"},
+		{nil, "Python 3.11.2; none of numpy, pandas, matplotlib, scipy, scikit-learn, Pillow, openpyxl, tabulate, Jinja2"},
 		{[]Package{{Name: "numpy", Version: "1.24.2"}, {Name: "pandas", Version: "1.5.3"}}, "Python 3.11.2, numpy 1.24.2, pandas 1.5.3"},
 		{[]Package{{Name: "numpy", Version: "1.24.2"}, {Name: "mine", Version: "0.1", Wheel: true}}, "Python 3.11.2, numpy 1.24.2; from wheels: mine 0.1"},
-		{[]Package{{Name: "mine", Version: "0.1", Wheel: true}}, "Python 3.11.2; none of numpy, pandas, matplotlib, scipy, scikit-learn, Pillow, openpyxl; from wheels: mine 0.1"},
+		{[]Package{{Name: "mine", Version: "0.1", Wheel: true}}, "Python 3.11.2; none of numpy, pandas, matplotlib, scipy, scikit-learn, Pillow, openpyxl, tabulate, Jinja2; from wheels: mine 0.1"},
 	} {
 		if got := packagesText("3.11.2", tc.pkgs); got != tc.want {
 			t.Errorf("packagesText(%v) = %q, want %q", tc.pkgs, got, tc.want)

@@ -198,7 +198,7 @@ def packages():
     except ImportError:
         return []
     out = []
-    for name in ("numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "Pillow", "openpyxl"):
+    for name in ("numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "Pillow", "openpyxl", "tabulate", "Jinja2"):
         try:
             out.append({"name": name, "version": metadata.version(name)})
         except Exception:
