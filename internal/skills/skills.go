@@ -103,14 +103,27 @@ type invalidError struct{ msg string }
 func (e invalidError) Error() string      { return e.msg }
 func (invalidError) Is(target error) bool { return target == ErrInvalid }
 
-// CheckName says what is wrong with name as a skill's name, or nil.
+// CheckName says what is wrong with name as a skill's name, or nil. A
+// skill saved under a name that is now reserved (an older bridge reserved
+// fewer) can still be read, imported and removed: only a save checks
+// [CheckNewName].
 func CheckName(name string) error {
 	switch {
 	case name == "":
 		return invalidf("a skill needs a name")
 	case !namePattern.MatchString(name):
 		return invalidf("skill name %q is not valid: 1 to 64 lower-case letters, digits and '_', starting with a letter", clip(name, 80))
-	case reserved[name]:
+	}
+	return nil
+}
+
+// CheckNewName is CheckName for a skill about to be saved: also not a name
+// Python, the standard images or the bridge already give a meaning.
+func CheckNewName(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if reserved[name] {
 		return invalidf("skill name %q is taken by Python (a keyword, a built-in or a module of its standard library), the data-science image's packages or mcp_tools: `from skills import %s` would read as the other: pick another", name, name)
 	}
 	return nil
@@ -118,7 +131,7 @@ func CheckName(name string) error {
 
 // Check says what is wrong with s as a skill to save under lim, or nil.
 func Check(s Skill, lim Limits) error {
-	if err := CheckName(s.Name); err != nil {
+	if err := CheckNewName(s.Name); err != nil {
 		return err
 	}
 	switch {

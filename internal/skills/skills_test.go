@@ -314,13 +314,49 @@ func TestBuiltinNamesMatchPython(t *testing.T) {
 // Names that would shadow a built-in or an installed package are refused.
 func TestCheckNameRefusesShadows(t *testing.T) {
 	for _, name := range []string{"print", "len", "open", "numpy", "pandas", "matplotlib", "display", "json", "skills"} {
-		if err := CheckName(name); err == nil {
-			t.Errorf("CheckName(%q) = nil, want it refused", name)
+		if err := CheckNewName(name); err == nil {
+			t.Errorf("CheckNewName(%q) = nil, want it refused", name)
+		}
+		if err := CheckName(name); err != nil {
+			t.Errorf("CheckName(%q) = %v: a skill saved under it before cannot be read or removed", name, err)
 		}
 	}
 	for _, name := range []string{"monthly_report", "fetch_orders", "printer"} {
-		if err := CheckName(name); err != nil {
-			t.Errorf("CheckName(%q) = %v, want it allowed", name, err)
+		if err := CheckNewName(name); err != nil {
+			t.Errorf("CheckNewName(%q) = %v, want it allowed", name, err)
 		}
+	}
+}
+
+// A skill an older bridge saved under a name reserved since (format) is
+// still listed, read and removed: only saving checks the reserved names.
+func TestSkillUnderANameReservedSince(t *testing.T) {
+	st := newStore(t, DefaultLimits())
+	if _, err := st.Save(Skill{Name: "fmt_old", Source: "def f():\n    return 1\n"}, false); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(st.Dir(), "fmt_old"+fileSuffix)
+	data, err := os.ReadFile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = []byte(strings.Replace(string(data), `"fmt_old"`, `"format"`, 1))
+	if err := os.WriteFile(filepath.Join(st.Dir(), "format"+fileSuffix), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := st.Get("format"); err != nil || s.Name != "format" {
+		t.Fatalf("Get(format) = %+v, %v", s, err)
+	}
+	if list, err := st.List(); err != nil || len(list) != 1 || list[0].Name != "format" {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	if _, err := st.Save(Skill{Name: "format", Source: "x = 1\n"}, true); err == nil {
+		t.Fatal("a new save under a reserved name was accepted")
+	}
+	if err := st.Remove("format"); err != nil {
+		t.Fatalf("Remove(format): %v", err)
 	}
 }
