@@ -878,6 +878,7 @@ def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME, scrip
         code = compile_code(source, lines, filename, main.__dict__, script)
     except BaseException as e:  # SyntaxError, or ValueError for a NUL byte before 3.12
         return failure(e, with_traceback=False)
+    interrupted = False
     try:
         if code.co_flags & CO_COROUTINE:  # the code awaits at top level
             import asyncio
@@ -889,11 +890,14 @@ def run_code(source: str, main: Any = None, filename: str = CODE_FILENAME, scrip
         outcome = system_exit(e)
     except BaseException as e:
         outcome = failure(e, with_traceback=True)
+        interrupted = isinstance(e, KeyboardInterrupt)
     else:
         outcome = Outcome()
     if not script and "matplotlib.pyplot" in sys.modules and _notebook is not None and os.getpid() == _runner_pid:
         try:
-            _notebook.show_open_figures()
+            # Interrupted (a session's timeout or cancel): the runner has
+            # the interrupt grace to answer, so the figures are not saved.
+            _notebook.show_open_figures(save=not interrupted)
         except BaseException as e:  # a session's interrupt while figures are saved
             if outcome.exit_code == 0:
                 outcome = failure(e, with_traceback=False)

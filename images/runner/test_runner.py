@@ -1442,6 +1442,11 @@ class NotebookTest(unittest.TestCase):
         r = run(code + "1 / 0\n")
         self.assertEqual(r.exit["error"]["type"], "ZeroDivisionError")
         self.assertEqual(list(self.pngs(r)), ["figure-1.png"])
+        # Not after an interrupt: a session's timeout leaves the runner only
+        # the interrupt grace to answer, so they are closed unsaved.
+        r = run(code + "raise KeyboardInterrupt\n")
+        self.assertEqual(r.exit["error"]["type"], "KeyboardInterrupt")
+        self.assertEqual(list(self.pngs(r)), [])
 
     def test_a_script_runs_as_python_would(self) -> None:
         # bridge run FILE: no last value shown, no figure left open sent;

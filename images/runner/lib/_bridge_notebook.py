@@ -100,12 +100,17 @@ def _figure(value):
     return _show._figure(value)
 
 
-def show_open_figures(raise_errors=False):
+def show_open_figures(raise_errors=False, save=True):
     """Shows each open pyplot figure (one that mcp_tools.show saved and
     that did not change since is not sent again) and closes them all.
-    An error saving one is written to stderr, or raised if raise_errors."""
+    An error saving one is written to stderr, or raised if raise_errors.
+    Without save (the code was interrupted: a session's timeout leaves the
+    runner a few seconds to answer) they are closed unsaved."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
+        return
+    if not save:
+        pyplot.close("all")
         return
     from mcp_tools import _show
 
