@@ -679,14 +679,16 @@ class Relay:
         return await self._awaiting("query", self._query(op, args))
 
 
-def publish(relay: Relay, session: bool = False) -> None:
+def publish(relay: Relay, session: bool = False, script: bool = False) -> None:
     """Makes the tool-call plumbing importable by user code (the mcp_tools
     package builds on it) as the module _bridge_relay, with whether the
-    code runs in a session (mcp_tools.help() says what that keeps)."""
+    code runs in a session or as a script (mcp_tools.help() says what
+    each means)."""
     mod = type(sys)("_bridge_relay")
     mod.__doc__ = "Tool calls and queries through the bridge's relay (used by mcp_tools)."
     mod.PROTOCOL_VERSION = PROTOCOL_VERSION
     mod.session = session
+    mod.script = script
     mod.ToolError = ToolError
     mod.call_tool = relay.call_tool
     mod.acall_tool = relay.acall_tool
@@ -1243,7 +1245,7 @@ def main() -> NoReturn:
         die(EXIT_PROTOCOL, f"relay protocol error: {e}")
 
     relay.start()
-    publish(relay, msg.get("session", False))
+    publish(relay, msg.get("session", False), msg.get("script", False))
 
     module = new_main()
     seen: dict[bytes, tuple[int, int]] = {}  # a session's files, as last looked at

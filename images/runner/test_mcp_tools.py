@@ -773,6 +773,15 @@ class HelpTest(Base):
         self.assertIn("raises KeyboardInterrupt: code that stops within 3 s keeps the session and its state", flat)
         self.assertIn("killed with its container and the state is lost", flat)
 
+    def test_as_a_script(self) -> None:
+        # bridge run: no last value, no figures left open, files only with --outputs.
+        self.assertIn("the last line's expression is shown", " ".join(self.help_text().split()))
+        sys.modules["_bridge_relay"].script = True
+        flat = " ".join(self.help_text().split())
+        self.assertNotIn("the last line's expression is shown", flat)
+        self.assertIn("A script, as python3 runs it: the last line's value is not shown, nor are figures left open", flat)
+        self.assertIn("kept only if bridge run was given --outputs", flat)
+
     def test_mounts_listed(self) -> None:
         root = self.mounts(("sales", "ro,nosuid,nodev,noexec,relatime"), ("my reports", "rw,nosuid"))
         text = self.help_text()

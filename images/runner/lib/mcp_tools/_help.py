@@ -32,6 +32,14 @@ _BACK = """\
   is display(x, ...); plt.show() and figures left open come back as images.
 - Top-level `await` works: `await asyncio.gather(...)` runs things side by side."""
 
+# _BACK for a file run by `bridge run`, as python3 would run it.
+_SCRIPT_BACK = """\
+- Comes back: stdout and stderr, as printed (cut and counted beyond the cap);
+  files left in /tmp/outputs are kept only if bridge run was given --outputs.
+- A script, as python3 runs it: the last line's value is not shown, nor are
+  figures left open; display(x, ...) prints, plt.show() saves the figures.
+- Top-level `await` works: `await asyncio.gather(...)` runs things side by side."""
+
 _TOOLS = """\
 MCP tools, through `import mcp_tools` (help(mcp_tools.call) and so on for more):
   mcp_tools.search("what to do", limit=5)  find tools: server, tool, params
@@ -58,12 +66,17 @@ _MAX_ENTRIES = 4  # names of a mount's entries shown
 _MAX_SCAN = 10000  # entries of a mount looked at
 
 
-def _in_session():
+def _relay_flag(name):
+    """A flag the runner published for this run (session, script)."""
     try:
         import _bridge_relay
     except ImportError:
         return False
-    return bool(getattr(_bridge_relay, "session", False))
+    return bool(getattr(_bridge_relay, name, False))
+
+
+def _in_session():
+    return _relay_flag("session")
 
 
 def _packages_lines():
@@ -246,7 +259,7 @@ def help(obj=None):  # noqa: A001 - the name the tool's description promises
     lines += (_SESSION if session else _FRESH).format(**fields).splitlines()
     lines += _packages_lines()
     lines += _mounts_lines()
-    lines += _BACK.splitlines()
+    lines += (_SCRIPT_BACK if _relay_flag("script") else _BACK).splitlines()
     lines += ["", *_TOOLS.splitlines(), "", *_servers_lines()]
     print("\n".join(lines))
 
