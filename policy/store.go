@@ -40,12 +40,15 @@ type Store struct {
 	subs     []func(*Snapshot)
 	adjust   func(*Policy) (*Policy, error) // see Adjust
 
-	runsMu    sync.Mutex
-	runs      map[string]*Run         // local (Begin) and remote (Remote) runs
-	remote    int                     // how many of runs are remote
-	vaults    map[string]*sharedVault // remote sessions' vaults, by key (ShareVault)
-	lastSweep time.Time
-	now       func() time.Time // the clock: time.Now, but in tests
+	runsMu sync.Mutex
+	runs   map[string]*Run         // local (Begin) and remote (Remote) runs
+	remote int                     // how many of runs are remote
+	vaults map[string]*sharedVault // remote sessions' vaults, by key (ShareVault)
+	// lastVaultSweep is when a full ShareVault last looked for expired
+	// vaults; guarded by runsMu.
+	lastVaultSweep time.Time
+	lastSweep      time.Time
+	now            func() time.Time // the clock: time.Now, but in tests
 
 	audit *Auditor
 	unrun tally // the decisions of calls with no run (Record)
@@ -582,7 +585,8 @@ func (s *Store) ShareVault(r *Run, key string, ends time.Time) error {
 	defer s.runsMu.Unlock()
 	v := s.vaults[key]
 	if v == nil || now.UnixNano() > v.until {
-		if len(s.vaults) >= MaxRemoteRuns {
+		if len(s.vaults) >= MaxRemoteRuns && now.Sub(s.lastVaultSweep) >= sweepIfFull {
+			s.lastVaultSweep = now
 			for k, old := range s.vaults {
 				if now.UnixNano() > old.until {
 					delete(s.vaults, k)

@@ -124,6 +124,20 @@ func (g gated) callArgs() any {
 	return g.args
 }
 
+// refuseRun refuses a call whose run (or session's vault) the Store
+// refused: a limit, or an invalid id whose value is never written.
+func (c *callRecord) refuseRun(err error) error {
+	kind, rule := KindLimit, ""
+	var rr *policy.RunRefused
+	if errors.As(err, &rr) {
+		rule = rr.Rule
+		if rr.Invalid {
+			kind, c.rec.RunID = KindInvalid, "" // never write what a client made up
+		}
+	}
+	return c.refuse(kind, rule, err.Error())
+}
+
 // gate applies the policy to a call, in order: the run and its call
 // budget, the server, the tool's rule, the argument size, the human when
 // the rule asks (never about a call refused anyway), the rates, and the
@@ -140,20 +154,12 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 	if runID != "" {
 		run, err := store.Remote(runID, runDeadline(params.Meta, c.start))
 		if err != nil {
-			kind, rule := KindLimit, ""
-			var rr *policy.RunRefused
-			if errors.As(err, &rr) {
-				rule = rr.Rule
-				if rr.Invalid {
-					kind, c.rec.RunID = KindInvalid, "" // never write what a client made up
-				}
-			}
-			return g, c.refuse(kind, rule, err.Error())
+			return g, c.refuseRun(err)
 		}
-		if key, _ := params.Meta[MetaVault].(string); key != "" {
+		if key, _ := params.Meta[MetaVault].(string); key != "" && run.Snap.Policy.Tokenize.On() {
 			// A session's run: its values are the session's.
 			if err := store.ShareVault(run, key, metaTime(params.Meta, MetaVaultTimeLeft, c.start)); err != nil {
-				return g, c.refuse(KindLimit, "", err.Error())
+				return g, c.refuseRun(err)
 			}
 		}
 		c.run, snap = run, run.Snap

@@ -141,7 +141,8 @@ func (ct *callTokens) kinds() ([]tokenize.Kind, error) {
 func (ct *callTokens) refusal(err error) error {
 	if errors.Is(err, tokenize.ErrFull) {
 		return &Error{Kind: KindLimit, Message: fmt.Sprintf(
-			"the result would make the run hold more personal values than the policy's tokenize.max_values (%d); it is not passed on", ct.pol.Tokenize.MaxValues)}
+			"the result would make the run hold more personal values than the policy's tokenize.max_values (%d); it is not passed on"+
+				" (a session's calls share their values: a session ends, and forgets them, with reset: true)", ct.pol.Tokenize.MaxValues)}
 	}
 	return &Error{Kind: KindUpstream, Message: fmt.Sprintf("the result cannot be tokenized (%v); it is not passed on", err)}
 }
