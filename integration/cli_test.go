@@ -537,7 +537,11 @@ func TestCLIRunscOnRuncPodman(t *testing.T) {
 func TestCLIRunIsAScript(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		env := append(engineEnv(e), "XDG_CONFIG_HOME="+t.TempDir())
-		stdout, stderr, code := bridgeCLI(t, env, "print('start')\nx = 41\nx + 1\n", "run", "--runtime", e.cand.Engine, "-")
+		args := []string{"run", "--runtime", e.cand.Engine, "-"}
+		if !e.enforced {
+			args = append(args, "--allow-unenforced-limits")
+		}
+		stdout, stderr, code := bridgeCLI(t, env, "print('start')\nx = 41\nx + 1\n", args...)
 		if code != 0 || stdout != "start\n" {
 			t.Errorf("bridge run: exit %d, stdout %q (want only \"start\\n\")\n%s", code, stdout, stderr)
 		}
