@@ -146,7 +146,7 @@ func (w *folderFile) commit(mime string, kind Kind) (Entry, error) {
 		w.abort()
 		return Entry{}, fmt.Errorf("writing to %s: %w", w.f.dir, err)
 	}
-	name, err := linkFree(w.f.fd, w.tmp, w.name, w.f.dir)
+	name, err := linkFree(w.f.fd, w.tmp, w.name, w.f.dir, unix.Linkat)
 	w.done = true
 	_ = unix.Unlinkat(w.f.fd, w.tmp, 0)
 	if err != nil {
@@ -176,14 +176,28 @@ func createTemp(dfd int, mode uint32) (fd int, name string, err error) {
 }
 
 // linkFree links the file tmp of the folder dfd (named dir in messages) to
-// name, or the first free " (n)" name; it never replaces a file, nor
-// follows a symbolic link. It returns the name linked.
-func linkFree(dfd int, tmp, name, dir string) (string, error) {
+// name, or the first free " (n)" name, with link (unix.Linkat); it never
+// replaces a file, nor follows a symbolic link. On a filesystem without
+// hard links (vfat, exFAT, some FUSE and SMB mounts) it renames tmp
+// instead, which RENAME_NOREPLACE keeps from replacing a file. It returns
+// the name given.
+func linkFree(dfd int, tmp, name, dir string, link func(olddirfd int, oldpath string, newdirfd int, newpath string, flags int) error) (string, error) {
 	linked := name
+	move := false
 	for i := 2; ; i++ {
-		err := unix.Linkat(dfd, tmp, dfd, linked, 0)
+		var err error
+		if move {
+			err = unix.Renameat2(dfd, tmp, dfd, linked, unix.RENAME_NOREPLACE)
+		} else {
+			err = link(dfd, tmp, dfd, linked, 0)
+		}
 		if err == nil {
 			return linked, nil
+		}
+		if !move && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS)) {
+			move = true // no hard links here: the same name again, by rename
+			i--
+			continue
 		}
 		if !errors.Is(err, unix.EEXIST) {
 			return "", fmt.Errorf("naming the file in %s: %w", dir, err)

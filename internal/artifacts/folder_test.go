@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -136,5 +138,35 @@ func TestOpenFolderNotADir(t *testing.T) {
 	os.WriteFile(p, nil, 0o644)
 	if _, err := OpenFolder(p); err == nil || !strings.Contains(err.Error(), "name a folder") {
 		t.Errorf("err %v", err)
+	}
+}
+
+// On a filesystem without hard links (link fails with EPERM), linkFree
+// renames the temporary file instead, still never replacing a file.
+func TestLinkFreeWithoutHardLinks(t *testing.T) {
+	dir := t.TempDir()
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	noLinks := func(int, string, int, string, int) error { return unix.EPERM }
+	if err := os.WriteFile(filepath.Join(dir, "plot.png"), []byte("first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".tmp-x"), []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name, err := linkFree(dfd, ".tmp-x", "plot.png", dir, noLinks)
+	if err != nil || name != "plot (2).png" {
+		t.Fatalf("linkFree = %q, %v; want plot (2).png", name, err)
+	}
+	for file, want := range map[string]string{"plot.png": "first", "plot (2).png": "second"} {
+		if b, err := os.ReadFile(filepath.Join(dir, file)); err != nil || string(b) != want {
+			t.Errorf("%s holds %q (%v), want %q", file, b, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".tmp-x")); !os.IsNotExist(err) {
+		t.Errorf("the temporary file is still there: %v", err)
 	}
 }

@@ -586,7 +586,7 @@ func (w *storeWriter) linkLocked(mime string, kind Kind, st *unix.Stat_t) (Entry
 	if s.closed {
 		return Entry{}, errors.New("the bridge is shutting down")
 	}
-	name, err := linkFree(w.dfd, w.tmp, w.name, s.dir)
+	name, err := linkFree(w.dfd, w.tmp, w.name, s.dir, unix.Linkat)
 	if err != nil {
 		return Entry{}, err
 	}
