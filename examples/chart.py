@@ -16,4 +16,6 @@ for region, rows in df.groupby("region"):
 ax.set_title("Revenue by month, 2026")
 ax.set_xlabel("month")
 ax.legend()
-show(fig, name="revenue.png")
+# The last line's value is shown, as in Jupyter: ";" keeps show()'s (the
+# file's path) out of the output.
+show(fig, name="revenue.png");
