@@ -32,13 +32,15 @@ var (
 // execute runs a call's code, in steps: a queue place and a run slot; the
 // run's id, its pinned policy and limits; an instance, alone or the call's
 // session; the code; the result.
-func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callArgs, key sessionKey, scfg policy.Sessions, rs *runState, start time.Time) *mcp.CallToolResult {
+func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callArgs, key sessionKey, scfg policy.Sessions, rs *runState, start time.Time) (out *mcp.CallToolResult) {
+	var r *aRun
+	defer func() { s.countRun(out, r) }()
 	ctx, release, refusal := s.admit(ctx, start)
 	if refusal != nil {
 		return noteSessionEnded(refusal, resetNote(a, false))
 	}
 	defer release()
-	r := s.beginRun(ctx, req, a, rs, start)
+	r = s.beginRun(ctx, req, a, rs, start)
 	defer r.end()
 	var src Instances = s.opts.Instances
 	var sc *sessionCall
@@ -79,6 +81,25 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 		ended = note
 	}
 	return s.renderRun(req, r, ended)
+}
+
+// countRun records a call's end in the metrics: its status, and for a run
+// that got an instance (r.res.Duration set), its time and its start.
+func (s *Server) countRun(out *mcp.CallToolResult, r *aRun) {
+	m := s.opts.Metrics
+	if m == nil || out == nil {
+		return
+	}
+	o, _ := out.StructuredContent.(Output)
+	engine := ""
+	if n, ok := s.opts.Instances.(interface{ EngineName() string }); ok {
+		engine = n.EngineName()
+	}
+	if r == nil || r.res.Duration == 0 {
+		m.Run(o.Status, engine, false, false, 0, 0)
+		return
+	}
+	m.Run(o.Status, engine, true, r.res.Warm, r.res.Startup, r.res.Duration)
 }
 
 // admit gives a call a place in the queue, or answers busy at once, then

@@ -21,6 +21,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -63,8 +64,11 @@ type Options struct {
 	// ProgressInterval is the least time between two progress
 	// notifications of one call (default 1 s).
 	ProgressInterval time.Duration
-	Version          string
-	Logger           zerolog.Logger
+	// Metrics, if set, counts the runs (by status and engine, with their
+	// durations) and the sessions' ends.
+	Metrics *metrics.Metrics
+	Version string
+	Logger  zerolog.Logger
 }
 
 // Server is the bridge's MCP server. It is safe for concurrent use.
@@ -141,6 +145,7 @@ func New(opts Options) (*Server, error) {
 		reads: make(chan struct{}, maxReadsAtOnce),
 	}
 	s.sessions = newSessions(opts.Logger)
+	s.sessions.metrics = opts.Metrics
 	s.base, s.stopBase = context.WithCancel(context.Background())
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: opts.Policy != nil}}
 	if opts.Store != nil {
@@ -287,4 +292,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("runs still in flight at shutdown: %w", ctx.Err())
 	}
+}
+
+// Load is the work the Server has now, for /metrics.
+func (s *Server) Load() metrics.Load {
+	running := len(s.slots)
+	return metrics.Load{Running: running, Waiting: max(len(s.queue)-running, 0), Sessions: s.sessions.count()}
 }

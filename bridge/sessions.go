@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -63,7 +64,8 @@ type session struct {
 
 // sessions are the live sessions of a [Server].
 type sessions struct {
-	log zerolog.Logger
+	log     zerolog.Logger
+	metrics *metrics.Metrics // counts the sessions' ends; nil: not counted
 
 	mu       sync.Mutex
 	m        map[sessionKey]*session
@@ -241,18 +243,19 @@ func (ss *sessions) done(s *session, cfg policy.Sessions, ran bool) (ended strin
 	if ran {
 		s.calls++
 	}
+	reason := ""
 	switch {
 	case s.ended:
 		ended = s.why
 	case !s.inst.Kept():
-		ended = "its interpreter is gone"
+		reason, ended = "interpreter_gone", "its interpreter is gone"
 	case s.calls >= cfg.MaxCalls:
-		ended = fmt.Sprintf("it made the %d calls a session may make (sessions.max_calls)", cfg.MaxCalls)
+		reason, ended = "max_calls", fmt.Sprintf("it made the %d calls a session may make (sessions.max_calls)", cfg.MaxCalls)
 	case time.Since(s.created) >= cfg.MaxLifetime:
-		ended = fmt.Sprintf("it reached the %s a session may live (sessions.max_lifetime)", cfg.MaxLifetime)
+		reason, ended = "lifetime", fmt.Sprintf("it reached the %s a session may live (sessions.max_lifetime)", cfg.MaxLifetime)
 	}
 	if ended != "" {
-		ss.endLocked(s, ended)
+		ss.endLocked(s, reason, ended)
 		ss.mu.Unlock()
 		<-s.lock
 		return ended
@@ -263,11 +266,11 @@ func (ss *sessions) done(s *session, cfg policy.Sessions, ran bool) (ended strin
 	// Armed once the lock is free, so that expire finds it so; a call that
 	// took it meanwhile stopped no timer, and its own end arms the next.
 	wait := min(cfg.IdleTimeout, cfg.MaxLifetime-time.Since(s.created))
-	why := fmt.Sprintf("idle for %s (sessions.idle_timeout)", cfg.IdleTimeout)
+	reason, why := "idle", fmt.Sprintf("idle for %s (sessions.idle_timeout)", cfg.IdleTimeout)
 	if wait < cfg.IdleTimeout {
-		why = fmt.Sprintf("it reached the %s a session may live (sessions.max_lifetime)", cfg.MaxLifetime)
+		reason, why = "lifetime", fmt.Sprintf("it reached the %s a session may live (sessions.max_lifetime)", cfg.MaxLifetime)
 	}
-	t := time.AfterFunc(wait, func() { ss.expire(s, why) })
+	t := time.AfterFunc(wait, func() { ss.expire(s, reason, why) })
 	ss.mu.Lock()
 	if s.timer != nil {
 		s.timer.Stop()
@@ -282,14 +285,14 @@ func (ss *sessions) done(s *session, cfg policy.Sessions, ran bool) (ended strin
 
 // expire ends s from its timer, unless a call is running in it (that
 // call's end sets the next timer).
-func (ss *sessions) expire(s *session, why string) {
+func (ss *sessions) expire(s *session, reason, why string) {
 	select {
 	case s.lock <- struct{}{}:
 	default:
 		return
 	}
 	ss.mu.Lock()
-	ss.endLocked(s, why)
+	ss.endLocked(s, reason, why)
 	ss.mu.Unlock()
 	<-s.lock
 }
@@ -303,17 +306,19 @@ func (ss *sessions) reset(key sessionKey) bool {
 	if s == nil {
 		return false
 	}
-	ss.endLocked(s, "reset by the agent")
+	ss.endLocked(s, "reset", "reset by the agent")
 	return true
 }
 
-// endLocked ends s: it leaves the map at once, and its container is
-// removed in the background (closeAll waits for that). ss.mu is held.
-func (ss *sessions) endLocked(s *session, why string) {
+// endLocked ends s for reason (a word for /metrics; why says it to the
+// agent): it leaves the map at once, and its container is removed in the
+// background (closeAll waits for that). ss.mu is held.
+func (ss *sessions) endLocked(s *session, reason, why string) {
 	if s.ended {
 		return
 	}
 	s.ended, s.why = true, why
+	ss.metrics.SessionEnded(reason)
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -352,7 +357,7 @@ func (ss *sessions) watch(client *mcp.ServerSession) {
 		delete(ss.watching, client)
 		for key, s := range ss.m {
 			if key.client == client {
-				ss.endLocked(s, "its client disconnected")
+				ss.endLocked(s, "client_gone", "its client disconnected")
 			}
 		}
 	}()
@@ -371,7 +376,7 @@ func (ss *sessions) closeAll(ctx context.Context) error {
 	ss.mu.Lock()
 	ss.closed = true
 	for _, s := range ss.m {
-		ss.endLocked(s, "the bridge is shutting down")
+		ss.endLocked(s, "shutdown", "the bridge is shutting down")
 	}
 	ss.mu.Unlock()
 	return ss.wait(ctx)

@@ -52,6 +52,8 @@ type Store struct {
 
 	audit *Auditor
 	unrun tally // the decisions of calls with no run (Record)
+	// failures counts reloads that failed (ReloadFailures).
+	failures atomic.Int64
 }
 
 // NewStore returns a [Store] with p in force. path, if not empty, is the file
@@ -69,6 +71,10 @@ func NewStore(p *Policy, path string, log zerolog.Logger) (*Store, error) {
 
 // Current is the policy in force.
 func (s *Store) Current() *Snapshot { return s.cur.Load() }
+
+// ReloadFailures counts the reloads that failed (a file unreadable or
+// rejected) since the Store was made: the policy in force stayed each time.
+func (s *Store) ReloadFailures() int64 { return s.failures.Load() }
 
 // Audit is where decisions and runs are recorded.
 func (s *Store) Audit() *Auditor { return s.audit }
@@ -132,6 +138,7 @@ func (s *Store) reload(force bool) (bool, error) {
 	b, err := os.ReadFile(s.path)
 	if err != nil {
 		s.mu.Unlock()
+		s.failures.Add(1)
 		s.log.Error().Err(err).Str("policy", s.path).Msg("policy: cannot read the file; the policy in force stays")
 		return false, err
 	}
@@ -141,6 +148,7 @@ func (s *Store) reload(force bool) (bool, error) {
 		return false, nil
 	}
 	reject := func(err error, what string) (bool, error) {
+		s.failures.Add(1)
 		s.rejected = sum
 		s.mu.Unlock()
 		s.log.Error().Str("policy", s.path).Msg("policy: " + what + "; the policy in force stays:\n" + err.Error())

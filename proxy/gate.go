@@ -71,17 +71,38 @@ type callRecord struct {
 	run   *policy.Run // the call's run, once the gate found it
 }
 
-// write records the call with the policy's store, if there is one.
-func (c *callRecord) write() {
+// write records the call with the policy's store, if there is one, and in
+// the metrics: refused is the kind of the refusal ("" for a call that went
+// to its upstream).
+func (c *callRecord) write(refused string) {
 	if store := c.p.opts.Policy; store != nil {
 		store.Record(c.run, c.rec)
 	}
+	m := c.p.opts.Metrics
+	if m == nil {
+		return
+	}
+	decision := "allowed"
+	switch {
+	case c.rec.Asked != "":
+		decision = "asked"
+		m.Ask(c.rec.Asked)
+	case refused == KindDenied:
+		decision = "denied"
+	case refused != "":
+		decision = "refused"
+	}
+	if refused == KindLimit && c.rec.Rule != "" {
+		m.Cutoff(c.rec.Rule)
+	}
+	u := c.p.byName[c.rec.Server]
+	m.ToolCall(c.rec.Server, c.rec.Tool, u != nil, u != nil && u.hasTool(c.rec.Tool), decision, refused == "", c.rec.Duration)
 }
 
 // refuse records a call refused by rule and returns its error.
 func (c *callRecord) refuse(kind, rule, msg string) error {
 	c.rec.Rule, c.rec.Duration = rule, time.Since(c.start)
-	c.write()
+	c.write(kind)
 	c.p.log.Debug().Str("run_id", c.rec.RunID).Str("server", c.rec.Server).Str("tool", c.rec.Tool).Str("rule", rule).Msg("proxy: call refused")
 	return &Error{Kind: kind, Message: msg}
 }
@@ -96,11 +117,15 @@ func (c *callRecord) finish(res *mcp.CallToolResult, js []byte, err error) (*mcp
 		if errors.As(err, &pe) {
 			c.rec.Error = pe.Kind
 		}
-		c.write()
+		if c.rec.Error == KindLimit {
+			// A result over budgets.max_result_bytes.
+			c.p.opts.Metrics.Cutoff("budgets.max_result_bytes")
+		}
+		c.write("")
 		ev.Err(err).Msg("proxy: call failed")
 		return nil, nil, err
 	}
-	c.write()
+	c.write("")
 	ev.Bool("is_error", res.IsError).Msg("proxy: call")
 	return res, js, nil
 }
@@ -298,6 +323,16 @@ func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, se
 
 // toolInfo is what the policy knows of a server's tool: its annotations,
 // from the last tool list (none if the tool is not in it).
+// hasTool says whether the server's last tool list has tool.
+func (u *upstream) hasTool(tool string) bool {
+	for _, t := range u.cachedTools() {
+		if t.Name == tool {
+			return true
+		}
+	}
+	return false
+}
+
 func (p *Proxy) toolInfo(u *upstream, tool string) policy.Tool {
 	for _, t := range u.cachedTools() {
 		if t.Name == tool {

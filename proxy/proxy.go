@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 )
 
@@ -64,6 +65,9 @@ type Options struct {
 	// rates, timeout) and audits every decision. Nil: everything is allowed,
 	// with CallTimeout.
 	Policy *policy.Store
+	// Metrics, if set, counts tool calls by server, tool and decision, asks
+	// and budget refusals, and times the calls that go upstream.
+	Metrics *metrics.Metrics
 	// Lock, if set, pins the tools' definitions from a lock file the
 	// operator wrote (`bridge tools lock`) instead of as first listed: a
 	// tool not in it counts as changed ("not in the lock file").
@@ -570,4 +574,13 @@ func (p *Proxy) Connect(ctx context.Context, log zerolog.Logger) (*Client, error
 	// through it, the results straight from the proxy (see [Client.CallJSON]).
 	c.local = p
 	return c, nil
+}
+
+// UpstreamStates are the configured servers' states, for /metrics.
+func (p *Proxy) UpstreamStates() []metrics.UpstreamState {
+	out := make([]metrics.UpstreamState, 0, len(p.ups))
+	for _, u := range p.ups {
+		out = append(out, u.metricsState())
+	}
+	return out
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
+
+	"github.com/bridge-mcp/bridge/internal/metrics"
 )
 
 // Backoff after failed connects: the first retry may come after
@@ -52,6 +54,7 @@ type upstream struct {
 	connecting chan struct{} // non-nil while a connect runs; closed when it ends
 	lastErr    error         // why the last connect failed, or why the session ended
 	failures   int           // connects failed in a row
+	connects   int64         // connects that succeeded
 	retryAt    time.Time     // no new connect before this
 	closed     bool
 	procs      sync.WaitGroup // stderr readers and watchers
@@ -185,6 +188,7 @@ func (u *upstream) connectAsync(ch chan struct{}) {
 		return
 	}
 	u.lastErr = nil
+	u.connects++
 	u.sess = sess
 	u.sessDone = make(chan struct{})
 	u.info = sess.InitializeResult()
@@ -604,6 +608,13 @@ func (u *upstream) cachedTools() []*mcp.Tool {
 	u.toolsMu.Lock()
 	defer u.toolsMu.Unlock()
 	return u.tools
+}
+
+// metricsState is the server's state for /metrics.
+func (u *upstream) metricsState() metrics.UpstreamState {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return metrics.UpstreamState{Server: u.cfg.Name, Up: u.sess != nil, Restarts: max(u.connects-1, 0)}
 }
 
 // status reports whether the server is connected, and the last error.

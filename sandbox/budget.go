@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -62,6 +63,9 @@ type HostMeter struct {
 	mu    sync.Mutex
 	used  time.Duration
 	limit time.Duration
+	// spent, if set, counts the meters whose budget ran out (once each).
+	spent   *atomic.Int64
+	counted bool
 }
 
 // NewHostMeter returns a meter with limit of host time.
@@ -78,6 +82,10 @@ func (m *HostMeter) Do(f func()) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.used >= m.limit {
+		if m.spent != nil && !m.counted {
+			m.counted = true
+			m.spent.Add(1)
+		}
 		return fmt.Errorf("%w: the bridge spent %s on its searches, tool lists and name lookups (at most %s per run); reuse the answers you have",
 			ErrHostBudget, m.used.Round(time.Millisecond), m.limit)
 	}

@@ -109,7 +109,9 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 	// awaited, so none outlives the run.
 	var calls sync.WaitGroup
 	defer calls.Wait()
-	ctx, cancel := context.WithCancel(WithHostMeter(ctx, NewHostMeter(hostTimePerRun)))
+	meter := NewHostMeter(hostTimePerRun)
+	meter.spent = &e.host.hostTime
+	ctx, cancel := context.WithCancel(WithHostMeter(ctx, meter))
 	defer cancel()
 
 	fs := newFiles(fl, out.sink)
@@ -191,8 +193,10 @@ func (rc *runConn) request(ctx context.Context, m relay.Message, deadline time.T
 		return readResult{err: ctx.Err()}, true
 	}
 	calls.Add(1)
+	rc.e.host.requests.Add(1)
 	go func() {
 		defer calls.Done()
+		defer rc.e.host.requests.Add(-1)
 		defer func() { <-rc.slots }() // held until the answer is written
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		var r relay.ToolResult
@@ -263,10 +267,12 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	bridge := rc.e.pending
 	switch {
 	case !rc.pending.tryAcquire(n):
+		rc.e.host.runAns.Add(1)
 		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit with the %s of answers the code has not read yet (at most %s per run): read results before sending more requests",
 			units.Bytes(n), units.Bytes(rc.pending.inUse()), units.Bytes(rc.pending.limit)))
 		n = 0
 	case !bridge.tryAcquire(n):
+		rc.e.host.allAns.Add(1)
 		rc.pending.release(n)
 		frame = rc.refusal(r.ID, fmt.Sprintf("this answer (%s) does not fit in the bridge's buffer for unread answers of all runs (%s): try again, or ask for less",
 			units.Bytes(n), units.Bytes(bridge.limit)))
@@ -285,6 +291,7 @@ func (rc *runConn) answer(r relay.ToolResult) {
 	}
 	if err := rc.c.writeFrame(frame, rc.e.writeTimeout); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			rc.e.host.stalled.Add(1)
 			rc.cutOff(fmt.Errorf("%w: an answer of %s waited %s to be written, with %s of answers unread; the run was ended (await each call, or read results before sending more)",
 				ErrRunnerStalled, units.Bytes(int64(frame.Len())), rc.e.writeTimeout, units.Bytes(rc.pending.inUse())))
 			return

@@ -239,6 +239,7 @@ func (i *Container) create(ctx context.Context, token string, pooled bool) error
 		return e.withHint(fmt.Errorf("creating container: %w", err))
 	}
 	i.id = id
+	e.host.created(id)
 	if ctx.Err() != nil {
 		return ErrStartCancelled
 	}

@@ -31,6 +31,8 @@ type removals struct {
 	done    chan struct{} // closed when the loop ends
 	// first and most are removeRetryFirst and removeRetryMax; tests shorten them.
 	first, most time.Duration
+	// removed, if set, is told of each container removed at last.
+	removed func(id string)
 }
 
 func newRemovals(rt Containers, log zerolog.Logger) *removals {
@@ -107,6 +109,9 @@ func (r *removals) attempt(ctx context.Context, timeout time.Duration) int {
 		r.mu.Lock()
 		if err == nil {
 			delete(r.ids, id)
+			if r.removed != nil {
+				r.removed(id)
+			}
 			r.log.Info().Str("container", id).Msg("removed a container whose removal had failed")
 		}
 		r.mu.Unlock()

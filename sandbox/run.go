@@ -167,6 +167,8 @@ type Executor struct {
 	results *reserve
 	// removals retries the removals that failed.
 	removals *removals
+	// host counts what HostStats reports.
+	host hostCounters
 }
 
 // NewExecutor checks the engine and the image once and prepares the run
@@ -214,6 +216,7 @@ func NewExecutor(ctx context.Context, rt Containers, opts ExecutorOptions) (*Exe
 		interruptGrace: interruptGraceDefault,
 		pending:        newReserve(maxBridgePendingBytes), results: newReserve(maxBridgeResultBytes),
 		removals: newRemovals(rt, opts.Logger)}
+	e.removals.removed = e.host.removed
 	pid := os.Getpid()
 	if e.owner = processOwner(pid); e.owner != "" {
 		e.dirPrefix = fmt.Sprintf("run-%d.%s-", pid, processStart(pid))
@@ -355,6 +358,9 @@ func (e *Executor) remove(ctx context.Context, idOrName string, log zerolog.Logg
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := e.rt.Remove(rctx, idOrName)
+	if err == nil {
+		e.host.removed(idOrName)
+	}
 	if err != nil {
 		log.Error().Err(err).Str("container", idOrName).Msg("removing container; retrying in the background")
 		e.removals.add(idOrName)
@@ -400,6 +406,9 @@ func (e *Executor) outcome(ctx context.Context, id string, rr readResult, w wait
 	// A protocol error, or a runner cut off for not reading, wins over
 	// anything the runner said before it.
 	if rr.err != nil && (errors.Is(rr.err, relay.ErrProtocol) || errors.Is(rr.err, ErrRunnerStalled)) {
+		if errors.Is(rr.err, relay.ErrProtocol) {
+			e.host.protocol.Add(1)
+		}
 		res.Status, res.ExitCode, res.Error = StatusError, -1, nil
 		res.Message = rr.err.Error()
 		return res, nil

@@ -58,6 +58,9 @@ type HTTPOptions struct {
 	// Ready, if set, is called once the listener is bound, with its
 	// address (the real port when Addr asked for port 0).
 	Ready func(addr net.Addr)
+	// Metrics, if set, is served at /metrics (GET), behind the same bearer
+	// token as /mcp.
+	Metrics http.Handler
 }
 
 // ServeHTTP serves srv over HTTP until ctx ends:
@@ -69,7 +72,8 @@ type HTTPOptions struct {
 //     no POST is in progress, even while the client's GET stream is open:
 //     an idle client must ping to keep its session);
 //   - /sse: the legacy HTTP+SSE transport (protocol 2024-11-05);
-//   - /healthz: {"status":"ok","version":...}, without auth.
+//   - /healthz: {"status":"ok","version":...}, without auth;
+//   - /metrics: HTTPOptions.Metrics, if set, with the auth of /mcp.
 //
 // /mcp and /sse need `Authorization: Bearer <token>` when a token is set or
 // generated (see HTTPOptions.Token); whether the address is loopback is
@@ -279,6 +283,9 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", cop.Handler(auth(limit(endWith(streams, streamable)))))
 	mux.Handle("/sse", cop.Handler(auth(limit(endWith(streams, sse)))))
+	if opts.Metrics != nil {
+		mux.Handle("/metrics", auth(getOnly(opts.Metrics)))
+	}
 	version := opts.Version
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -291,6 +298,18 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 		json.NewEncoder(w).Encode(map[string]string{"status": "ok", "version": version})
 	})
 	return mux
+}
+
+// getOnly answers 405 to what is not GET or HEAD.
+func getOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // limitBody answers 413 to a request whose declared length is over limit,

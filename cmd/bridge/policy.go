@@ -19,6 +19,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
@@ -337,7 +338,7 @@ func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, callTimeout
 	if len(sc) == 0 {
 		return none, fmt.Errorf("no server %q in the servers config", server)
 	}
-	p := proxy.New(proxy.Config{Servers: sc}, proxyOptions(nil, callTimeout, e.log))
+	p := proxy.New(proxy.Config{Servers: sc}, proxyOptions(nil, callTimeout, nil, e.log))
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -388,13 +389,28 @@ func remoteProxyPolicy(proxyURL string, p *policy.Policy) error {
 
 // withSkills answers the code's skill operations from the skills folder of
 // the policy in force, and passes the rest to tools.
-func withSkills(tools sandbox.ToolHandler, store *policy.Store, runs *toolhost.Runs, log zerolog.Logger) sandbox.ToolHandler {
+func withSkills(tools sandbox.ToolHandler, store *policy.Store, runs *toolhost.Runs, m *metrics.Metrics, log zerolog.Logger) sandbox.ToolHandler {
+	var audit toolhost.SkillAuditor = store
+	if m != nil {
+		audit = countedSkills{store, m}
+	}
 	return toolhost.WithSkills(tools, toolhost.SkillsOptions{
 		Runs: runs,
 		// The policy in force now, not the one the run is pinned to: turning
 		// saving off applies to runs already going.
 		Config: func(string) policy.Skills { return store.Current().Policy.Skills },
-		Audit:  store,
+		Audit:  audit,
 		Logger: log,
 	})
+}
+
+// countedSkills audits skill saves and counts them in the metrics.
+type countedSkills struct {
+	*policy.Store
+	m *metrics.Metrics
+}
+
+func (c countedSkills) SkillSave(runID, client, name string, bytes int, outcome, kind, why string) {
+	c.Store.SkillSave(runID, client, name, bytes, outcome, kind, why)
+	c.m.SkillSave(outcome)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/bridge/transport"
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 )
@@ -82,15 +83,16 @@ func (u *upstreamFlags) loadServers(e *env, selfURL string, log zerolog.Logger) 
 // proxyOptions are the options of a proxy in this process: store, if not
 // nil, is the policy it applies (whose budgets.call_timeout then bounds
 // each call); callTimeout bounds each call otherwise.
-func proxyOptions(store *policy.Store, callTimeout time.Duration, log zerolog.Logger) proxy.Options {
-	return proxy.Options{CallTimeout: callTimeout, Version: versionString(), Logger: log, Policy: store}
+func proxyOptions(store *policy.Store, callTimeout time.Duration, m *metrics.Metrics, log zerolog.Logger) proxy.Options {
+	return proxy.Options{CallTimeout: callTimeout, Version: versionString(), Logger: log, Policy: store, Metrics: m}
 }
 
 // upstreams opens what answers the sandbox's tool calls: a proxy in this
 // process over an in-memory session, or a remote one. Either session is
 // opened on first use and again if it ends, so serve starts even while a
-// remote proxy is down. stop closes it all.
-func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, log zerolog.Logger) (up toolhost.Upstreams, stop func(), err error) {
+// remote proxy is down. stop closes it all. p is the proxy in this
+// process, if there is one; m, if set, counts its calls.
+func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, m *metrics.Metrics, log zerolog.Logger) (up toolhost.Upstreams, p *proxy.Proxy, stop func(), err error) {
 	if u.proxyURL != "" {
 		token := strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN"))
 		r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
@@ -99,24 +101,24 @@ func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, l
 		// The human is asked through the run, which a proxy in another
 		// process cannot reach: say so now, not at the first ask.
 		log.Info().Str("proxy", proxy.RedactURL(u.proxyURL)).Msg("the MCP proxy is remote: calls its policy would ask the user about get its tools.ask_fallback (asking needs the proxy in this process)")
-		return r, func() { _ = r.Close() }, nil
+		return r, nil, func() { _ = r.Close() }, nil
 	}
 	cfg, err := u.loadServers(e, selfURL, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if len(cfg.Servers) == 0 {
-		return nil, func() {}, nil
+		return nil, nil, func() {}, nil
 	}
-	opts := proxyOptions(store, store.Current().Policy.Budgets.CallTimeout, log)
+	opts := proxyOptions(store, store.Current().Policy.Budgets.CallTimeout, m, log)
 	if opts.Lock, err = toolsLock(store.Current().Policy); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	p := proxy.New(cfg, opts)
+	p = proxy.New(cfg, opts)
 	r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
 		return p.Connect(ctx, log)
 	})
-	return r, func() { _ = r.Close(); p.Close() }, nil
+	return r, p, func() { _ = r.Close(); p.Close() }, nil
 }
 
 func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
@@ -129,6 +131,7 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	var sf settingFlags
 	sf.callTimeout(fs)
 	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets and audit sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP;\n--call-timeout may only tighten it")
+	metricsAddr := metricsFlag(fs)
 	args, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage, err
@@ -159,15 +162,20 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitUsage, err
 	}
-	opts := proxyOptions(store, pol.Budgets.CallTimeout, log)
+	m := metrics.New(versionString())
+	opts := proxyOptions(store, pol.Budgets.CallTimeout, m, log)
 	if opts.Lock, err = toolsLock(pol); err != nil {
 		return exitUsage, err
 	}
 	p := proxy.New(cfg, opts)
 	defer p.Close()
+	m.Watch(metrics.State{Policy: policyState(store), Upstreams: p.UpstreamStates})
+	if err := serveMetricsAt(ctx, *metricsAddr, m, log); err != nil {
+		return exitUsage, err
+	}
 	err = transport.ServeHTTP(ctx, p.Server(), transport.HTTPOptions{
 		Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), TokenEnv: "BRIDGE_PROXY_TOKEN", Version: versionString(),
-		ShutdownTimeout: shutdownBudget * 3 / 5,
+		ShutdownTimeout: shutdownBudget * 3 / 5, Metrics: m.Handler(),
 	}, log)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return exitBridge, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -40,6 +42,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	sf.callTimeout(fs)
 	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\n"+
 		"it is reloaded when it changes and on SIGHUP; with a policy file, the sandbox flags may only tighten it")
+	metricsAddr := metricsFlag(fs)
 	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds, pool, tool-call times) and /debug/pprof/NAME at `ADDR`, loopback only")
 	args, err := parseFlags(fs, args)
 	if err != nil {
@@ -76,7 +79,13 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if *httpAddr != "" {
 		selfURL = "http://" + *httpAddr
 	}
-	tools, err := wireTools(e, &uf, selfURL, store, log)
+	// Metrics are counted when something serves them: /metrics of --http,
+	// or --metrics-addr.
+	var m *metrics.Metrics
+	if *httpAddr != "" || *metricsAddr != "" {
+		m = metrics.New(versionString())
+	}
+	tools, err := wireTools(e, &uf, selfURL, store, m, log)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -112,15 +121,22 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		Policy:        store,
 		Store:         files,
 		DataScience:   pol.Sandbox.Image == "" && pol.Sandbox.Variant == images.DataScience,
+		Metrics:       m,
 		Version:       versionString(),
 		Logger:        log,
 	})
 	if err != nil {
 		return exitUsage, usagef("%v", err)
 	}
+	if m != nil {
+		m.Watch(serveState(srv, eng, store, tools.upstreams, files))
+		if err := serveMetricsAt(ctx, *metricsAddr, m, log); err != nil {
+			return exitUsage, err
+		}
+	}
 
 	return serveUntilDone(ctx, e, srv, eng, serving{
-		warm: pol.Pool.Size > 0, httpAddr: *httpAddr,
+		warm: pol.Pool.Size > 0, httpAddr: *httpAddr, metrics: m,
 		maxRequest: transport.RequestLimit{Bytes: pol.Sandbox.MaxRequestBytes, Setting: "sandbox.max_request_bytes"},
 	}, log)
 }
@@ -132,6 +148,7 @@ type serving struct {
 	warm       bool
 	httpAddr   string
 	maxRequest transport.RequestLimit
+	metrics    *metrics.Metrics // served at /metrics of httpAddr, if set
 }
 
 // serveUntilDone serves srv as how says until a signal, the end of stdin
@@ -158,7 +175,7 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 		if httpAddr != "" {
 			served <- transport.ServeHTTP(ctx, srv.MCP(), transport.HTTPOptions{
 				Addr: httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
-				ShutdownTimeout: shutdownBudget * 3 / 5, MaxRequest: maxRequest,
+				ShutdownTimeout: shutdownBudget * 3 / 5, MaxRequest: maxRequest, Metrics: metricsHandler(how.metrics),
 			}, log)
 			return
 		}
@@ -194,6 +211,14 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 	}
 	log.Info().Msg("stopped")
 	return 0, nil
+}
+
+// metricsHandler is m's handler, nil without m.
+func metricsHandler(m *metrics.Metrics) http.Handler {
+	if m == nil {
+		return nil
+	}
+	return m.Handler()
 }
 
 // eofReader closes eof when the reader reports io.EOF.

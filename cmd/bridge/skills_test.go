@@ -114,7 +114,7 @@ func TestSkillsFollowThePolicyInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	h := withSkills(nil, store, nil, zerolog.Nop())
+	h := withSkills(nil, store, nil, nil, zerolog.Nop())
 	store.Begin("run-1")
 	defer store.End("run-1")
 	save := func(name string) *relay.ToolError {

@@ -71,7 +71,7 @@ func cmdTools(ctx context.Context, e *env, args []string) (int, error) {
 	if err != nil {
 		return exitUsage, err
 	}
-	p := proxy.New(cfg, proxyOptions(nil, pol.Budgets.CallTimeout, e.log))
+	p := proxy.New(cfg, proxyOptions(nil, pol.Budgets.CallTimeout, nil, e.log))
 	defer p.Close()
 	now, failed := p.LockTools(ctx)
 	for _, err := range failed {

@@ -9,6 +9,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/images"
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -24,22 +25,29 @@ type hostTools struct {
 	// their asks and traces); times the bridge's part of each call.
 	runs  *toolhost.Runs
 	times *toolhost.CallTimes
+	// upstreams are the states of the upstream servers of a proxy in this
+	// process, for /metrics; nil with a remote one (or none).
+	upstreams func() []metrics.UpstreamState
 	// stop ends the upstream servers that started.
 	stop func()
 }
 
 // wireTools starts nothing: the upstream servers start on their first use.
-func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, log zerolog.Logger) (hostTools, error) {
-	up, stop, err := uf.upstreams(e, selfURL, store, log)
+// m, if not nil, counts the tool calls and skill saves.
+func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, m *metrics.Metrics, log zerolog.Logger) (hostTools, error) {
+	up, p, stop, err := uf.upstreams(e, selfURL, store, m, log)
 	if err != nil {
 		return hostTools{}, err
 	}
 	t := hostTools{runs: toolhost.NewRuns(), times: toolhost.NewCallTimes(), stop: stop}
+	if p != nil {
+		t.upstreams = p.UpstreamStates
+	}
 	if up != nil {
 		t.handler = toolhost.New(up, toolhost.Options{Runs: t.runs, Times: t.times, Logger: log})
 	}
 	// The skills are there with or without upstreams.
-	t.handler = withSkills(t.handler, store, t.runs, log)
+	t.handler = withSkills(t.handler, store, t.runs, m, log)
 	return t, nil
 }
 

@@ -97,6 +97,8 @@ type Store struct {
 	order     []*stored          // by creation, so by expiry
 	runs      map[string]*runState
 	kept      int64             // bytes of files
+	stored    int64             // files kept so far (Stats)
+	storedB   int64             // and their bytes
 	reserved  int64             // bytes announced by files being written
 	gone      map[string]string // URI → why, of files removed
 	goneOrder []string
@@ -598,9 +600,24 @@ func (w *storeWriter) linkLocked(mime string, kind Kind, st *unix.Stat_t) (Entry
 	}
 	w.releaseLocked()
 	s.kept += w.size
+	s.stored++
+	s.storedB += w.size
 	s.files[e.URI] = e
 	s.order = append(s.order, e)
 	delete(s.gone, e.URI)
 	s.armLocked()
 	return e.Entry, nil
+}
+
+// StoreStats are what a [Store] holds now and kept so far, for /metrics.
+type StoreStats struct {
+	Files, Bytes             int64 // held now
+	StoredFiles, StoredBytes int64 // kept since it opened, expired ones too
+}
+
+// Stats are the Store's, now.
+func (s *Store) Stats() StoreStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return StoreStats{Files: int64(len(s.files)), Bytes: s.kept, StoredFiles: s.stored, StoredBytes: s.storedB}
 }
