@@ -55,6 +55,7 @@ type upstream struct {
 	lastErr    error         // why the last connect failed, or why the session ended
 	failures   int           // connects failed in a row
 	connects   int64         // connects that succeeded
+	failed     int64         // connects that failed, in all
 	retryAt    time.Time     // no new connect before this
 	closed     bool
 	procs      sync.WaitGroup // stderr readers and watchers
@@ -172,6 +173,7 @@ func (u *upstream) connectAsync(ch chan struct{}) {
 	if err != nil {
 		err = u.scrub(err)
 		u.failures++
+		u.failed++
 		u.lastErr = err
 		u.retryAt = time.Now().Add(backoff(u.failures))
 		// The one record of a failed start, at a level `bridge run` shows:
@@ -614,7 +616,8 @@ func (u *upstream) cachedTools() []*mcp.Tool {
 func (u *upstream) metricsState() metrics.UpstreamState {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return metrics.UpstreamState{Server: u.cfg.Name, Up: u.sess != nil, Restarts: max(u.connects-1, 0)}
+	return metrics.UpstreamState{Server: u.cfg.Name, Tried: u.connects+u.failed > 0, Up: u.sess != nil,
+		Restarts: max(u.connects-1, 0), ConnectFailures: u.failed}
 }
 
 // status reports whether the server is connected, and the last error.

@@ -90,7 +90,9 @@ func TestStateReadAtScrape(t *testing.T) {
 		Host: func() (HostState, bool) {
 			return HostState{ContainersAlive: 5, Cutoffs: map[string]int64{"runner_stalled": 2}}, true
 		},
-		Upstreams: func() []UpstreamState { return []UpstreamState{{Server: "everything", Up: true, Restarts: 1}} },
+		Upstreams: func() []UpstreamState {
+			return []UpstreamState{{Server: "everything", Tried: true, Up: true, Restarts: 1}, {Server: "unused"}}
+		},
 	})
 	scrape(t, m)
 	body := scrape(t, m)
@@ -104,7 +106,7 @@ func TestStateReadAtScrape(t *testing.T) {
 			t.Errorf("scrape lacks %q", want)
 		}
 	}
-	for _, absent := range []string{"bridge_policy_generation", "bridge_artifacts_kept_bytes"} {
+	for _, absent := range []string{"bridge_policy_generation", "bridge_artifacts_kept_bytes", `bridge_upstream_up{server="unused"}`} {
 		if strings.Contains(body, absent) {
 			t.Errorf("scrape has %s, which was not wired", absent)
 		}

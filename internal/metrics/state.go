@@ -55,9 +55,13 @@ type PolicyState struct {
 
 // UpstreamState is one configured upstream server's.
 type UpstreamState struct {
-	Server   string
-	Up       bool
-	Restarts int64 // connects after the first
+	Server string
+	// Tried says a connect was made: servers start on first use, and one
+	// not used yet is neither up nor down (bridge_upstream_up is absent).
+	Tried           bool
+	Up              bool
+	Restarts        int64 // connects after the first
+	ConnectFailures int64
 }
 
 // Watch registers st to be read at each scrape.
@@ -91,6 +95,7 @@ type descs struct {
 	descReloadFail *prometheus.Desc
 	descUp         *prometheus.Desc
 	descRestarts   *prometheus.Desc
+	descConnFail   *prometheus.Desc
 	descArtKept    *prometheus.Desc
 	descArtFiles   *prometheus.Desc
 	descArtBytes   *prometheus.Desc
@@ -117,7 +122,8 @@ func newDescs() *descs {
 		descCutoffs:    prometheus.NewDesc("bridge_host_cutoffs_total", "Requests refused or runs cut off by one of the host's own budgets.", []string{"budget"}, nil),
 		descGen:        desc("bridge_policy_generation", "Policies in force so far: 1 at start, one more for each reload that took."),
 		descReloadFail: desc("bridge_policy_reload_failures_total", "Policy files that failed to load: the policy in force stayed."),
-		descUp:         prometheus.NewDesc("bridge_upstream_up", "1 while the upstream server's MCP session is open.", []string{"server"}, nil),
+		descUp:         prometheus.NewDesc("bridge_upstream_up", "1 while the upstream server's MCP session is open, 0 when it is not; absent until its first use (servers start on first use).", []string{"server"}, nil),
+		descConnFail:   prometheus.NewDesc("bridge_upstream_connect_failures_total", "Connects to the upstream server that failed (it is retried with backoff).", []string{"server"}, nil),
 		descRestarts:   prometheus.NewDesc("bridge_upstream_restarts_total", "Connects to the upstream server after its first.", []string{"server"}, nil),
 		descArtKept:    desc("bridge_artifacts_kept_bytes", "Bytes the artifacts folder holds now."),
 		descArtFiles:   desc("bridge_artifacts_stored_total", "Files the code returned that the bridge kept by reference (artifacts.dir)."),
@@ -185,8 +191,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			if u.Up {
 				up = 1
 			}
-			gauge(c.d.descUp, up, u.Server)
+			if u.Tried {
+				gauge(c.d.descUp, up, u.Server)
+			}
 			counter(c.d.descRestarts, float64(u.Restarts), u.Server)
+			counter(c.d.descConnFail, float64(u.ConnectFailures), u.Server)
 		}
 	}
 	if st.Artifacts != nil {
