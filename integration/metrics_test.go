@@ -297,7 +297,7 @@ except mcp_tools.LimitExceededError:
 		first := prom.value(t, series)
 		names = append(names, sessionRuns(t, cs, 250, 2, 8)...)
 		prom.await(t, map[string]float64{
-			`sum(bridge_runs_total{status="ok"})`:              runs + 1000,
+			`sum(bridge_runs_total{status="ok"})`:             runs + 1000,
 			`bridge_sessions_ended_total{reason="max_calls"}`: 500,
 			series: first,
 		})
