@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/policy"
@@ -99,6 +100,8 @@ type runState struct {
 	// vaultKey and vaultEnds name a session's tokenized values (Vault).
 	vaultKey  string
 	vaultEnds time.Time
+	// span is the run's code's (bridge.exec), once it runs (Span).
+	span trace.SpanContext
 }
 
 // Vault names the tokenized values of the run's session, which a remote
@@ -112,6 +115,7 @@ func (rs *runState) Vault() (key string, ends time.Time) {
 var (
 	_ toolhost.Run        = (*runState)(nil)
 	_ toolhost.Originator = (*runState)(nil)
+	_ toolhost.TracedRun  = (*runState)(nil)
 )
 
 // Client is the MCP client the run is for, as it named itself: "name

@@ -35,13 +35,16 @@ var (
 func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callArgs, key sessionKey, scfg policy.Sessions, rs *runState, start time.Time) (out *mcp.CallToolResult) {
 	var r *aRun
 	defer func() { s.countRun(out, r) }()
+	qspan := s.step(ctx, spanQueue)
 	ctx, release, refusal := s.admit(ctx, start)
+	endQueue(qspan, refusal)
 	if refusal != nil {
 		return noteSessionEnded(refusal, resetNote(a, false))
 	}
 	defer release()
 	r = s.beginRun(ctx, req, a, rs, start)
 	defer r.end()
+	traceRun(ctx, r, a.session != "", len(a.code))
 	var src Instances = s.opts.Instances
 	var sc *sessionCall
 	if a.session != "" {
@@ -55,9 +58,12 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	}
 	// The run's duration: from asking for its instance to giving it up.
 	began := time.Now()
+	aspan := s.step(r.ctx, spanAcquire)
 	inst, err := src.Acquire(r.ctx, r.limits, r.id)
+	acquired := time.Now()
 	if err != nil {
 		status, msg := s.acquireFailed(err)
+		s.endAcquire(aspan, acquired, sandbox.Result{}, sc != nil, status)
 		r.res.Status = sandbox.Status(status)
 		return noteSessionEnded(failure(status, msg, start), resetNote(a, false))
 	}
@@ -65,7 +71,11 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 		r.started(sc)
 	}
 	r.exec.Began = began
+	espan := s.step(r.ctx, spanExec)
+	r.rs.setSpan(espan.SpanContext())
 	r.res, err = inst.Exec(r.ctx, r.exec)
+	endExec(espan, r.res, err)
+	s.endAcquire(aspan, acquired, r.res, sc != nil, "")
 	if cerr := inst.Close(r.ctx); cerr != nil && err == nil {
 		err = cerr
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/internal/artifacts"
@@ -67,6 +69,11 @@ type Options struct {
 	// Metrics, if set, counts the runs (by status and engine, with their
 	// durations) and the sessions' ends.
 	Metrics *metrics.Metrics
+	// Tracer, if set, traces each call of run_python under the client's
+	// span (traceparent in its _meta): its queue place, its instance, its
+	// code's run, whose tool calls' spans ([toolhost.Options] Tracer) go
+	// under it (tracing.go). Nil: nothing is traced.
+	Tracer  trace.Tracer
 	Version string
 	Logger  zerolog.Logger
 }
@@ -133,6 +140,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
+	}
+	if opts.Tracer == nil {
+		opts.Tracer = noop.Tracer{}
 	}
 	if opts.Artifacts == (artifacts.Limits{}) {
 		opts.Artifacts = artifacts.DefaultLimits()

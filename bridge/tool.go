@@ -244,12 +244,20 @@ func (s *Server) parseBase(raw json.RawMessage, defTimeout, maxTimeout time.Dura
 	return *in.Code, timeout, asked, in, nil
 }
 
-// handleRunPython is the tool's handler.
+// handleRunPython is the tool's handler: runPython, in its span.
 func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ctx, span := s.startCall(ctx, req)
+	res := s.runPython(ctx, req)
+	endCall(span, res)
+	return res, nil
+}
+
+// runPython answers one call of run_python.
+func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) *mcp.CallToolResult {
 	start := time.Now()
 	if req.Params.RequestState != "" {
 		// The answers to a detached run's questions (detached.go).
-		return s.resume(ctx, req, start), nil
+		return s.resume(ctx, req, start)
 	}
 	// The input is checked against the policy in force now; the run is
 	// pinned to the policy in force when it gets a slot (below).
@@ -257,7 +265,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 	scfg, sessionsOn := s.sessionConfig()
 	a, err := s.parseInput(req.Params.Arguments, limits.Timeout, maxTimeout, sessionsOn)
 	if err != nil {
-		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
+		return failure(statusInvalid, "invalid arguments: "+err.Error(), start)
 	}
 	key := sessionKey{client: req.Session, name: a.session}
 	if a.reset {
@@ -269,7 +277,7 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 				msg = fmt.Sprintf("there was no session %q to end", a.session)
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}},
-				StructuredContent: Output{Status: string(sandbox.StatusOK), DurationMS: time.Since(start).Milliseconds(), Message: msg}}, nil
+				StructuredContent: Output{Status: string(sandbox.StatusOK), DurationMS: time.Since(start).Milliseconds(), Message: msg}}
 		}
 	}
 	rs := s.newRunState(req, a.session != "")
@@ -277,9 +285,9 @@ func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) 
 		return s.execute(ctx, req, a, key, scfg, rs, start)
 	}
 	if rs.mode == askResult {
-		return s.startDetached(ctx, req, rs, run), nil
+		return s.startDetached(ctx, req, rs, run)
 	}
-	return run(ctx), nil
+	return run(ctx)
 }
 
 // resetNote is what session_ended says of a call with reset: true and

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // incompleteTTL is how long a catalog that lacks some server's tools (it
@@ -334,6 +335,10 @@ type Call struct {
 	// process shares them through the run ([policy.Run.ShareVault]).
 	Vault     string
 	VaultEnds time.Time
+	// Trace is the span the call is made in, if traced: the proxy's spans
+	// go under it, in this process or another (traceparent in the call's
+	// _meta, and in the headers of its HTTP request).
+	Trace trace.SpanContext
 }
 
 // Call makes call. It returns the tool's result as the proxy sent it,
@@ -348,6 +353,10 @@ func (c *Client) Call(ctx context.Context, call Call) (*mcp.CallToolResult, erro
 		return res, err
 	}
 	server, tool := call.Server, call.Tool
+	if call.Trace.IsValid() {
+		// For the HTTP transport's traceparent (tracing.Transport).
+		ctx = trace.ContextWithSpanContext(ctx, call.Trace)
+	}
 	res, err := c.sess.CallTool(ctx, &mcp.CallToolParams{
 		Name:      name,
 		Arguments: call.Args,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // call is callTool with the failure as an error (an *[Error]) and the
@@ -27,7 +28,9 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		report = &CallReport{}
 	}
 	c := &callRecord{p: p, start: time.Now(), rec: policy.Call{RunID: runID, Server: server, Tool: tool, ArgumentBytes: len(params.Arguments)}}
-	g, err := p.gate(ctx, c, params, asker, report)
+	gctx, span := p.tracer().Start(ctx, spanGate)
+	g, err := p.gate(gctx, c, params, asker, report)
+	endGate(span, report, c.rec.Rule, err)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,7 +38,9 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 		report.Decision = "allow" // no policy
 	}
 	upStart := time.Now()
-	res, raw, err := p.byName[server].call(ctx, tool, g.callArgs(), g.timeout, wantRaw)
+	uctx, span := p.startUpstream(ctx, server, tool)
+	res, raw, err := p.byName[server].call(uctx, tool, g.callArgs(), g.timeout, wantRaw)
+	endUpstream(span, res, raw, err)
 	report.Upstream = time.Since(upStart)
 	if g.tokens == nil {
 		res, js, err := resultJSON(server, tool, res, raw, err, g.maxResult, &c.rec)
@@ -227,9 +232,12 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 			"the arguments to %s/%s are %d bytes, over the policy's budgets.max_argument_bytes (%d)", server, tool, c.rec.ArgumentBytes, max))
 	}
 	if d.Ask {
-		ans, why := ask(ctx, asker, pol, Question{RunID: runID, Server: server, Tool: tool, Reason: d.Reason,
+		actx, span := p.tracer().Start(ctx, spanAsk)
+		ans, why := ask(actx, asker, pol, Question{RunID: runID, Server: server, Tool: tool, Reason: d.Reason,
 			Arguments: SummarizeArguments(params.Arguments, maxArgumentSummary),
 			Timeout:   pol.Tools.AskTimeout, Remember: pol.Tools.AskRemember, Limit: pol.Tools.AskMaxPerRun})
+		span.SetAttributes(AttrAnswer.String(ans.How))
+		span.End()
 		c.rec.Asked, report.Asked = ans.How, ans.How
 		if !ans.Allow {
 			return g, c.refuse(KindDenied, c.rec.Rule, why)
@@ -317,7 +325,13 @@ func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, se
 	if !ok || k != [2]string{server, tool} {
 		return nil, nil, false, nil
 	}
+	ctx, span := p.startCall(ctx, params.Meta, nil, trace.SpanKindInternal, server, tool)
 	res, js, err = p.call(ctx, params, server, tool, wantRaw, asker, report)
+	ri := resultInfo{bytes: len(js)}
+	if res != nil {
+		ri.isError = res.IsError
+	}
+	endCall(span, report, ri, err)
 	return res, js, true, err
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/internal/tracing"
 	"github.com/bridge-mcp/bridge/policy"
 )
 
@@ -29,6 +30,7 @@ func callMeta(ctx context.Context, call Call, server, tool string) mcp.Meta {
 			m[MetaVaultTimeLeft] = max(time.Until(call.VaultEnds), 0).Milliseconds()
 		}
 	}
+	tracing.ToMeta(m, call.Trace)
 	return m
 }
 

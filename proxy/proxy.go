@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
@@ -72,6 +74,11 @@ type Options struct {
 	// operator wrote (`bridge tools lock`) instead of as first listed: a
 	// tool not in it counts as changed ("not in the lock file").
 	Lock *Lock
+	// Tracer, if set, traces each call: its gate, ask and upstream
+	// (tracing.go), under the caller's span its _meta or its HTTP
+	// request's headers carry; HTTP upstreams get the upstream span's
+	// traceparent. Nil: nothing is traced.
+	Tracer trace.Tracer
 }
 
 // Proxy is an MCP server that offers the tools of every configured upstream
@@ -448,11 +455,19 @@ func (p *Proxy) handler(server, tool string) mcp.ToolHandler {
 // summary).
 func (p *Proxy) callTool(ctx context.Context, req *mcp.CallToolRequest, server, tool string) *mcp.CallToolResult {
 	var rep CallReport
+	var h http.Header
+	if req.Extra != nil {
+		h = req.Extra.Header
+	}
+	ctx, span := p.startCall(ctx, req.Params.Meta, h, trace.SpanKindServer, server, tool)
 	// A client over MCP has no [Asker] here: calls the policy asks about get
 	// tools.ask_fallback.
-	res, _, err := p.call(ctx, req.Params, server, tool, false, nil, &rep)
+	res, js, err := p.call(ctx, req.Params, server, tool, false, nil, &rep)
 	if err != nil {
 		res = ErrorResult(err)
+		endCall(span, &rep, resultInfo{}, err)
+	} else {
+		endCall(span, &rep, resultInfo{bytes: len(js), isError: res.IsError}, nil)
 	}
 	if rep.Decision != "" {
 		meta := make(mcp.Meta, len(res.Meta)+1)

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/bridge-mcp/bridge/internal/tracing"
 )
 
 // maxUpstreamMessage bounds one message from an HTTP or SSE upstream, the
@@ -54,7 +56,7 @@ func newHTTPClient(endpoint string, headers map[string]string, maxBody int64) *h
 	return &http.Client{
 		Transport: limitTransport{
 			max:  maxBody,
-			next: headerTransport{headers: headers, origin: origin, next: http.DefaultTransport},
+			next: headerTransport{headers: headers, origin: origin, next: tracing.Transport{Next: http.DefaultTransport}},
 		},
 		CheckRedirect: refuseRedirect,
 	}

@@ -307,3 +307,15 @@ func (e *Engine) closeOpen(o *openEngine, timeout time.Duration, why string) {
 	}
 	o.rt.Close()
 }
+
+// RuntimeName is the open engine's name ("docker", "podman"); "" before
+// it is open.
+func (e *Engine) RuntimeName() string {
+	e.mu.Lock()
+	o := e.open
+	e.mu.Unlock()
+	if o == nil || o.rt == nil {
+		return ""
+	}
+	return o.rt.Name()
+}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/units"
@@ -80,7 +82,11 @@ type Options struct {
 	Runs *Runs
 	// Times, if set, records how long each call took, the bridge's part
 	// apart from the upstream's.
-	Times  *CallTimes
+	Times *CallTimes
+	// Tracer, if set, traces each tool call (bridge.tool_call) under its
+	// run's span ([TracedRun]), and the proxy's spans go under it. Nil:
+	// nothing is traced.
+	Tracer trace.Tracer
 	Logger zerolog.Logger
 }
 
@@ -89,7 +95,10 @@ func New(up Upstreams, o Options) sandbox.ToolHandler {
 	if o.MaxResult <= 0 || o.MaxResult > relay.MaxFrameSize-4096 {
 		o.MaxResult = DefaultMaxResultBytes
 	}
-	return &toolHandler{up: up, maxResult: o.MaxResult, runs: o.Runs, times: o.Times, log: o.Logger}
+	if o.Tracer == nil {
+		o.Tracer = noop.Tracer{}
+	}
+	return &toolHandler{up: up, maxResult: o.MaxResult, runs: o.Runs, times: o.Times, tracer: o.Tracer, log: o.Logger}
 }
 
 type toolHandler struct {
@@ -97,6 +106,7 @@ type toolHandler struct {
 	maxResult int
 	runs      *Runs
 	times     *CallTimes
+	tracer    trace.Tracer
 	log       zerolog.Logger
 }
 
@@ -122,6 +132,8 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 			pc.Vault, pc.VaultEnds = sv.Vault()
 		}
 	}
+	span := h.startCall(ctx, run, runID, call)
+	pc.Trace = span.SpanContext()
 	js, err := h.up.CallJSON(ctx, pc)
 	var r relay.ToolResult
 	switch {
@@ -139,6 +151,7 @@ func (h *toolHandler) CallTool(ctx context.Context, runID string, call relay.Too
 		r = relay.ToolResult{Result: js}
 	}
 	traceCall(run, call, rep, r, len(js), time.Since(start))
+	endCall(span, rep, r, len(js))
 	if rep.Upstream > 0 && rep.Asked == "" {
 		h.times.record(time.Since(start), rep.Upstream)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/internal/metrics"
+	"github.com/bridge-mcp/bridge/internal/tracing"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 )
@@ -91,8 +92,8 @@ func proxyOptions(store *policy.Store, callTimeout time.Duration, m *metrics.Met
 // process over an in-memory session, or a remote one. Either session is
 // opened on first use and again if it ends, so serve starts even while a
 // remote proxy is down. stop closes it all. p is the proxy in this
-// process, if there is one; m, if set, counts its calls.
-func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, m *metrics.Metrics, log zerolog.Logger) (up toolhost.Upstreams, p *proxy.Proxy, stop func(), err error) {
+// process, if there is one; m, if set, counts its calls and tp traces them.
+func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, m *metrics.Metrics, tp *tracing.Provider, log zerolog.Logger) (up toolhost.Upstreams, p *proxy.Proxy, stop func(), err error) {
 	if u.proxyURL != "" {
 		token := strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN"))
 		r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
@@ -114,6 +115,7 @@ func (u *upstreamFlags) upstreams(e *env, selfURL string, store *policy.Store, m
 	if opts.Lock, err = toolsLock(store.Current().Policy); err != nil {
 		return nil, nil, nil, err
 	}
+	opts.Tracer = tp.Tracer(scopeProxy)
 	p = proxy.New(cfg, opts)
 	r := proxy.NewRedialing(func(ctx context.Context) (*proxy.Client, error) {
 		return p.Connect(ctx, log)
@@ -132,6 +134,8 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	sf.callTimeout(fs)
 	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets and audit sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP;\n--call-timeout may only tighten it")
 	metricsAddr := metricsFlag(fs)
+	var tf tracingFlags
+	tf.register(fs)
 	args, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage, err
@@ -167,6 +171,16 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if opts.Lock, err = toolsLock(pol); err != nil {
 		return exitUsage, err
 	}
+	tp, err := tf.open(ctx, "bridge-proxy", log)
+	if err != nil {
+		return exitUsage, err
+	}
+	defer func() {
+		if err := tp.Shutdown(ctx); err != nil {
+			log.Warn().Err(err).Msg("tracing")
+		}
+	}()
+	opts.Tracer = tp.Tracer(scopeProxy)
 	p := proxy.New(cfg, opts)
 	defer p.Close()
 	m.Watch(metrics.State{Policy: policyState(store), Upstreams: p.UpstreamStates})

@@ -58,7 +58,7 @@ func cmdRun(ctx context.Context, e *env, args []string) (int, error) {
 	defer store.Close()
 
 	// The code may use the upstream servers; they start only if it does.
-	tools, err := wireTools(e, &uf, "", store, nil, e.log)
+	tools, err := wireTools(e, &uf, "", store, nil, nil, e.log)
 	if err != nil {
 		return exitUsage, err
 	}

@@ -44,6 +44,8 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		"it is reloaded when it changes and on SIGHUP; with a policy file, the sandbox flags may only tighten it")
 	metricsAddr := metricsFlag(fs)
 	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds, pool, tool-call times) and /debug/pprof/NAME at `ADDR`, loopback only")
+	var tf tracingFlags
+	tf.register(fs)
 	args, err := parseFlags(fs, args)
 	if err != nil {
 		return exitUsage, err
@@ -74,6 +76,18 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	defer store.Close()
 
+	// Spans go out in batches; what is queued at exit is flushed, within
+	// a bound of its own, after the shutdown.
+	tp, err := tf.open(ctx, "bridge", log)
+	if err != nil {
+		return exitUsage, err
+	}
+	defer func() {
+		if err := tp.Shutdown(ctx); err != nil {
+			log.Warn().Err(err).Msg("tracing")
+		}
+	}()
+
 	// Upstream servers start on first use, not now.
 	selfURL := ""
 	if *httpAddr != "" {
@@ -85,7 +99,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if *httpAddr != "" || *metricsAddr != "" {
 		m = metrics.New(versionString())
 	}
-	tools, err := wireTools(e, &uf, selfURL, store, m, log)
+	tools, err := wireTools(e, &uf, selfURL, store, m, tp, log)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -122,6 +136,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 		Store:         files,
 		DataScience:   pol.Sandbox.Image == "" && pol.Sandbox.Variant == images.DataScience,
 		Metrics:       m,
+		Tracer:        tp.Tracer(scopeBridge),
 		Version:       versionString(),
 		Logger:        log,
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/metrics"
+	"github.com/bridge-mcp/bridge/internal/tracing"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -33,9 +34,10 @@ type hostTools struct {
 }
 
 // wireTools starts nothing: the upstream servers start on their first use.
-// m, if not nil, counts the tool calls and skill saves.
-func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, m *metrics.Metrics, log zerolog.Logger) (hostTools, error) {
-	up, p, stop, err := uf.upstreams(e, selfURL, store, m, log)
+// m, if not nil, counts the tool calls and skill saves; tp, if set, traces
+// the tool calls (and a proxy in this process's).
+func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, m *metrics.Metrics, tp *tracing.Provider, log zerolog.Logger) (hostTools, error) {
+	up, p, stop, err := uf.upstreams(e, selfURL, store, m, tp, log)
 	if err != nil {
 		return hostTools{}, err
 	}
@@ -44,7 +46,7 @@ func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, m
 		t.upstreams = p.UpstreamStates
 	}
 	if up != nil {
-		t.handler = toolhost.New(up, toolhost.Options{Runs: t.runs, Times: t.times, Logger: log})
+		t.handler = toolhost.New(up, toolhost.Options{Runs: t.runs, Times: t.times, Tracer: tp.Tracer(scopeToolhost), Logger: log})
 	}
 	// The skills are there with or without upstreams.
 	t.handler = withSkills(t.handler, store, t.runs, m, log)
