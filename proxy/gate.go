@@ -325,6 +325,9 @@ func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, se
 	if !ok || k != [2]string{server, tool} {
 		return nil, nil, false, nil
 	}
+	if report == nil {
+		report = &CallReport{}
+	}
 	ctx, span := p.startCall(ctx, params.Meta, nil, trace.SpanKindInternal, server, tool)
 	res, js, err = p.call(ctx, params, server, tool, wantRaw, asker, report)
 	ri := resultInfo{bytes: len(js)}
