@@ -3,17 +3,22 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/internal/relay"
+	"github.com/bridge-mcp/bridge/internal/tracing"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/proxy/catalog"
 	"github.com/bridge-mcp/bridge/sandbox"
@@ -146,4 +151,60 @@ func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 		}
 	}
 	return ""
+}
+
+// BenchmarkTracingCall is one run_python call through the MCP server, its
+// code making one tool call (fakes, in memory: what is measured is the
+// bridge's own part), with tracing off and on, exporting every span over
+// OTLP/HTTP to a receiver that discards them. The difference is the cost
+// of tracing a call (docs/tracing.md).
+func BenchmarkTracingCall(b *testing.B) {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer recv.Close()
+	for _, on := range []bool{false, true} {
+		name := "off"
+		var s tracing.Settings
+		if on {
+			name, s = "on", tracing.Settings{Endpoint: recv.URL}
+		}
+		b.Run(name, func(b *testing.B) {
+			tp, err := tracing.New(context.Background(), s, func(string) string { return "" }, zerolog.Nop())
+			if err != nil || tp.On() != on {
+				b.Fatal(tp.On(), err)
+			}
+			defer tp.Shutdown(context.Background())
+			runs := toolhost.NewRuns()
+			tools := toolhost.New(&spanUpstreams{}, toolhost.Options{Runs: runs, Tracer: tp.Tracer("toolhost")})
+			srv, err := New(Options{Runs: runs, Tracer: tp.Tracer("bridge"), Limits: sandbox.DefaultLimits(), Logger: zerolog.Nop(),
+				Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+					tools.CallTool(ctx, req.RunID, relay.ToolCall{ID: 1, Server: "files", Tool: "read", Args: json.RawMessage(`{"path":"x"}`)})
+					return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK, Warm: true}, nil
+				})})
+			if err != nil {
+				b.Fatal(err)
+			}
+			st, ct := mcp.NewInMemoryTransports()
+			ss, err := srv.MCP().Connect(context.Background(), st, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ss.Close()
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(), ct, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cs.Close()
+			p := &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "print(1)"},
+				Meta: mcp.Meta{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, err := cs.CallTool(context.Background(), p); err != nil || res.IsError {
+					b.Fatal(res, err)
+				}
+			}
+		})
+	}
 }
