@@ -46,12 +46,15 @@ type runtimeNamer interface{ RuntimeName() string }
 // request's _meta carries (traceparent, tracestate), else its HTTP
 // request's headers. Its ctx carries it to the run's steps.
 func (s *Server) startCall(ctx context.Context, req *mcp.CallToolRequest) (context.Context, trace.Span) {
+	// Off, the client's context is not read, so it is not passed on.
 	var parent trace.SpanContext
-	if req.Params != nil {
-		parent = tracing.FromMeta(req.Params.Meta)
-	}
-	if !parent.IsValid() && req.Extra != nil && req.Extra.Header != nil {
-		parent = tracing.FromHeader(req.Extra.Header)
+	if !tracing.Off(s.opts.Tracer) {
+		if req.Params != nil {
+			parent = tracing.FromMeta(req.Params.Meta)
+		}
+		if !parent.IsValid() && req.Extra != nil && req.Extra.Header != nil {
+			parent = tracing.FromHeader(req.Extra.Header)
+		}
 	}
 	ctx, span := s.opts.Tracer.Start(tracing.Parent(ctx, parent), spanCall, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attrMethod.String("tools/call"), proxy.AttrTool.String(ToolName)))

@@ -131,23 +131,33 @@ func TestTracingRunSpans(t *testing.T) {
 	}
 }
 
-// With no Tracer, nothing is recorded and a call is answered as ever.
+// With no Tracer, nothing is recorded, the client's trace context is not
+// passed on, and a call is answered as ever.
 func TestTracingOffByDefault(t *testing.T) {
-	s := newServer(t, Options{Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
-		if trace.SpanFromContext(ctx).IsRecording() {
-			t.Error("a span records without a Tracer")
+	runs := toolhost.NewRuns()
+	up := &spanUpstreams{}
+	tools := toolhost.New(up, toolhost.Options{Runs: runs})
+	s := newServer(t, Options{Runs: runs, Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() || trace.SpanFromContext(ctx).IsRecording() {
+			t.Errorf("a span (%v) without a Tracer", sc)
 		}
+		tools.CallTool(ctx, req.RunID, relay.ToolCall{ID: 1, Server: "files", Tool: "read", Args: json.RawMessage(`{}`)})
 		return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK}, nil
 	})})
-	if _, out := call(t, connect(t, s, nil), map[string]any{"code": "1"}); out.Status != "ok" {
-		t.Fatalf("status %q", out.Status)
+	res, err := connect(t, s, nil).CallTool(context.Background(), &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"code": "1"},
+		Meta: mcp.Meta{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+	if err != nil || res.IsError {
+		t.Fatal(res, err)
+	}
+	if len(up.traces) != 1 || up.traces[0].IsValid() {
+		t.Errorf("the proxy was called in %v; want no span", up.traces)
 	}
 }
 
 func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

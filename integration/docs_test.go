@@ -131,6 +131,10 @@ var docsRules = []docsRule{
 	// Servers: started, checked, stopped.
 	{match: "bridge serve", kind: docsServeStdio},
 	{match: "bridge serve --policy policy.yaml", kind: docsServeStdio},
+	// docs/tracing.md: no collector listens; spans that fail to go out are
+	// logged, and nothing is exported before a call anyway.
+	{match: "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 bridge serve", kind: docsServeStdio},
+	{match: "OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 bridge serve", kind: docsServeStdio},
 	{match: "bridge serve --http 127.0.0.1:8808", kind: docsServeHTTP, addr: "127.0.0.1:8808"},
 	{match: "bridge proxy --http 127.0.0.1:8809 --servers-config servers.json", kind: docsServeHTTP, addr: "127.0.0.1:8809", npm: true},
 	{match: "bridge serve --proxy-url http://127.0.0.1:8809/mcp", kind: docsServeStdio, npm: true,

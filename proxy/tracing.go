@@ -53,9 +53,13 @@ func (p *Proxy) tracer() trace.Tracer {
 // _meta carries (traceparent, tracestate), else its HTTP request's
 // headers (h, nil in process).
 func (p *Proxy) startCall(ctx context.Context, meta map[string]any, h http.Header, kind trace.SpanKind, server, tool string) (context.Context, trace.Span) {
-	parent := tracing.FromMeta(meta)
-	if !parent.IsValid() && h != nil {
-		parent = tracing.FromHeader(h)
+	// Off, the caller's context is not read, so it is not passed on.
+	var parent trace.SpanContext
+	if !tracing.Off(p.tracer()) {
+		parent = tracing.FromMeta(meta)
+		if !parent.IsValid() && h != nil {
+			parent = tracing.FromHeader(h)
+		}
 	}
 	runID, _ := meta[MetaRunID].(string)
 	return p.tracer().Start(tracing.Parent(ctx, parent), spanCall, trace.WithSpanKind(kind),

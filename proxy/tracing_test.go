@@ -64,7 +64,7 @@ func assertChild(t *testing.T, child sdktrace.ReadOnlySpan, parent trace.SpanCon
 func attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // The W3C trace context's keys, in an MCP request's _meta as in HTTP
@@ -55,6 +56,13 @@ func ToMeta(meta map[string]any, sc trace.SpanContext) {
 		return
 	}
 	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), metaCarrier(meta))
+}
+
+// Off reports whether t is a no-op tracer (a Provider that is off gives
+// them): then no trace context is read from callers, so none is passed on.
+func Off(t trace.Tracer) bool {
+	_, off := t.(noop.Tracer)
+	return t == nil || off
 }
 
 // Parent is ctx with sc as its remote parent span, when sc is valid.

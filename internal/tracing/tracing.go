@@ -50,8 +50,8 @@ type Provider struct {
 	Describe string
 }
 
-// Off is a Provider that records nothing.
-func Off() *Provider { return &Provider{tp: noop.NewTracerProvider()} }
+// off is a Provider that records nothing.
+func off() *Provider { return &Provider{tp: noop.NewTracerProvider()} }
 
 // New returns the Provider of s and the environment, read with getenv
 // (os.Getenv). Tracing is on when --otlp-endpoint is given, or
@@ -67,7 +67,7 @@ func Off() *Provider { return &Provider{tp: noop.NewTracerProvider()} }
 func New(ctx context.Context, s Settings, getenv func(string) string, log zerolog.Logger) (*Provider, error) {
 	on, err := enabled(s, getenv)
 	if err != nil || !on {
-		return Off(), err
+		return off(), err
 	}
 	proto := firstSet(getenv, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 	var exp sdktrace.SpanExporter
@@ -78,7 +78,7 @@ func New(ctx context.Context, s Settings, getenv func(string) string, log zerolo
 		if s.Endpoint != "" {
 			u, err := url.Parse(s.Endpoint)
 			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-				return Off(), fmt.Errorf("--otlp-endpoint %q: want a URL such as http://127.0.0.1:4318", s.Endpoint)
+				return off(), fmt.Errorf("--otlp-endpoint %q: want a URL such as http://127.0.0.1:4318", s.Endpoint)
 			}
 			u.Path = path.Join("/", u.Path, "v1/traces")
 			opts = append(opts, otlptracehttp.WithEndpointURL(u.String()))
@@ -89,16 +89,16 @@ func New(ctx context.Context, s Settings, getenv func(string) string, log zerolo
 		if s.Endpoint != "" {
 			u, err := url.Parse(s.Endpoint)
 			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-				return Off(), fmt.Errorf("--otlp-endpoint %q: want a URL such as http://127.0.0.1:4317", s.Endpoint)
+				return off(), fmt.Errorf("--otlp-endpoint %q: want a URL such as http://127.0.0.1:4317", s.Endpoint)
 			}
 			opts = append(opts, otlptracegrpc.WithEndpointURL(s.Endpoint))
 		}
 		exp, err = otlptracegrpc.New(ctx, opts...)
 	default:
-		return Off(), fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports traces with http/protobuf or grpc", proto)
+		return off(), fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports traces with http/protobuf or grpc", proto)
 	}
 	if err != nil {
-		return Off(), fmt.Errorf("tracing: %w", err)
+		return off(), fmt.Errorf("tracing: %w", err)
 	}
 	service := s.Service
 	if service == "" {
@@ -110,7 +110,7 @@ func New(ctx context.Context, s Settings, getenv func(string) string, log zerolo
 		resource.WithAttributes(attribute.String("service.name", service), attribute.String("service.version", s.Version)),
 		resource.WithFromEnv())
 	if err != nil && res == nil {
-		return Off(), fmt.Errorf("tracing: %w", err)
+		return off(), fmt.Errorf("tracing: %w", err)
 	}
 	// Export failures go to the log (stderr), never to stdout. The SDK has
 	// one error handler per process; only this Provider sets it.
