@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
+	collectortracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 )
 
 func env(m map[string]string) func(string) string {
@@ -151,3 +154,52 @@ func TestMetaAndHeaders(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// traceService is an OTLP/gRPC trace receiver that keeps the names of
+// the spans it gets.
+type traceService struct {
+	collectortracepb.UnimplementedTraceServiceServer
+	names chan string
+}
+
+func (s *traceService) Export(_ context.Context, req *collectortracepb.ExportTraceServiceRequest) (*collectortracepb.ExportTraceServiceResponse, error) {
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			for _, sp := range ss.Spans {
+				s.names <- sp.Name
+			}
+		}
+	}
+	return &collectortracepb.ExportTraceServiceResponse{}, nil
+}
+
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc exports over gRPC, to --otlp-endpoint.
+func TestExportGRPC(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc := &traceService{names: make(chan string, 16)}
+	collectortracepb.RegisterTraceServiceServer(srv, svc)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+	p, err := New(context.Background(), Settings{Endpoint: "http://" + ln.Addr().String()},
+		env(map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}), zerolog.Nop())
+	if err != nil || !p.On() || p.Describe != "OTLP grpc" {
+		t.Fatalf("on %v (%s), %v", p.On(), p.Describe, err)
+	}
+	_, span := p.Tracer("t").Start(context.Background(), "a-grpc-span")
+	span.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-svc.names:
+		if n != "a-grpc-span" {
+			t.Errorf("got span %q", n)
+		}
+	default:
+		t.Fatal("no span came over gRPC by the end of Shutdown")
+	}
+}
