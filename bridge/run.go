@@ -102,8 +102,8 @@ func (s *Server) countRun(out *mcp.CallToolResult, r *aRun) {
 	}
 	o, _ := out.StructuredContent.(Output)
 	engine := ""
-	if n, ok := s.opts.Instances.(interface{ EngineName() string }); ok {
-		engine = n.EngineName()
+	if n, ok := s.opts.Instances.(runtimeNamer); ok {
+		engine = n.RuntimeName()
 	}
 	if r == nil || r.res.Duration == 0 {
 		m.Run(o.Status, engine, false, false, 0, 0)

@@ -83,14 +83,3 @@ func (e *Engine) HostStats() (HostStats, bool) {
 	return o.ex.HostStats(), true
 }
 
-// EngineName is the open engine's name ("docker", "podman"), "" before one
-// is open.
-func (e *Engine) EngineName() string {
-	e.mu.Lock()
-	o := e.open
-	e.mu.Unlock()
-	if o == nil {
-		return ""
-	}
-	return o.rt.Name()
-}
