@@ -82,4 +82,3 @@ func (e *Engine) HostStats() (HostStats, bool) {
 	}
 	return o.ex.HostStats(), true
 }
-
