@@ -276,6 +276,11 @@ func (s *Server) renderRun(req *mcp.CallToolRequest, r *aRun, sessionEnded strin
 	if res.Cold != "" {
 		ev = ev.Str("cold", res.Cold)
 	}
+	if req.Session != nil && req.Session.ID() != "" {
+		// The Mcp-Session-Id of the client's session (streamable HTTP):
+		// what a balancer keeps sessions on, and logs.
+		ev = ev.Str("mcp_session", req.Session.ID())
+	}
 	ev.Msg("run finished")
 	out := render(res)
 	list, unlisted := r.col.Artifacts()

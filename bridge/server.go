@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
@@ -104,10 +105,24 @@ type Server struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
+	// draining is set by Drain: new calls are refused. busy counts the
+	// calls being handled and the runs tracked (a detached run outlives
+	// its call); drained is closed when it is 0 while draining.
+	draining bool
+	busy     int
+	drained  chan struct{}
 }
 
 // ErrBusy is returned to a call when every slot and queue place is taken.
 var ErrBusy = errors.New("bridge is busy")
+
+// CodeDraining is the JSON-RPC error code of a tools/call refused because
+// the bridge drains (see [Server.Drain]).
+const CodeDraining = -32000
+
+// errDraining is the error of a call made while the bridge drains.
+var errDraining = &jsonrpc.Error{Code: CodeDraining, Message: "the bridge is draining (shutting down) and takes no new calls; " +
+	"the calls in flight finish. Reconnect (open a new MCP session) to continue: behind a balancer the new session goes to another instance"}
 
 // New returns a [Server] with the run_python tool registered.
 func New(opts Options) (*Server, error) {
@@ -260,11 +275,64 @@ func (s *Server) track(cancel context.CancelFunc) (func(), error) {
 		return nil, errors.New("the bridge is shutting down")
 	}
 	s.wg.Add(1)
+	s.busy++
 	stop := context.AfterFunc(s.base, cancel)
 	return func() {
 		stop()
+		s.leave()
 		s.wg.Done()
 	}, nil
+}
+
+// enter registers a call being handled, unless the bridge drains: then
+// only the answers of a detached run in flight (resume) are taken. The
+// returned func unregisters it.
+func (s *Server) enter(resume bool) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining && !resume {
+		return nil, errDraining
+	}
+	s.busy++
+	return s.leave, nil
+}
+
+// leave ends what enter or track registered.
+func (s *Server) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy--
+	if s.busy == 0 && s.draining && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
+	}
+}
+
+// Drain refuses new calls from now on (with a JSON-RPC error, code
+// [CodeDraining], telling the client to reconnect), lets the calls and
+// runs in flight go on, and returns a channel closed when none is left.
+// The answers to the questions of a detached run in flight are still
+// taken. Shutdown then ends what is left. It may be called more than once.
+func (s *Server) Drain() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = true
+	done := make(chan struct{})
+	if s.busy == 0 {
+		close(done)
+		return done
+	}
+	if s.drained == nil {
+		s.drained = make(chan struct{})
+	}
+	return s.drained
+}
+
+// InFlight is how many calls are being handled, and runs going on.
+func (s *Server) InFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy
 }
 
 // sessionConfig is the sessions section of the policy in force, and

@@ -244,20 +244,27 @@ func (s *Server) parseBase(raw json.RawMessage, defTimeout, maxTimeout time.Dura
 	return *in.Code, timeout, asked, in, nil
 }
 
-// handleRunPython is the tool's handler: runPython, in its span.
+// handleRunPython is the tool's handler: runPython, in its span. A call
+// refused as a protocol error (the bridge is draining) ends its span as
+// such.
 func (s *Server) handleRunPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ctx, span := s.startCall(ctx, req)
-	res := s.runPython(ctx, req)
+	res, err := s.runPython(ctx, req)
 	endCall(span, res)
-	return res, nil
+	return res, err
 }
 
 // runPython answers one call of run_python.
-func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) *mcp.CallToolResult {
+func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	start := time.Now()
+	leave, err := s.enter(req.Params.RequestState != "")
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	if req.Params.RequestState != "" {
 		// The answers to a detached run's questions (detached.go).
-		return s.resume(ctx, req, start)
+		return s.resume(ctx, req, start), nil
 	}
 	// The input is checked against the policy in force now; the run is
 	// pinned to the policy in force when it gets a slot (below).
@@ -265,7 +272,7 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) *mcp.C
 	scfg, sessionsOn := s.sessionConfig()
 	a, err := s.parseInput(req.Params.Arguments, limits.Timeout, maxTimeout, sessionsOn)
 	if err != nil {
-		return failure(statusInvalid, "invalid arguments: "+err.Error(), start)
+		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
 	}
 	key := sessionKey{client: req.Session, name: a.session}
 	if a.reset {
@@ -277,7 +284,7 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) *mcp.C
 				msg = fmt.Sprintf("there was no session %q to end", a.session)
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: msg}},
-				StructuredContent: Output{Status: string(sandbox.StatusOK), DurationMS: time.Since(start).Milliseconds(), Message: msg}}
+				StructuredContent: Output{Status: string(sandbox.StatusOK), DurationMS: time.Since(start).Milliseconds(), Message: msg}}, nil
 		}
 	}
 	rs := s.newRunState(req, a.session != "")
@@ -285,9 +292,9 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) *mcp.C
 		return s.execute(ctx, req, a, key, scfg, rs, start)
 	}
 	if rs.mode == askResult {
-		return s.startDetached(ctx, req, rs, run)
+		return s.startDetached(ctx, req, rs, run), nil
 	}
-	return run(ctx)
+	return run(ctx), nil
 }
 
 // resetNote is what session_ended says of a call with reset: true and

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,9 +42,14 @@ type Engine struct {
 	// caller waiting for it can give up when its ctx ends.
 	opening chan struct{}
 
+	// opener is set while Ready has an open going on in the background.
+	opener atomic.Bool
+
 	mu     sync.Mutex
 	open   *openEngine
 	closed bool
+	// openErr is why the last opening failed; nil once one succeeded.
+	openErr error
 }
 
 // openEngine is one opening of the engine. Once dropped (its engine went
@@ -208,9 +214,15 @@ func (e *Engine) get(ctx context.Context) (*openEngine, error) {
 	defer cancel()
 	o, err := e.openNew(octx)
 	if err != nil {
+		if ctx.Err() == nil {
+			e.mu.Lock()
+			e.openErr = err
+			e.mu.Unlock()
+		}
 		return nil, &UnavailableError{Err: err}
 	}
 	e.mu.Lock()
+	e.openErr = nil
 	if e.closed {
 		e.mu.Unlock()
 		e.closeOpen(o, 10*time.Second, "an engine opened during shutdown")
@@ -248,6 +260,49 @@ func (e *Engine) openNew(ctx context.Context) (*openEngine, error) {
 		e.log.Info().Int("size", po.Size).Str("max_age", po.MaxAge.String()).Msg("pool: filling")
 	}
 	return o, nil
+}
+
+// ErrEngineOpening is Ready's error while the engine is being opened.
+var ErrEngineOpening = errors.New("the container engine is being opened")
+
+// Ready reports whether a run could start now, starting nothing: the
+// engine is open, answers, and holds the runner image. An engine found
+// gone is dropped, as a run would drop it. Before the engine is open,
+// Ready opens it in the background, one opening at a time and not bounded
+// by ctx (a probe's short deadline must not cancel an opening that takes
+// longer: it reaps what dead bridges left), and returns why the last
+// opening failed, or [ErrEngineOpening].
+func (e *Engine) Ready(ctx context.Context) error {
+	e.mu.Lock()
+	o, closed, openErr := e.open, e.closed, e.openErr
+	if o != nil && !closed {
+		o.users++
+	}
+	e.mu.Unlock()
+	switch {
+	case closed:
+		return errEngineClosed
+	case o == nil:
+		if e.opener.CompareAndSwap(false, true) {
+			go func() {
+				defer e.opener.Store(false)
+				_ = e.Open(context.Background())
+			}()
+		}
+		if openErr != nil {
+			return &UnavailableError{Err: openErr}
+		}
+		return ErrEngineOpening
+	}
+	defer e.let(o)
+	if _, err := o.rt.ImageInfo(ctx, e.opts.Executor.Image); err != nil {
+		e.failed(o, err)
+		if errors.Is(err, ErrImageNotFound) {
+			return fmt.Errorf("runner image %s: %w; %s", e.opts.Executor.Image, err, imageHint(e.opts.Executor, o.rt.Name()))
+		}
+		return err
+	}
+	return nil
 }
 
 // Configure gives the warm pool a new size, maximum age and container

@@ -61,6 +61,14 @@ type HTTPOptions struct {
 	// Metrics, if set, is served at /metrics (GET), behind the same bearer
 	// token as /mcp.
 	Metrics http.Handler
+	// Drain, if set, says when the server drains (see [Drain]): from
+	// then on /readyz answers 503, and a request that would open a new
+	// session gets 503 with Retry-After; the sessions that exist go on
+	// being served until ctx ends.
+	Drain *Drain
+	// Readiness, if set, is what /readyz checks (within ReadyTimeout);
+	// without it /readyz is 200 until the server drains.
+	Readiness func(ctx context.Context) []Check
 }
 
 // ServeHTTP serves srv over HTTP until ctx ends:
@@ -72,7 +80,12 @@ type HTTPOptions struct {
 //     no POST is in progress, even while the client's GET stream is open:
 //     an idle client must ping to keep its session);
 //   - /sse: the legacy HTTP+SSE transport (protocol 2024-11-05);
-//   - /healthz: {"status":"ok","version":...}, without auth;
+//   - /healthz: {"status":"ok","version":...}, without auth: the process
+//     answers;
+//   - /readyz: 200 {"status":"ready",...} when HTTPOptions.Readiness finds
+//     every check OK, else 503 with what is wrong; 503 {"status":"draining"}
+//     once HTTPOptions.Drain started. Without auth; the checks' details
+//     only with the token, when there is one;
 //   - /metrics: HTTPOptions.Metrics, if set, with the auth of /mcp.
 //
 // /mcp and /sse need `Authorization: Bearer <token>` when a token is set or
@@ -171,6 +184,9 @@ func (opts HTTPOptions) withDefaults() HTTPOptions {
 	if opts.TokenEnv == "" {
 		opts.TokenEnv = "BRIDGE_HTTP_TOKEN"
 	}
+	if opts.Drain == nil {
+		opts.Drain = NewDrain()
+	}
 	opts.MaxRequest = opts.MaxRequest.orDefault()
 	return opts
 }
@@ -262,7 +278,7 @@ func closeSessions(ctx context.Context, srv *mcp.Server, log zerolog.Logger) {
 	}
 }
 
-// newHTTPHandler routes /mcp, /sse and /healthz. token may be empty (no
+// newHTTPHandler routes /mcp, /sse, /healthz and /readyz. token may be empty (no
 // auth); streams ends the GET requests of /mcp and /sse.
 func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams context.Context) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return srv }
@@ -281,8 +297,10 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 	limit := limitBody(opts.MaxRequest)
 
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", cop.Handler(auth(limit(endWith(streams, streamable)))))
-	mux.Handle("/sse", cop.Handler(auth(limit(endWith(streams, sse)))))
+	d := opts.Drain
+	mux.Handle("/mcp", cop.Handler(auth(limit(d.gate(endWith(streams, streamable), false)))))
+	mux.Handle("/sse", cop.Handler(auth(limit(d.gate(endWith(streams, sse), true)))))
+	mux.Handle("/readyz", readyz(d, opts.Readiness, opts.Version, token))
 	if opts.Metrics != nil {
 		mux.Handle("/metrics", auth(getOnly(opts.Metrics)))
 	}

@@ -25,6 +25,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,6 +129,23 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	log            zerolog.Logger
+	// again is closed by a second SIGINT or SIGTERM once wantAgain is set
+	// (secondSignal).
+	again     chan struct{}
+	wantAgain *atomic.Bool
+}
+
+// secondSignal has a second SIGINT or SIGTERM, after the one that ended
+// the command's ctx, close the returned channel instead of ending the
+// process at once (a third one still does): serve and proxy drain on the
+// first and stop draining on the second. Without signals (tests) the
+// channel never closes.
+func (e *env) secondSignal() <-chan struct{} {
+	if e.wantAgain == nil {
+		return nil
+	}
+	e.wantAgain.Store(true)
+	return e.again
 }
 
 func commands() []command {
@@ -148,11 +166,34 @@ func commands() []command {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// The first signal cancels the command, which then cleans up; a second
-	// one gets the default action and ends the process at once.
-	context.AfterFunc(ctx, stop)
+	// one gets the default action and ends the process at once, unless
+	// the command asked for it (env.secondSignal): then the third does.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	again, wantAgain := make(chan struct{}), &atomic.Bool{}
+	go func() {
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
+		cancel()
+		if wantAgain.Load() {
+			select {
+			case <-sigs:
+				close(again)
+			case <-done:
+				return
+			}
+		}
+		signal.Stop(sigs)
+	}()
 
 	// Log records go through a bounded queue: a client that pipes stderr
 	// and never reads it must not stall the bridge (records past the bound
@@ -160,7 +201,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// written directly.
 	logs := logwriter.New(stderr, maxQueuedLogBytes)
 	defer logs.Close(time.Second)
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, logs, os.Getenv("BRIDGE_LOG_LEVEL"))}
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, log: newLogger(stderr, logs, os.Getenv("BRIDGE_LOG_LEVEL")),
+		again: again, wantAgain: wantAgain}
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		fmt.Fprintln(stdout, "bridge", versionString())
 		return 0

@@ -132,6 +132,7 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	uf.register(fs, false)
 	var sf settingFlags
 	sf.callTimeout(fs)
+	drainValue := drainFlag(fs, "the calls in flight")
 	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets and audit sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP;\n--call-timeout may only tighten it")
 	metricsAddr := metricsFlag(fs)
 	var tf tracingFlags
@@ -147,6 +148,10 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 		return exitUsage, usagef("--http ADDR is required")
 	}
 	if err := uf.check(); err != nil {
+		return exitUsage, err
+	}
+	drainTimeout, err := drainTimeoutOf(fs, *drainValue, false)
+	if err != nil {
 		return exitUsage, err
 	}
 	log := e.log
@@ -187,12 +192,62 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	if err := serveMetricsAt(ctx, *metricsAddr, m, log); err != nil {
 		return exitUsage, err
 	}
-	err = transport.ServeHTTP(ctx, p.Server(), transport.HTTPOptions{
-		Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), TokenEnv: "BRIDGE_PROXY_TOKEN", Version: versionString(),
-		ShutdownTimeout: shutdownBudget * 3 / 5, Metrics: m.Handler(),
-	}, log)
+	again := e.secondSignal()
+	// The transport ends when the shutdown begins, not at the signal:
+	// while draining it goes on answering the sessions that exist.
+	tctx, stopTransport := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTransport()
+	drain := transport.NewDrain()
+	served := make(chan error, 1)
+	go func() {
+		served <- transport.ServeHTTP(tctx, p.Server(), transport.HTTPOptions{
+			Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), TokenEnv: "BRIDGE_PROXY_TOKEN", Version: versionString(),
+			ShutdownTimeout: shutdownBudget * 3 / 5,
+			Drain:           drain, Readiness: proxyReadiness(p.Statuses, log), Metrics: m.Handler(),
+		}, log)
+	}()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		if drainTimeout > 0 {
+			drainCalls(drain, drainTimeout, again, log)
+		}
+		stopTransport()
+		err = <-served
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return exitBridge, err
 	}
+	log.Info().Msg("stopped")
 	return 0, nil
+}
+
+// proxyQuiet is how long `bridge proxy` waits, draining, with no call in
+// flight before it takes the runs that made calls to be over: it cannot
+// see when a bridge's run ends.
+const proxyQuiet = time.Second
+
+// drainCalls drains the proxy after a signal: no new session (drain), the
+// sessions that exist still served (their runs are in flight on their
+// bridges), until no call was in flight for proxyQuiet, timeout passes or
+// again is closed (a second signal).
+func drainCalls(drain *transport.Drain, timeout time.Duration, again <-chan struct{}, log zerolog.Logger) {
+	drain.Start()
+	log.Info().Int64("in_flight", drain.InFlight()).Str("drain_timeout", timeout.String()).
+		Msg("signal: draining (no new session; the calls in flight finish); a second signal stops at once")
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-again:
+			log.Warn().Msg("second signal: shutting down")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := drain.Quiet(ctx, proxyQuiet); err != nil {
+		log.Warn().Int64("in_flight", drain.InFlight()).Msg("drain ended before the calls did; shutting down")
+		return
+	}
+	log.Info().Msg("drained: no call in flight; shutting down")
 }

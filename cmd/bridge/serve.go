@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,6 +44,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\n"+
 		"it is reloaded when it changes and on SIGHUP; with a policy file, the sandbox flags may only tighten it")
 	metricsAddr := metricsFlag(fs)
+	drainFlagValue := drainFlag(fs, "the runs in flight (with --http; under stdio 0 unless given)")
 	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds, pool, tool-call times) and /debug/pprof/NAME at `ADDR`, loopback only")
 	var tf tracingFlags
 	tf.register(fs)
@@ -55,6 +57,10 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	if len(args) != 0 {
 		return exitUsage, usagef("takes no arguments, got %s", quoteArgs(args))
+	}
+	drainTimeout, err := drainTimeoutOf(fs, *drainFlagValue, *httpAddr == "")
+	if err != nil {
+		return exitUsage, err
 	}
 	log := e.log
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
@@ -151,25 +157,63 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	}
 
 	return serveUntilDone(ctx, e, srv, eng, serving{
-		warm: pol.Pool.Size > 0, httpAddr: *httpAddr, metrics: m,
+		warm: pol.Pool.Size > 0, httpAddr: *httpAddr, drainTimeout: drainTimeout, metrics: m,
+		pooled:     func() bool { return store.Current().Policy.Pool.Size > 0 },
 		maxRequest: transport.RequestLimit{Bytes: pol.Sandbox.MaxRequestBytes, Setting: "sandbox.max_request_bytes"},
 	}, log)
 }
 
+// DefaultDrainTimeout is how long `bridge serve --http` and `bridge proxy`
+// let the work in flight finish after SIGTERM (--drain-timeout).
+const DefaultDrainTimeout = 30 * time.Second
+
+// drainFlag registers --drain-timeout; its value is set by
+// drainTimeoutOf once the flags are parsed.
+func drainFlag(fs *flag.FlagSet, what string) *time.Duration {
+	return fs.Duration("drain-timeout", DefaultDrainTimeout, "after SIGTERM or SIGINT, how long "+what+" get to finish (a `duration`; 0: cancel them at once);\n"+
+		"meanwhile /readyz answers 503 and no new session or call is taken; a second signal ends the wait")
+}
+
+// drainTimeoutOf is the drain timeout the flag d says: under stdio,
+// unless --drain-timeout was given, 0: a stdio client that signals the
+// bridge wants it gone (it closes stdin first, then signals if the bridge
+// does not exit, then kills it).
+func drainTimeoutOf(fs *flag.FlagSet, d time.Duration, stdio bool) (time.Duration, error) {
+	if d < 0 {
+		return 0, usagef("--drain-timeout must not be negative, got %s", d)
+	}
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "drain-timeout" })
+	if stdio && !set {
+		return 0, nil
+	}
+	return d, nil
+}
+
 // serving is how serveUntilDone serves: warm, the engine is opened at
-// once, so that its pool starts filling; over streamable HTTP at httpAddr,
-// else over stdio; each client message bounded by maxRequest.
+// once, so that its pool starts filling; pooled says whether the policy in
+// force keeps a warm pool (for /readyz); over streamable HTTP at httpAddr,
+// else over stdio; each client message bounded by maxRequest; after a
+// signal, the runs in flight get drainTimeout to finish.
 type serving struct {
-	warm       bool
-	httpAddr   string
-	maxRequest transport.RequestLimit
-	metrics    *metrics.Metrics // served at /metrics of httpAddr, if set
+	warm         bool
+	pooled       func() bool
+	httpAddr     string
+	maxRequest   transport.RequestLimit
+	drainTimeout time.Duration
+	metrics      *metrics.Metrics // served at /metrics of httpAddr, if set
 }
 
 // serveUntilDone serves srv as how says until a signal, the end of stdin
 // or the transport's own end, then shuts it down within shutdownBudget.
+//
+// A signal first drains (how.drainTimeout > 0): /readyz answers 503, a
+// new session is refused with 503, a new call with an error that says to
+// reconnect; the runs in flight go on until they end, the drain timeout
+// passes, a second signal comes, or stdin ends. Then the shutdown begins.
 func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbox.Engine, how serving, log zerolog.Logger) (int, error) {
 	httpAddr, maxRequest := how.httpAddr, how.maxRequest
+	again := e.secondSignal()
 	if how.warm {
 		// Fill the warm pool now rather than at the first call; an engine
 		// that is not there is reported here and to that call.
@@ -180,22 +224,29 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 		}()
 	}
 
-	// One deadline for the whole shutdown, fixed when it begins: a signal,
-	// the end of stdin, or the transport ending on its own. Runs in flight
-	// are cancelled at once; whatever has not ended by the deadline is left
-	// to the next bridge's reaper, and the process exits anyway.
+	// The transport ends when the shutdown begins, not at the signal:
+	// while draining it goes on answering the sessions that exist.
+	tctx, stopTransport := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTransport()
+	drain := transport.NewDrain()
 	eof := make(chan struct{})
 	served := make(chan error, 1)
 	go func() {
 		if httpAddr != "" {
-			served <- transport.ServeHTTP(ctx, srv.MCP(), transport.HTTPOptions{
+			pooled := how.pooled
+			if pooled == nil {
+				pooled = func() bool { return false }
+			}
+			served <- transport.ServeHTTP(tctx, srv.MCP(), transport.HTTPOptions{
 				Addr: httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
-				ShutdownTimeout: shutdownBudget * 3 / 5, MaxRequest: maxRequest, Metrics: metricsHandler(how.metrics),
+				ShutdownTimeout: shutdownBudget * 3 / 5, MaxRequest: maxRequest,
+				Drain: drain, Readiness: serveReadiness(eng, pooled, log),
+				Metrics: metricsHandler(how.metrics),
 			}, log)
 			return
 		}
 		log.Info().Msg("serving MCP over stdio")
-		served <- transport.ServeStdio(ctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, maxRequest, log)
+		served <- transport.ServeStdio(tctx, srv.MCP(), &eofReader{r: e.stdin, eof: eof}, e.stdout, maxRequest, log)
 	}()
 	finished := false
 	var err error
@@ -203,10 +254,20 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 	case err = <-served:
 		finished = true
 	case <-ctx.Done():
-		log.Info().Msg("signal: shutting down")
+		if how.drainTimeout <= 0 {
+			log.Info().Msg("signal: shutting down")
+			break
+		}
+		finished, err = drainRuns(srv, drain, how.drainTimeout, again, eof, served, log)
 	case <-eof:
 		log.Info().Msg("end of stdin: shutting down")
 	}
+
+	// One deadline for the whole shutdown, fixed when it begins. Runs
+	// still in flight are cancelled at once; whatever has not ended by
+	// the deadline is left to the next bridge's reaper, and the process
+	// exits anyway.
+	stopTransport()
 	dctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
 	shut := make(chan error, 1)
@@ -234,6 +295,32 @@ func metricsHandler(m *metrics.Metrics) http.Handler {
 		return nil
 	}
 	return m.Handler()
+}
+
+// drainRuns drains srv after a signal: no new session (drain), no new
+// call, until the calls and runs in flight end, timeout passes, again or
+// eof is closed (a second signal; the stdio client left), or the
+// transport ends (served; finished then says so, with its error).
+func drainRuns(srv *bridge.Server, drain *transport.Drain, timeout time.Duration, again, eof <-chan struct{}, served <-chan error, log zerolog.Logger) (finished bool, err error) {
+	drain.Start()
+	idle := srv.Drain()
+	log.Info().Int("in_flight", srv.InFlight()).Str("drain_timeout", timeout.String()).
+		Msg("signal: draining (no new session or call; the runs in flight finish); a second signal stops at once")
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+		log.Info().Msg("drained: no run in flight; shutting down")
+	case <-t.C:
+		log.Warn().Int("in_flight", srv.InFlight()).Msg("drain timeout: cancelling the runs still in flight; shutting down")
+	case <-again:
+		log.Warn().Int("in_flight", srv.InFlight()).Msg("second signal: cancelling the runs still in flight; shutting down")
+	case <-eof:
+		log.Info().Msg("end of stdin while draining: shutting down")
+	case err = <-served:
+		return true, err
+	}
+	return false, nil
 }
 
 // eofReader closes eof when the reader reports io.EOF.
