@@ -38,7 +38,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-PACKAGES=(docker.io podman runc runsc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3)
+PACKAGES=(docker.io podman runc runsc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3 haproxy)
 ROOTLESS_USER=${BRIDGE_ROOTLESS_USER:-bridge-rootless}
 CACHE_DIR=${BRIDGE_CACHE_DIR:-/var/cache/bridge}
 ROOTFS=$CACHE_DIR/rootfs-bookworm
