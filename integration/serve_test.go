@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -119,14 +122,21 @@ func connectHTTPArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ...
 		}
 	}()
 	t.Cleanup(func() {
+		// The first SIGINT drains: a run still in flight would have
+		// --drain-timeout to finish; the second cancels it.
 		cmd.Process.Signal(os.Interrupt)
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
 		case <-done:
-		case <-time.After(6 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("bridge serve --http did not stop within 6 s of SIGINT")
+		case <-time.After(time.Second):
+			cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				t.Errorf("bridge serve --http did not stop within 6 s of SIGINT")
+			}
 		}
 		pw.Close()
 		if t.Failed() {
@@ -502,8 +512,8 @@ func TestServeShutdown(t *testing.T) {
 	})
 }
 
-// Over HTTP too, SIGTERM with a run in flight ends the process within 5 s
-// and removes the run's container.
+// Over HTTP, SIGTERM drains; a second SIGTERM with a run in flight ends
+// the process within 5 s and removes the run's container.
 func TestServeHTTPShutdown(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		cs, pid := connectHTTP(t, e, nil)
@@ -517,17 +527,96 @@ func TestServeHTTPShutdown(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(pid, syscall.SIGTERM)
+		time.Sleep(500 * time.Millisecond)
+		if exited(pid) {
+			t.Fatal("bridge serve --http exited at the first SIGTERM with a run in flight: it should drain")
+		}
 		start := time.Now()
 		syscall.Kill(pid, syscall.SIGTERM)
 		for !exited(pid) {
 			if time.Since(start) > 5*time.Second {
-				t.Fatal("bridge serve --http still runs 5 s after SIGTERM")
+				t.Fatal("bridge serve --http still runs 5 s after a second SIGTERM")
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		t.Logf("exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+		t.Logf("exited %s after the second SIGTERM", time.Since(start).Round(time.Millisecond))
 		if n := ownedBy(t, e, pid); n != 0 {
 			t.Fatalf("%d containers left after shutdown", n)
+		}
+	})
+}
+
+// TestServeHTTPDrain SIGTERMs `bridge serve --http` in the middle of a
+// run: the bridge stops being ready and opening sessions at once, refuses
+// a new call with an error that says to reconnect, lets the run finish and
+// answer, then exits 0 with no container left.
+func TestServeHTTPDrain(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		b := startServeHTTP(t, "bridge serve", e, "--drain-timeout", "30s")
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, nil).
+			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.addr + "/mcp"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		if code := readyzStatus(t, b.addr); code != http.StatusOK {
+			// The engine opens in the background: give it a moment.
+			deadline := time.Now().Add(30 * time.Second)
+			for readyzStatus(t, b.addr) != http.StatusOK {
+				if time.Now().After(deadline) {
+					t.Fatalf("/readyz never answered 200:\n%s", b.logs.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		type answer struct {
+			res *mcp.CallToolResult
+			err error
+		}
+		ran := make(chan answer, 1)
+		go func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
+				Arguments: map[string]any{"code": "import time\ntime.sleep(3)\nprint('finished')"}})
+			ran <- answer{res, err}
+		}()
+		time.Sleep(time.Second) // the call is in flight, its code sleeping
+		sigterm := time.Now()
+		if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if code := readyzStatus(t, b.addr); code != http.StatusServiceUnavailable {
+			t.Errorf("/readyz answered %d while draining, want 503", code)
+		}
+		if _, err := mcp.NewClient(&mcp.Implementation{Name: "late", Version: "1"}, nil).
+			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.addr + "/mcp"}, nil); err == nil {
+			t.Error("a new session was opened while draining")
+		}
+		_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print(1)"}})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != bridge.CodeDraining || !strings.Contains(je.Message, "Reconnect") {
+			t.Errorf("a new call while draining: %v; want the draining error", err)
+		}
+		select {
+		case a := <-ran:
+			if a.err != nil || a.res.IsError || !strings.Contains(contentText(a.res), "finished") {
+				t.Errorf("the run in flight at SIGTERM: %v\n%v", a.err, a.res)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the run in flight never answered")
+		}
+		select {
+		case <-b.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("bridge serve still runs 10 s after its last run ended:\n%s", b.logs.String())
+		}
+		t.Logf("exited %s after SIGTERM", time.Since(sigterm).Round(time.Millisecond))
+		if b.exitCode() != 0 {
+			t.Errorf("exit code %d (%v), want 0", b.exitCode(), b.err)
+		}
+		if n := ownedBy(t, e, b.pid()); n != 0 {
+			t.Errorf("%d containers left after the drain", n)
 		}
 	})
 }

@@ -266,8 +266,11 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 	// One deadline for the whole shutdown, fixed when it begins. Runs
 	// still in flight are cancelled at once; whatever has not ended by
 	// the deadline is left to the next bridge's reaper, and the process
-	// exits anyway.
-	stopTransport()
+	// exits anyway. After a signal the transport is told to end (stdin's
+	// end ends stdio by itself).
+	if ctx.Err() != nil {
+		stopTransport()
+	}
 	dctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
 	shut := make(chan error, 1)
