@@ -198,3 +198,52 @@ func TestEngineClose(t *testing.T) {
 		t.Error("Acquire after Close succeeded")
 	}
 }
+
+// Ready opens the engine in the background (a probe does not wait for
+// it), says why the last opening failed, and once open answers from the
+// engine: no container is started for it.
+func TestEngineReady(t *testing.T) {
+	fail := atomic.Bool{}
+	fail.Store(true)
+	e, opened := testEngine(t, 0, func(n int) (*fakeRuntime, error) {
+		if fail.Load() {
+			return nil, fmt.Errorf("%w: no socket", ErrEngineUnreachable)
+		}
+		return newFake(pythonRunner(t)), nil
+	})
+	ctx := context.Background()
+	if err := e.Ready(ctx); !errors.Is(err, ErrEngineOpening) && !errors.Is(err, ErrEngineUnreachable) {
+		t.Fatalf("first Ready: %v", err)
+	}
+	wait := func(want func(error) bool) error {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := e.Ready(ctx)
+			if want(err) {
+				return err
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Ready: %v", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	err := wait(func(err error) bool { return errors.Is(err, ErrEngineUnreachable) })
+	var unavailable *UnavailableError
+	if !errors.As(err, &unavailable) {
+		t.Fatalf("Ready after a failed opening: %v, want an UnavailableError", err)
+	}
+	fail.Store(false)
+	wait(func(err error) bool { return err == nil })
+	if n := len(opened()); n != 1 {
+		t.Fatalf("%d openings, want 1", n)
+	}
+	rt := opened()[0]
+	rt.mu.Lock()
+	created := rt.created
+	rt.mu.Unlock()
+	if created != 0 {
+		t.Fatalf("Ready created %d containers", created)
+	}
+}
