@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -122,4 +126,53 @@ func scrape(t *testing.T, m *Metrics) string {
 	}
 	b, _ := io.ReadAll(rec.Body)
 	return string(b)
+}
+
+// The names docs/operations.md lists are the names the code can export,
+// and the alert rules and the dashboard use none other: the docs stay true.
+func TestDocsListEveryMetric(t *testing.T) {
+	m := New("test")
+	m.Watch(State{})
+	code := map[string]bool{}
+	ch := make(chan *prometheus.Desc, 1000)
+	for _, c := range []prometheus.Collector{m.runs, m.runDuration, m.containerStart, m.poolTake, m.sessionsEnded, m.toolCalls,
+		m.toolDuration, m.asks, m.cutoffs, m.skills, &stateCollector{d: newDescs()}} {
+		c.Describe(ch)
+	}
+	close(ch)
+	fq := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	for d := range ch {
+		code[fq.FindStringSubmatch(d.String())[1]] = true
+	}
+	code["bridge_build_info"] = true
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(bridge_[a-z_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		listed[m[1]] = true
+	}
+	for name := range code {
+		if !listed[name] {
+			t.Errorf("%s is exported but not in the table of docs/operations.md", name)
+		}
+	}
+	for name := range listed {
+		if !code[name] {
+			t.Errorf("docs/operations.md lists %s, which the code does not export", name)
+		}
+	}
+	for _, f := range []string{"operations/bridge-alerts.yml", "operations/grafana-dashboard.json"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "docs", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`bridge_[a-z_]+`).FindAllString(string(b), -1) {
+			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_count"), "_sum")
+			if !code[base] {
+				t.Errorf("docs/%s uses %s, which the code does not export", f, m)
+			}
+		}
+	}
 }

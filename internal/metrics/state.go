@@ -133,14 +133,43 @@ func newDescs() *descs {
 
 func desc(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 
-// stateCollector exports a State at each scrape. It is "unchecked" (no
-// Describe): which parts exist depends on the wiring.
+// stateCollector exports a State at each scrape: the parts it has.
 type stateCollector struct {
 	st State
 	d  *descs
 }
 
-func (c *stateCollector) Describe(chan<- *prometheus.Desc) {}
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.d.descRunning,
+		c.d.descWaiting,
+		c.d.descSessions,
+		c.d.descPoolTarget,
+		c.d.descPoolReady,
+		c.d.descPoolStart,
+		c.d.descPoolHits,
+		c.d.descPoolMisses,
+		c.d.descPoolStarts,
+		c.d.descPoolFails,
+		c.d.descPoolDisc,
+		c.d.descAlive,
+		c.d.descPending,
+		c.d.descReserved,
+		c.d.descRequests,
+		c.d.descProtocol,
+		c.d.descCutoffs,
+		c.d.descGen,
+		c.d.descReloadFail,
+		c.d.descUp,
+		c.d.descRestarts,
+		c.d.descConnFail,
+		c.d.descArtKept,
+		c.d.descArtFiles,
+		c.d.descArtBytes,
+	} {
+		ch <- d
+	}
+}
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
