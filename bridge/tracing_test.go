@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
+	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/tracing"
 	"github.com/bridge-mcp/bridge/proxy"
@@ -163,38 +165,63 @@ func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 	return ""
 }
 
-// BenchmarkTracingCall is one run_python call through the MCP server, its
+// BenchmarkObservedCall is one run_python call through the MCP server, its
 // code making one tool call (fakes, in memory: what is measured is the
-// bridge's own part), with tracing off and on, exporting every span over
-// OTLP/HTTP to a receiver that discards them. The difference is the cost
-// of tracing a call (docs/tracing.md).
-func BenchmarkTracingCall(b *testing.B) {
+// bridge's own part), with metrics and tracing off, each alone, and both:
+// metrics counted and scraped every second, every span exported over
+// OTLP/HTTP to a receiver that discards them. The differences are what
+// observing a call costs (docs/performance.md, docs/tracing.md).
+func BenchmarkObservedCall(b *testing.B) {
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/x-protobuf")
 	}))
 	defer recv.Close()
-	for _, on := range []bool{false, true} {
-		name := "off"
-		var s tracing.Settings
-		if on {
-			name, s = "on", tracing.Settings{Endpoint: recv.URL}
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		metrics, trace bool
+	}{{"off", false, false}, {"metrics", true, false}, {"tracing", false, true}, {"both", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			var s tracing.Settings
+			if c.trace {
+				s = tracing.Settings{Endpoint: recv.URL}
+			}
 			tp, err := tracing.New(context.Background(), s, func(string) string { return "" }, zerolog.Nop())
-			if err != nil || tp.On() != on {
+			if err != nil || tp.On() != c.trace {
 				b.Fatal(tp.On(), err)
 			}
 			defer tp.Shutdown(context.Background())
+			var m *metrics.Metrics
+			if c.metrics {
+				m = metrics.New("bench")
+			}
 			runs := toolhost.NewRuns()
 			tools := toolhost.New(&spanUpstreams{}, toolhost.Options{Runs: runs, Tracer: tp.Tracer("toolhost")})
-			srv, err := New(Options{Runs: runs, Tracer: tp.Tracer("bridge"), Limits: sandbox.DefaultLimits(), Logger: zerolog.Nop(),
+			srv, err := New(Options{Runs: runs, Tracer: tp.Tracer("bridge"), Metrics: m, Limits: sandbox.DefaultLimits(), Logger: zerolog.Nop(),
 				Instances: withRunner(func(ctx context.Context, req sandbox.Request) (sandbox.Result, error) {
 					tools.CallTool(ctx, req.RunID, relay.ToolCall{ID: 1, Server: "files", Tool: "read", Args: json.RawMessage(`{"path":"x"}`)})
-					return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK, Warm: true}, nil
+					return sandbox.Result{RunID: req.RunID, Status: sandbox.StatusOK, Warm: true, Startup: time.Millisecond, Duration: 5 * time.Millisecond}, nil
 				})})
 			if err != nil {
 				b.Fatal(err)
+			}
+			if m != nil {
+				m.Watch(metrics.State{Load: srv.Load})
+				stop := make(chan struct{})
+				defer close(stop)
+				go func() {
+					t := time.NewTicker(time.Second)
+					defer t.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-t.C:
+							rec := httptest.NewRecorder()
+							m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+						}
+					}
+				}()
 			}
 			st, ct := mcp.NewInMemoryTransports()
 			ss, err := srv.MCP().Connect(context.Background(), st, nil)
