@@ -6,7 +6,9 @@
 # and does nothing when its work is already done, so a second run takes a
 # second or two.
 #
-#   1. Debian packages (apt-get update + install, only if one is missing)
+#   1. Debian packages (apt-get update + install, only if one is missing):
+#      the engines and their runtimes, and haproxy and prometheus, real
+#      peers of the balancer and metrics tests (their daemons not started)
 #   2. Podman's OCI runtime on cgroup v1 hosts (runc, written to containers.conf)
 #   3. dockerd and the rootful Podman API service (started detached if silent)
 #   4. gVisor: runsc registered with Docker (daemon.json, reloaded with
@@ -38,7 +40,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-PACKAGES=(docker.io podman runc runsc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3 haproxy)
+PACKAGES=(docker.io podman runc runsc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3 haproxy prometheus)
 ROOTLESS_USER=${BRIDGE_ROOTLESS_USER:-bridge-rootless}
 CACHE_DIR=${BRIDGE_CACHE_DIR:-/var/cache/bridge}
 ROOTFS=$CACHE_DIR/rootfs-bookworm
