@@ -495,3 +495,39 @@ func TestHTTPRequestLimit(t *testing.T) {
 		}
 	}
 }
+
+// /metrics is behind the token of /mcp, GET only; without a handler it is
+// not there. ServeMetrics on an address of its own asks the same.
+func TestHTTPMetricsBehindToken(t *testing.T) {
+	const token = "metrics-secret-token-0123456789"
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "bridge_up 1\n") })
+	h := startHTTP(t, newTestMCPServer(t, nil), HTTPOptions{Addr: "127.0.0.1:0", Token: token, Metrics: metrics})
+	if resp, _ := get(t, http.MethodGet, h.base+"/metrics", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without the token: %d, want 401", resp.StatusCode)
+	}
+	if resp, body := get(t, http.MethodGet, h.base+"/metrics", "Bearer "+token); resp.StatusCode != http.StatusOK || body != "bridge_up 1\n" {
+		t.Errorf("GET /metrics with the token: %d %q", resp.StatusCode, body)
+	}
+	if resp, _ := get(t, http.MethodPost, h.base+"/metrics", "Bearer "+token); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: %d, want 405", resp.StatusCode)
+	}
+	bare := startHTTP(t, newTestMCPServer(t, nil), HTTPOptions{Addr: "127.0.0.1:0"})
+	if resp, _ := get(t, http.MethodGet, bare.base+"/metrics", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /metrics without a handler: %d, want 404", resp.StatusCode)
+	}
+
+	ready := make(chan net.Addr, 1)
+	if err := ServeMetrics(t.Context(), metrics, MetricsOptions{Addr: "127.0.0.1:0", Token: token, Ready: func(a net.Addr) { ready <- a }}, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + (<-ready).String()
+	if resp, _ := get(t, http.MethodGet, base+"/metrics", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("--metrics-addr without the token: %d, want 401", resp.StatusCode)
+	}
+	if resp, body := get(t, http.MethodGet, base+"/metrics", "Bearer "+token); resp.StatusCode != http.StatusOK || body != "bridge_up 1\n" {
+		t.Errorf("--metrics-addr with the token: %d %q", resp.StatusCode, body)
+	}
+	if resp, _ := get(t, http.MethodGet, base+"/mcp", "Bearer "+token); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("--metrics-addr serves /mcp: %d", resp.StatusCode)
+	}
+}
