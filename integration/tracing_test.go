@@ -16,9 +16,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -307,55 +305,4 @@ func checkTrace(t *testing.T, e *engine, cs *mcp.ClientSession, recv *otlpReceiv
 	if len(recv.bad) > 0 {
 		t.Errorf("the receiver refused: %v", recv.bad)
 	}
-}
-
-// TestBenchTracing measures what tracing costs a warm run: two bridges
-// with a warm pool of 2, one exporting every span to a receiver in the
-// test (--otlp-endpoint) and one without tracing, take turns, each call
-// once both pools are full again, BRIDGE_BENCH_TRACING=N calls each; the
-// code prints, or makes one tool call (the misbehave upstream's echo) and
-// prints. It logs the p50 of each and the difference (docs/tracing.md).
-func TestBenchTracing(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("BRIDGE_BENCH_TRACING"))
-	if n <= 0 {
-		t.Skip("set BRIDGE_BENCH_TRACING=N to time N warm runs with tracing on and off")
-	}
-	servers := misbehaveServers(t)
-	forEachEngine(t, func(t *testing.T, e *engine) {
-		recv := newOTLPReceiver(t)
-		start := func(extra ...string) (*mcp.ClientSession, string) {
-			policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-			writePoolPolicy(t, e, policyFile, 2, "")
-			addr := freeLoopbackAddr(t)
-			cs, _, _ := connectStdioArgs(t, e, nil, append([]string{"--policy", policyFile, "--debug-addr", addr, "--servers-config", servers}, extra...)...)
-			return cs, addr
-		}
-		off, offAddr := start()
-		on, onAddr := start("--otlp-endpoint", recv.URL)
-		for _, c := range []struct{ name, code string }{
-			{"print", "print(1)"},
-			{"one tool call", "import mcp_tools\nmcp_tools.call('misbehave', 'echo', message='x')\nprint(1)"},
-		} {
-			mustRun(t, off, c.code) // opens the engine, starts the upstream
-			mustRun(t, on, c.code)
-			var latOff, latOn []time.Duration
-			for i := range 2 * n {
-				awaitQuiet(t, offAddr, 2)
-				awaitQuiet(t, onAddr, 2)
-				cs, lat := off, &latOff
-				if i%2 == 1 {
-					cs, lat = on, &latOn
-				}
-				start := time.Now()
-				if out := mustRun(t, cs, c.code); out != "1\n" {
-					t.Fatalf("printed %q", out)
-				}
-				*lat = append(*lat, time.Since(start))
-			}
-			p50off, p50on := percentile(latOff, 50), percentile(latOn, 50)
-			t.Logf("%s, %s: warm run p50 %s without tracing, %s with (%+.1f%%); p90 %s, %s", e.name, c.name,
-				millis(p50off), millis(p50on), 100*(float64(p50on)/float64(p50off)-1), millis(percentile(latOff, 90)), millis(percentile(latOn, 90)))
-		}
-		recv.waitFor(t, "tools/call run_python", "bridge.exec", "proxy.upstream")
-	})
 }
