@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -422,6 +423,7 @@ func TestHAProxyBalancesBridges(t *testing.T) {
 
 	// The budget is per run, whichever bridge the run is on: 5 calls,
 	// then LimitExceededError, with the proxy shared by all.
+	overBudget := 0
 	for bi := range bridges {
 		var c *balancedClient
 		for _, cc := range clients {
@@ -448,6 +450,12 @@ for i in range(7):
 		if want := "ok 0\nok 1\nok 2\nok 3\nok 4\nlimit 5 True\nlimit 6 True\n"; !strings.Contains(contentText(res), want) {
 			t.Errorf("over budget on %s:\n%s\nwant\n%s", bridges[bi].name, contentText(res), want)
 		}
+		overBudget++
+	}
+	// The shared proxy's /metrics counted each refusal once, whichever
+	// bridge the run was on.
+	if got := scrapeValue(t, "http://"+proxyAddr+"/metrics", `bridge_budget_cutoffs_total{budget="budgets.max_calls_per_run"}`); got != float64(2*overBudget) {
+		t.Errorf("the proxy counted %v calls over budget, want %d", got, 2*overBudget)
 	}
 
 	// Stop the victim in the middle of its runs. Its clients each have a
@@ -600,4 +608,27 @@ for i in range(7):
 		}
 	}
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// scrapeValue GETs a Prometheus text page and returns the value of the
+// series written exactly as series, or -1 when it is not there.
+func scrapeValue(t *testing.T, url, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	return -1
 }
