@@ -51,6 +51,8 @@ func Format(p *Policy) string {
 
 	w(0, "pool:")
 	w(1, "size: %d", p.Pool.Size)
+	w(1, "max: %d", p.Pool.Max)
+	w(1, "shrink_after: %s", units.FormatDuration(p.Pool.ShrinkAfter))
 	w(1, "max_age: %s", units.FormatDuration(p.Pool.MaxAge))
 
 	w(0, "sessions:")

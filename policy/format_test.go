@@ -34,6 +34,8 @@ sandbox:
   require_enforced_limits: true
 pool:
   size: 2
+  max: 8
+  shrink_after: 60s
   max_age: 10m
 sessions:
   enabled: false
@@ -136,6 +138,8 @@ sandbox:
   require_enforced_limits: true
 pool:
   size: 2
+  max: 8
+  shrink_after: 60s
   max_age: 10m
 sessions:
   enabled: false

@@ -154,9 +154,9 @@ sandbox:
   max_concurrent: 2
   queue: 0
   require_enforced_limits: false
-pool:
-  size: 5
-  max_age: 2h
+pool: {size: 5, max: 12,
+  shrink_after: 30s,
+  max_age: 2h}
 artifacts:
   max_files: 0
   max_bytes_inline: 8Mi
@@ -225,7 +225,7 @@ tokenize:
 		Source: "t.yaml",
 		Sandbox: Sandbox{Engine: "podman", OCIRuntime: "runsc", Image: "localhost/runner:dev", Variant: "slim", Timeout: 90 * time.Second, MaxTimeout: time.Hour,
 			Memory: 1 << 30, CPUs: 0.5, Pids: 64, TmpfsSize: 16e6, OutputLimit: 1 << 20, MaxConcurrent: 2, Queue: 0, MaxCodeBytes: 1 << 20, MaxRequestBytes: 4 << 20},
-		Pool:     Pool{Size: 5, MaxAge: 2 * time.Hour},
+		Pool:     Pool{Size: 5, Max: 12, ShrinkAfter: 30 * time.Second, MaxAge: 2 * time.Hour},
 		Sessions: Sessions{Enabled: true, Max: 8, IdleTimeout: 30 * time.Second, MaxLifetime: 2 * time.Hour, MaxCalls: 50},
 		Skills:   Skills{Dir: artifactsDir(t, "/var/tmp/bridge-skills"), Save: false, MaxCount: 7, MaxBytes: 2 << 10},
 		Artifacts: Artifacts{MaxFiles: 0, MaxBytesInline: 8 << 20, MaxBytesTotal: 12 << 20, Dir: artifactsDir(t, "/var/tmp/bridge-artifacts"), ByReference: "all",
@@ -309,6 +309,9 @@ func TestParseErrors(t *testing.T) {
 		// The pool's and the sessions' bounds.
 		{"pool max_age too short", "version: 1\npool:\n  max_age: 30s\n", []string{"3:12: pool.max_age: 30s is out of range: it must be 60s .. 24h"}},
 		{"pool size too big", "version: 1\npool:\n  size: 33\n", []string{"3:9: pool.size: 33 is out of range"}},
+		{"pool max too big", "version: 1\npool:\n  max: 33\n", []string{"3:8: pool.max: 33 is out of range"}},
+		{"pool max below size", "version: 1\npool:\n  size: 6\n  max: 4\n", []string{"4:8: pool.max: 4 is less than pool.size (6): max is the most ready containers the pool grows to under load, at least its size"}},
+		{"pool shrink_after too short", "version: 1\npool:\n  shrink_after: 500ms\n", []string{"3:17: pool.shrink_after: 500ms is out of range"}},
 		{"sessions idle too short", "version: 1\nsessions:\n  idle_timeout: 1s\n", []string{"3:17: sessions.idle_timeout: 1s is out of range: it must be 10s .. 24h"}},
 		{"sessions lifetime too long", "version: 1\nsessions:\n  max_lifetime: 200h\n", []string{"3:17: sessions.max_lifetime: 200h is out of range: it must be 60s .. 168h"}},
 		{"sessions lifetime no unit", "version: 1\nsessions:\n  max_lifetime: 60\n", []string{"3:17: sessions.max_lifetime: want a duration such as 30s, 5m or 1h30m, got a number 60"}},

@@ -257,7 +257,7 @@ func (e *Engine) openNew(ctx context.Context) (*openEngine, error) {
 		return nil, err
 	}
 	if po.Size > 0 {
-		e.log.Info().Int("size", po.Size).Str("max_age", po.MaxAge.String()).Msg("pool: filling")
+		e.log.Info().Int("size", po.Size).Int("max", po.Max).Str("max_age", po.MaxAge.String()).Msg("pool: filling")
 	}
 	return o, nil
 }
@@ -305,17 +305,18 @@ func (e *Engine) Ready(ctx context.Context) error {
 	return nil
 }
 
-// Configure gives the warm pool a new size, maximum age and container
-// limits (a reload of the policy). Before the engine is open it does
-// nothing: the pool is made as [EngineOptions.Pool] says when it opens.
-func (e *Engine) Configure(size int, maxAge time.Duration, l Limits) error {
+// Configure gives the warm pool new options (a reload of the policy):
+// size, max, maximum age, container limits. Before the engine is open it
+// does nothing: the pool is made as [EngineOptions.Pool] says when it
+// opens.
+func (e *Engine) Configure(opts PoolOptions) error {
 	e.mu.Lock()
 	o := e.open
 	e.mu.Unlock()
 	if o == nil || o.pool == nil {
 		return nil
 	}
-	return o.pool.Configure(size, maxAge, l)
+	return o.pool.Configure(opts)
 }
 
 // PoolStats are the warm pool's, nil before the engine is open.
@@ -355,7 +356,8 @@ func (e *Engine) closeOpen(o *openEngine, timeout time.Duration, why string) {
 		if err := o.pool.Close(ctx); err != nil {
 			e.log.Warn().Err(err).Msg(why)
 		}
-		e.log.Info().Int64("hits", st.Hits).Int64("misses", st.Misses).Int64("started", st.Started).Int64("failures", st.Failures).Msg("pool: closed")
+		e.log.Info().Int64("hits", st.Hits).Int64("misses", st.Misses).Int64("started", st.Started).Int64("failures", st.Failures).
+			Int64("grown", st.Grown).Int64("shrunk", st.Shrunk).Msg("pool: closed")
 	}
 	if err := o.ex.Close(ctx); err != nil {
 		e.log.Warn().Err(err).Msg(why)

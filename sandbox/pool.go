@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -21,9 +22,21 @@ import (
 
 // PoolOptions configure a [Pool].
 type PoolOptions struct {
-	// Size is how many started containers the pool keeps ready; 0 keeps
-	// none, and every run starts cold.
+	// Size is how many started containers the pool keeps ready when idle;
+	// 0 keeps none, and every run starts cold.
 	Size int
+	// Max is how many ready containers the pool grows to while runs take
+	// them faster than it refills (misses); it shrinks back to Size when
+	// idle. Size when zero (no growth); at least Size. Not used when Size
+	// is 0: the pool is off.
+	Max int
+	// ShrinkAfter is how long the pool's demand must stay below its target
+	// before the ready containers beyond what was used (down to Size) are
+	// removed; a minute when zero.
+	ShrinkAfter time.Duration
+	// Starts bounds the pool's starts in flight at once; [DefaultPoolStarts]
+	// when zero.
+	Starts int
 	// MaxAge is how long a ready container may wait before it is replaced
 	// with a fresh one; 10 minutes when zero.
 	MaxAge time.Duration
@@ -32,30 +45,60 @@ type PoolOptions struct {
 	Logger zerolog.Logger
 }
 
-// PoolStats is what the pool did so far, for logs and /debug/stats.
+// PoolStats is the pool's state and what it did so far, for logs,
+// /debug/stats and metrics. [Pool.Stats] copies it under one lock, so it
+// is cheap to read at every scrape. The int fields are gauges (now); the
+// int64 ones are counters that only grow over the pool's life (an engine
+// reopened after a restart makes a new pool, whose counters start at 0).
 type PoolStats struct {
-	Size     int `json:"size"`
-	Ready    int `json:"ready"`
-	Starting int `json:"starting"`
-	// Hits are runs that took a ready container; Misses started cold.
+	// Size is the configured number of ready containers when idle
+	// (pool.size), Max the most the pool grows to (pool.max), and Target
+	// how many it aims to hold now: Size, or more after misses.
+	Size   int `json:"size"`
+	Max    int `json:"max"`
+	Target int `json:"target"`
+	// Ready containers wait for a run; Starting are being started for the
+	// pool now, at most StartsLimit at once.
+	Ready       int `json:"ready"`
+	Starting    int `json:"starting"`
+	StartsLimit int `json:"starts_limit"`
+	// Hits are runs that took a ready container; Misses found none of
+	// their shape (or the pool off) and started cold.
 	Hits   int64 `json:"hits"`
 	Misses int64 `json:"misses"`
 	// Started counts containers started for the pool; Discarded those
-	// removed unused (dead, too old, or of a shape no longer wanted).
+	// removed unused (dead, too old, beyond the target, or of a shape no
+	// longer wanted).
 	Started   int64 `json:"started"`
 	Discarded int64 `json:"discarded"`
+	// Removed counts removals the pool finished, of used and unused
+	// containers alike; Removing those not finished yet.
+	Removed  int64 `json:"removed"`
+	Removing int   `json:"removing"`
+	// Grown counts steps of one the target took up under demand, Shrunk
+	// steps of one it took back down when idle (a reload that sets the
+	// size counts in neither).
+	Grown  int64 `json:"grown"`
+	Shrunk int64 `json:"shrunk"`
 	// Failures counts pool starts that failed; LastError is the latest,
 	// cleared when a start succeeds again.
 	Failures  int64  `json:"failures"`
 	LastError string `json:"last_error,omitempty"`
-	// Removing counts containers whose removal has not finished.
-	Removing int `json:"removing"`
 }
 
 // Pool runs code in containers it started ahead of time when it has one of
 // the run's shape, and in a fresh one otherwise. It answers before the
 // used container is removed; Close waits for every removal. It is safe
 // for concurrent use.
+//
+// Its target starts at Size. A run that finds no ready container (a
+// miss), or takes the last one while the refill is still under way,
+// raises the target by one, up to Max. The refill starts up to Starts
+// containers at once, never more than the target lacks. Each ShrinkAfter
+// the pool looks back: with no miss in that window, the ready containers
+// no run needed (the fewest that were ready at any time of it) are
+// removed and the target lowered by as many, never below Size; a window
+// with no run at all brings it back to Size.
 type Pool struct {
 	e   *Executor
 	log zerolog.Logger
@@ -68,16 +111,26 @@ type Pool struct {
 	removing sync.WaitGroup
 	starts   sync.WaitGroup
 
-	mu      sync.Mutex
-	size    int
-	maxAge  time.Duration
-	shape   Limits
-	gen     int // bumped when the shape changes: older containers go
-	ready   []pooled
-	closed  bool
-	retryAt time.Time // no pool start before this (backoff)
-	backoff time.Duration
-	stats   PoolStats
+	mu          sync.Mutex
+	size, max   int
+	target      int
+	startsMax   int
+	shrinkAfter time.Duration
+	maxAge      time.Duration
+	shape       Limits
+	gen         int // bumped when the shape changes: older containers go
+	ready       []pooled
+	starting    int // the pool's starts in flight
+	closed      bool
+	retryAt     time.Time // no pool start before this (backoff)
+	backoff     time.Duration
+	// The current shrink window: since when, whether a run missed or took
+	// a container in it, and the fewest ready at any time of it.
+	winStart time.Time
+	winMiss  bool
+	winTakes bool
+	winMin   int
+	stats    PoolStats
 }
 
 type pooled struct {
@@ -91,31 +144,85 @@ type pooled struct {
 const (
 	poolBackoffMin = time.Second
 	poolBackoffMax = 30 * time.Second
-	// poolCheck is how often ready containers are checked for age.
+	// poolCheck is how often ready containers are checked for age, and
+	// the shrink window for its end.
 	poolCheck = time.Second
-	// MaxPoolSize bounds [PoolOptions.Size].
+	// MaxPoolSize bounds [PoolOptions.Size] and [PoolOptions.Max].
 	MaxPoolSize = 32
+	// DefaultShrinkAfter is [PoolOptions.ShrinkAfter] when zero.
+	DefaultShrinkAfter = time.Minute
+	// maxPoolStarts bounds [DefaultPoolStarts].
+	maxPoolStarts = 4
 )
+
+// DefaultPoolStarts is how many containers the pool starts at once by
+// default: one per two cores, at least 2 and at most 4. A container start
+// is mostly the OCI runtime's (runc's) CPU time: on 2 cores, 2 starts in
+// flight start about 1.6 times as many containers a second as 1, and 3 or
+// more no more than 2 (docs/performance.md, "The warm pool"), while they
+// slow down the runs that start their own container at the same time. So
+// the refill uses about what the engine sustains, and leaves it hands for
+// the rest: cold runs, removals.
+func DefaultPoolStarts() int {
+	return min(max(2, runtime.NumCPU()/2), maxPoolStarts)
+}
+
+// poolConfig is o checked, with its defaults filled in.
+func poolConfig(o PoolOptions) (PoolOptions, error) {
+	if o.Size < 0 || o.Size > MaxPoolSize {
+		return o, fmt.Errorf("pool size must be 0 to %d, got %d", MaxPoolSize, o.Size)
+	}
+	switch {
+	case o.Size == 0:
+		o.Max = 0 // the pool is off: it does not grow either
+	case o.Max == 0:
+		o.Max = o.Size
+	}
+	if o.Max < o.Size || o.Max > MaxPoolSize {
+		return o, fmt.Errorf("pool max must be %d (the size) to %d, got %d", o.Size, MaxPoolSize, o.Max)
+	}
+	if o.Starts < 0 {
+		return o, fmt.Errorf("pool starts must be at least 1, got %d", o.Starts)
+	}
+	if o.Starts == 0 {
+		o.Starts = DefaultPoolStarts()
+	}
+	if o.ShrinkAfter <= 0 {
+		o.ShrinkAfter = DefaultShrinkAfter
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 10 * time.Minute
+	}
+	if err := o.Limits.Validate(); err != nil {
+		return o, fmt.Errorf("pool limits: %w", err)
+	}
+	return o, nil
+}
 
 // NewPool returns a pool of e's containers and starts filling it in the
 // background.
 func NewPool(e *Executor, opts PoolOptions) (*Pool, error) {
-	if opts.Size < 0 || opts.Size > MaxPoolSize {
-		return nil, fmt.Errorf("pool size must be 0 to %d, got %d", MaxPoolSize, opts.Size)
-	}
-	if opts.MaxAge <= 0 {
-		opts.MaxAge = 10 * time.Minute
-	}
-	if err := opts.Limits.Validate(); err != nil {
-		return nil, fmt.Errorf("pool limits: %w", err)
+	opts, err := poolConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	p := &Pool{e: e, log: opts.Logger.With().Str("component", "pool").Logger(), wake: make(chan struct{}, 1),
-		size: opts.Size, maxAge: opts.MaxAge, shape: shapeOf(opts.Limits)}
-	p.stats.Size = opts.Size
+		shape: shapeOf(opts.Limits), winStart: time.Now()}
+	p.set(opts)
+	p.target = opts.Size
+	p.stats.Target = p.target
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.filler.Add(1)
 	go p.fill()
 	return p, nil
+}
+
+// set takes opts' numbers (not its limits), keeping the target between
+// the new size and max. p.mu is held, or p is new.
+func (p *Pool) set(o PoolOptions) {
+	p.size, p.max, p.startsMax, p.shrinkAfter, p.maxAge = o.Size, o.Max, o.Starts, o.ShrinkAfter, o.MaxAge
+	p.target = min(max(p.target, p.size), p.max)
+	p.stats.Size, p.stats.Max, p.stats.StartsLimit, p.stats.Target = p.size, p.max, p.startsMax, p.target
 }
 
 // shapeOf is l, owned by the pool; its Timeout and OutputBytes are not
@@ -132,19 +239,16 @@ func sameShape(a, b Limits) bool {
 		a.NoFile == b.NoFile && a.NProc == b.NProc && slices.Equal(a.Mounts, b.Mounts)
 }
 
-// Configure changes the pool's size, the age at which a ready container is
-// replaced, and the shape of its containers (a policy reload): ready
-// containers of another shape are removed and new ones started.
-func (p *Pool) Configure(size int, maxAge time.Duration, l Limits) error {
-	if size < 0 || size > MaxPoolSize {
-		return fmt.Errorf("pool size must be 0 to %d, got %d", MaxPoolSize, size)
+// Configure changes the pool's size, max, shrink period, starts in
+// flight, the age at which a ready container is replaced, and the shape
+// of its containers (a policy reload): ready containers of another shape,
+// or beyond the new max, are removed and new ones started.
+func (p *Pool) Configure(opts PoolOptions) error {
+	opts, err := poolConfig(opts)
+	if err != nil {
+		return err
 	}
-	if maxAge <= 0 {
-		maxAge = 10 * time.Minute
-	}
-	if err := l.Validate(); err != nil {
-		return fmt.Errorf("pool limits: %w", err)
-	}
+	l := opts.Limits
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -157,11 +261,12 @@ func (p *Pool) Configure(size int, maxAge time.Duration, l Limits) error {
 		// A failing engine may work with the new limits: try at once.
 		p.retryAt, p.backoff = time.Time{}, 0
 	}
-	p.size, p.maxAge, p.stats.Size = size, maxAge, size
+	p.set(opts)
+	target := p.target
 	drop := p.takeStale(time.Now())
 	p.mu.Unlock()
 	if changed || len(drop) > 0 {
-		p.log.Info().Int("size", size).Bool("limits_changed", changed).Int("removed", len(drop)).Msg("pool: reconfigured")
+		p.log.Info().Int("size", opts.Size).Int("max", opts.Max).Int("target", target).Bool("limits_changed", changed).Int("removed", len(drop)).Msg("pool: reconfigured")
 	}
 	p.discard(drop)
 	p.poke()
@@ -169,13 +274,13 @@ func (p *Pool) Configure(size int, maxAge time.Duration, l Limits) error {
 }
 
 // takeStale removes from ready the containers that are dead, too old, of
-// an old shape, beyond the size, or whose data mounts' folders were
+// an old shape, beyond the target, or whose data mounts' folders were
 // deleted or replaced on the host, and returns them. p.mu is held.
 func (p *Pool) takeStale(now time.Time) []*Container {
 	var drop []*Container
 	keep := p.ready[:0]
 	for _, r := range p.ready {
-		if r.gen != p.gen || r.inst.ended() || now.Sub(r.born) >= p.maxAge || len(keep) >= p.size || r.inst.mountsChanged() != "" {
+		if r.gen != p.gen || r.inst.ended() || now.Sub(r.born) >= p.maxAge || len(keep) >= p.target || r.inst.mountsChanged() != "" {
 			drop = append(drop, r.inst)
 			continue
 		}
@@ -183,7 +288,42 @@ func (p *Pool) takeStale(now time.Time) []*Container {
 	}
 	clear(p.ready[len(keep):])
 	p.ready = keep
+	p.winMin = min(p.winMin, len(p.ready))
 	return drop
+}
+
+// grow raises the target by one, up to max: a run missed, or took the
+// last ready container while the refill was behind. p.mu is held.
+func (p *Pool) grow() {
+	if p.target < p.max {
+		p.target++
+		p.stats.Grown++
+		p.stats.Target = p.target
+	}
+}
+
+// shrinkCheck ends the shrink window when it is ShrinkAfter old: with no
+// miss in it, the target loses the containers no run needed (the fewest
+// ready at any time of the window), or goes back to the size when no run
+// came at all; takeStale then removes the ready ones beyond it. p.mu is
+// held. It returns by how much the target went down.
+func (p *Pool) shrinkCheck(now time.Time) int {
+	if now.Sub(p.winStart) < p.shrinkAfter {
+		return 0
+	}
+	down := 0
+	if !p.winMiss && p.target > p.size {
+		spare := p.winMin
+		if !p.winTakes {
+			spare = p.target
+		}
+		down = min(spare, p.target-p.size)
+		p.target -= down
+		p.stats.Shrunk += int64(down)
+		p.stats.Target = p.target
+	}
+	p.winStart, p.winMiss, p.winTakes, p.winMin = now, false, false, len(p.ready)
+	return down
 }
 
 // discard removes unused containers in the background.
@@ -206,8 +346,9 @@ func (p *Pool) poke() {
 	}
 }
 
-// fill keeps the pool at its size until Close: one start at a time, so a
-// refill never takes more than one of the engine's hands from the runs.
+// fill keeps the pool at its target until Close, with at most startsMax
+// starts in flight, so that a refill never takes all the engine's hands
+// from the runs.
 func (p *Pool) fill() {
 	defer p.filler.Done()
 	tick := time.NewTicker(poolCheck)
@@ -219,19 +360,28 @@ func (p *Pool) fill() {
 			p.mu.Unlock()
 			return
 		}
+		down := p.shrinkCheck(now)
 		drop := p.takeStale(now)
-		want := len(p.ready) < p.size && !now.Before(p.retryAt)
-		gen, shape := p.gen, p.shape
-		if want {
-			p.stats.Starting++
+		n := 0
+		if !now.Before(p.retryAt) {
+			n = max(0, min(p.target-len(p.ready)-p.starting, p.startsMax-p.starting))
 		}
+		p.starting += n
+		p.stats.Starting = p.starting
+		gen, shape, target := p.gen, p.shape, p.target
+		// Added under p.mu, before Close can see closed and wait.
+		p.starts.Add(n)
 		p.mu.Unlock()
+		if down > 0 {
+			p.log.Info().Int("target", target).Int("by", down).Msg("pool: shrunk, idle")
+		}
 		p.discard(drop)
-		if want {
-			p.starts.Add(1)
-			p.startOne(gen, shape)
-			p.starts.Done()
-			continue
+		for range n {
+			go func() {
+				defer p.starts.Done()
+				p.startOne(gen, shape)
+				p.poke()
+			}()
 		}
 		select {
 		case <-p.ctx.Done():
@@ -245,7 +395,8 @@ func (p *Pool) fill() {
 func (p *Pool) startOne(gen int, shape Limits) {
 	inst, err := p.e.start(p.ctx, shape, NewRunID(), true)
 	p.mu.Lock()
-	p.stats.Starting--
+	p.starting--
+	p.stats.Starting = p.starting
 	if err != nil {
 		if p.closed {
 			p.mu.Unlock()
@@ -263,20 +414,20 @@ func (p *Pool) startOne(gen int, shape Limits) {
 	recovered := p.stats.LastError != ""
 	p.stats.LastError, p.backoff, p.retryAt = "", 0, time.Time{}
 	p.stats.Started++
-	if p.closed || gen != p.gen || len(p.ready) >= p.size {
+	if p.closed || gen != p.gen || len(p.ready) >= p.target {
 		p.stats.Discarded++
 		p.mu.Unlock()
 		p.Release(inst)
 		return
 	}
 	p.ready = append(p.ready, pooled{inst: inst, born: time.Now(), gen: gen})
-	ready, size := len(p.ready), p.size
+	ready, target := len(p.ready), p.target
 	p.mu.Unlock()
 	ev := p.log.Debug()
 	if recovered {
 		ev = p.log.Info()
 	}
-	ev.Int("ready", ready).Int("size", size).Bool("recovered", recovered).Msg("pool: container ready")
+	ev.Int("ready", ready).Int("target", target).Bool("recovered", recovered).Msg("pool: container ready")
 }
 
 // take returns a started container of limits l: a ready one of the pool
@@ -313,6 +464,18 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 		}
 		inst = r.inst
 		break
+	}
+	if miss == "" {
+		// A run of the pool's shape, the pool on: demand, for the
+		// shrink window, and growth when the pool could not keep up.
+		p.winTakes = true
+		p.winMin = min(p.winMin, len(p.ready))
+		if inst == nil {
+			p.winMiss = true
+			p.grow()
+		} else if len(p.ready) == 0 && p.starting > 0 {
+			p.grow()
+		}
 	}
 	if inst != nil {
 		p.stats.Hits++
@@ -475,11 +638,13 @@ func (p *Pool) Release(inst *Container) {
 		}
 		p.mu.Lock()
 		p.stats.Removing--
+		p.stats.Removed++
 		p.mu.Unlock()
 	}()
 }
 
-// Stats returns what the pool did so far.
+// Stats returns the pool's state and what it did so far: a copy taken
+// under the pool's lock, cheap enough for every metrics scrape.
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()

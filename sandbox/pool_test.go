@@ -138,7 +138,7 @@ func TestPoolConfigureReplacesContainers(t *testing.T) {
 	waitReady(t, p, 2)
 	l := testLimits()
 	l.Memory = 256 << 20
-	if err := p.Configure(2, 0, l); err != nil {
+	if err := p.Configure(PoolOptions{Size: 2, Limits: l}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -165,7 +165,7 @@ func TestPoolConfigureReplacesContainers(t *testing.T) {
 		t.Fatalf("%+v, %v: want a warm run with the new limits", res, err)
 	}
 	// Size 0 empties the pool.
-	if err := p.Configure(0, 0, l); err != nil {
+	if err := p.Configure(PoolOptions{Size: 0, Limits: l}); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, p, 0)

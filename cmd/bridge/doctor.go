@@ -48,7 +48,8 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 		fmt.Fprintf(e.stdout, "policy %s: engine %s, OCI runtime %s; %s\n", name, p.Sandbox.Engine, p.Sandbox.OCIRuntime, req)
 		pool := "off (pool.size 0): every run starts its container"
 		if p.Pool.Size > 0 {
-			pool = fmt.Sprintf("%d ready container(s) kept by bridge serve, each replaced after %s", p.Pool.Size, units.FormatDuration(p.Pool.MaxAge))
+			pool = fmt.Sprintf("%d ready container(s) kept by bridge serve, up to %d under load (back to %d after %s), each replaced after %s",
+				p.Pool.Size, p.Pool.Max, p.Pool.Size, units.FormatDuration(p.Pool.ShrinkAfter), units.FormatDuration(p.Pool.MaxAge))
 		}
 		fmt.Fprintf(e.stdout, "warm pool: %s\n", pool)
 		sessions := "off (sessions.enabled false): every call runs in a fresh container"

@@ -72,17 +72,18 @@ func wireEngine(pol *policy.Policy, image string, tools sandbox.ToolHandler, sto
 	// limits they were made with changed.
 	store.OnChange(func(snap *policy.Snapshot) {
 		o := poolOptions(snap)
-		if err := eng.Configure(o.Size, o.MaxAge, o.Limits); err != nil {
+		if err := eng.Configure(o); err != nil {
 			log.Warn().Err(err).Msg("pool: reconfiguring")
 		}
 	})
 	return eng
 }
 
-// poolOptions are the warm pool's size, maximum age and container limits
-// under snap.
+// poolOptions are the warm pool's size, max, shrink period, maximum age
+// and container limits under snap.
 func poolOptions(snap *policy.Snapshot) sandbox.PoolOptions {
-	return sandbox.PoolOptions{Size: snap.Policy.Pool.Size, MaxAge: snap.Policy.Pool.MaxAge, Limits: bridge.LimitsFrom(snap.Policy)}
+	pl := snap.Policy.Pool
+	return sandbox.PoolOptions{Size: pl.Size, Max: pl.Max, ShrinkAfter: pl.ShrinkAfter, MaxAge: pl.MaxAge, Limits: bridge.LimitsFrom(snap.Policy)}
 }
 
 // missingImageHint says what to do about an image missing from engine
