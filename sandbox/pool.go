@@ -157,12 +157,13 @@ const (
 
 // DefaultPoolStarts is how many containers the pool starts at once by
 // default: one per two cores, at least 2 and at most 4. A container start
-// is mostly the OCI runtime's (runc's) CPU time: on 2 cores, 2 starts in
-// flight start about 1.6 times as many containers a second as 1, and 3 or
-// more no more than 2 (docs/performance.md, "The warm pool"), while they
-// slow down the runs that start their own container at the same time. So
-// the refill uses about what the engine sustains, and leaves it hands for
-// the rest: cold runs, removals.
+// is mostly the engine's and the OCI runtime's (runc's) CPU time. Measured
+// on 2 cores (docs/performance.md, "The warm pool"): Podman started 12
+// containers 1.3 to 1.7 times as fast with 2 in flight as with 1, and no
+// faster with 3 or 4; Docker no faster with 2 than with 1; and a run that
+// started its own container meanwhile took 1.5 to 2 times as long with 2
+// in flight, up to 3 times with 4. So the refill uses about what the
+// engine sustains, and leaves it hands for the rest: cold runs, removals.
 func DefaultPoolStarts() int {
 	return min(max(2, runtime.NumCPU()/2), maxPoolStarts)
 }

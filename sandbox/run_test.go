@@ -36,6 +36,10 @@ type fakeRuntime struct {
 	// createSlow makes Create wait for its ctx to end, make the container
 	// anyway and fail, as a real engine cut off mid-request does.
 	createSlow bool
+	// createHook, when set, is called at the start of each Create (a test
+	// may block in it); cut makes Create make the container anyway and
+	// fail with ctx's error, as createSlow does.
+	createHook func(ctx context.Context, spec ContainerSpec) (cut bool)
 	killErr    error
 	waitErr    error
 	// removeFails is how many Remove calls fail before one succeeds.
@@ -85,6 +89,10 @@ func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, e
 	if err := checkDataMountHosts(spec.DataMounts); err != nil {
 		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 	}
+	cut := f.createSlow
+	if f.createHook != nil {
+		cut = f.createHook(ctx, spec)
+	}
 	if f.createSlow {
 		<-ctx.Done()
 	}
@@ -94,7 +102,7 @@ func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, e
 	f.lastSpec = spec
 	id := fmt.Sprintf("c%d", f.created)
 	f.containers[id] = &fakeContainer{spec: spec, done: make(chan struct{})}
-	if f.createSlow {
+	if cut {
 		return "", ctx.Err()
 	}
 	return id, nil
