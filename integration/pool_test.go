@@ -352,3 +352,121 @@ func TestPoolMountDeleted(t *testing.T) {
 		}
 	})
 }
+
+// A burst through `bridge serve` grows the pool past its size (runs miss,
+// the target rises, up to pool.max and no further); once the burst is
+// over the pool shrinks back to its size after pool.shrink_after; and when
+// the bridge exits, none of its containers is left.
+func TestPoolGrowsAndShrinks(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
+		const size, maxSize, burst = 1, 4, 12
+		policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+		pol := "version: 1\n" + sandboxSection(e) + fmt.Sprintf("pool:\n  size: %d\n  max: %d\n  shrink_after: 2s\n", size, maxSize)
+		if err := os.WriteFile(policyFile, []byte(pol), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		addr := freeLoopbackAddr(t)
+		cs, pid, stderr := connectStdioArgs(t, e, nil, "--policy", policyFile, "--debug-addr", addr)
+		awaitPool(t, addr, 60*time.Second, "1 ready", func(s sandbox.PoolStats) bool { return s.Ready == size })
+
+		// The burst: more runs at once than the pool holds.
+		errs := make(chan error, burst)
+		for i := range burst {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+				defer cancel()
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": fmt.Sprintf("print(%d)", i)}})
+				switch {
+				case err != nil:
+					errs <- err
+				case res.IsError:
+					errs <- fmt.Errorf("run %d: %s", i, contentText(res))
+				default:
+					errs <- nil
+				}
+			}()
+		}
+		// While the burst runs, the pool's ready and starting containers
+		// stay within max.
+		most, stop, polled := 0, make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(polled)
+			for {
+				if s, ok := poolStats(t, addr); ok {
+					most = max(most, s.Ready+s.Starting, s.Target)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+		for range burst {
+			if err := <-errs; err != nil {
+				close(stop)
+				<-polled
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+		}
+		close(stop)
+		<-polled
+		grown := awaitPool(t, addr, 60*time.Second, "grown and refilled", func(s sandbox.PoolStats) bool {
+			most = max(most, s.Ready+s.Starting)
+			return s.Target > size && s.Ready == s.Target && s.Starting == 0
+		})
+		if grown.Grown == 0 || grown.Misses == 0 || grown.Target > maxSize || grown.Max != maxSize || most > maxSize {
+			t.Fatalf("after a burst of %d: %+v (at most %d ready or starting); want misses, grown, target above %d and at most %d", burst, grown, most, size, maxSize)
+		}
+		if n := len(pooledOf(t, e, pid)); n > maxSize {
+			t.Fatalf("%d pooled containers on the engine, pool.max %d", n, maxSize)
+		}
+		t.Logf("after the burst: %+v", grown)
+
+		// Idle: back to the size after shrink_after (2 s, windows end on
+		// the pool's 1 s check).
+		shrunk := awaitPool(t, addr, 20*time.Second, "shrunk back to 1", func(s sandbox.PoolStats) bool {
+			return s.Target == size && s.Ready == size && s.Removing == 0
+		})
+		if shrunk.Shrunk != grown.Shrunk+int64(grown.Target-size) {
+			t.Fatalf("shrunk %d steps, want %d: %+v", shrunk.Shrunk-grown.Shrunk, grown.Target-size, shrunk)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for len(pooledOf(t, e, pid)) != size {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d pooled containers on the engine after the shrink, want %d", len(pooledOf(t, e, pid)), size)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("idle: %+v", shrunk)
+		// Still warm after the shrink.
+		if out := mustRun(t, cs, "print('warm')"); out != "warm\n" {
+			t.Fatalf("a run after the shrink printed %q", out)
+		}
+
+		// Shutdown: nothing of the bridge left on the engine.
+		cs.Close()
+		deadline = time.Now().Add(15 * time.Second)
+		for !exited(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("bridge serve still runs 15 s after its client left\n%s", stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := ownedBy(t, e, pid); n != 0 {
+			t.Fatalf("%d containers of the bridge left after it exited\n%s", n, stderr.String())
+		}
+	})
+}
+
+// pooledOf lists the pool's containers of the bridge pid on e.
+func pooledOf(t *testing.T, e *engine, pid int) []sandbox.ContainerInfo {
+	t.Helper()
+	var out []sandbox.ContainerInfo
+	for _, c := range containersOf(t, e, pid) {
+		if c.Labels[sandbox.LabelPooled] == "true" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
