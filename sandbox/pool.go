@@ -91,9 +91,9 @@ type PoolStats struct {
 // used container is removed; Close waits for every removal. It is safe
 // for concurrent use.
 //
-// Its target starts at Size. A run that finds no ready container (a
-// miss), or takes the last one while the refill is still under way,
-// raises the target by one, up to Max. The refill starts up to Starts
+// Its target starts at Size. Once it held that many, a run that finds no
+// ready container (a miss), or takes the last one while the refill is
+// still under way, raises the target by one, up to Max. The refill starts up to Starts
 // containers at once, never more than the target lacks. Each ShrinkAfter
 // the pool looks back: with no miss in that window, the ready containers
 // no run needed (the fewest that were ready at any time of it) are
@@ -121,9 +121,13 @@ type Pool struct {
 	gen         int // bumped when the shape changes: older containers go
 	ready       []pooled
 	starting    int // the pool's starts in flight
-	closed      bool
-	retryAt     time.Time // no pool start before this (backoff)
-	backoff     time.Duration
+	// filled: the pool has held its target since it began or its shape
+	// last changed. Before that, runs miss because it is still filling
+	// for the first time, which is no sign of load: it does not grow.
+	filled  bool
+	closed  bool
+	retryAt time.Time // no pool start before this (backoff)
+	backoff time.Duration
 	// The current shrink window: since when, whether a run missed or took
 	// a container in it, and the fewest ready at any time of it.
 	winStart time.Time
@@ -259,6 +263,7 @@ func (p *Pool) Configure(opts PoolOptions) error {
 	if changed {
 		p.gen++
 		p.shape = shapeOf(l)
+		p.filled = false
 		// A failing engine may work with the new limits: try at once.
 		p.retryAt, p.backoff = time.Time{}, 0
 	}
@@ -423,6 +428,7 @@ func (p *Pool) startOne(gen int, shape Limits) {
 	}
 	p.ready = append(p.ready, pooled{inst: inst, born: time.Now(), gen: gen})
 	ready, target := len(p.ready), p.target
+	p.filled = p.filled || ready >= target
 	p.mu.Unlock()
 	ev := p.log.Debug()
 	if recovered {
@@ -466,9 +472,10 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 		inst = r.inst
 		break
 	}
-	if miss == "" {
-		// A run of the pool's shape, the pool on: demand, for the
-		// shrink window, and growth when the pool could not keep up.
+	if miss == "" && p.filled {
+		// A run of the pool's shape, the pool on and filled once:
+		// demand, for the shrink window, and growth when the pool
+		// could not keep up.
 		p.winTakes = true
 		p.winMin = min(p.winMin, len(p.ready))
 		if inst == nil {

@@ -30,6 +30,7 @@ func idleRunner(ctx context.Context, sock, token string, _ ContainerSpec) ExitSt
 // ctx ends makes its container anyway and fails, as a real engine cut off
 // mid-request does.
 type startGate struct {
+	free     int // creates let through before the gate holds them
 	once     sync.Once
 	mu       sync.Mutex
 	open     chan struct{}
@@ -38,13 +39,18 @@ type startGate struct {
 	passed   int
 }
 
-func gate(rt *fakeRuntime) *startGate {
-	g := &startGate{open: make(chan struct{})}
+func gate(rt *fakeRuntime, free int) *startGate {
+	g := &startGate{open: make(chan struct{}), free: free}
 	rt.createHook = func(ctx context.Context, spec ContainerSpec) bool {
 		if spec.Labels[LabelPooled] != "true" {
 			return false
 		}
 		g.mu.Lock()
+		if g.free > 0 {
+			g.free--
+			g.mu.Unlock()
+			return false
+		}
 		g.inFlight++
 		g.most = max(g.most, g.inFlight)
 		g.mu.Unlock()
@@ -132,6 +138,16 @@ func newGrowPool(t *testing.T, rt *fakeRuntime, g *startGate, o PoolOptions) *Po
 	return p
 }
 
+// hit takes a ready container from p, and gives it back.
+func hit(t *testing.T, p *Pool) {
+	t.Helper()
+	inst, warm, _, err := p.take(context.Background(), testLimits(), NewRunID())
+	if err != nil || !warm {
+		t.Fatalf("take: warm %v, %v; want a ready container", warm, err)
+	}
+	p.Release(inst)
+}
+
 // miss takes a container from p that must not be a ready one, and gives
 // it back.
 func miss(t *testing.T, p *Pool) {
@@ -153,7 +169,7 @@ func TestPoolRefillConcurrentBounded(t *testing.T) {
 		t.Errorf("DefaultPoolStarts() = %d, want 2 .. %d", d, maxPoolStarts)
 	}
 	rt := newFake(idleRunner)
-	g := gate(rt)
+	g := gate(rt, 0)
 	p := newGrowPool(t, rt, g, PoolOptions{Size: 6, Starts: 3})
 	g.waitInFlight(t, 3)
 	if s := p.Stats(); s.Starting != 3 || s.StartsLimit != 3 || s.Ready != 0 || s.Target != 6 {
@@ -173,8 +189,10 @@ func TestPoolRefillConcurrentBounded(t *testing.T) {
 // containers all stay within it.
 func TestPoolGrowsUnderMissesUpToMax(t *testing.T) {
 	rt := newFake(idleRunner)
-	g := gate(rt)
+	g := gate(rt, 1)
 	p := newGrowPool(t, rt, g, PoolOptions{Size: 1, Max: 3, Starts: 4})
+	waitReady(t, p, 1) // filled once; its refill is held from now on
+	hit(t, p)
 	g.waitInFlight(t, 1)
 	miss(t, p)
 	if s := p.Stats(); s.Target != 2 || s.Grown != 1 || s.Misses != 1 {
@@ -185,7 +203,7 @@ func TestPoolGrowsUnderMissesUpToMax(t *testing.T) {
 		miss(t, p)
 	}
 	s := p.Stats()
-	if s.Target != 3 || s.Max != 3 || s.Grown != 2 || s.Misses != 7 || s.Hits != 0 {
+	if s.Target != 3 || s.Max != 3 || s.Grown != 2 || s.Misses != 7 || s.Hits != 1 {
 		t.Fatalf("after 7 misses: %+v; want target 3 (the max), grown 2", s)
 	}
 	g.waitInFlight(t, 3)
@@ -197,19 +215,15 @@ func TestPoolGrowsUnderMissesUpToMax(t *testing.T) {
 			t.Fatalf("%d pooled containers on the engine, max 3", n)
 		}
 	}
-	if s := p.Stats(); s.Started != 3 || s.Ready != 3 || s.Target != 3 {
-		t.Fatalf("%+v: want 3 started and ready", s)
+	if s := p.Stats(); s.Started != 4 || s.Ready != 3 || s.Target != 3 {
+		t.Fatalf("%+v: want 4 started, 3 ready", s)
 	}
 	// Hits that empty the pool while it refills stay within the max.
 	for range 3 {
-		inst, warm, _, err := p.take(context.Background(), testLimits(), NewRunID())
-		if err != nil || !warm {
-			t.Fatalf("take: warm %v, %v", warm, err)
-		}
-		p.Release(inst)
+		hit(t, p)
 	}
 	waitReady(t, p, 3)
-	if s := p.Stats(); s.Target != 3 || s.Grown != 2 || s.Hits != 3 {
+	if s := p.Stats(); s.Target != 3 || s.Grown != 2 || s.Hits != 4 {
 		t.Fatalf("%+v: want target 3, grown 2 still, 3 hits", s)
 	}
 	g.stays(t, 3, 0)
@@ -219,9 +233,11 @@ func TestPoolGrowsUnderMissesUpToMax(t *testing.T) {
 // ShrinkAfter: the ready containers beyond it are removed.
 func TestPoolShrinksWhenIdle(t *testing.T) {
 	rt := newFake(idleRunner)
-	g := gate(rt)
+	g := gate(rt, 1)
 	shrink := 300 * time.Millisecond
 	p := newGrowPool(t, rt, g, PoolOptions{Size: 1, Max: 4, ShrinkAfter: shrink, Starts: 4})
+	waitReady(t, p, 1)
+	hit(t, p)
 	g.waitInFlight(t, 1)
 	for range 3 {
 		miss(t, p)
@@ -261,9 +277,11 @@ func TestPoolShrinksWhenIdle(t *testing.T) {
 // in it.
 func TestPoolDoesNotShrinkUnderLoad(t *testing.T) {
 	rt := newFake(idleRunner)
-	g := gate(rt)
+	g := gate(rt, 1)
 	shrink := 200 * time.Millisecond
 	p := newGrowPool(t, rt, g, PoolOptions{Size: 1, Max: 3, ShrinkAfter: shrink, Starts: 4})
+	waitReady(t, p, 1)
+	hit(t, p)
 	g.waitInFlight(t, 1)
 	for end := time.Now().Add(4 * shrink); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		miss(t, p)
@@ -278,7 +296,7 @@ func TestPoolDoesNotShrinkUnderLoad(t *testing.T) {
 // container, ready or half made, is removed, and no goroutine is left.
 func TestPoolCloseDuringRefillLeaksNothing(t *testing.T) {
 	rt := newFake(idleRunner)
-	g := gate(rt)
+	g := gate(rt, 2)
 	before := runtime.NumGoroutine()
 	ex := newTestExecutor(t, rt, ExecutorOptions{})
 	p, err := NewPool(ex, PoolOptions{Size: 2, Max: 8, Starts: 4, Limits: testLimits(), Logger: ex.log})
@@ -286,13 +304,15 @@ func TestPoolCloseDuringRefillLeaksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.release(); p.Close(context.Background()) })
-	g.waitInFlight(t, 2)
+	waitReady(t, p, 2)
+	hit(t, p)
+	hit(t, p)
 	for range 4 {
 		miss(t, p)
 	}
 	g.waitInFlight(t, 4)
-	if s := p.Stats(); s.Starting != 4 || s.Target != 6 {
-		t.Fatalf("%+v: want 4 starting, target 6", s)
+	if s := p.Stats(); s.Starting != 4 || s.Target < 6 {
+		t.Fatalf("%+v: want 4 starting, target 6 or more", s)
 	}
 	// The engine finishes the creates it took (the executor does not cut
 	// a create short): Close waits for them, and removes what they made.
@@ -343,5 +363,29 @@ func TestPoolOptionsChecked(t *testing.T) {
 	o, err = poolConfig(PoolOptions{Size: 3, Limits: testLimits()})
 	if err != nil || o.Max != 3 || o.Starts != DefaultPoolStarts() || o.ShrinkAfter != DefaultShrinkAfter {
 		t.Errorf("defaults: %+v, %v", o, err)
+	}
+}
+
+// Runs that miss while the pool fills for the first time (the engine just
+// opened, or a reload changed the limits) are no sign of load: the pool
+// does not grow for them.
+func TestPoolFirstFillDoesNotGrow(t *testing.T) {
+	rt := newFake(idleRunner)
+	g := gate(rt, 0)
+	p := newGrowPool(t, rt, g, PoolOptions{Size: 2, Max: 8, Starts: 2})
+	g.waitInFlight(t, 2)
+	for range 3 {
+		miss(t, p)
+	}
+	if s := p.Stats(); s.Target != 2 || s.Grown != 0 || s.Misses != 3 {
+		t.Fatalf("%+v: want target 2, not grown, before the pool first filled", s)
+	}
+	g.release()
+	waitReady(t, p, 2)
+	hit(t, p)
+	hit(t, p)
+	miss(t, p)
+	if s := p.Stats(); s.Target < 3 || s.Grown == 0 {
+		t.Fatalf("%+v: want grown once the pool had filled", s)
 	}
 }
