@@ -254,7 +254,7 @@ except mcp_tools.LimitExceededError:
 			`bridge_policy_generation`:                                                                     1,
 			`up{job="bridge"}`:                                                                             1,
 			`bridge_runs_in_flight`:                                                                        0,
-			`bridge_pool_target`:                                                                           4,
+			`bridge_pool_size`:                                                                             4,
 			`count(bridge_containers_alive)`:                                                               1,
 		})
 

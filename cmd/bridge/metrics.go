@@ -55,8 +55,9 @@ func serveState(srv *bridge.Server, eng *sandbox.Engine, store *policy.Store, up
 			if p == nil {
 				return metrics.PoolState{}, false
 			}
-			return metrics.PoolState{Target: p.Size, Ready: p.Ready, Starting: p.Starting, Hits: p.Hits, Misses: p.Misses,
-				Started: p.Started, Failed: p.Failures, Discarded: p.Discarded}, true
+			return metrics.PoolState{Size: p.Size, Max: p.Max, Target: p.Target, Ready: p.Ready, Starting: p.Starting,
+				Hits: p.Hits, Misses: p.Misses, Started: p.Started, Failed: p.Failures, Discarded: p.Discarded,
+				Grown: p.Grown, Shrunk: p.Shrunk}, true
 		},
 		Host: func() (metrics.HostState, bool) {
 			h, ok := eng.HostStats()

@@ -29,9 +29,9 @@ type Load struct {
 
 // PoolState is the warm pool's, read from its stats.
 type PoolState struct {
-	Target, Ready, Starting       int
-	Hits, Misses, Started, Failed int64
-	Discarded                     int64
+	Size, Max, Target, Ready, Starting int
+	Hits, Misses, Started, Failed      int64
+	Discarded, Grown, Shrunk           int64
 }
 
 // HostState is the engine's executor's: its containers and what its host
@@ -78,6 +78,10 @@ type descs struct {
 	descWaiting    *prometheus.Desc
 	descSessions   *prometheus.Desc
 	descPoolTarget *prometheus.Desc
+	descPoolSize   *prometheus.Desc
+	descPoolMax    *prometheus.Desc
+	descPoolGrown  *prometheus.Desc
+	descPoolShrunk *prometheus.Desc
 	descPoolReady  *prometheus.Desc
 	descPoolStart  *prometheus.Desc
 	descPoolHits   *prometheus.Desc
@@ -106,7 +110,11 @@ func newDescs() *descs {
 		descRunning:    desc("bridge_runs_in_flight", "Runs holding a slot (sandbox.max_concurrent)."),
 		descWaiting:    desc("bridge_queue_depth", "Calls waiting for a slot (sandbox.queue); more are answered busy."),
 		descSessions:   desc("bridge_sessions_open", "Sessions open (each holds a container)."),
-		descPoolTarget: desc("bridge_pool_target", "Ready containers the warm pool aims to keep now."),
+		descPoolTarget: desc("bridge_pool_target", "Ready containers the warm pool aims to keep now: pool.size, or more under demand, up to pool.max."),
+		descPoolSize:   desc("bridge_pool_size", "pool.size: the ready containers kept when idle."),
+		descPoolMax:    desc("bridge_pool_max", "pool.max: the most the pool grows to under demand."),
+		descPoolGrown:  desc("bridge_pool_grown_total", "Steps of one the pool's target took up under demand."),
+		descPoolShrunk: desc("bridge_pool_shrunk_total", "Steps of one the pool's target took back down when idle."),
 		descPoolReady:  desc("bridge_pool_ready", "Containers started ahead and waiting for a run."),
 		descPoolStart:  desc("bridge_pool_starting", "Pool containers being started."),
 		descPoolHits:   desc("bridge_pool_hits_total", "Runs that took a ready container."),
@@ -145,6 +153,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.d.descWaiting,
 		c.d.descSessions,
 		c.d.descPoolTarget,
+		c.d.descPoolSize,
+		c.d.descPoolMax,
+		c.d.descPoolGrown,
+		c.d.descPoolShrunk,
 		c.d.descPoolReady,
 		c.d.descPoolStart,
 		c.d.descPoolHits,
@@ -188,6 +200,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if st.Pool != nil {
 		if p, ok := st.Pool(); ok {
 			gauge(c.d.descPoolTarget, float64(p.Target))
+			gauge(c.d.descPoolSize, float64(p.Size))
+			gauge(c.d.descPoolMax, float64(p.Max))
+			counter(c.d.descPoolGrown, float64(p.Grown))
+			counter(c.d.descPoolShrunk, float64(p.Shrunk))
 			gauge(c.d.descPoolReady, float64(p.Ready))
 			gauge(c.d.descPoolStart, float64(p.Starting))
 			counter(c.d.descPoolHits, float64(p.Hits))
