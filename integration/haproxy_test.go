@@ -149,13 +149,13 @@ func haproxyBinary(t *testing.T) string {
 	return ""
 }
 
-// startHAProxy runs haproxy on docs/haproxy.cfg, its placeholders filled
+// startHAProxy runs haproxy on docs/examples/haproxy.cfg, its placeholders filled
 // in: a free loopback port to listen on, and the bridges. It returns the
 // address it listens on once every bridge is up in it.
 func startHAProxy(t *testing.T, bridges []*bridgeProc) string {
 	t.Helper()
 	bin := haproxyBinary(t)
-	cfg, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "haproxy.cfg"))
+	cfg, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "examples", "haproxy.cfg"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func startHAProxy(t *testing.T, bridges []*bridgeProc) string {
 		text = strings.ReplaceAll(text, fmt.Sprintf("{{BRIDGE%d}}", i+1), b.addr)
 	}
 	if regexp.MustCompile(`\{\{[A-Z0-9_]+\}\}`).MatchString(text) {
-		t.Fatalf("docs/haproxy.cfg has a placeholder this test does not fill:\n%s", text)
+		t.Fatalf("docs/examples/haproxy.cfg has a placeholder this test does not fill:\n%s", text)
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "haproxy.cfg")
@@ -272,7 +272,7 @@ print(a, b, sep="|")
 }
 
 // TestHAProxyBalancesBridges puts three `bridge serve --http` behind
-// HAProxy (docs/haproxy.cfg), all on one shared `bridge proxy --http`
+// HAProxy (docs/examples/haproxy.cfg), all on one shared `bridge proxy --http`
 // with server-everything upstream and a per-run budget. 30 clients make
 // runs with tool calls; every session stays on the bridge that created
 // it. Then one bridge is stopped (SIGTERM): it drains, its runs in flight

@@ -44,13 +44,13 @@ type promServer struct {
 	url string
 }
 
-// startPrometheus runs Prometheus with docs/operations/prometheus.yml and
+// startPrometheus runs Prometheus with docs/examples/prometheus.yml and
 // its alert rules, scraping target (host:port of a bridge) every second.
 func startPrometheus(t *testing.T, target string) *promServer {
 	t.Helper()
 	bin := prometheusBin(t)
 	dir := t.TempDir()
-	docs := filepath.Join(repoRoot(), "docs", "operations")
+	docs := filepath.Join(repoRoot(), "docs", "examples")
 	cfg, err := os.ReadFile(filepath.Join(docs, "prometheus.yml"))
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func startPrometheus(t *testing.T, target string) *promServer {
 	for old, repl := range map[string]string{`scrape_interval: 15s`: `scrape_interval: 1s`, `evaluation_interval: 15s`: `evaluation_interval: 1s`,
 		`"127.0.0.1:8808"`: strconv.Quote(target)} {
 		if !strings.Contains(text, old) {
-			t.Fatalf("docs/operations/prometheus.yml no longer has %s, which the test replaces", old)
+			t.Fatalf("docs/examples/prometheus.yml no longer has %s, which the test replaces", old)
 		}
 		text = strings.ReplaceAll(text, old, repl)
 	}

@@ -163,7 +163,7 @@ func TestDocsListEveryMetric(t *testing.T) {
 			t.Errorf("docs/operations.md lists %s, which the code does not export", name)
 		}
 	}
-	for _, f := range []string{"operations/bridge-alerts.yml", "operations/grafana-dashboard.json"} {
+	for _, f := range []string{"examples/bridge-alerts.yml", "examples/grafana-dashboard.json"} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "docs", f))
 		if err != nil {
 			t.Fatal(err)
