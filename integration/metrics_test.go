@@ -284,6 +284,41 @@ except mcp_tools.LimitExceededError:
 			t.Errorf("prometheus loaded %d rules from bridge-alerts.yml, want its 10", n)
 		}
 
+		// The dashboard's queries are valid PromQL here, and those of the
+		// runs, the pool and the tool calls have data.
+		dash, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "examples", "grafana-dashboard.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Panels []struct {
+				Title   string
+				Targets []struct{ Expr string }
+			}
+		}
+		if err := json.Unmarshal(dash, &d); err != nil {
+			t.Fatalf("grafana-dashboard.json: %v", err)
+		}
+		queries := 0
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				var r struct {
+					Result []json.RawMessage `json:"result"`
+				}
+				prom.api(t, "/api/v1/query", url.Values{"query": {tg.Expr}}, &r)
+				queries++
+				if strings.Contains(tg.Expr, "bridge_runs_total") || strings.Contains(tg.Expr, "bridge_pool_ready") ||
+					strings.Contains(tg.Expr, "bridge_tool_calls_total") {
+					if len(r.Result) == 0 {
+						t.Errorf("dashboard panel %q: %s has no data after %d runs", p.Title, tg.Expr, runs)
+					}
+				}
+			}
+		}
+		if queries < 10 {
+			t.Errorf("the dashboard has %d queries; it had 20", queries)
+		}
+
 		// 1,000 runs in sessions of random names (two runs each): the
 		// series stop growing, and no name is a label value. On the first
 		// engine only: the label set does not depend on it, and each
