@@ -27,6 +27,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -39,6 +40,9 @@ type benchCounts struct {
 	burst     int           // run_python calls submitted at once
 	memPool   int           // pool size the memory of a pooled container is read at
 	settle    time.Duration // quiet time before a memory reading
+	clients   int           // MCP clients of the sustained load
+	sustain   time.Duration // how long the sustained load lasts
+	idle      time.Duration // how long an idle pool's CPU is read over
 }
 
 // benchTableCounts reads BRIDGE_BENCH_TABLE: full (make bench: stable
@@ -52,9 +56,11 @@ func benchTableCounts(t *testing.T) benchCounts {
 	}
 	switch mode {
 	case "full":
-		return benchCounts{mode: mode, calls: 40, toolCalls: 200, repeats: 5, burst: 32, memPool: 8, settle: 2 * time.Second}
+		return benchCounts{mode: mode, calls: 40, toolCalls: 200, repeats: 5, burst: 32, memPool: 8, settle: 2 * time.Second,
+			clients: 8, sustain: 20 * time.Second, idle: 10 * time.Second}
 	case "short":
-		return benchCounts{mode: mode, calls: 5, toolCalls: 20, repeats: 1, burst: 8, memPool: 2, settle: 500 * time.Millisecond}
+		return benchCounts{mode: mode, calls: 5, toolCalls: 20, repeats: 1, burst: 8, memPool: 2, settle: 500 * time.Millisecond,
+			clients: 8, sustain: 3 * time.Second, idle: time.Second}
 	case "":
 		t.Skip("the benchmark table is `make bench` (or `make bench-table`; BRIDGE_BENCH_TABLE=full or short)")
 	}
@@ -71,11 +77,16 @@ const (
 	rowPoolOffRatio
 	rowBurstOff
 	rowBurstPool
+	rowSustainOff
+	rowSustainPool
+	rowSustainBare
+	rowSustainRatio
 	rowLeft
 	rowRSSIdle
 	rowRSSPool
 	rowRSSBurst
 	rowPoolMemory
+	rowIdlePool
 	rowTokens
 	numRows
 )
@@ -98,18 +109,23 @@ func newBenchTable(c benchCounts, engines []string) *benchTable {
 	def := func(row int, figure, target string) {
 		b.rows[row] = benchRow{figure: figure, target: target, cells: map[string]string{}}
 	}
-	def(rowPoolOn, "`run_python(\"print(1)\")` end to end, pool on (2)", "p50 ≤ 15 ms, p99 ≤ 15 ms")
+	def(rowPoolOn, "`run_python(\"print(1)\")` end to end, calls seconds apart, pool on (2)", "p50 ≤ 15 ms, p99 ≤ 15 ms")
 	def(rowPoolOff, "the same, pool off", "")
 	def(rowBare, "bare `docker run --rm` / `podman run --rm`, same hardening, `python3 -I -B -c pass`", "")
 	def(rowPoolOnRatio, "pool on / bare (p50)", "≤ 0.06×")
 	def(rowPoolOffRatio, "pool off / bare (p50)", "≤ 1.0×")
-	def(rowBurstOff, fmt.Sprintf("burst: %d `run_python` at once (max_concurrent 4), pool off", c.burst), "zero errors")
-	def(rowBurstPool, "the same burst, pool of 4", "zero errors")
+	def(rowBurstOff, fmt.Sprintf("burst: %d `run_python` at once (max_concurrent 4), pool off: wall time; each call's p50, p95, p99", c.burst), "zero errors")
+	def(rowBurstPool, "the same burst, pool of 4 (max 8)", "zero errors")
+	def(rowSustainOff, fmt.Sprintf("sustained: %d MCP clients (HTTP) each calling `run_python` back to back for %s (max_concurrent 4), pool off", c.clients, units.FormatDuration(c.sustain)), "zero errors")
+	def(rowSustainPool, "the same load, pool on (2, max 8)", "zero errors")
+	def(rowSustainBare, fmt.Sprintf("the same load of bare `docker run --rm` / `podman run --rm`: %d loops at once", c.clients), "")
+	def(rowSustainRatio, fmt.Sprintf("sustained p95, pool on / bare run p95: one at a time; %d at once", c.clients), "≤ 1.0× (issue 26)")
 	def(rowLeft, "containers left after each bridge exited", "zero")
 	def(rowRSSIdle, "bridge RSS idle after one call, pool off", "≤ 30 MB (28.6 MiB)")
 	def(rowRSSPool, "bridge RSS idle, pool full (2)", "")
 	def(rowRSSBurst, "bridge RSS peak under the burst: pool off / pool of 4", "")
 	def(rowPoolMemory, fmt.Sprintf("memory one pooled container costs (host MemAvailable drop / %d, approximate)", c.memPool), "")
+	def(rowIdlePool, fmt.Sprintf("idle pool of 2, over %s: CPU of the bridge / of its ready containers' processes (of one core); their RSS", units.FormatDuration(c.idle)), "")
 	def(rowTokens, "`tools/list` tokens (o200k_base): the bridge vs server-everything + -filesystem + -memory (engine-independent)", "≤ 300 (TestToolsListTokenBudget)")
 	return b
 }
@@ -215,7 +231,8 @@ type stopFunc func(t *testing.T, cs *mcp.ClientSession, pid int)
 // fills in the background of another figure.
 func benchEngine(t *testing.T, e *engine, c benchCounts, tab *benchTable) {
 	var poolOn, poolOff, bare time.Duration // p50s, for the ratios
-	var peaks [2]string                     // RSS under the burst: pool off, pool of 4
+	var bareP95, sustainP95, sustainBareP95 time.Duration
+	var peaks [2]string // RSS under the burst: pool off, pool of 4
 	bridges, left := 0, 0
 	stop := func(t *testing.T, cs *mcp.ClientSession, pid int) {
 		t.Helper()
@@ -266,12 +283,17 @@ func benchEngine(t *testing.T, e *engine, c benchCounts, tab *benchTable) {
 			t.Logf("pool: %+v before, %+v after", st0, st)
 		}
 		tab.set(rowPoolOn, e.name, "%s", cell)
+
+		// The idle pool's cost: CPU over c.idle, RSS of its containers.
+		awaitQuiet(t, addr, size)
+		time.Sleep(c.settle)
+		tab.set(rowIdlePool, e.name, "%s", idlePoolCost(t, e, pid, c.idle))
 		stop(t, cs, pid)
 	})
 
 	t.Run("bare", func(t *testing.T) {
 		lat := bareRuns(t, e, c)
-		bare = percentile(lat, 50)
+		bare, bareP95 = percentile(lat, 50), percentile(lat, 95)
 		tab.set(rowBare, e.name, "%s", latencies(lat))
 	})
 	if bare > 0 && poolOn > 0 {
@@ -288,6 +310,18 @@ func benchEngine(t *testing.T, e *engine, c benchCounts, tab *benchTable) {
 	}
 	if peaks[0] != "" || peaks[1] != "" {
 		tab.set(rowRSSBurst, e.name, "%s / %s", cmp.Or(peaks[0], "—"), cmp.Or(peaks[1], "—"))
+	}
+
+	stopHTTP := func(t *testing.T, pid int) {
+		t.Helper()
+		bridges++
+		left += stopHTTPBridge(t, e, pid)
+	}
+	t.Run("sustained pool off", func(t *testing.T) { benchSustained(t, e, c, tab, 0, stopHTTP) })
+	t.Run("sustained pool on", func(t *testing.T) { sustainP95 = benchSustained(t, e, c, tab, 2, stopHTTP) })
+	t.Run("sustained bare", func(t *testing.T) { sustainBareP95 = benchSustainedBare(t, e, c, tab) })
+	if sustainP95 > 0 && bareP95 > 0 && sustainBareP95 > 0 {
+		tab.set(rowSustainRatio, e.name, "%.2f×; %.2f×", float64(sustainP95)/float64(bareP95), float64(sustainP95)/float64(sustainBareP95))
 	}
 	tab.set(rowLeft, e.name, "%d (%d bridges)", left, bridges)
 }
@@ -369,6 +403,21 @@ func bareHardening() []string {
 // Podman's as a client of the same service the bridge uses).
 func bareRuns(t *testing.T, e *engine, c benchCounts) []time.Duration {
 	t.Helper()
+	bin := bareCLI(t, e)
+	n := 0
+	run := func() {
+		n++
+		if err := bareRun(e, bin, fmt.Sprintf("bridge-bench-bare-%d-%d", os.Getpid(), n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run() // as the bridges' first call: not measured
+	return benchCalls(c.calls, nil, run)
+}
+
+// bareCLI is the path of e's CLI, for the bare runs.
+func bareCLI(t *testing.T, e *engine) string {
+	t.Helper()
 	bin, err := exec.LookPath(e.cand.Engine)
 	if err != nil {
 		if ci() {
@@ -376,27 +425,27 @@ func bareRuns(t *testing.T, e *engine, c benchCounts) []time.Duration {
 		}
 		t.Skipf("the %s CLI is not on PATH (%v): the bare run is not measured", e.cand.Engine, err)
 	}
-	n := 0
-	run := func() {
-		// A name, so that a run cut short can still be removed.
-		n++
-		name := fmt.Sprintf("bridge-bench-bare-%d-%d", os.Getpid(), n)
-		args := slices.Concat([]string{"run", "--rm", "--name", name}, bareHardening(),
-			[]string{imageName(), "python3", "-I", "-B", "-c", "pass"})
-		env := append(os.Environ(), engineEnv(e)...)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			rm := exec.Command(bin, "rm", "-f", name)
-			rm.Env = env
-			_ = rm.Run()
-			t.Fatalf("%s %s: %v\n%s", e.cand.Engine, strings.Join(args, " "), err, out)
-		}
+	return bin
+}
+
+// bareRun runs `python3 -I -B -c pass` in the runner image with e's CLI
+// bin, in a container named name (so that a run cut short can still be
+// removed).
+func bareRun(e *engine, bin, name string) error {
+	args := slices.Concat([]string{"run", "--rm", "--name", name}, bareHardening(),
+		[]string{imageName(), "python3", "-I", "-B", "-c", "pass"})
+	env := append(os.Environ(), engineEnv(e)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		rm := exec.Command(bin, "rm", "-f", name)
+		rm.Env = env
+		_ = rm.Run()
+		return fmt.Errorf("%s %s: %v\n%s", e.cand.Engine, strings.Join(args, " "), err, out)
 	}
-	run() // as the bridges' first call: not measured
-	return benchCalls(c.calls, nil, run)
+	return nil
 }
 
 // benchBigResult is the size of the big result, in bytes.
@@ -409,21 +458,26 @@ func benchBurst(t *testing.T, e *engine, c benchCounts, tab *benchTable, size in
 	cs, pid, _, addr, _ := poolBridge(t, e, size, fmt.Sprintf("  max_concurrent: 4\n  queue: %d\n", c.burst))
 	benchRun(t, cs)
 	awaitQuiet(t, addr, size)
+	st0, _ := poolStats(t, addr)
 	w := watchStats(t, addr)
 	w.reset()
 	outcomes := make([]string, c.burst) // "" ok, "busy", else what went wrong
+	lat := make([]time.Duration, c.burst)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range c.burst {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			began := time.Now()
 			outcomes[i] = burstCall(cs)
+			lat[i] = time.Since(began)
 		}()
 	}
 	wg.Wait()
 	wall := time.Since(start)
 	peak, werr := w.window()
+	st, _ := poolStats(t, addr)
 	stop(t, cs, pid)
 
 	busy, errs := 0, 0
@@ -437,11 +491,11 @@ func benchBurst(t *testing.T, e *engine, c benchCounts, tab *benchTable, size in
 			t.Errorf("burst call %d: %s", i, o)
 		}
 	}
-	row := rowBurstOff
+	row, warm := rowBurstOff, ""
 	if size > 0 {
-		row = rowBurstPool
+		row, warm = rowBurstPool, fmt.Sprintf("; %d warm, the pool's target %d after", st.Hits-st0.Hits, st.Target)
 	}
-	tab.set(row, e.name, "%.1f s, %.1f runs/s; %d errors, %d busy", wall.Seconds(), float64(c.burst)/wall.Seconds(), errs, busy)
+	tab.set(row, e.name, "%.1f s, %.1f runs/s; %s%s; %d errors, %d busy", wall.Seconds(), float64(c.burst)/wall.Seconds(), latencies(lat), warm, errs, busy)
 	if werr != nil {
 		t.Errorf("reading the bridge's stats under the burst: %v", werr)
 		return ""
