@@ -87,6 +87,7 @@ const (
 	rowRSSBurst
 	rowPoolMemory
 	rowIdlePool
+	rowObserve
 	rowTokens
 	numRows
 )
@@ -126,6 +127,7 @@ func newBenchTable(c benchCounts, engines []string) *benchTable {
 	def(rowRSSBurst, "bridge RSS peak under the burst: pool off / pool of 4", "")
 	def(rowPoolMemory, fmt.Sprintf("memory one pooled container costs (host MemAvailable drop / %d, approximate)", c.memPool), "")
 	def(rowIdlePool, fmt.Sprintf("idle pool of 2, over %s: CPU of the bridge / of its ready containers' processes (of one core); their RSS", units.FormatDuration(c.idle)), "")
+	def(rowObserve, "warm run p50, bare / observed (metrics scraped by a real Prometheus every second, every span exported over OTLP): `print(1)`; one call to server-everything; the median paired difference", "< 2% of p50 (issue 26)")
 	def(rowTokens, "`tools/list` tokens (o200k_base): the bridge vs server-everything + -filesystem + -memory (engine-independent)", "≤ 300 (TestToolsListTokenBudget)")
 	return b
 }
@@ -323,6 +325,14 @@ func benchEngine(t *testing.T, e *engine, c benchCounts, tab *benchTable) {
 	if sustainP95 > 0 && bareP95 > 0 && sustainBareP95 > 0 {
 		tab.set(rowSustainRatio, e.name, "%.2f×; %.2f×", float64(sustainP95)/float64(bareP95), float64(sustainP95)/float64(sustainBareP95))
 	}
+	t.Run("observed", func(t *testing.T) {
+		var cells []string
+		for _, r := range benchObserve(t, e, c.calls) {
+			cells = append(cells, fmt.Sprintf("%s / %s (%+.2f ms, %+.1f%%)", millis(r.off), millis(r.on),
+				float64(r.diff.Microseconds())/1000, 100*float64(r.diff)/float64(r.off)))
+		}
+		tab.set(rowObserve, e.name, "%s", strings.Join(cells, "; "))
+	})
 	tab.set(rowLeft, e.name, "%d (%d bridges)", left, bridges)
 }
 

@@ -309,6 +309,11 @@ except mcp_tools.LimitExceededError:
 				queries++
 				if strings.Contains(tg.Expr, "bridge_runs_total") || strings.Contains(tg.Expr, "bridge_pool_ready") ||
 					strings.Contains(tg.Expr, "bridge_tool_calls_total") {
+					// rate() needs two scrapes of a series: a second or two.
+					for deadline := time.Now().Add(15 * time.Second); len(r.Result) == 0 && time.Now().Before(deadline); {
+						time.Sleep(500 * time.Millisecond)
+						prom.api(t, "/api/v1/query", url.Values{"query": {tg.Expr}}, &r)
+					}
 					if len(r.Result) == 0 {
 						t.Errorf("dashboard panel %q: %s has no data after %d runs", p.Title, tg.Expr, runs)
 					}
