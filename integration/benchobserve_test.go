@@ -22,6 +22,21 @@ type observeRow struct {
 	// run less the bare one just before it): steadier than the
 	// difference of the medians on a noisy machine.
 	diff time.Duration
+	// cpuOff and cpuOn are each bridge's CPU time per run (user and
+	// system, in 10 ms ticks over all n runs), scrapes and exports
+	// included: what observing costs, without the noise of the runs'
+	// latency.
+	cpuOff, cpuOn time.Duration
+}
+
+// mustCPU is process pid's CPU time so far.
+func mustCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	d, err := cpuTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // benchObserve times n warm runs of each kind through two bridges on e
@@ -35,16 +50,20 @@ func benchObserve(t *testing.T, e *engine, n int) []observeRow {
 		"everything": map[string]any{"command": "node", "args": []string{filepath.Join(npm, "@modelcontextprotocol", "server-everything", "dist", "index.js"), "stdio"}},
 	})
 	recv := newOTLPReceiver(t)
-	start := func(extra ...string) (*mcp.ClientSession, string) {
+	start := func(extra ...string) (*mcp.ClientSession, string, int) {
+		// A pool of 2 that does not grow: each run waits for it to be
+		// full again, as an agent's calls seconds apart find it.
 		policyFile := filepath.Join(t.TempDir(), "policy.yaml")
-		writePoolPolicy(t, e, policyFile, 2, "")
+		if err := os.WriteFile(policyFile, []byte("version: 1\n"+sandboxSection(e)+"pool:\n  size: 2\n  max: 2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		addr := freeLoopbackAddr(t)
-		cs, _, _ := connectStdioArgs(t, e, nil, append([]string{"--policy", policyFile, "--debug-addr", addr, "--servers-config", servers}, extra...)...)
-		return cs, addr
+		cs, pid, _ := connectStdioArgs(t, e, nil, append([]string{"--policy", policyFile, "--debug-addr", addr, "--servers-config", servers}, extra...)...)
+		return cs, addr, pid
 	}
-	off, offAddr := start()
+	off, offAddr, offPID := start()
 	metricsAddr := freeLoopbackAddr(t)
-	on, onAddr := start("--otlp-endpoint", recv.URL, "--metrics-addr", metricsAddr)
+	on, onAddr, onPID := start("--otlp-endpoint", recv.URL, "--metrics-addr", metricsAddr)
 	prom := startPrometheus(t, metricsAddr)
 	var rows []observeRow
 	for _, c := range []struct{ name, code string }{
@@ -53,6 +72,9 @@ func benchObserve(t *testing.T, e *engine, n int) []observeRow {
 	} {
 		mustRun(t, off, c.code) // opens the engine, starts the upstream
 		mustRun(t, on, c.code)
+		awaitQuiet(t, offAddr, 2)
+		awaitQuiet(t, onAddr, 2)
+		cpuOff0, cpuOn0 := mustCPU(t, offPID), mustCPU(t, onPID)
 		var latOff, latOn []time.Duration
 		for i := range 2 * n {
 			awaitQuiet(t, offAddr, 2)
@@ -67,12 +89,14 @@ func benchObserve(t *testing.T, e *engine, n int) []observeRow {
 			}
 			*lat = append(*lat, time.Since(began))
 		}
+		cpuOff, cpuOn := mustCPU(t, offPID)-cpuOff0, mustCPU(t, onPID)-cpuOn0
 		diffs := make([]time.Duration, len(latOn))
 		for i := range latOn {
 			diffs[i] = latOn[i] - latOff[i]
 		}
 		rows = append(rows, observeRow{name: c.name, off: percentile(latOff, 50), on: percentile(latOn, 50),
-			offP90: percentile(latOff, 90), onP90: percentile(latOn, 90), diff: percentile(diffs, 50)})
+			offP90: percentile(latOff, 90), onP90: percentile(latOn, 90), diff: percentile(diffs, 50),
+			cpuOff: cpuOff / time.Duration(n), cpuOn: cpuOn / time.Duration(n)})
 	}
 	// What was observed arrived: the spans of the runs, and the runs in
 	// Prometheus.
@@ -91,9 +115,12 @@ func TestBenchObservability(t *testing.T) {
 	}
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		for _, r := range benchObserve(t, e, n) {
-			t.Logf("%s, %s: warm run p50 %s bare, %s observed (%+.1f%%); median paired difference %+.2f ms (%+.1f%% of the bare p50); p90 %s, %s", e.name, r.name,
-				millis(r.off), millis(r.on), 100*(float64(r.on)/float64(r.off)-1), float64(r.diff.Microseconds())/1000, 100*float64(r.diff)/float64(r.off),
-				millis(r.offP90), millis(r.onP90))
+			t.Logf("%s, %s: warm run p50 %s bare, %s observed (%+.1f%%); median paired difference %+.2f ms (%+.1f%% of the bare p50); p90 %s, %s; bridge CPU per run %.2f ms bare, %.2f ms observed (%+.1f%% of the bare p50)",
+				e.name, r.name, millis(r.off), millis(r.on), 100*(float64(r.on)/float64(r.off)-1), float64(r.diff.Microseconds())/1000, 100*float64(r.diff)/float64(r.off),
+				millis(r.offP90), millis(r.onP90), ms(r.cpuOff), ms(r.cpuOn), 100*float64(r.cpuOn-r.cpuOff)/float64(r.off))
 		}
 	})
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
