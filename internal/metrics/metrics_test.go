@@ -183,9 +183,11 @@ func TestDocsListEveryMetric(t *testing.T) {
 func BenchmarkScrape(b *testing.B) {
 	m := New("bench")
 	m.Watch(State{
-		Load:      func() Load { return Load{Running: 1} },
-		Pool:      func() (PoolState, bool) { return PoolState{Target: 2, Ready: 2}, true },
-		Host:      func() (HostState, bool) { return HostState{Cutoffs: map[string]int64{"runner_stalled": 0, "host_time": 0}}, true },
+		Load: func() Load { return Load{Running: 1} },
+		Pool: func() (PoolState, bool) { return PoolState{Target: 2, Ready: 2}, true },
+		Host: func() (HostState, bool) {
+			return HostState{Cutoffs: map[string]int64{"runner_stalled": 0, "host_time": 0}}, true
+		},
 		Policy:    func() PolicyState { return PolicyState{Generation: 1} },
 		Upstreams: func() []UpstreamState { return []UpstreamState{{Server: "everything", Tried: true, Up: true}} },
 		Artifacts: func() ArtifactState { return ArtifactState{} },
