@@ -4,23 +4,17 @@ import (
 	"context"
 	"io"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/bridge-mcp/bridge/internal/metrics"
-	"github.com/bridge-mcp/bridge/policy"
 )
 
 // Each tool call is counted once with its decision: allowed, denied by a
 // rule, refused by a budget (which is counted as a cut-off too); a tool
 // name the catalog lacks is never a label value.
 func TestMetricsCountDecisions(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(file, []byte(`
+	store, _ := policyStore(t, `
 version: 1
 tools:
   rules:
@@ -30,18 +24,7 @@ tools:
 budgets:
   max_calls_per_run: 5
   max_argument_bytes: 1Ki
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := policy.NewStore(pol, file, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+`)
 	m := metrics.New("test")
 	p, c, _ := startProxy(t, Options{Policy: store, Metrics: m}, stdioServer(t, "alpha"))
 	m.Watch(metrics.State{Upstreams: p.UpstreamStates})

@@ -23,9 +23,17 @@ import (
 // policy in file (YAML), auditing to a file; it returns the store too.
 func policyProxy(t *testing.T, yaml string) (*Client, *policy.Store, string, string) {
 	t.Helper()
-	dir := t.TempDir()
-	file, audit := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "audit.jsonl")
-	yaml = strings.ReplaceAll(yaml, "AUDIT", audit)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	store, file := policyStore(t, strings.ReplaceAll(yaml, "AUDIT", audit))
+	_, c, _ := startProxy(t, Options{Policy: store}, stdioServer(t, "alpha"))
+	return c, store, file, audit
+}
+
+// policyStore is a Store of the policy in yaml, loaded from a file (whose
+// path it returns too), closed when the test ends.
+func policyStore(t *testing.T, yaml string) (*policy.Store, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +46,7 @@ func policyProxy(t *testing.T, yaml string) (*Client, *policy.Store, string, str
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	_, c, _ := startProxy(t, Options{Policy: store}, stdioServer(t, "alpha"))
-	return c, store, file, audit
+	return store, file
 }
 
 func callRun(t *testing.T, c *Client, run, tool, args string) (string, error) {

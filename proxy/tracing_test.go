@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +15,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/bridge-mcp/bridge/policy"
 )
 
 // recorder is a TracerProvider whose spans a test reads back.
@@ -173,27 +169,14 @@ func contains(list []string, s string) bool {
 // (with the answer) in the gate's, and a refused call's span says why by
 // its kind only.
 func TestTracingLocalAskAndDeny(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(file, []byte(`
+	store, _ := policyStore(t, `
 version: 1
 tools:
   rules:
     - {server: alpha, tool: echo, action: ask, reason: "echoes need a human"}
     - {server: alpha, tool: contacts, action: deny, reason: "no"}
   ask_remember: off
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policy.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := policy.NewStore(pol, file, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+`)
 	tp, rec := recorder(t)
 	_, c, _ := startProxy(t, Options{Policy: store, Tracer: tp.Tracer("proxy")}, stdioServer(t, "alpha"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
