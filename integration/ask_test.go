@@ -353,7 +353,7 @@ mcp_tools.call("misbehave", "echo", message="z")
 				var now bridgeStats
 				waitFor(t, 30*time.Second, "the bridge's goroutines back to where they were", func() bool {
 					now = settledStats(t, debugAddr)
-					return now.Goroutines <= base.Goroutines+2
+					return now.backTo(base, 2, 1<<20)
 				})
 				t.Logf("after the asks: %d goroutines (%d before), RSS %d MiB (%d before)", now.Goroutines, base.Goroutines, now.RSS>>20, base.RSS>>20)
 			})

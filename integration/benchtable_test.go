@@ -374,12 +374,13 @@ func benchCalls(n int, wait, call func()) []time.Duration {
 	return lat
 }
 
-// awaitQuiet waits until the bridge's pool has size containers ready and
-// none starting or being removed.
+// awaitQuiet waits until the bridge's pool has size containers ready (or
+// its target, when it grew under the runs before) and none starting or
+// being removed.
 func awaitQuiet(t *testing.T, addr string, size int) {
 	t.Helper()
 	awaitPool(t, addr, 2*time.Minute, fmt.Sprintf("%d ready, none starting or being removed", size), func(s sandbox.PoolStats) bool {
-		return s.Ready == size && s.Starting == 0 && s.Removing == 0
+		return s.Ready == max(size, s.Target) && s.Starting == 0 && s.Removing == 0
 	})
 }
 

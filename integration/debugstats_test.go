@@ -30,7 +30,10 @@ type bridgeStats struct {
 	OpenFDs    int    `json:"open_fds"`
 	// Pool is the warm pool's state, once the engine is open.
 	Pool *struct {
-		Size     int `json:"size"`
+		Size int `json:"size"`
+		// Target is what the pool aims to keep now: its size, or more
+		// after it grew under demand (up to pool.max).
+		Target   int `json:"target"`
 		Ready    int `json:"ready"`
 		Starting int `json:"starting"`
 		Removing int `json:"removing"`
@@ -39,12 +42,36 @@ type bridgeStats struct {
 	ToolCalls *toolhost.CallTimesSummary `json:"tool_calls"`
 }
 
-// poolSettled reports whether the warm pool is full and idle (or absent):
+// poolSettled reports whether the warm pool is full (its target, which
+// may be above its size after a burst) and idle (or absent):
 // the moment a baseline of goroutines and fds may be taken, since each
 // ready container holds its connection's.
 func (s bridgeStats) poolSettled() bool {
 	p := s.Pool
-	return p == nil || (p.Ready == p.Size && p.Starting == 0 && p.Removing == 0)
+	return p == nil || (p.Ready == p.Target && p.Starting == 0 && p.Removing == 0)
+}
+
+// What one ready container holds in the bridge (its relay connection, the
+// engine's wait on it): 4 goroutines and 2 open files measured on Docker,
+// with a margin.
+const readyGoroutines, readyFDs = 5, 3
+
+// poolGrowth is how many more containers the warm pool holds ready in s
+// than in base: it grows under bursts (up to pool.max) and holds them
+// until pool.shrink_after, each with its goroutines and files, which a
+// comparison with base must allow.
+func (s bridgeStats) poolGrowth(base bridgeStats) int {
+	if s.Pool == nil || base.Pool == nil {
+		return 0
+	}
+	return max(0, s.Pool.Ready-base.Pool.Ready)
+}
+
+// backTo reports whether s has at most base's goroutines and open files,
+// plus g and f, plus what the pool's growth since base holds.
+func (s bridgeStats) backTo(base bridgeStats, g, f int) bool {
+	n := s.poolGrowth(base)
+	return s.Goroutines <= base.Goroutines+g+n*readyGoroutines && s.OpenFDs <= base.OpenFDs+f+n*readyFDs
 }
 
 // max returns the field-wise maximum of s and o.

@@ -1354,7 +1354,7 @@ func TestHostile(t *testing.T) {
 				if c.limits && !e.enforced {
 					t.Skip("this engine cannot enforce memory and pids limits (TestRootlessPodman checks that it says so)")
 				}
-				ready := readyPool(t, e, pid)
+				ready := readyPool(t, e, pid, w)
 				w.reset()
 				r := hostileCall(t, cs, c.code, c.timeout)
 				row.status, row.wall = r.Status, r.wall
@@ -1370,7 +1370,7 @@ func TestHostile(t *testing.T) {
 				// to its baseline, bounded all along and not spinning.
 				// The run's container is removed after its answer, in the
 				// background: give that a few seconds.
-				if left := attackLeft(t, e, pid, ready); left != "" {
+				if left := attackLeft(t, e, pid, ready, w); left != "" {
 					t.Errorf("after the run: %s", left)
 				}
 				if next := hostileCall(t, cs, hostileNextCode, 30); next.Status != "ok" || next.Stdout != "42\n0 0\n" {
@@ -1441,7 +1441,7 @@ func settle(w *statsWatcher, base bridgeStats) (bridgeStats, bool) {
 	deadline := time.Now().Add(hostileSettle)
 	for {
 		s, err := w.read()
-		if err == nil && s.Goroutines <= base.Goroutines+hostileGoroutineMargin && s.OpenFDs <= base.OpenFDs+hostileFDMargin {
+		if err == nil && s.backTo(base, hostileGoroutineMargin, hostileFDMargin) {
 			return s, true
 		}
 		if time.Now().After(deadline) {
@@ -1474,23 +1474,36 @@ func cpuQuiet(pid int) (share float64, took time.Duration, err error) {
 
 func mb(n int64) float64 { return float64(n) / (1 << 20) }
 
-// hostilePoolSize is the pool of TestHostile's bridge: the default.
-const hostilePoolSize = 2
+// poolTarget is how many ready containers the bridge's warm pool aims to
+// keep now: the default size (2), or more after it grew under the cases'
+// runs (up to pool.max).
+func poolTarget(t *testing.T, w *statsWatcher) int {
+	t.Helper()
+	s, err := w.read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pool == nil {
+		t.Fatal("the bridge has no warm pool")
+	}
+	return s.Pool.Target
+}
 
-// readyPool waits until the bridge pid's warm pool is full, and returns its
-// containers' ids: the next run takes one of them.
-func readyPool(t *testing.T, e *engine, pid int) map[string]bool {
+// readyPool waits until the bridge pid's warm pool is full (its target),
+// and returns its containers' ids: the next run takes one of them.
+func readyPool(t *testing.T, e *engine, pid int, w *statsWatcher) map[string]bool {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cs := containersOf(t, e, pid)
-		if len(cs) == hostilePoolSize || time.Now().After(deadline) {
+		target := poolTarget(t, w)
+		if len(cs) == target || time.Now().After(deadline) {
 			ids := map[string]bool{}
 			for _, c := range cs {
 				ids[c.ID] = true
 			}
-			if len(cs) != hostilePoolSize {
-				t.Fatalf("the warm pool has %d containers 30 s on, want %d", len(cs), hostilePoolSize)
+			if len(cs) != target {
+				t.Fatalf("the warm pool has %d containers 30 s on, want its target %d", len(cs), target)
 			}
 			return ids
 		}
@@ -1501,20 +1514,21 @@ func readyPool(t *testing.T, e *engine, pid int) map[string]bool {
 // attackLeft waits up to 10 s for the run that took one of ready to be
 // gone, with no more than the pool's containers left, and says what is
 // wrong if that does not happen, "" if it does.
-func attackLeft(t *testing.T, e *engine, pid int, ready map[string]bool) string {
+func attackLeft(t *testing.T, e *engine, pid int, ready map[string]bool, w *statsWatcher) string {
 	t.Helper()
 	var cs []sandbox.ContainerInfo
+	target := 0
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		cs = containersOf(t, e, pid)
+		cs, target = containersOf(t, e, pid), poolTarget(t, w)
 		kept := 0
 		for _, c := range cs {
 			if ready[c.ID] {
 				kept++
 			}
 		}
-		if kept < len(ready) && len(cs) <= hostilePoolSize {
+		if kept < len(ready) && len(cs) <= target {
 			return ""
 		}
 	}
-	return fmt.Sprintf("10 s after the run, the bridge has %d containers (the pool keeps %d), %v; every container that was ready before it is still there, the run's included", len(cs), hostilePoolSize, cs)
+	return fmt.Sprintf("10 s after the run, the bridge has %d containers (the pool's target is %d), %v; every container that was ready before it is still there, the run's included", len(cs), target, cs)
 }

@@ -114,7 +114,7 @@ func TestPoolNeverReused(t *testing.T) {
 			if end, err = w.read(); err != nil {
 				t.Fatal(err)
 			}
-			if end.Goroutines <= base.Goroutines+2 && end.OpenFDs <= base.OpenFDs+2 {
+			if end.backTo(base, 2, 2) {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -198,7 +198,7 @@ threading.Thread(target=later, daemon=True).start()`, "session": "h"})
 		var now bridgeStats
 		waitFor(t, 15*time.Second, "goroutines and fds back to the baseline", func() bool {
 			now = debugStats(t, debugAddr)
-			return now.Goroutines <= base.Goroutines+1 && now.OpenFDs <= base.OpenFDs
+			return now.backTo(base, 1, 0)
 		})
 		t.Logf("bridge before sessions: %d goroutines, %d fds, RSS %.1f MiB; with sessions (sampled): %d goroutines, RSS %.1f MiB; after: %d goroutines, %d fds, RSS %.1f MiB",
 			base.Goroutines, base.OpenFDs, float64(base.RSS)/(1<<20), peak.Goroutines, float64(peak.RSS)/(1<<20), now.Goroutines, now.OpenFDs, float64(now.RSS)/(1<<20))

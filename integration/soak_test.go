@@ -136,7 +136,7 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 			if end, err = stats.read(); err != nil {
 				t.Fatal(err)
 			}
-			if end.poolSettled() && end.Goroutines <= base.Goroutines+2 && end.OpenFDs <= base.OpenFDs+2 {
+			if end.poolSettled() && end.backTo(base, 2, 2) {
 				break
 			}
 			if time.Now().After(deadline) {
