@@ -478,7 +478,11 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 		// could not keep up.
 		p.winTakes = true
 		p.winMin = min(p.winMin, len(p.ready))
-		if inst == nil {
+		if inst == nil && len(drop) > 0 {
+			// Ready containers it could not use (dead, too old, a mount
+			// changed under them): a miss, but not demand the pool
+			// lacked; it refills them.
+		} else if inst == nil {
 			p.winMiss = true
 			p.grow()
 		} else if len(p.ready) == 0 && p.starting > 0 {
