@@ -27,7 +27,7 @@ import (
 // p95. stop ends the bridge and counts what it left.
 func benchSustained(t *testing.T, e *engine, c benchCounts, tab *benchTable, size int, stop func(t *testing.T, pid int)) time.Duration {
 	policyFile := t.TempDir() + "/policy.yaml"
-	writePoolPolicy(t, e, policyFile, size, "")
+	writePoolPolicyMax(t, e, policyFile, size, 0, "")
 	debugAddr := freeLoopbackAddr(t)
 	first, pid, addr := connectHTTPArgs(t, e, nil, "--policy", policyFile, "--debug-addr", debugAddr)
 	clients := []*mcp.ClientSession{first}

@@ -467,7 +467,7 @@ const benchBigResult = 4 << 20
 // max_concurrent 4 and a queue for all of them, and a pool of size; it
 // fills that burst's row and returns the bridge's peak RSS meanwhile.
 func benchBurst(t *testing.T, e *engine, c benchCounts, tab *benchTable, size int, stop stopFunc) string {
-	cs, pid, _, addr, _ := poolBridge(t, e, size, fmt.Sprintf("  max_concurrent: 4\n  queue: %d\n", c.burst))
+	cs, pid, _, addr, _ := poolBridgeMax(t, e, size, 0, fmt.Sprintf("  max_concurrent: 4\n  queue: %d\n", c.burst))
 	benchRun(t, cs)
 	awaitQuiet(t, addr, size)
 	st0, _ := poolStats(t, addr)

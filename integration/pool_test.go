@@ -29,16 +29,39 @@ import (
 // --debug-addr.
 func poolBridge(t *testing.T, e *engine, size int, sandboxExtra string) (cs *mcp.ClientSession, pid int, stderr *syncBuffer, debugAddr, policyFile string) {
 	t.Helper()
+	return poolBridgeMax(t, e, size, size, sandboxExtra)
+}
+
+// poolBridgeMax is poolBridge with the pool's max; 0 leaves the default,
+// as users run it.
+func poolBridgeMax(t *testing.T, e *engine, size, maxSize int, sandboxExtra string) (cs *mcp.ClientSession, pid int, stderr *syncBuffer, debugAddr, policyFile string) {
+	t.Helper()
 	policyFile = filepath.Join(t.TempDir(), "policy.yaml")
-	writePoolPolicy(t, e, policyFile, size, sandboxExtra)
+	writePoolPolicyMax(t, e, policyFile, size, maxSize, sandboxExtra)
 	debugAddr = freeLoopbackAddr(t)
 	cs, pid, stderr = connectStdioArgs(t, e, nil, "--policy", policyFile, "--debug-addr", debugAddr)
 	return cs, pid, stderr, debugAddr, policyFile
 }
 
+// writePoolPolicy writes a policy whose pool holds size containers and
+// does not grow (max = size): the tests that use it count ready containers,
+// and a pool grown by their runs' misses would hold more than its size for
+// pool.shrink_after (a minute) and pass "N ready" between two polls.
+// TestPoolGrowsAndShrinks and the burst and sustained benches test growth.
 func writePoolPolicy(t *testing.T, e *engine, path string, size int, sandboxExtra string) {
 	t.Helper()
-	pol := "version: 1\n" + sandboxSection(e) + sandboxExtra + fmt.Sprintf("pool:\n  size: %d\n", size)
+	writePoolPolicyMax(t, e, path, size, size, sandboxExtra)
+}
+
+// writePoolPolicyMax is writePoolPolicy with the pool's max; 0 leaves the
+// default.
+func writePoolPolicyMax(t *testing.T, e *engine, path string, size, maxSize int, sandboxExtra string) {
+	t.Helper()
+	pool := fmt.Sprintf("pool:\n  size: %d\n", size)
+	if maxSize > 0 {
+		pool += fmt.Sprintf("  max: %d\n", maxSize)
+	}
+	pol := "version: 1\n" + sandboxSection(e) + sandboxExtra + pool
 	// Write and rename, so that the bridge never reads half a file.
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(pol), 0o644); err != nil {
