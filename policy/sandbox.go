@@ -113,7 +113,7 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 func (p *parser) sandboxKey(key, name string, k, v *yaml.Node, s *Sandbox) {
 	switch key {
 	case "engine":
-		if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker"}); ok {
+		if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker", "kubernetes"}); ok {
 			s.Engine = e
 		}
 	case "oci_runtime":

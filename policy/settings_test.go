@@ -22,7 +22,7 @@ func TestCheckSettingSharesTheFileGrammar(t *testing.T) {
 		{Setting{"sandbox.timeout", "10", "--timeout"}, `--timeout: want a duration such as 30s, 5m or 1h30m, got a number 10: add a unit, e.g. 10s`},
 		{Setting{"sandbox.timeout", "0s", "--timeout"}, `--timeout: 0s is out of range: it must be more than 0`},
 		{Setting{"sandbox.timeout", "10x", "--timeout"}, `--timeout: invalid duration "10x"`},
-		{Setting{"sandbox.engine", "podmn", "--runtime"}, `--runtime: "podmn" is not one of auto, podman, docker; did you mean "podman"?`},
+		{Setting{"sandbox.engine", "podmn", "--runtime"}, `--runtime: "podmn" is not one of auto, podman, docker, kubernetes; did you mean "podman"?`},
 		{Setting{"sandbox.cpus", "0.5", "--cpus"}, ""},
 		{Setting{"sandbox.cpus", "2000", "--cpus"}, `--cpus: 2000 is out of range`},
 		{Setting{"sandbox.pids", "1.5", "--pids"}, `--pids: want a whole number`},

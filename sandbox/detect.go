@@ -54,8 +54,11 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 		all = podman
 	case EngineDocker:
 		all = docker
+	case EngineKubernetes:
+		// Never chosen by auto: a cluster is used only when asked for.
+		all = kubeCandidates(getenv)
 	default:
-		return nil, fmt.Errorf("unknown runtime %q: use auto, podman or docker", engine)
+		return nil, fmt.Errorf("unknown runtime %q: use auto, podman, docker or kubernetes", engine)
 	}
 	// The same socket may come from two places ($CONTAINER_HOST and
 	// $XDG_RUNTIME_DIR); try it once, under its first reason.
@@ -87,6 +90,8 @@ func Connect(ctx context.Context, c Candidate) (Runtime, error) {
 		return NewPodman(ctx, c.URI)
 	case EngineDocker:
 		return NewDocker(ctx, c.URI)
+	case EngineKubernetes:
+		return NewKubernetes(ctx, strings.TrimPrefix(c.URI, "kubeconfig:"))
 	}
 	return nil, fmt.Errorf("unknown engine %q", c.Engine)
 }
@@ -199,4 +204,23 @@ func HasImage(ctx context.Context, engine, image string) bool {
 		return err == nil
 	}
 	return false
+}
+
+// kubeCandidates are the Kubernetes configurations to try: the pod's
+// service account when the bridge runs in the cluster, then $KUBECONFIG,
+// then ~/.kube/config.
+func kubeCandidates(getenv func(string) string) []Candidate {
+	var out []Candidate
+	if getenv("KUBERNETES_SERVICE_HOST") != "" {
+		out = append(out, Candidate{EngineKubernetes, "in-cluster", "the pod's service account"})
+	}
+	if k := getenv("KUBECONFIG"); k != "" {
+		if strings.Contains(k, string(filepath.ListSeparator)) {
+			k = "" // a list: client-go's own loading rules merge it
+		}
+		out = append(out, Candidate{EngineKubernetes, "kubeconfig:" + k, "$KUBECONFIG"})
+	} else if h := getenv("HOME"); h != "" {
+		out = append(out, Candidate{EngineKubernetes, "kubeconfig:" + filepath.Join(h, ".kube", "config"), "~/.kube/config"})
+	}
+	return out
 }

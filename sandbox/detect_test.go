@@ -41,7 +41,7 @@ func TestCandidates(t *testing.T) {
 			t.Errorf("Candidates(%s) = %s\nwant %s", tt.engine, uris(got), tt.want)
 		}
 	}
-	if _, err := Candidates("lxc", env()); err == nil || !strings.Contains(err.Error(), "auto, podman or docker") {
+	if _, err := Candidates("lxc", env()); err == nil || !strings.Contains(err.Error(), "auto, podman, docker or kubernetes") {
 		t.Errorf("unknown engine: err = %v", err)
 	}
 }

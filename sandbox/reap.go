@@ -173,7 +173,11 @@ func Reap(ctx context.Context, rt Containers, runRoot string, log zerolog.Logger
 		pidStart, _, _ := strings.Cut(rest, "-")
 		pid, start, _ := strings.Cut(pidStart, ".")
 		if processGone(pid, start) {
-			if err := os.RemoveAll(filepath.Join(runRoot, e.Name())); err == nil {
+			remove := os.RemoveAll
+			if strings.HasSuffix(e.Name(), ".node") {
+				remove = removeNodeDir // a pod's mounts: detached first
+			}
+			if err := remove(filepath.Join(runRoot, e.Name())); err == nil {
 				log.Info().Str("dir", e.Name()).Msg("removed a dead bridge's run directory")
 			} else {
 				log.Warn().Err(err).Str("dir", e.Name()).Msg("removing a dead bridge's run directory")

@@ -44,6 +44,10 @@ PROTOCOL_VERSION = 5
 ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
 ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
 ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
+# Rlimits the engine cannot set (a Kubernetes pod has no such field), as
+# "nofile=1024:1024,nproc=4096:4096": the runner lowers its own before
+# the code runs, and the code cannot raise them again.
+ENV_RLIMITS = "BRIDGE_RLIMITS"
 
 # The folder whose files come back with the result ("Files out" in
 # docs/protocol.md). BRIDGE_OUTPUTS set for the runner names another one
@@ -1041,6 +1045,25 @@ _LANDLOCK_WRITE_FILE = 1 << 1
 _LANDLOCK_WRITABLE = ("/tmp", "/dev")
 
 
+def set_rlimits(spec: str) -> None:
+    """Lowers this process's rlimits to spec ("nofile=1024:1024,..."); a
+    limit can only go down. Raises ValueError on a malformed spec."""
+    if not spec:
+        return
+    import resource
+
+    names = {"nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC}
+    for item in spec.split(","):
+        name, _, value = item.partition("=")
+        soft, _, hard = value.partition(":")
+        if name not in names or not soft.isdigit() or not hard.isdigit() or int(soft) > int(hard):
+            raise ValueError(f"malformed rlimit {item!r}")
+        which = names[name]
+        _, cur_hard = resource.getrlimit(which)
+        want_hard = int(hard) if cur_hard == resource.RLIM_INFINITY else min(int(hard), cur_hard)
+        resource.setrlimit(which, (min(int(soft), want_hard), want_hard))
+
+
 def confine() -> int:
     """Installs the seccomp filter (or dies: the code never runs without
     it) and the Landlock rule where the kernel has Landlock. Returns the
@@ -1220,6 +1243,10 @@ def main() -> NoReturn:
     token = os.environ.pop(ENV_TOKEN, "")
     if not path or not token:
         die(EXIT_PROTOCOL, f"{ENV_SOCKET} and {ENV_TOKEN} must be set")
+    try:
+        set_rlimits(os.environ.pop(ENV_RLIMITS, ""))
+    except (ValueError, OSError) as e:
+        die(EXIT_PROTOCOL, f"{ENV_RLIMITS}: {e}")
 
     # Before hello: the run's timeout starts with exec.
     global OUTPUTS_DIR

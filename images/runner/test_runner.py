@@ -336,6 +336,40 @@ class HelloTest(unittest.TestCase):
         self.assertEqual(r.stdout, "None\n")
 
 
+class RlimitsTest(unittest.TestCase):
+    """BRIDGE_RLIMITS: limits an engine cannot set, which the runner lowers
+    for itself before the code runs (a Kubernetes pod)."""
+
+    def test_lowered_before_the_code_and_not_raisable(self) -> None:
+        code = (
+            "import resource\n"
+            "print(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+            "try:\n"
+            "    resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))\n"
+            "    print('raised')\n"
+            "except ValueError as e:\n"
+            "    print('refused')\n"
+            "import os\n"
+            "print(os.environ.get('BRIDGE_RLIMITS'))"
+        )
+        r = run(code, env={"BRIDGE_RLIMITS": "nofile=200:250,nproc=4096:4096"})
+        self.assertEqual(r.stdout, "(200, 250)\nrefused\nNone\n", r.diag)
+
+    def test_malformed_is_refused(self) -> None:
+        # The runner dies with the variable's name before it connects: in a
+        # child, so that this process's own limits stay as they are.
+        for bad in ("nofile=9:8", "stack=1:1", "nofile=x:1", "nofile"):
+            proc = subprocess.run(
+                [sys.executable, "-I", "-B", str(RUNNER)],
+                env={"BRIDGE_RELAY_SOCKET": "/nonexistent/relay.sock", "BRIDGE_RELAY_TOKEN": TOKEN, "BRIDGE_RLIMITS": bad},
+                capture_output=True,
+                timeout=TIMEOUT,
+            )
+            self.assertNotEqual(proc.returncode, 0, bad)
+            self.assertIn(b"BRIDGE_RLIMITS", proc.stderr, bad)
+            self.assertIn(b"malformed", proc.stderr, bad)
+
+
 class OutputTest(unittest.TestCase):
     def test_print_goes_to_stdout(self) -> None:
         r = run("print('hello')\nprint('world')")

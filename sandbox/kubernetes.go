@@ -1,0 +1,858 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// EngineKubernetes runs each container as a pod of a Kubernetes cluster, on
+// the node the bridge runs on.
+const EngineKubernetes = "kubernetes"
+
+// Environment variables the Kubernetes engine reads.
+const (
+	// EnvKubeNamespace is the namespace of the run pods (DefaultKubeNamespace).
+	EnvKubeNamespace = "BRIDGE_KUBE_NAMESPACE"
+	// EnvKubeNode is the node the run pods are pinned to: the bridge's own.
+	// NODE_NAME (the DaemonSet's downward API) is read when it is unset,
+	// then the host's name.
+	EnvKubeNode = "BRIDGE_KUBE_NODE"
+	// EnvKubeletDir is the kubelet's root directory (/var/lib/kubelet),
+	// where the bridge installs its seccomp profile for the pods.
+	EnvKubeletDir = "BRIDGE_KUBELET_DIR"
+)
+
+// DefaultKubeNamespace is where run pods go unless EnvKubeNamespace says.
+const DefaultKubeNamespace = "bridge-runs"
+
+// kubeLabelsAnnotation holds every label of a run pod as JSON: Kubernetes
+// label values cannot hold all of the bridge's (LabelOwner has slashes).
+const kubeLabelsAnnotation = "io.github.bridge-mcp/labels"
+
+// kubeContainer is the name of the runner's container in its pod.
+const kubeContainer = "runner"
+
+// Kubernetes is the engine that runs each container as a pod, pinned to
+// the node the bridge runs on: the run folder with the relay socket, /tmp
+// and the data mounts reach the pod as hostPath volumes, so the socket is
+// still the only way out. It needs the bridge on the node, as root there
+// for what only the node can do: /tmp as a noexec tmpfs and the data
+// mounts read-only, nosuid, nodev and noexec (node.go), and the pids
+// limit in the pod's cgroup.
+type Kubernetes struct {
+	cs     kubernetes.Interface
+	ns     string
+	node   string
+	source string // where the client's configuration came from
+	host   string // the API server
+
+	// node does what only the node can: mounts and cgroup limits.
+	nodeOps nodeOps
+	// seccomp is the Localhost profile's path under the kubelet's seccomp
+	// directory, or "" for RuntimeDefault (seccompWhy says why).
+	seccomp, seccompWhy string
+
+	mu sync.Mutex
+	// pending are the pods created by Create and not yet posted by Start.
+	pending map[string]*corev1.Pod
+	// classes maps an OCI runtime's handler (runsc) to its RuntimeClass.
+	classes map[string]string
+}
+
+// nodeOps is what the Kubernetes engine does on its node, outside the API.
+type nodeOps interface {
+	// mountTmp mounts a tmpfs of size bytes at dir: noexec, nosuid,
+	// nodev, mode 1777.
+	mountTmp(dir string, size int64) error
+	// bindReadOnly bind-mounts src at dir: read-only, nosuid, nodev and
+	// noexec.
+	bindReadOnly(src, dir string) error
+	// unmount detaches whatever is mounted at dir (lazily: a pod that is
+	// still going keeps it until it ends).
+	unmount(dir string) error
+	// setPids writes the pids limit of the container's cgroup, found by
+	// the pod's uid and the container's id.
+	setPids(podUID, containerID string, limit int64) error
+	// canSetPids says whether setPids can work here, and if not why.
+	canSetPids() (bool, string)
+}
+
+// KubernetesConfig says where the engine finds its cluster: a kubeconfig
+// file ("" for in-cluster, then $KUBECONFIG, then ~/.kube/config).
+func kubeConfig(kubeconfig string) (*rest.Config, string, error) {
+	if kubeconfig == "" || kubeconfig == "in-cluster" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return cfg, "in-cluster service account", nil
+		} else if kubeconfig == "in-cluster" {
+			return nil, "", fmt.Errorf("%w: in-cluster configuration: %v", ErrEngineUnreachable, err)
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	why := "$KUBECONFIG or ~/.kube/config"
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+		why = kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: no Kubernetes configuration (%s): %v: set KUBECONFIG, or run the bridge in a pod with a service account",
+			ErrEngineUnreachable, why, err)
+	}
+	return cfg, why, nil
+}
+
+// NewKubernetes connects to the cluster the kubeconfig names ("" for
+// in-cluster, else $KUBECONFIG or ~/.kube/config) and checks that the
+// node the pods go to is there.
+func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) {
+	cfg, why, err := kubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "bridge"
+	// A run makes a handful of requests; the client's default of 5 a
+	// second would queue a burst of runs behind each other.
+	cfg.QPS, cfg.Burst = 200, 400
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEngineUnreachable, err)
+	}
+	k := newKubernetes(cs, why, cfg.Host, linuxNode{})
+	if err := k.check(ctx); err != nil {
+		return nil, err
+	}
+	k.installSeccomp(os.Getenv(EnvKubeletDir))
+	return k, nil
+}
+
+// newKubernetes is the engine over a client, for NewKubernetes and tests.
+func newKubernetes(cs kubernetes.Interface, source, host string, n nodeOps) *Kubernetes {
+	ns := os.Getenv(EnvKubeNamespace)
+	if ns == "" {
+		ns = DefaultKubeNamespace
+	}
+	node := os.Getenv(EnvKubeNode)
+	if node == "" {
+		node = os.Getenv("NODE_NAME")
+	}
+	if node == "" {
+		if h, err := os.Hostname(); err == nil {
+			node = strings.ToLower(h)
+		}
+	}
+	return &Kubernetes{cs: cs, ns: ns, node: node, source: source, host: host, nodeOps: n,
+		pending: map[string]*corev1.Pod{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
+}
+
+// check asks the API for the node and the namespace, so that a wrong
+// configuration fails at start with what to fix.
+func (k *Kubernetes) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := k.cs.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: the cluster at %s has no node %q: the bridge runs its pods on its own node; set %s (or NODE_NAME) to its name",
+				ErrEngineUnreachable, k.host, k.node, EnvKubeNode)
+		}
+		return k.wrap(err, "reading node "+k.node)
+	}
+	if _, err := k.cs.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: the cluster at %s has no namespace %q for the run pods: create it (deploy/kubernetes has it), or set %s",
+				ErrEngineUnreachable, k.host, k.ns, EnvKubeNamespace)
+		}
+		if !apierrors.IsForbidden(err) { // the bridge need not read namespaces
+			return k.wrap(err, "reading namespace "+k.ns)
+		}
+	}
+	return nil
+}
+
+// installSeccomp writes the bridge's seccomp profile where the kubelet
+// reads Localhost profiles; when it cannot, pods get RuntimeDefault.
+func (k *Kubernetes) installSeccomp(kubeletDir string) {
+	if kubeletDir == "" {
+		kubeletDir = "/var/lib/kubelet"
+	}
+	if _, err := os.Stat(kubeletDir); err != nil {
+		k.seccompWhy = fmt.Sprintf("no kubelet directory at %s (set %s)", kubeletDir, EnvKubeletDir)
+		return
+	}
+	dir := filepath.Join(kubeletDir, "seccomp", "bridge-mcp")
+	path, err := seccompProfileFile(dir)
+	if err != nil {
+		k.seccompWhy = fmt.Sprintf("cannot install the bridge's profile in %s: %v", dir, err)
+		return
+	}
+	k.seccomp, k.seccompWhy = filepath.Join("bridge-mcp", filepath.Base(path)), ""
+}
+
+// Seccomp says which seccomp profile the pods run under, for doctor.
+func (k *Kubernetes) Seccomp() string {
+	if k.seccomp != "" {
+		return "the bridge's own, as the Localhost profile " + k.seccomp
+	}
+	return "the container runtime's default (RuntimeDefault): " + k.seccompWhy
+}
+
+// Name is "kubernetes".
+func (k *Kubernetes) Name() string { return EngineKubernetes }
+
+// Close releases nothing: the client's connections close with the process.
+func (k *Kubernetes) Close() error { return nil }
+
+// Node is the node the run pods go to; Namespace their namespace.
+func (k *Kubernetes) Node() string      { return k.node }
+func (k *Kubernetes) Namespace() string { return k.ns }
+
+// Info describes the cluster and the node. Memory and CPU limits are the
+// pod's resources; the pids limit is the bridge's to write in the pod's
+// cgroup, which it can only as root on the node (Kubernetes itself bounds
+// pids per node, with the kubelet's podPidsLimit).
+func (k *Kubernetes) Info(ctx context.Context) (EngineInfo, error) {
+	v, err := k.cs.Discovery().ServerVersion()
+	if err != nil {
+		return EngineInfo{}, k.wrap(err, "asking the API server's version")
+	}
+	node, err := k.cs.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{})
+	if err != nil {
+		return EngineInfo{}, k.wrap(err, "reading node "+k.node)
+	}
+	info := EngineInfo{
+		Name: EngineKubernetes, Socket: k.host, Version: v.GitVersion, APIVersion: "v1",
+		CgroupVersion: localCgroupVersion(), OCIRuntime: "runc",
+	}
+	if rv := node.Status.NodeInfo.ContainerRuntimeVersion; rv != "" {
+		info.Version += " (node " + k.node + ": " + rv + ")"
+	}
+	pids, why := k.nodeOps.canSetPids()
+	info.Enforce = Enforcement{Memory: true, CPU: true, Pids: pids}
+	if !pids {
+		info.Enforce.Reason = "pids: " + why
+	}
+	// Runtime classes the pods may ask for, by handler (runsc).
+	classes := map[string]string{}
+	if rcs, err := k.cs.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{}); err == nil {
+		info.OCIRuntimes = map[string]OCIRuntimeInfo{"runc": {}}
+		for _, rc := range rcs.Items {
+			classes[rc.Handler] = rc.Name
+			info.OCIRuntimes[rc.Handler] = OCIRuntimeInfo{Args: []string{"runtimeClassName=" + rc.Name}}
+		}
+	}
+	k.mu.Lock()
+	k.classes = classes
+	k.mu.Unlock()
+	return info, nil
+}
+
+// ImageInfo reports whether the node holds ref, from the images the
+// kubelet lists in the node's status (pods here never pull).
+func (k *Kubernetes) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
+	node, err := k.cs.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{})
+	if err != nil {
+		return ImageInfo{}, k.wrap(err, "reading node "+k.node)
+	}
+	want := normalizeImageRef(ref)
+	for _, img := range node.Status.Images {
+		for _, n := range img.Names {
+			if normalizeImageRef(n) == want {
+				return ImageInfo{ID: img.Names[0], Size: img.SizeBytes}, nil
+			}
+		}
+	}
+	return ImageInfo{}, fmt.Errorf("%w: node %s holds no image %s (pods never pull: import it into the node's container runtime, e.g. `docker save %s | ctr -n k8s.io images import -`)",
+		ErrImageNotFound, k.node, ref, ref)
+}
+
+// normalizeImageRef is ref as containerd names it: docker.io/library/ for
+// a bare name, :latest for no tag.
+func normalizeImageRef(ref string) string {
+	name, digest, _ := strings.Cut(ref, "@")
+	first, _, ok := strings.Cut(name, "/")
+	if !ok || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		if !ok {
+			name = "library/" + name
+		}
+		name = "docker.io/" + name
+	}
+	if i := strings.LastIndex(name, ":"); i < strings.LastIndex(name, "/") || i < 0 {
+		if digest == "" {
+			name += ":latest"
+		}
+	}
+	if digest != "" {
+		name += "@" + digest
+	}
+	return name
+}
+
+// BuildImage is refused: a cluster builds no images. Build with Docker or
+// Podman and import the image into the node's runtime.
+func (k *Kubernetes) BuildImage(ctx context.Context, opts BuildOptions) error {
+	return fmt.Errorf("the kubernetes engine builds no images: build %s with `bridge image build --runtime docker` (or podman) on the node, "+
+		"then import it into the node's container runtime (`docker save %s | ctr -n k8s.io images import -`)", opts.Tag, opts.Tag)
+}
+
+// kubeLabelValue matches what a Kubernetes label value may be.
+var kubeLabelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
+
+// Create builds the pod for spec; Start posts it (a pod runs as soon as it
+// exists). It refuses what a pod cannot hold as the spec asks.
+func (k *Kubernetes) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+	pod, err := k.podFor(spec)
+	if err != nil {
+		return "", err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, dup := k.pending[pod.Name]; dup {
+		return "", fmt.Errorf("create pod %s: already created", pod.Name)
+	}
+	k.pending[pod.Name] = pod
+	return pod.Name, nil
+}
+
+// nodeDir is the folder beside a run folder that holds the pod's node
+// mounts (its /tmp and its data mounts).
+func nodeDir(runDir string) string { return runDir + ".node" }
+
+// podFor translates spec into a pod pinned to this node.
+func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
+	if len(spec.Name) > 63 {
+		return nil, fmt.Errorf("create pod: name %q is longer than the 63 characters Kubernetes allows", spec.Name)
+	}
+	uid, gid, err := parseUser(spec.User)
+	if err != nil {
+		return nil, err
+	}
+	if !spec.NetworkNone || !spec.ReadOnlyRoot || !spec.CapDropAll || !spec.NoNewPrivileges {
+		return nil, errors.New("create pod: the kubernetes engine runs only hardened specs (no network, read-only root, no capabilities, no new privileges)")
+	}
+	var relay *Mount
+	for i := range spec.Mounts {
+		if spec.Mounts[i].Target == RelayDir {
+			relay = &spec.Mounts[i]
+		} else {
+			return nil, fmt.Errorf("create pod: no bind mount but the run folder is supported, got %s", spec.Mounts[i].Target)
+		}
+	}
+	if relay == nil {
+		return nil, errors.New("create pod: the spec has no run folder")
+	}
+	labels, annotations := map[string]string{}, map[string]string{}
+	for key, v := range spec.Labels {
+		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
+			labels[key] = v
+		}
+	}
+	all, _ := json.Marshal(spec.Labels)
+	annotations[kubeLabelsAnnotation] = string(all)
+
+	var class *string
+	if spec.OCIRuntime != "" && spec.OCIRuntime != "runc" {
+		k.mu.Lock()
+		name, ok := k.classes[spec.OCIRuntime]
+		k.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("%w: the cluster has no RuntimeClass with handler %s: create one (deploy/kubernetes/runtimeclass-gvisor.yaml) on a node whose containerd has it",
+				ErrOCIRuntime, spec.OCIRuntime)
+		}
+		class = &name
+	}
+	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	if k.seccomp != "" {
+		seccomp = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptrTo(k.seccomp)}
+	}
+
+	res := corev1.ResourceList{}
+	if spec.Memory > 0 {
+		res[corev1.ResourceMemory] = *resource.NewQuantity(spec.Memory, resource.BinarySI)
+	}
+	if spec.CPUQuota > 0 && spec.CPUPeriod > 0 {
+		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, spec.CPUQuota*1000/spec.CPUPeriod), resource.DecimalSI)
+	}
+
+	env := make([]corev1.EnvVar, 0, len(spec.Env))
+	for n, v := range spec.Env {
+		env = append(env, corev1.EnvVar{Name: n, Value: v})
+	}
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
+	// The rlimits a pod cannot set: the runner lowers its own before it
+	// takes any code (BRIDGE_RLIMITS).
+	if len(spec.Rlimits) > 0 {
+		var rl []string
+		for _, r := range spec.Rlimits {
+			rl = append(rl, fmt.Sprintf("%s=%d:%d", r.Name, r.Soft, r.Hard))
+		}
+		env = append(env, corev1.EnvVar{Name: EnvRlimits, Value: strings.Join(rl, ",")})
+	}
+
+	dir := corev1.HostPathDirectory
+	nd := nodeDir(relay.Source)
+	volumes := []corev1.Volume{
+		{Name: "relay", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: relay.Source, Type: &dir}}},
+	}
+	mounts := []corev1.VolumeMount{{Name: "relay", MountPath: RelayDir, ReadOnly: true}}
+	if len(spec.Tmpfs) > 1 {
+		return nil, errors.New("create pod: one tmpfs at most")
+	}
+	for target := range spec.Tmpfs {
+		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, "tmp"), Type: &dir}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: target})
+	}
+	for i, m := range spec.DataMounts {
+		name := fmt.Sprintf("data-%d", i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, name), Type: &dir}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Path, ReadOnly: true})
+	}
+	// The node mounts Start makes, in the annotation so that Remove (or
+	// a later bridge's reaping) knows what to undo.
+	plan, _ := json.Marshal(nodePlan{Dir: nd, Tmpfs: tmpfsSize(spec.Tmpfs), Data: spec.DataMounts, Pids: spec.Pids})
+	annotations[kubeNodeAnnotation] = string(plan)
+
+	no, yes := false, true
+	grace := int64(1)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: k.ns, Labels: labels, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			NodeName:                      k.node,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			ShareProcessNamespace:         &spec.Init, // the pause process reaps orphans, as an init does
+			TerminationGracePeriodSeconds: &grace,
+			DNSPolicy:                     corev1.DNSDefault,
+			RuntimeClassName:              class,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &yes, SeccompProfile: seccomp,
+			},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{
+				Name: kubeContainer, Image: spec.Image, ImagePullPolicy: corev1.PullNever,
+				Command: spec.Command, Env: env, WorkingDir: spec.WorkDir,
+				Resources: corev1.ResourceRequirements{Limits: res, Requests: res},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &yes,
+					ReadOnlyRootFilesystem: &yes, AllowPrivilegeEscalation: &no, Privileged: &no,
+					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile: seccomp,
+				},
+				VolumeMounts:             mounts,
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			}},
+			Volumes: volumes,
+		},
+	}
+	return pod, nil
+}
+
+// EnvRlimits carries the rlimits a pod cannot set to the runner, which
+// lowers its own to them before it takes any code: "nofile=1024:1024,...".
+const EnvRlimits = "BRIDGE_RLIMITS"
+
+// kubeNodeAnnotation is the JSON of a pod's nodePlan.
+const kubeNodeAnnotation = "io.github.bridge-mcp/node"
+
+// nodePlan is what the bridge does on the node for one pod.
+type nodePlan struct {
+	Dir   string      `json:"dir"`
+	Tmpfs int64       `json:"tmpfs,omitempty"`
+	Data  []DataMount `json:"data,omitempty"`
+	Pids  int64       `json:"pids,omitempty"`
+}
+
+// tmpfsSize is the size= of the spec's tmpfs options (0 when none).
+func tmpfsSize(t map[string]string) int64 {
+	for _, opts := range t {
+		for _, o := range strings.Split(opts, ",") {
+			if v, ok := strings.CutPrefix(o, "size="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// parseUser reads "uid:gid".
+func parseUser(u string) (int64, int64, error) {
+	a, b, ok := strings.Cut(u, ":")
+	uid, err1 := strconv.ParseInt(a, 10, 64)
+	gid, err2 := strconv.ParseInt(b, 10, 64)
+	if !ok || err1 != nil || err2 != nil || uid == 0 {
+		return 0, 0, fmt.Errorf("create pod: user %q is not a non-root uid:gid", u)
+	}
+	return uid, gid, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// prepare makes the pod's node mounts.
+func (k *Kubernetes) prepare(plan nodePlan) (err error) {
+	if err := os.Mkdir(plan.Dir, 0o711); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("making the pod's node folder: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			k.undo(plan)
+		}
+	}()
+	if plan.Tmpfs > 0 {
+		tmp := filepath.Join(plan.Dir, "tmp")
+		if err := os.Mkdir(tmp, 0o700); err != nil && !os.IsExist(err) {
+			return err
+		}
+		if err := k.nodeOps.mountTmp(tmp, plan.Tmpfs); err != nil {
+			return fmt.Errorf("mounting the pod's /tmp as a noexec tmpfs on node %s: %w (the kubernetes engine needs the bridge to run as root on the node: "+
+				"as a host service, or the privileged DaemonSet of deploy/kubernetes)", k.node, err)
+		}
+	}
+	for i, m := range plan.Data {
+		d := filepath.Join(plan.Dir, fmt.Sprintf("data-%d", i))
+		if err := os.Mkdir(d, 0o700); err != nil && !os.IsExist(err) {
+			return err
+		}
+		if err := k.nodeOps.bindReadOnly(m.Host, d); err != nil {
+			return fmt.Errorf("the policy's mount %s → %s: %w", m.Host, m.Path, err)
+		}
+	}
+	return nil
+}
+
+// undo removes the pod's node mounts and folder; what cannot be removed
+// is an error.
+func (k *Kubernetes) undo(plan nodePlan) error {
+	if plan.Dir == "" || !strings.HasSuffix(plan.Dir, ".node") {
+		return nil
+	}
+	var errs []error
+	entries, _ := os.ReadDir(plan.Dir)
+	for _, e := range entries {
+		p := filepath.Join(plan.Dir, e.Name())
+		if err := k.nodeOps.unmount(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(plan.Dir); err != nil && !os.IsNotExist(err) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Start makes the pod's node mounts, posts the pod and waits until its
+// runner is running, then sets its pids limit. A pod that cannot start
+// (its image missing, no room on the node) fails with the reason the
+// cluster gives.
+func (k *Kubernetes) Start(ctx context.Context, id string) error {
+	k.mu.Lock()
+	pod, ok := k.pending[id]
+	delete(k.pending, id)
+	k.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("start pod %s: %w", id, ErrNotFound)
+	}
+	plan := planOf(pod)
+	if err := k.prepare(plan); err != nil {
+		return err
+	}
+	created, err := k.cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		k.undo(plan)
+		return k.wrap(err, "creating pod "+id)
+	}
+	var cid string
+	err = k.watchPod(ctx, id, created.ResourceVersion, func(p *corev1.Pod) (bool, error) {
+		st := runnerStatus(p)
+		switch {
+		case st != nil && st.State.Running != nil:
+			cid = st.ContainerID
+			return true, nil
+		case st != nil && st.State.Terminated != nil:
+			return true, nil // Wait tells how it ended
+		case st != nil && st.State.Waiting != nil:
+			return false, k.waitingError(p, st.State.Waiting)
+		case p.Status.Phase == corev1.PodFailed:
+			return false, fmt.Errorf("pod %s failed before it started: %s %s", id, p.Status.Reason, p.Status.Message)
+		}
+		return false, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("pod %s did not start in time%s", id, k.eventsOf(id))
+		}
+		return err
+	}
+	if plan.Pids > 0 && cid != "" {
+		if ok, _ := k.nodeOps.canSetPids(); ok {
+			_, c, _ := strings.Cut(cid, "://")
+			if err := k.nodeOps.setPids(string(created.UID), c, plan.Pids); err != nil {
+				return fmt.Errorf("setting the pids limit of pod %s: %w", id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// planOf reads a pod's nodePlan from its annotation.
+func planOf(p *corev1.Pod) nodePlan {
+	var plan nodePlan
+	_ = json.Unmarshal([]byte(p.Annotations[kubeNodeAnnotation]), &plan)
+	return plan
+}
+
+// runnerStatus is the status of the runner's container, nil before the
+// kubelet reports it.
+func runnerStatus(p *corev1.Pod) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == kubeContainer {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// waitingError is nil while a waiting container may still start, and says
+// why when it cannot.
+func (k *Kubernetes) waitingError(p *corev1.Pod, w *corev1.ContainerStateWaiting) error {
+	switch w.Reason {
+	case "", "ContainerCreating", "PodInitializing":
+		return nil
+	case "ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName":
+		return fmt.Errorf("%w: pod %s: %s: %s", ErrImageNotFound, p.Name, w.Reason, w.Message)
+	}
+	return fmt.Errorf("pod %s cannot start: %s: %s%s", p.Name, w.Reason, w.Message, k.eventsOf(p.Name))
+}
+
+// eventsOf summarises the pod's warning events (": events: ..."), or "".
+func (k *Kubernetes) eventsOf(name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
+	if err != nil || len(evs.Items) == 0 {
+		return ""
+	}
+	var out []string
+	for _, e := range evs.Items {
+		if e.Type == corev1.EventTypeWarning || len(out) == 0 {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	if len(out) > 4 {
+		out = out[len(out)-4:]
+	}
+	return ": events: " + strings.Join(out, "; ")
+}
+
+// watchPod calls fn with the pod as it is at rv and at each change after,
+// until fn says done or fails, or ctx ends. A pod that is deleted fails
+// with ErrNotFound.
+func (k *Kubernetes) watchPod(ctx context.Context, name, rv string, fn func(*corev1.Pod) (bool, error)) error {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	for {
+		if rv == "" {
+			p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return k.wrapPod(err, "reading", name)
+			}
+			if done, err := fn(p); done || err != nil {
+				return err
+			}
+			rv = p.ResourceVersion
+		}
+		w, err := k.cs.CoreV1().Pods(k.ns).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return k.wrapPod(err, "watching", name)
+		}
+		done, err := func() (bool, error) {
+			defer w.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return true, ctx.Err()
+				case ev, open := <-w.ResultChan():
+					if !open {
+						return false, nil
+					}
+					switch ev.Type {
+					case watch.Deleted:
+						return true, fmt.Errorf("pod %s: %w", name, ErrNotFound)
+					case watch.Error:
+						rv = "" // expired: read it afresh
+						return false, nil
+					case watch.Added, watch.Modified:
+						p, ok := ev.Object.(*corev1.Pod)
+						if !ok {
+							continue
+						}
+						rv = p.ResourceVersion
+						if done, err := fn(p); done || err != nil {
+							return true, err
+						}
+					case watch.Bookmark:
+						if p, ok := ev.Object.(*corev1.Pod); ok {
+							rv = p.ResourceVersion
+						}
+					}
+				}
+			}
+		}()
+		if done {
+			return err
+		}
+	}
+}
+
+// Wait blocks until the runner's container has ended, or the pod is gone.
+func (k *Kubernetes) Wait(ctx context.Context, id string) (ExitState, error) {
+	var st ExitState
+	err := k.watchPod(ctx, id, "", func(p *corev1.Pod) (bool, error) {
+		if s := runnerStatus(p); s != nil && s.State.Terminated != nil {
+			st.ExitCode = int(s.State.Terminated.ExitCode)
+			st.OOMKilled = s.State.Terminated.Reason == "OOMKilled"
+			return true, nil
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			st.ExitCode = 137
+			return true, nil
+		}
+		return false, nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		// Deleted (killed): it is gone, as a killed container is.
+		return ExitState{ExitCode: 137}, nil
+	}
+	return st, err
+}
+
+// Kill deletes the pod, which the kubelet stops within its one second of
+// grace. A pod that is gone is not an error.
+func (k *Kubernetes) Kill(ctx context.Context, id string) error {
+	err := k.cs.CoreV1().Pods(k.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1))})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return k.wrapPod(err, "deleting", id)
+	}
+	return nil
+}
+
+// Remove deletes the pod, waits until the kubelet has stopped it and the
+// API has let it go, and undoes its node mounts. A pod that is gone is
+// not an error.
+func (k *Kubernetes) Remove(ctx context.Context, id string) error {
+	k.mu.Lock()
+	pending, wasPending := k.pending[id]
+	delete(k.pending, id)
+	k.mu.Unlock()
+	if wasPending {
+		return k.undo(planOf(pending))
+	}
+	p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, id, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return k.wrapPod(err, "reading", id)
+	}
+	plan := planOf(p)
+	err = k.cs.CoreV1().Pods(k.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1)),
+		Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return k.wrapPod(err, "deleting", id)
+	}
+	err = k.watchPod(ctx, id, "", func(*corev1.Pod) (bool, error) { return false, nil })
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return k.undo(plan)
+}
+
+// Logs returns the tail of the runner container's output.
+func (k *Kubernetes) Logs(ctx context.Context, id string, limit int) (string, error) {
+	tail := int64(200)
+	b, err := k.cs.CoreV1().Pods(k.ns).GetLogs(id, &corev1.PodLogOptions{Container: kubeContainer, TailLines: &tail}).DoRaw(ctx)
+	if err != nil {
+		return "", k.wrapPod(err, "reading the logs of", id)
+	}
+	if len(b) > limit {
+		b = b[len(b)-limit:]
+	}
+	return string(b), nil
+}
+
+// List returns the run pods that carry all the given labels.
+func (k *Kubernetes) List(ctx context.Context, want map[string]string) ([]ContainerInfo, error) {
+	sel := labels.Set{}
+	for key, v := range want {
+		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
+			sel[key] = v
+		}
+	}
+	pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: sel.AsSelector().String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", k.node).String()})
+	if err != nil {
+		return nil, k.wrap(err, "listing pods")
+	}
+	out := make([]ContainerInfo, 0, len(pods.Items))
+	for _, p := range pods.Items {
+		l := map[string]string{}
+		if err := json.Unmarshal([]byte(p.Annotations[kubeLabelsAnnotation]), &l); err != nil {
+			l = p.Labels
+		}
+		out = append(out, ContainerInfo{ID: p.Name, Labels: l})
+	}
+	return matchLabels(out, want), nil
+}
+
+// wrap turns a client error into one a user can act on.
+func (k *Kubernetes) wrap(err error, doing string) error {
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%s: %w: the bridge's identity (%s) lacks a permission it needs: apply deploy/kubernetes/rbac.yaml, or see `bridge doctor --runtime kubernetes`",
+			doing, err, k.source)
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("%w: %s: %v: the credentials of %s were refused", ErrEngineUnreachable, doing, err, k.source)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%s: %w", doing, err)
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return fmt.Errorf("%s: %w", doing, err)
+	}
+	return fmt.Errorf("%w: %s: the API server at %s (%s): %v", ErrEngineUnreachable, doing, k.host, k.source, err)
+}
+
+// wrapPod is wrap for one pod; a pod that is gone wraps ErrNotFound.
+func (k *Kubernetes) wrapPod(err error, doing, id string) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s pod %s: %w", doing, id, ErrNotFound)
+	}
+	return k.wrap(err, doing+" pod "+id)
+}

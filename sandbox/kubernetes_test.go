@@ -1,0 +1,415 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// fakeNode records what the engine asks of its node.
+type fakeNode struct {
+	mu      sync.Mutex
+	calls   []string
+	pidsOK  bool
+	mountEr error
+}
+
+func (n *fakeNode) add(s string) { n.mu.Lock(); n.calls = append(n.calls, s); n.mu.Unlock() }
+func (n *fakeNode) mountTmp(dir string, size int64) error {
+	n.add("tmpfs " + filepath.Base(dir))
+	return n.mountEr
+}
+func (n *fakeNode) bindReadOnly(src, dir string) error {
+	n.add("bind " + src + " " + filepath.Base(dir))
+	return nil
+}
+func (n *fakeNode) unmount(dir string) error { n.add("unmount " + filepath.Base(dir)); return nil }
+func (n *fakeNode) setPids(uid, cid string, limit int64) error {
+	n.add("pids " + cid)
+	return nil
+}
+func (n *fakeNode) canSetPids() (bool, string) { return n.pidsOK, "not root" }
+func (n *fakeNode) log() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return strings.Join(n.calls, "; ")
+}
+
+func newFakeKube(t *testing.T, objs ...any) (*Kubernetes, *fake.Clientset, *fakeNode) {
+	t.Helper()
+	t.Setenv(EnvKubeNode, "node-a")
+	t.Setenv(EnvKubeNamespace, "runs")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{
+		Images: []corev1.ContainerImage{{Names: []string{"docker.io/library/bridge-runner:abc", "sha256:1"}, SizeBytes: 99}},
+	}}
+	cs := fake.NewClientset(node, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "runs"}})
+	n := &fakeNode{pidsOK: true}
+	k := newKubernetes(cs, "test", "https://127.0.0.1:6443", n)
+	if err := k.check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return k, cs, n
+}
+
+func kubeSpec(t *testing.T) ContainerSpec {
+	t.Helper()
+	run := t.TempDir()
+	l := DefaultLimits()
+	l.Mounts = []DataMount{{Host: "/srv/sales", Path: "/data/sales"}}
+	spec := NewSpec("abc123", "bridge-runner:abc", filepath.Join(run, "run-1"), "tok", l)
+	spec.Labels[LabelOwner] = "host/boot/pid:[4026531836]/42/1234"
+	if err := os.Mkdir(filepath.Join(run, "run-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func TestKubePodIsHardened(t *testing.T) {
+	k, _, _ := newFakeKube(t)
+	k.seccomp = "bridge-mcp/seccomp-x.json"
+	spec := kubeSpec(t)
+	pod, err := k.podFor(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := pod.Spec
+	c := ps.Containers[0]
+	sc := c.SecurityContext
+	checks := map[string]bool{
+		"pinned to the node":         ps.NodeName == "node-a",
+		"never restarts":             ps.RestartPolicy == corev1.RestartPolicyNever,
+		"no service account token":   ps.AutomountServiceAccountToken != nil && !*ps.AutomountServiceAccountToken,
+		"no service links":           ps.EnableServiceLinks != nil && !*ps.EnableServiceLinks,
+		"an init reaps orphans":      ps.ShareProcessNamespace != nil && *ps.ShareProcessNamespace,
+		"no host namespaces":         !ps.HostNetwork && !ps.HostPID && !ps.HostIPC,
+		"pod runs as 65534":          *ps.SecurityContext.RunAsUser == 65534 && *ps.SecurityContext.RunAsGroup == 65534 && *ps.SecurityContext.RunAsNonRoot,
+		"container runs as 65534":    *sc.RunAsUser == 65534 && *sc.RunAsGroup == 65534 && *sc.RunAsNonRoot,
+		"read-only root":             *sc.ReadOnlyRootFilesystem,
+		"no privilege escalation":    !*sc.AllowPrivilegeEscalation && !*sc.Privileged,
+		"all capabilities dropped":   len(sc.Capabilities.Drop) == 1 && sc.Capabilities.Drop[0] == "ALL" && len(sc.Capabilities.Add) == 0,
+		"the bridge's seccomp":       sc.SeccompProfile.Type == corev1.SeccompProfileTypeLocalhost && *sc.SeccompProfile.LocalhostProfile == k.seccomp,
+		"never pulls":                c.ImagePullPolicy == corev1.PullNever,
+		"requests equal limits":      c.Resources.Requests.Memory().Value() == 512<<20 && c.Resources.Limits.Memory().Value() == 512<<20 && c.Resources.Limits.Cpu().MilliValue() == 1000 && c.Resources.Requests.Cpu().MilliValue() == 1000,
+		"rlimits go to the runner":   envOf(c, EnvRlimits) == "nofile=1024:1024,nproc=4096:4096",
+		"relay token in env":         envOf(c, EnvRelayToken) == "tok",
+		"the owner is an annotation": strings.Contains(pod.Annotations[kubeLabelsAnnotation], "pid:[4026531836]") && pod.Labels[LabelOwner] == "",
+		"labels that fit are labels": pod.Labels[LabelManaged] == "true" && pod.Labels[LabelRunID] == "abc123",
+	}
+	for what, ok := range checks {
+		if !ok {
+			t.Errorf("%s: not so in %+v", what, pod)
+		}
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range ps.Volumes {
+		vols[v.Name] = v
+		if v.HostPath == nil {
+			t.Errorf("volume %s is not a hostPath: %+v", v.Name, v)
+		}
+	}
+	relay := spec.Mounts[0].Source
+	if m := mounts[RelayDir]; !m.ReadOnly || vols[m.Name].HostPath.Path != relay {
+		t.Errorf("the run folder: %+v %+v", m, vols[m.Name])
+	}
+	if m := mounts[TmpDir]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/tmp" {
+		t.Errorf("/tmp: %+v %+v", m, vols[m.Name])
+	}
+	if m := mounts["/data/sales"]; !m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/data-0" {
+		t.Errorf("the data mount: %+v %+v", m, vols[m.Name])
+	}
+	if len(mounts) != 3 {
+		t.Errorf("mounts: %+v", mounts)
+	}
+	plan := planOf(pod)
+	if plan.Tmpfs != 64<<20 || plan.Pids != 128 || len(plan.Data) != 1 || plan.Dir != nodeDir(relay) {
+		t.Errorf("node plan %+v", plan)
+	}
+
+	k.seccomp = ""
+	pod, _ = k.podFor(spec)
+	if sp := pod.Spec.Containers[0].SecurityContext.SeccompProfile; sp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("without the bridge's profile installed: %+v", sp)
+	}
+}
+
+func envOf(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func TestKubeRefusesWhatAPodCannotHold(t *testing.T) {
+	k, _, _ := newFakeKube(t)
+	for name, edit := range map[string]func(*ContainerSpec){
+		"network":        func(s *ContainerSpec) { s.NetworkNone = false },
+		"root":           func(s *ContainerSpec) { s.User = "0:0" },
+		"writable root":  func(s *ContainerSpec) { s.ReadOnlyRoot = false },
+		"another mount":  func(s *ContainerSpec) { s.Mounts = append(s.Mounts, Mount{Source: "/etc", Target: "/etc2"}) },
+		"gVisor, absent": func(s *ContainerSpec) { s.OCIRuntime = "runsc" },
+	} {
+		s := kubeSpec(t)
+		edit(&s)
+		if _, err := k.Create(context.Background(), s); err == nil {
+			t.Errorf("%s: created", name)
+		} else if name == "gVisor, absent" && !errors.Is(err, ErrOCIRuntime) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestKubeRuntimeClass(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	if _, err := cs.NodeV1().RuntimeClasses().Create(context.Background(), &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := k.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := info.OCIRuntimes["runsc"]; !ok {
+		t.Fatalf("runtimes %+v", info.OCIRuntimes)
+	}
+	req, eff, err := ResolveOCIRuntime(info, "runsc")
+	if err != nil || req != "runsc" || eff != "runsc" {
+		t.Fatalf("resolve runsc: %q %q %v", req, eff, err)
+	}
+	s := kubeSpec(t)
+	s.OCIRuntime = req
+	pod, err := k.podFor(s)
+	if err != nil || pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != "gvisor" {
+		t.Fatalf("pod %+v, %v", pod, err)
+	}
+	if !info.Enforce.All() {
+		t.Fatalf("enforce %+v", info.Enforce)
+	}
+}
+
+func TestKubeInfoPidsNotRoot(t *testing.T) {
+	k, _, n := newFakeKube(t)
+	n.pidsOK = false
+	info, err := k.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Enforce.Pids || !info.Enforce.Memory || !info.Enforce.CPU || !strings.Contains(info.Enforce.Reason, "not root") {
+		t.Fatalf("enforce %+v", info.Enforce)
+	}
+}
+
+// kubelet plays the node's kubelet for one pod: once it exists, it
+// reports the container in state (running, or waiting for a reason).
+func kubelet(t *testing.T, cs *fake.Clientset, name string, status corev1.ContainerStatus) {
+	t.Helper()
+	go func() {
+		for range 200 {
+			p, err := cs.CoreV1().Pods("runs").Get(context.Background(), name, metav1.GetOptions{})
+			if err == nil {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{status}
+				p.Status.Phase = corev1.PodRunning
+				if _, err := cs.CoreV1().Pods("runs").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err == nil {
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+func TestKubeLifecycle(t *testing.T) {
+	k, cs, n := newFakeKube(t)
+	ctx := context.Background()
+	spec := kubeSpec(t)
+	id, err := k.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{}); err == nil {
+		t.Fatal("Create posted the pod: it would run before Start")
+	}
+	kubelet(t, cs, id, corev1.ContainerStatus{Name: kubeContainer, ContainerID: "containerd://c0ffee",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	if err := k.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := n.log(), "tmpfs tmp; bind /srv/sales data-0; pids c0ffee"; got != want {
+		t.Fatalf("node: %s, want %s", got, want)
+	}
+	list, err := k.List(ctx, map[string]string{LabelManaged: "true", LabelOwner: spec.Labels[LabelOwner]})
+	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Labels[LabelOwner] != spec.Labels[LabelOwner] {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if list, _ := k.List(ctx, map[string]string{LabelOwner: "someone/else"}); len(list) != 0 {
+		t.Fatalf("list of another owner: %+v", list)
+	}
+
+	// The kubelet reports the OOM kill.
+	waited := make(chan ExitState, 1)
+	go func() {
+		st, err := k.Wait(ctx, id)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- st
+	}()
+	p, _ := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{})
+	p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}
+	if _, err := cs.CoreV1().Pods("runs").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-waited:
+		if !st.OOMKilled || st.ExitCode != 137 {
+			t.Fatalf("exit %+v", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not see the end")
+	}
+
+	if err := k.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{}); err == nil {
+		t.Fatal("the pod is still there")
+	}
+	if !strings.Contains(n.log(), "unmount tmp") || !strings.Contains(n.log(), "unmount data-0") {
+		t.Fatalf("node: %s", n.log())
+	}
+	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
+		t.Fatalf("the node folder is left: %v", err)
+	}
+	if err := k.Remove(ctx, id); err != nil {
+		t.Fatalf("removing a removed pod: %v", err)
+	}
+}
+
+func TestKubeImageNeverPulled(t *testing.T) {
+	k, cs, n := newFakeKube(t)
+	ctx := context.Background()
+	spec := kubeSpec(t)
+	id, _ := k.Create(ctx, spec)
+	kubelet(t, cs, id, corev1.ContainerStatus{Name: kubeContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+		Reason: "ErrImageNeverPull", Message: `Container image "bridge-runner:abc" is not present with pull policy of Never`}}})
+	err := k.Start(ctx, id)
+	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "not present") {
+		t.Fatalf("start: %v", err)
+	}
+	if err := k.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
+		t.Fatalf("the node folder is left: %v (%s)", err, n.log())
+	}
+}
+
+func TestKubeStartTimesOutWithEvents(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	spec := kubeSpec(t)
+	id, _ := k.Create(context.Background(), spec)
+	if _, err := cs.CoreV1().Events("runs").Create(context.Background(), &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "e1"},
+		InvolvedObject: corev1.ObjectReference{Name: id, Namespace: "runs"},
+		Type:           corev1.EventTypeWarning, Reason: "FailedScheduling", Message: "0/1 nodes are available: 1 Insufficient memory.",
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := k.Start(ctx, id)
+	if err == nil || !strings.Contains(err.Error(), "did not start in time") || !strings.Contains(err.Error(), "Insufficient memory") {
+		t.Fatalf("start: %v", err)
+	}
+	_ = k.Remove(context.Background(), id)
+}
+
+func TestKubeMountFailureUndoes(t *testing.T) {
+	k, cs, n := newFakeKube(t)
+	n.mountEr = errors.New("operation not permitted")
+	spec := kubeSpec(t)
+	id, _ := k.Create(context.Background(), spec)
+	err := k.Start(context.Background(), id)
+	if err == nil || !strings.Contains(err.Error(), "as root on the node") {
+		t.Fatalf("start: %v", err)
+	}
+	if _, err := cs.CoreV1().Pods("runs").Get(context.Background(), id, metav1.GetOptions{}); err == nil {
+		t.Fatal("a pod was posted without its /tmp")
+	}
+	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
+		t.Fatalf("the node folder is left: %v", err)
+	}
+}
+
+func TestKubeImageInfo(t *testing.T) {
+	k, _, _ := newFakeKube(t)
+	if _, err := k.ImageInfo(context.Background(), "bridge-runner:abc"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := k.ImageInfo(context.Background(), "bridge-runner:other")
+	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "ctr -n k8s.io images import") {
+		t.Fatalf("missing image: %v", err)
+	}
+}
+
+func TestNormalizeImageRef(t *testing.T) {
+	for in, want := range map[string]string{
+		"bridge-runner:abc":                  "docker.io/library/bridge-runner:abc",
+		"bridge-runner":                      "docker.io/library/bridge-runner:latest",
+		"me/runner:1":                        "docker.io/me/runner:1",
+		"localhost/bridge-runner:abc":        "localhost/bridge-runner:abc",
+		"registry.local:5000/x/y":            "registry.local:5000/x/y:latest",
+		"docker.io/library/python:3.11":      "docker.io/library/python:3.11",
+		"python@sha256:0123":                 "docker.io/library/python@sha256:0123",
+		"registry.local:5000/x/y:2@sha256:1": "registry.local:5000/x/y:2@sha256:1",
+	} {
+		if got := normalizeImageRef(in); got != want {
+			t.Errorf("%s: %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestKubeCandidates(t *testing.T) {
+	env := map[string]string{"KUBECONFIG": "/etc/k.conf", "HOME": "/home/u"}
+	cs, err := Candidates(EngineKubernetes, func(k string) string { return env[k] })
+	if err != nil || len(cs) != 1 || cs[0].URI != "kubeconfig:/etc/k.conf" {
+		t.Fatalf("%+v %v", cs, err)
+	}
+	env = map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOME": "/home/u"}
+	cs, _ = Candidates(EngineKubernetes, func(k string) string { return env[k] })
+	if len(cs) != 2 || cs[0].URI != "in-cluster" || cs[1].URI != "kubeconfig:/home/u/.kube/config" {
+		t.Fatalf("%+v", cs)
+	}
+	// auto never picks a cluster.
+	cs, _ = Candidates(EngineAuto, func(k string) string { return env[k] })
+	for _, c := range cs {
+		if c.Engine == EngineKubernetes {
+			t.Fatalf("auto tries %+v", c)
+		}
+	}
+}
+
+func TestKubeLabelsRoundTrip(t *testing.T) {
+	k, _, _ := newFakeKube(t)
+	spec := kubeSpec(t)
+	pod, _ := k.podFor(spec)
+	var back map[string]string
+	if err := json.Unmarshal([]byte(pod.Annotations[kubeLabelsAnnotation]), &back); err != nil || len(back) != len(spec.Labels) {
+		t.Fatalf("%v %v", back, err)
+	}
+}
