@@ -41,8 +41,17 @@ func bridgeCLI(t *testing.T, env []string, stdin string, args ...string) (string
 
 // engineEnv points the CLI at e's socket.
 func engineEnv(e *engine) []string {
-	if e.cand.Engine == "docker" {
+	switch e.cand.Engine {
+	case sandbox.EngineDocker:
 		return []string{"DOCKER_HOST=" + e.cand.URI}
+	case sandbox.EngineKubernetes:
+		var env []string
+		for _, k := range []string{"KUBECONFIG", sandbox.EnvKubeNode, sandbox.EnvKubeNamespace, sandbox.EnvKubeletDir} {
+			if v := os.Getenv(k); v != "" {
+				env = append(env, k+"="+v)
+			}
+		}
+		return env
 	}
 	return []string{"CONTAINER_HOST=" + e.cand.URI}
 }

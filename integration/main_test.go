@@ -173,8 +173,16 @@ func candidate(name string) (sandbox.Candidate, error) {
 			return sandbox.Candidate{}, fmt.Errorf("podman-rootless needs XDG_RUNTIME_DIR")
 		}
 		return sandbox.Candidate{Engine: sandbox.EnginePodman, URI: "unix://" + filepath.Join(d, "podman", "podman.sock"), Why: "test"}, nil
+	case "kubernetes":
+		// The test cluster of integration/kube (make kube-up): its
+		// kube.env says where, and the bridges the tests start inherit it.
+		k := os.Getenv("KUBECONFIG")
+		if k == "" {
+			return sandbox.Candidate{}, fmt.Errorf("kubernetes needs KUBECONFIG: run `make kube-up` and source /run/bridge-test/kube.env")
+		}
+		return sandbox.Candidate{Engine: sandbox.EngineKubernetes, URI: "kubeconfig:" + k, Why: "test"}, nil
 	}
-	return sandbox.Candidate{}, fmt.Errorf("unknown engine %q in BRIDGE_TEST_ENGINES (want docker, podman, podman-rootless)", name)
+	return sandbox.Candidate{}, fmt.Errorf("unknown engine %q in BRIDGE_TEST_ENGINES (want docker, podman, podman-rootless, kubernetes)", name)
 }
 
 // buildBridge builds cmd/bridge from this tree, or takes BRIDGE_TEST_BIN

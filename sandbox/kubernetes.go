@@ -408,6 +408,10 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 		env = append(env, corev1.EnvVar{Name: EnvRlimits, Value: strings.Join(rl, ",")})
 	}
 
+	// A pod always has a network interface (the CNI's): the runner then
+	// refuses the code every IP and packet socket (BRIDGE_NO_INET).
+	env = append(env, corev1.EnvVar{Name: EnvNoInet, Value: "1"})
+
 	dir := corev1.HostPathDirectory
 	nd := nodeDir(relay.Source)
 	volumes := []corev1.Volume{
@@ -470,6 +474,10 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 // EnvRlimits carries the rlimits a pod cannot set to the runner, which
 // lowers its own to them before it takes any code: "nofile=1024:1024,...".
 const EnvRlimits = "BRIDGE_RLIMITS"
+
+// EnvNoInet ("1") tells the runner to refuse the code IP and packet
+// sockets, for an engine that cannot give a container no network.
+const EnvNoInet = "BRIDGE_NO_INET"
 
 // kubeNodeAnnotation is the JSON of a pod's nodePlan.
 const kubeNodeAnnotation = "io.github.bridge-mcp/node"

@@ -103,6 +103,7 @@ func TestKubePodIsHardened(t *testing.T) {
 		"requests equal limits":      c.Resources.Requests.Memory().Value() == 512<<20 && c.Resources.Limits.Memory().Value() == 512<<20 && c.Resources.Limits.Cpu().MilliValue() == 1000 && c.Resources.Requests.Cpu().MilliValue() == 1000,
 		"rlimits go to the runner":   envOf(c, EnvRlimits) == "nofile=1024:1024,nproc=4096:4096",
 		"relay token in env":         envOf(c, EnvRelayToken) == "tok",
+		"no IP sockets":              envOf(c, EnvNoInet) == "1",
 		"the owner is an annotation": strings.Contains(pod.Annotations[kubeLabelsAnnotation], "pid:[4026531836]") && pod.Labels[LabelOwner] == "",
 		"labels that fit are labels": pod.Labels[LabelManaged] == "true" && pod.Labels[LabelRunID] == "abc123",
 	}

@@ -48,6 +48,10 @@ ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
 # "nofile=1024:1024,nproc=4096:4096": the runner lowers its own before
 # the code runs, and the code cannot raise them again.
 ENV_RLIMITS = "BRIDGE_RLIMITS"
+# "1" where the engine gives the container a network interface (a
+# Kubernetes pod always has one): the code may then make no IP socket at
+# all, as if it had no network, like a container with none.
+ENV_NO_INET = "BRIDGE_NO_INET"
 
 # The folder whose files come back with the result ("Files out" in
 # docs/protocol.md). BRIDGE_OUTPUTS set for the runner names another one
@@ -1064,10 +1068,11 @@ def set_rlimits(spec: str) -> None:
         resource.setrlimit(which, (min(int(soft), want_hard), want_hard))
 
 
-def confine() -> int:
+def confine(no_inet: bool = False) -> int:
     """Installs the seccomp filter (or dies: the code never runs without
     it) and the Landlock rule where the kernel has Landlock. Returns the
-    Landlock ABI applied, 0 for none."""
+    Landlock ABI applied, 0 for none. With no_inet, IP and packet sockets
+    are refused too."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -1079,6 +1084,8 @@ def confine() -> int:
         die(EXIT_PROTOCOL, f"no_new_privs: {os.strerror(ctypes.get_errno())}")
     abi = _landlock(libc)
     audit, nr_socket, nr_socketpair, refused = arch
+    # AF_UNIX; and AF_INET, AF_INET6, AF_PACKET without a network.
+    families = [1, 2, 10, 17] if no_inet else [1]
     deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
     # (code, jt, jf, k) with jumps as labels, resolved below.
     prog: list[tuple[int, Any, Any, int]] = [
@@ -1091,8 +1098,9 @@ def confine() -> int:
         (0x15, "socket", 0, nr_socket),
         (0x15, "pair", "allow", nr_socketpair),
         ("socket", None, None, 0),
-        (0x20, 0, 0, 16),  # ld args[0] (low half)
-        (0x15, "deny", "allow", 1),  # AF_UNIX
+        (0x20, 0, 0, 16),  # ld args[0] (low half): the family
+        *[(0x15, "deny", 0, f) for f in families[:-1]],
+        (0x15, "deny", "allow", families[-1]),
         ("pair", None, None, 0),
         (0x20, 0, 0, 16),
         (0x15, 0, "allow", 1),  # AF_UNIX
@@ -1254,8 +1262,9 @@ def main() -> NoReturn:
     outputs = make_outputs()
     copy_mpl_cache()
 
+    no_inet = os.environ.pop(ENV_NO_INET, "") == "1"
     relay = Relay.connect(path)
-    confine()
+    confine(no_inet)
     v = sys.version_info
     relay.send({"type": "hello", "version": PROTOCOL_VERSION, "token": token, "python": f"{v.major}.{v.minor}.{v.micro}"})
     # The modules the code may import from the bridge (mcp_tools); -I

@@ -1123,6 +1123,37 @@ class FilesTest(unittest.TestCase):
             want["proc_write"] = "OK"
         self.assertEqual(got, want)
 
+    def test_no_inet(self) -> None:
+        # BRIDGE_NO_INET=1 (a pod, which always has a network interface):
+        # no IP or packet socket either, in threads and children alike;
+        # unix socket pairs still work, and the variable is not the code's.
+        code = (
+            "import errno, os, socket, threading\n"
+            "def t(name, f):\n"
+            "    try:\n"
+            "        f()\n"
+            "        print(name, 'OK')\n"
+            "    except OSError as e:\n"
+            "        print(name, errno.errorcode[e.errno])\n"
+            "t('inet', lambda: socket.socket(socket.AF_INET).close())\n"
+            "t('inet6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).close())\n"
+            "t('packet', lambda: socket.socket(17, socket.SOCK_RAW).close())\n"
+            "t('unix', lambda: socket.socket(socket.AF_UNIX))\n"
+            "t('pair_stream', lambda: socket.socketpair())\n"
+            "th = threading.Thread(target=t, args=('thread_inet', lambda: socket.socket(socket.AF_INET)))\n"
+            "th.start(); th.join()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    t('child_inet', lambda: socket.socket(socket.AF_INET))\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n"
+            "print('env', os.environ.get('BRIDGE_NO_INET'))\n"
+        )
+        r = run(code, env={"BRIDGE_NO_INET": "1"})
+        got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        self.assertEqual(got, {"inet": "EPERM", "inet6": "EPERM", "packet": "EPERM", "unix": "EPERM", "pair_stream": "OK",
+                               "thread_inet": "EPERM", "child_inet": "EPERM", "env": "None"}, r.diag)
+
     def test_too_large(self) -> None:
         code = write_files(("big", 101, 1), ("fits", 100, 2))
         r = run(code, files={**FILES, "max_file_bytes": 100})
