@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -863,4 +864,59 @@ func (k *Kubernetes) wrapPod(err error, doing, id string) error {
 		return fmt.Errorf("%s pod %s: %w", doing, id, ErrNotFound)
 	}
 	return k.wrap(err, doing+" pod "+id)
+}
+
+// KubePermission is one thing the bridge asks the API server to do.
+type KubePermission struct {
+	Verb, Resource, Subresource string
+	// Cluster is true for a resource outside the run namespace (nodes).
+	Cluster bool
+	// Optional permissions only add to what the bridge can tell.
+	Optional bool
+}
+
+// KubePermissions are what the engine needs: its pods' life, their logs
+// and events in the run namespace; the node it runs on; RuntimeClasses
+// (optional: for gVisor).
+func KubePermissions() []KubePermission {
+	return []KubePermission{
+	{Verb: "create", Resource: "pods"}, {Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"},
+	{Verb: "watch", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
+	{Verb: "get", Resource: "pods", Subresource: "log"},
+	{Verb: "list", Resource: "events"},
+	{Verb: "get", Resource: "nodes", Cluster: true},
+	{Verb: "list", Resource: "runtimeclasses", Cluster: true, Optional: true},
+	}
+}
+
+// Missing asks the API server which of KubePermissions the bridge's
+// identity lacks (SelfSubjectAccessReview).
+func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
+	var missing []KubePermission
+	for _, p := range KubePermissions() {
+		attr := &authorizationv1.ResourceAttributes{Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource}
+		if p.Resource == "runtimeclasses" {
+			attr.Group = "node.k8s.io"
+		}
+		if !p.Cluster {
+			attr.Namespace = k.ns
+		}
+		r, err := k.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attr}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, k.wrap(err, "asking what the bridge may do")
+		}
+		if !r.Status.Allowed {
+			missing = append(missing, p)
+		}
+	}
+	return missing, nil
+}
+
+func (p KubePermission) String() string {
+	r := p.Resource
+	if p.Subresource != "" {
+		r += "/" + p.Subresource
+	}
+	return p.Verb + " " + r
 }

@@ -11,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // fakeNode records what the engine asks of its node.
@@ -412,5 +415,25 @@ func TestKubeLabelsRoundTrip(t *testing.T) {
 	var back map[string]string
 	if err := json.Unmarshal([]byte(pod.Annotations[kubeLabelsAnnotation]), &back); err != nil || len(back) != len(spec.Labels) {
 		t.Fatalf("%v %v", back, err)
+	}
+}
+
+func TestKubeMissingPermissions(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	// The API server allows everything but deleting pods and listing
+	// RuntimeClasses.
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		attr := r.Spec.ResourceAttributes
+		r.Status.Allowed = !(attr.Verb == "delete" && attr.Resource == "pods" && attr.Namespace == "runs") &&
+			!(attr.Resource == "runtimeclasses" && attr.Group == "node.k8s.io")
+		return true, r, nil
+	})
+	missing, err := k.Missing(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) != 2 || missing[0].String() != "delete pods" || missing[1].String() != "list runtimeclasses" || !missing[1].Optional {
+		t.Fatalf("missing %+v", missing)
 	}
 }

@@ -177,6 +177,9 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		// Informational: what bridges running now hold on this engine.
 		add("bridge_containers", true, fmt.Sprintf("%d container(s) of bridges on this engine, %d of them started ahead of time by a warm pool (pool.size in the policy)", len(cs), pooled), "")
 	}
+	if k, ok := rt.(*sandbox.Kubernetes); ok {
+		kubeChecks(ctx, k, add)
+	}
 	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
 		enforceHint(info.Enforce.Reason)+"; or accept that with --allow-unenforced-limits")
 	gv := gvisorCheck(info, opts.LookPath)
@@ -203,12 +206,20 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 	if er.Variant != "" {
 		variant = er.Variant + ", "
 	}
-	add("image", true, fmt.Sprintf("%s (%s%d MB, built %s)", opts.Image, variant, img.Size>>20, img.Created.Format(time.DateTime)), "")
+	built := ", built " + img.Created.Format(time.DateTime)
+	if img.Created.IsZero() {
+		built = "" // the Kubernetes API does not say
+	}
+	add("image", true, fmt.Sprintf("%s (%s%d MB%s)", opts.Image, variant, img.Size>>20, built), "")
 	// The runner: its label says it is there and which protocol it speaks;
 	// the smoke run below proves it. An image without the label has no
 	// runner, and a run in it could only fail.
 	proto, labelled := img.Labels[images.LabelProtocol]
 	want := strconv.Itoa(relay.Version)
+	if !labelled && c.Engine == sandbox.EngineKubernetes {
+		// The API shows no image's labels: the smoke run proves the runner.
+		proto, labelled = want, true
+	}
 	if !labelled {
 		add("runner", false, fmt.Sprintf("%s has no bridge runner (label %s missing)", opts.Image, images.LabelProtocol), images.NoRunnerHint())
 		return er
@@ -564,4 +575,37 @@ func WriteText(w io.Writer, rep Report) {
 	} else {
 		fmt.Fprintln(w, "No engine can run code safely: fix a FAIL above.")
 	}
+}
+
+// kubeChecks are what only the kubernetes engine needs: the node and
+// namespace its pods go to, the permissions of its identity, and the
+// seccomp profile its pods get.
+func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string, ok bool, detail, hint string) bool) {
+	add("kubernetes_node", true, fmt.Sprintf("run pods go to node %s, namespace %s", k.Node(), k.Namespace()), "")
+	missing, err := k.Missing(ctx)
+	switch {
+	case err != nil:
+		add("kubernetes_rbac", false, err.Error(), "the API server did not answer what the bridge may do")
+	default:
+		var need, optional []string
+		for _, p := range missing {
+			if p.Optional {
+				optional = append(optional, p.String())
+			} else {
+				need = append(need, p.String())
+			}
+		}
+		var all []string
+		for _, p := range sandbox.KubePermissions() {
+			all = append(all, p.String())
+		}
+		detail := "may " + strings.Join(all, ", ")
+		if len(need) > 0 {
+			detail = "may not " + strings.Join(need, ", ")
+		} else if len(optional) > 0 {
+			detail += " (but not " + strings.Join(optional, ", ") + ": gVisor's RuntimeClass cannot be found)"
+		}
+		add("kubernetes_rbac", len(need) == 0, detail, "bind the bridge's identity to the Role and ClusterRole of deploy/kubernetes/rbac.yaml")
+	}
+	add("seccomp_profile", true, k.Seccomp(), "")
 }
