@@ -110,6 +110,12 @@ func buildCommand(image, engine string) string {
 // itself, or a built-in runner instead. It fits
 // sandbox.ExecutorOptions.ImageHint.
 func MissingHint(image, engine string) string {
+	if engine == "kubernetes" {
+		// A cluster builds nothing and pulls nothing: the node's runtime
+		// takes an image built beside it.
+		return fmt.Sprintf("build it on the node with `bridge image build --runtime docker` (or podman; add the same --variant), "+
+			"then import it into the node's container runtime: `docker save %s | ctr -n k8s.io images import -`", image)
+	}
 	if cmd := buildCommand(image, engine); cmd != "" {
 		return "build it with `" + cmd + "`"
 	}

@@ -294,3 +294,12 @@ func TestRunnerContextHasTheLib(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMissingHintKubernetes(t *testing.T) {
+	h := MissingHint("localhost/bridge-runner:abc", "kubernetes")
+	for _, w := range []string{"bridge image build --runtime docker", "docker save localhost/bridge-runner:abc | ctr -n k8s.io images import -"} {
+		if !strings.Contains(h, w) {
+			t.Errorf("%q does not say %q", h, w)
+		}
+	}
+}

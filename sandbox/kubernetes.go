@@ -282,8 +282,7 @@ func (k *Kubernetes) ImageInfo(ctx context.Context, ref string) (ImageInfo, erro
 			}
 		}
 	}
-	return ImageInfo{}, fmt.Errorf("%w: node %s holds no image %s (pods never pull: import it into the node's container runtime, e.g. `docker save %s | ctr -n k8s.io images import -`)",
-		ErrImageNotFound, k.node, ref, ref)
+	return ImageInfo{}, fmt.Errorf("%w: node %s holds no image %s (run pods never pull one)", ErrImageNotFound, k.node, ref)
 }
 
 // normalizeImageRef is ref as containerd names it: docker.io/library/ for
@@ -589,32 +588,63 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 	if err := k.prepare(plan); err != nil {
 		return err
 	}
-	created, err := k.cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		k.undo(plan)
-		return k.wrap(err, "creating pod "+id)
-	}
+	// A node that has no room for the pod (its CPU or memory taken by
+	// other runs' pods, which ask requests = limits) makes the kubelet
+	// reject it: it is made again once there may be room, until ctx ends.
+	var created *corev1.Pod
 	var cid string
-	err = k.watchPod(ctx, id, created.ResourceVersion, func(p *corev1.Pod) (bool, error) {
-		st := runnerStatus(p)
-		switch {
-		case st != nil && st.State.Running != nil:
-			cid = st.ContainerID
-			return true, nil
-		case st != nil && st.State.Terminated != nil:
-			return true, nil // Wait tells how it ended
-		case st != nil && st.State.Waiting != nil:
-			return false, k.waitingError(p, st.State.Waiting)
-		case p.Status.Phase == corev1.PodFailed:
-			return false, fmt.Errorf("pod %s failed before it started: %s %s", id, p.Status.Reason, p.Status.Message)
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		var err error
+		created, err = k.cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			k.undo(plan)
+			if ctx.Err() != nil {
+				return fmt.Errorf("pod %s did not start in time: %w", id, err)
+			}
+			return k.wrap(err, "creating pod "+id)
 		}
-		return false, nil
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("pod %s did not start in time%s", id, k.eventsOf(id))
+		var noRoom string
+		err = k.watchPod(ctx, id, created.ResourceVersion, func(p *corev1.Pod) (bool, error) {
+			st := runnerStatus(p)
+			switch {
+			case st != nil && st.State.Running != nil:
+				cid = st.ContainerID
+				return true, nil
+			case st != nil && st.State.Terminated != nil:
+				return true, nil // Wait tells how it ended
+			case st != nil && st.State.Waiting != nil:
+				return false, k.waitingError(p, st.State.Waiting)
+			case p.Status.Phase == corev1.PodFailed && strings.HasPrefix(p.Status.Reason, "OutOf"):
+				noRoom = p.Status.Reason + ": " + p.Status.Message
+				return true, nil
+			case p.Status.Phase == corev1.PodFailed:
+				return false, fmt.Errorf("pod %s failed before it started: %s %s", id, p.Status.Reason, p.Status.Message)
+			}
+			return false, nil
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("pod %s did not start in time%s", id, k.eventsOf(id))
+			}
+			return err
 		}
-		return err
+		if noRoom == "" {
+			break
+		}
+		// The rejected pod never ran: it goes at once, and is made anew.
+		err = k.cs.CoreV1().Pods(k.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0)),
+			Preconditions: &metav1.Preconditions{UID: &created.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return k.wrapPod(err, "deleting the rejected", id)
+		}
+		if err := k.watchPod(ctx, id, "", func(*corev1.Pod) (bool, error) { return false, nil }); !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("pod %s: node %s has no room for it (%s), and it did not start in time", id, k.node, noRoom)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s: node %s had no room for it within the start timeout: %s", id, k.node, noRoom)
+		case <-time.After(backoff):
+		}
 	}
 	if plan.Pids > 0 && cid != "" {
 		if ok, _ := k.nodeOps.canSetPids(); ok {

@@ -366,7 +366,7 @@ func TestKubeImageInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := k.ImageInfo(context.Background(), "bridge-runner:other")
-	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "ctr -n k8s.io images import") {
+	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "node node-a holds no image bridge-runner:other") {
 		t.Fatalf("missing image: %v", err)
 	}
 }
@@ -435,5 +435,71 @@ func TestKubeMissingPermissions(t *testing.T) {
 	}
 	if len(missing) != 2 || missing[0].String() != "delete pods" || missing[1].String() != "list runtimeclasses" || !missing[1].Optional {
 		t.Fatalf("missing %+v", missing)
+	}
+}
+
+// A node without room rejects the pod (OutOfcpu); once a place frees up,
+// the pod is made again and starts.
+func TestKubeNoRoomWaitsForAPlace(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spec := kubeSpec(t)
+	id, _ := k.Create(ctx, spec)
+	go func() {
+		for attempt := 0; ctx.Err() == nil; {
+			p, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != "" {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			attempt++
+			if attempt < 3 {
+				p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "OutOfcpu", "Node didn't have enough resource: cpu"
+			} else {
+				p.Status.Phase = corev1.PodRunning
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kubeContainer, ContainerID: "containerd://c1",
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			}
+			if _, err := cs.CoreV1().Pods("runs").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+			if attempt >= 3 {
+				return
+			}
+		}
+	}()
+	if err := k.Start(ctx, id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	p, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{})
+	if err != nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("pod %+v %v", p, err)
+	}
+	_ = k.Remove(ctx, id)
+
+	// No room ever: the start timeout ends it, with the reason.
+	id, _ = k.Create(ctx, kubeSpec(t))
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if p, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{}); err == nil && p.Status.Phase == "" {
+				p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "OutOfmemory", "Node didn't have enough resource: memory"
+				cs.CoreV1().Pods("runs").UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	sctx, scancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer scancel()
+	err = k.Start(sctx, id)
+	if err == nil || !strings.Contains(err.Error(), "no room") || !strings.Contains(err.Error(), "OutOfmemory") {
+		t.Fatalf("start on a full node: %v", err)
 	}
 }
