@@ -42,7 +42,14 @@ const (
 	// EnvKubeletDir is the kubelet's root directory (/var/lib/kubelet),
 	// where the bridge installs its seccomp profile for the pods.
 	EnvKubeletDir = "BRIDGE_KUBELET_DIR"
+	// EnvKubePodUID is the uid of the bridge's own pod (the DaemonSet's
+	// downward API): its run pods carry it, and at start it removes the
+	// run pods on its node that a bridge pod before it left.
+	EnvKubePodUID = "BRIDGE_KUBE_POD_UID"
 )
+
+// LabelBridgePod is the uid of the bridge pod that made a run pod.
+const LabelBridgePod = "io.github.bridge-mcp.bridge-pod"
 
 // DefaultKubeNamespace is where run pods go unless EnvKubeNamespace says.
 const DefaultKubeNamespace = "bridge-runs"
@@ -65,6 +72,7 @@ type Kubernetes struct {
 	cs     kubernetes.Interface
 	ns     string
 	node   string
+	podUID string // the bridge's own pod, when it runs in one
 	source string // where the client's configuration came from
 	host   string // the API server
 
@@ -144,7 +152,35 @@ func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) 
 		return nil, err
 	}
 	k.installSeccomp(os.Getenv(EnvKubeletDir))
+	if err := k.reapBridgePods(ctx); err != nil {
+		return nil, err
+	}
 	return k, nil
+}
+
+// reapBridgePods removes the run pods on this node that another bridge
+// pod made: on a node, one bridge pod runs at a time (a DaemonSet's), so
+// they are a dead one's. A bridge on the host (no pod uid) leaves them,
+// and Reap finds its own dead processes' pods by their owner.
+func (k *Kubernetes) reapBridgePods(ctx context.Context) error {
+	if k.podUID == "" {
+		return nil
+	}
+	sel := LabelBridgePod + "," + LabelBridgePod + "!=" + k.podUID
+	pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: sel,
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", k.node).String()})
+	if err != nil {
+		return k.wrap(err, "listing the run pods of earlier bridge pods")
+	}
+	for _, p := range pods.Items {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := k.Remove(rctx, p.Name)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("removing run pod %s of an earlier bridge pod: %w", p.Name, err)
+		}
+	}
+	return nil
 }
 
 // newKubernetes is the engine over a client, for NewKubernetes and tests.
@@ -162,7 +198,7 @@ func newKubernetes(cs kubernetes.Interface, source, host string, n nodeOps) *Kub
 			node = strings.ToLower(h)
 		}
 	}
-	return &Kubernetes{cs: cs, ns: ns, node: node, source: source, host: host, nodeOps: n,
+	return &Kubernetes{cs: cs, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
 		pending: map[string]*corev1.Pod{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
 }
 
@@ -365,6 +401,9 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
 			labels[key] = v
 		}
+	}
+	if k.podUID != "" {
+		labels[LabelBridgePod] = k.podUID
 	}
 	all, _ := json.Marshal(spec.Labels)
 	annotations[kubeLabelsAnnotation] = string(all)

@@ -503,3 +503,37 @@ func TestKubeNoRoomWaitsForAPlace(t *testing.T) {
 		t.Fatalf("start on a full node: %v", err)
 	}
 }
+
+// A DaemonSet's bridge pod removes, at start, the run pods on its node
+// that an earlier bridge pod made, and no others.
+func TestKubeReapsEarlierBridgePods(t *testing.T) {
+	k, cs, n := newFakeKube(t)
+	ctx := context.Background()
+	mk := func(name, node string, labels map[string]string) {
+		t.Helper()
+		_, err := cs.CoreV1().Pods("runs").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "runs", Labels: labels},
+			Spec: corev1.PodSpec{NodeName: node}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("old", "node-a", map[string]string{LabelManaged: "true", LabelBridgePod: "uid-1"})
+	mk("mine", "node-a", map[string]string{LabelManaged: "true", LabelBridgePod: "uid-2"})
+	mk("host-bridge", "node-a", map[string]string{LabelManaged: "true"})
+	k.podUID = "uid-2"
+	if err := k.reapBridgePods(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := cs.CoreV1().Pods("runs").List(ctx, metav1.ListOptions{})
+	var names []string
+	for _, p := range left.Items {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, ",") != "host-bridge,mine" {
+		t.Fatalf("left %v (node: %s)", names, n.log())
+	}
+	pod, _ := k.podFor(kubeSpec(t))
+	if pod.Labels[LabelBridgePod] != "uid-2" {
+		t.Fatalf("labels %v", pod.Labels)
+	}
+}
