@@ -1,0 +1,308 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// kubeEngine is the suite's kubernetes engine; tests of the cluster's own
+// deployment skip without one (make integration runs them in its
+// kubernetes pass, where a missing cluster fails the suite).
+func kubeEngine(t *testing.T) *engine {
+	t.Helper()
+	for _, e := range testSuite.engines {
+		if e.cand.Engine == sandbox.EngineKubernetes {
+			return e
+		}
+	}
+	t.Skip("the kubernetes pass runs this (BRIDGE_TEST_ENGINES=kubernetes)")
+	return nil
+}
+
+// kubectl runs the test cluster's kubectl and returns its output.
+func kubectl(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	bin := os.Getenv("BRIDGE_KUBE_KUBECTL")
+	if bin == "" {
+		bin = "kubectl"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func mustKubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, err := kubectl(t, stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestKubeDaemonSet applies deploy/kubernetes as a user would (with a
+// kustomize overlay for this cluster: its kubelet's folder, the bridge's
+// image built from this tree, a shared proxy for the upstreams) and
+// drives the DaemonSet's bridge with an MCP client over streamable HTTP:
+// runs, a tool call through the proxy to server-everything, the hardening
+// from inside the pod, a run the admission policy refuses, and then the
+// bridge pod deleted mid-life: the one the DaemonSet makes next removes
+// what its predecessor left. Everything applied is deleted at the end.
+func TestKubeDaemonSet(t *testing.T) {
+	kubeEngine(t)
+	root := repoRoot()
+	kubeletDir := os.Getenv(sandbox.EnvKubeletDir)
+	if kubeletDir == "" {
+		t.Fatal("BRIDGE_KUBELET_DIR is not set (kube.env sets it)")
+	}
+
+	// The bridge's image, from deploy/kubernetes/Dockerfile, imported
+	// into the node's containerd.
+	ctxDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ctxDir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(testSuite.bridgeBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctxDir, "bin", "bridge"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	image := fmt.Sprintf("localhost/bridge:test-%d", os.Getpid())
+	build := exec.Command("docker", "build", "-q", "-f", filepath.Join(root, "deploy", "kubernetes", "Dockerfile"), "-t", image, ctxDir)
+	build.Env = append(os.Environ(), "DOCKER_HOST=unix:///var/run/docker.sock")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("docker build: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", image).Run() })
+	if out, err := exec.Command("bash", filepath.Join(root, "integration", "kube", "kube.sh"), "import", image).CombinedOutput(); err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+
+	// The upstreams, behind one proxy on the node's loopback (the bridge
+	// pod has the host's network).
+	u := startUpstreams(t)
+	proxyAddr, _ := startProxy(t, u.config)
+
+	// The bridge's run folder must be a shared mount for the pod's
+	// Bidirectional mount (a systemd host's / is shared; this one's is not).
+	const runFolder = "/run/bridge-node"
+	if err := os.MkdirAll(runFolder, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", "-c", "mountpoint -q "+runFolder+" || mount --bind "+runFolder+" "+runFolder+"; mount --make-rshared "+runFolder).CombinedOutput(); err != nil {
+		t.Fatalf("sharing %s: %v\n%s", runFolder, err, out)
+	}
+	t.Cleanup(func() {
+		// Nothing the bridge pods mounted for their runs is left.
+		b, _ := os.ReadFile("/proc/self/mountinfo")
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], runFolder+"/") {
+				t.Errorf("a run's mount is left on the node: %s", f[4])
+				exec.Command("umount", "-l", f[4]).Run()
+			}
+		}
+		exec.Command("umount", "-l", runFolder).Run()
+	})
+
+	overlay := t.TempDir()
+	const port = "18181"
+	token := "kube-test-token-" + fmt.Sprint(os.Getpid())
+	files := map[string]string{
+		"kustomization.yaml": fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+images:
+  - name: localhost/bridge:dev
+    newName: %s
+    newTag: %s
+patches:
+  - path: daemonset.yaml
+  - path: policy.yaml
+`, filepath.Join(root, "deploy", "kubernetes"), strings.Split(image, ":")[0], strings.Split(image, ":")[1]),
+		"daemonset.yaml": fmt.Sprintf(`apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: bridge, namespace: bridge-system}
+spec:
+  template:
+    spec:
+      containers:
+        - name: bridge
+          imagePullPolicy: Never
+          args: [serve, --runtime=kubernetes, --http=127.0.0.1:%[1]s, --policy=/etc/bridge/policy.yaml, --proxy-url=http://%[2]s/mcp, --drain-timeout=5s]
+          env:
+            - {name: BRIDGE_KUBELET_DIR, value: %[3]s}
+          ports:
+            - {name: mcp, containerPort: %[1]s, hostPort: %[1]s}
+          readinessProbe:
+            httpGet: {path: /readyz, port: %[1]s, host: 127.0.0.1}
+          livenessProbe:
+            httpGet: {path: /healthz, port: %[1]s, host: 127.0.0.1}
+          volumeMounts:
+            - {name: seccomp, mountPath: %[3]s/seccomp}
+      volumes:
+        - name: seccomp
+          hostPath: {path: %[3]s/seccomp, type: DirectoryOrCreate}
+`, port, proxyAddr, kubeletDir),
+		// Two cores: runs of half a core, a pool of one.
+		"policy.yaml": `apiVersion: v1
+kind: ConfigMap
+metadata: {name: bridge-policy, namespace: bridge-system}
+data:
+  policy.yaml: |
+    version: 1
+    sandbox:
+      engine: kubernetes
+      cpus: 0.5
+    pool:
+      size: 1
+`,
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(overlay, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied := false
+	t.Cleanup(func() {
+		if !applied {
+			return
+		}
+		if t.Failed() {
+			out, _ := kubectl(t, "", "-n", "bridge-system", "logs", "daemonset/bridge", "--tail=80")
+			t.Logf("the bridge pod's log:\n%s", out)
+		}
+		if out, err := kubectl(t, "", "delete", "-k", overlay, "--wait=true", "--timeout=120s"); err != nil {
+			t.Errorf("deleting what the test applied: %v\n%s", err, out)
+		}
+		// The run namespace went with it; the cluster's other tests use it.
+		defer kubectl(t, "", "create", "namespace", sandbox.DefaultKubeNamespace)
+		// The run pods go with the bridge's drain; nothing may be left.
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			out, _ := kubectl(t, "", "get", "pods", "-n", sandbox.DefaultKubeNamespace, "-o", "name")
+			if strings.TrimSpace(out) == "" {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		t.Errorf("run pods left after the DaemonSet was deleted")
+	})
+	// The namespace the engine tests share exists already: apply adopts it.
+	applied = true
+	mustKubectl(t, "", "apply", "-k", overlay)
+	mustKubectl(t, "", "-n", "bridge-system", "create", "secret", "generic", "bridge-http-token", "--from-literal=token="+token)
+	mustKubectl(t, "", "-n", "bridge-system", "rollout", "status", "daemonset/bridge", "--timeout=120s")
+
+	endpoint := "http://127.0.0.1:" + port + "/mcp"
+	connect := func() *mcp.ClientSession {
+		t.Helper()
+		var last error
+		for range 60 {
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "kube-test", Version: "1"}, nil).Connect(context.Background(),
+				&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer(token)}}, nil)
+			if err == nil {
+				return cs
+			}
+			last = err
+			time.Sleep(time.Second)
+		}
+		t.Fatalf("connecting to the DaemonSet's bridge at %s: %v", endpoint, last)
+		return nil
+	}
+	cs := connect()
+	defer cs.Close()
+
+	// A run, a tool call through the shared proxy to server-everything,
+	// and what the code sees of its pod.
+	out, _ := runCode(t, cs, `
+import errno, os, socket, mcp_tools
+print(mcp_tools.call("everything", "echo", message="from a pod"))
+print(os.getuid(), os.getgid())
+try:
+    open("/etc/x", "w")
+except OSError as e:
+    print("root", errno.errorcode[e.errno])
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+except OSError as e:
+    print("inet", errno.errorcode[e.errno])
+print("token", os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"))
+print("KUBERNETES_SERVICE_HOST" in os.environ)
+`)
+	want := "Echo: from a pod\n65534 65534\nroot EROFS\ninet EPERM\ntoken False\nFalse\n"
+	if out != want {
+		t.Fatalf("from the DaemonSet's run pod:\n%s\nwant\n%s", out, want)
+	}
+
+	// The run pods are the DaemonSet bridge's: labelled with its pod.
+	bridgePod := strings.TrimSpace(mustKubectl(t, "", "-n", "bridge-system", "get", "pods", "-l", "app.kubernetes.io/name=bridge", "-o", "jsonpath={.items[0].metadata.uid}"))
+	labelled := mustKubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "get", "pods", "-l", sandbox.LabelBridgePod+"="+bridgePod, "-o", "name")
+	if strings.TrimSpace(labelled) == "" {
+		t.Fatalf("no run pod (the pool's ready one) is labelled with the bridge pod %s", bridgePod)
+	}
+
+	// The admission policy refuses a pod in bridge-runs that is not shaped
+	// as the bridge makes them, whoever asks.
+	bad := `apiVersion: v1
+kind: Pod
+metadata: {name: not-a-run, namespace: bridge-runs}
+spec:
+  containers:
+    - {name: c, image: ` + imageName() + `, imagePullPolicy: Never, command: [sleep, "1"]}
+  volumes:
+    - {name: root, hostPath: {path: /}}
+`
+	if out, err := kubectl(t, bad, "apply", "-f", "-"); err == nil || !strings.Contains(out, "bridge-run-pods") {
+		t.Fatalf("a pod with the node's / was admitted to bridge-runs: %v\n%s", err, out)
+	}
+
+	// The bridge pod dies (deleted at once, no drain): the DaemonSet's next
+	// one removes the run pods it left (the pool's ready one), and works.
+	cs.Close()
+	mustKubectl(t, "", "-n", "bridge-system", "delete", "pods", "-l", "app.kubernetes.io/name=bridge", "--grace-period=0", "--force")
+	mustKubectl(t, "", "-n", "bridge-system", "rollout", "status", "daemonset/bridge", "--timeout=120s")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		left := mustKubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "get", "pods", "-l", sandbox.LabelBridgePod+"="+bridgePod, "-o", "name")
+		if strings.TrimSpace(left) == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead bridge pod's run pods are still there: %s", left)
+		}
+		time.Sleep(time.Second)
+	}
+	cs = connect()
+	defer cs.Close()
+	if out, _ := runCode(t, cs, "print(6 * 7)"); out != "42\n" {
+		t.Fatalf("the new bridge pod's run: %q", out)
+	}
+}
+
+// bearer is an http.RoundTripper that sends a bearer token.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
+}
