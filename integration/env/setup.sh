@@ -8,7 +8,9 @@
 #
 #   1. Debian packages (apt-get update + install, only if one is missing):
 #      the engines and their runtimes, and haproxy and prometheus, real
-#      peers of the balancer and metrics tests (their daemons not started)
+#      peers of the balancer and metrics tests (their daemons not started),
+#      and what the Kubernetes test cluster runs on (containerd, the CNI
+#      plugins, openssl; integration/kube, started by make kube-up only)
 #   2. Podman's OCI runtime on cgroup v1 hosts (runc, written to containers.conf)
 #   3. dockerd and the rootful Podman API service (started detached if silent)
 #   4. gVisor: runsc registered with Docker (daemon.json, reloaded with
@@ -40,7 +42,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-PACKAGES=(docker.io podman runc runsc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3 haproxy prometheus)
+PACKAGES=(docker.io podman runc runsc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3 haproxy prometheus containerd containernetworking-plugins openssl)
 ROOTLESS_USER=${BRIDGE_ROOTLESS_USER:-bridge-rootless}
 CACHE_DIR=${BRIDGE_CACHE_DIR:-/var/cache/bridge}
 ROOTFS=$CACHE_DIR/rootfs-bookworm
