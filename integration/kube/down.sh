@@ -6,19 +6,22 @@
 #   1. pods: kube-controller-manager and kube-scheduler stopped (nothing
 #      recreates pods), every pod deleted, so the kubelet stops their
 #      containers and tears their network down
-#   2. the kubelet, then kube-apiserver and etcd
+#   2. the kubelet, then kube-apiserver, then etcd
 #   3. containerd, after killing any container still running; then its
-#      shims and any process left in the kubepods cgroups
+#      shims and any process left in the kubepods cgroups; the sockets of
+#      killed shims in /run/containerd/s
 #   4. mounts under the cluster's own directories (deepest first), then
-#      those directories: /var/lib/bridge-kube, /run/bridge-kube
-#   5. the pods' bridge (and any macvlan on it), network namespaces, the kubepods
-#      cgroups (every controller, leaf first, empty ones only), the
-#      /var/log/containers links and /var/lib/cni entries it made, the
-#      iptables chains the kubelet added (KUBE-* chains that were not there
-#      before up.sh), the /etc/hosts line for the node
+#      /var/lib/bridge-kube
+#   5. the pods' bridge (and any macvlan on it), the kubepods cgroups
+#      (every controller, leaf first, empty ones only), what the kubelet and
+#      libcni left outside our directories (/var/log/containers links,
+#      /var/lib/cni results, /var/lib/kubelet when up.sh found none), the
+#      /etc/hosts line for the node, the iptables chains the kubelet added
+#      (KUBE-* chains that were not there before up.sh)
 #   6. the sysctls the kubelet set, back to the values up.sh saved
-#   7. the check: no process, mount, interface, cgroup, chain or changed
-#      sysctl left; exits 1 and says what when something is
+#   7. the check: no process, mount, interface, cgroup, chain, changed
+#      sysctl or file of ours left; exits 1 and says what when something
+#      is; then /run/bridge-kube and kube.env go
 #
 # The binaries' cache (/var/cache/bridge-kube) and the logs
 # (/var/log/bridge-kube) stay. Idempotent: with nothing up it only checks.
@@ -85,6 +88,19 @@ ours() {
 
 cgroup_mounts() { findmnt -rn -t cgroup,cgroup2 -o TARGET; }
 
+# running PID...: true while one of the processes runs. A zombie does not:
+# what reaps the daemons (they outlive up.sh, so init does) may take a
+# second or two to.
+running() {
+	local pid st
+	for pid in "$@"; do
+		st=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+		st=${st##*) }
+		[ "${st%% *}" = Z ] || return 0
+	done
+	return 1
+}
+
 # stop NAME...: stops the components NAME... together (SIGTERM, then SIGKILL
 # after STOP_SECONDS): the processes up.sh recorded, if they still are
 # those processes, and any other process of ours with those names.
@@ -106,7 +122,7 @@ stop() {
 	t0=$(now_ms)
 	kill -TERM "${targets[@]}" 2>/dev/null || true
 	local deadline=$((SECONDS + STOP_SECONDS))
-	while kill -0 "${targets[@]}" 2>/dev/null; do
+	while running "${targets[@]}"; do
 		if ((SECONDS >= deadline)); then
 			log "$* (PID ${targets[*]}): still running after ${STOP_SECONDS}s, sending SIGKILL"
 			kill -KILL "${targets[@]}" 2>/dev/null || true
@@ -240,7 +256,7 @@ shim_ids() {
 	ls "$CTRD_ROOT/io.containerd.grpc.v1.cri/sandboxes" 2>/dev/null || true
 	local pid
 	for pid in $(pgrep -x containerd-shim 2>/dev/null); do
-		tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF "$CTRD_SOCK" || continue
+		grep -qxF "$CTRD_SOCK" <<<"$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null)" || continue
 		tr '\0' '\n' <"/proc/$pid/cmdline" | sed -n '/^-id$/{n;p}'
 	done
 }
@@ -264,9 +280,9 @@ stop containerd
 mapfile -t rest < <(ours | awk '{ print $1 }' | sort -u)
 if ((${#rest[@]} > 0)); then
 	kill -KILL "${rest[@]}" 2>/dev/null || true
-	for _ in $(seq 50); do
-		kill -0 "${rest[@]}" 2>/dev/null || break
-		sleep 0.1
+	for _ in $(seq 100); do
+		running "${rest[@]}" || break
+		sleep 0.05
 	done
 	msg+=("killed ${#rest[@]} left-over processes (shims, containers)")
 fi
@@ -300,8 +316,10 @@ if [ -n "$(mounts_under)" ]; then
 	die "mounts are left under $STATE or $RUN (above): not removing those directories, which would reach into the mounted trees"
 fi
 # Nothing is mounted under them, so nothing outside them can be reached.
+had=
+[ ! -e "$STATE" ] || had=1
 rm -rf --one-file-system "$STATE"
-step_done "unmounted $n; removed $STATE"
+step_done "unmounted $n${had:+; removed $STATE}"
 
 # ---------------------------------------------------------------------------
 step "5/7 network, cgroups, files, iptables"
@@ -354,7 +372,7 @@ done
 # whatever its root directory: that tree, when up.sh found none (and nothing
 # is mounted in it).
 if grep -qxF /var/lib/kubelet "$SAVED/absent" 2>/dev/null && [ -d /var/lib/kubelet ]; then
-	if findmnt -rn -o TARGET | grep -q '^/var/lib/kubelet\(/\|$\)'; then
+	if grep -q '^/var/lib/kubelet\(/\|$\)' <<<"$(findmnt -rn -o TARGET)"; then
 		log "$STEP_NAME: mounts under /var/lib/kubelet: left in place"
 	else
 		rm -rf --one-file-system /var/lib/kubelet
@@ -421,9 +439,12 @@ step_done "${msg[*]:-nothing to restore}"
 # ---------------------------------------------------------------------------
 step "7/7 check"
 if check; then
-	rm -rf "$RUN"
+	gone=()
+	[ ! -e "$RUN" ] || gone+=("$RUN")
+	[ ! -e "$KUBE_ENV" ] || gone+=("$KUBE_ENV")
+	rm -rf --one-file-system "$RUN"
 	rm -f "$KUBE_ENV"
-	step_done "removed $RUN and $KUBE_ENV"
+	if ((${#gone[@]} > 0)); then step_done "removed ${gone[*]}"; else step_done "clean"; fi
 	log "down in $(($(now_ms) - T_START)) ms"
 else
 	die "something is left (above): $RUN/saved is kept for another 'make kube-down'"

@@ -71,14 +71,15 @@ cmd_import() {
 		fi
 		name=$(normalize "$image")
 		stamp=$STATE/images/$(echo "$name" | sha256sum | cut -c1-16)
-		if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ] && "${ctr[@]}" images ls -q | grep -qxF "$name"; then
+		# (grep -q in a pipe would end ctr early: with pipefail, a failure.)
+		if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ] && grep -qxF "$name" <<<"$("${ctr[@]}" images ls -q)"; then
 			log "import: $name (${id:7:12}) is there already"
 		else
 			# docker save writes a docker-archive; ctr unpacks it for the
 			# CRI's snapshotter (overlayfs). The image keeps its ID.
 			docker save "$image" | "${ctr[@]}" images import - >/dev/null ||
 				die "import: docker save $image | ctr images import failed"
-			if ! "${ctr[@]}" images ls -q | grep -qxF "$name"; then
+			if ! grep -qxF "$name" <<<"$("${ctr[@]}" images ls -q)"; then
 				die "import: $image was imported but containerd has no image $name ($("${ctr[@]}" images ls -q | xargs))"
 			fi
 			echo "$id" >"$stamp"

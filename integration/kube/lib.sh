@@ -114,4 +114,7 @@ cache_key() {
 bin_dir() { echo "$CACHE_ROOT/kubernetes-$KUBE_VERSION-etcd-$ETCD_VERSION-$(cache_key)/bin"; }
 
 # env_get VAR: VAR's value in kube.env ("" when absent).
-env_get() { sed -n "s/^\(export \)\?$1=//p" "$KUBE_ENV" 2>/dev/null | tail -n 1; }
+env_get() {
+	[ -r "$KUBE_ENV" ] || return 0
+	sed -n "s/^\(export \)\?$1=//p" "$KUBE_ENV" | tail -n 1
+}
