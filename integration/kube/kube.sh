@@ -130,8 +130,9 @@ cmd_status() {
 	fi
 	cmd_mem
 	echo
-	"$(env_get BRIDGE_KUBE_KUBECTL)" --kubeconfig "$(env_get KUBECONFIG)" get nodes -o wide
-	"$(env_get BRIDGE_KUBE_KUBECTL)" --kubeconfig "$(env_get KUBECONFIG)" get pods -A -o wide
+	local kubectl=("$(env_get BRIDGE_KUBE_KUBECTL)" --kubeconfig "$(env_get KUBECONFIG)" --cache-dir "$KUBECTL_CACHE")
+	"${kubectl[@]}" get nodes -o wide
+	"${kubectl[@]}" get pods -A -o wide
 }
 
 cmd_chains() {
