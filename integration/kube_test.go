@@ -15,6 +15,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// kubeTestCPUs is each run's CPU on the test cluster: its node has two
+// cores, and a run pod asks its limits as requests, so at one core a pod
+// each (the default) a warm pool of two would fill the node.
+const kubeTestCPUs = "0.25"
+
 // kubeEngine is the suite's kubernetes engine; tests of the cluster's own
 // deployment skip without one (make integration runs them in its
 // kubernetes pass, where a missing cluster fails the suite).

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 // TestPolicyEnforced runs `bridge serve --policy` with the misbehave
@@ -138,6 +140,9 @@ print("count:", mcp_tools.call("misbehave", "count")["calls"])
 // needs (rootless Podman on cgroup v1 cannot enforce limits).
 func sandboxSection(e *engine) string {
 	s := "sandbox:\n  engine: " + e.cand.Engine + "\n"
+	if e.cand.Engine == sandbox.EngineKubernetes {
+		s += "  cpus: " + kubeTestCPUs + "\n"
+	}
 	if !e.enforced {
 		s += "  require_enforced_limits: false\n"
 	}

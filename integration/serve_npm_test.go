@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -99,6 +100,9 @@ func serveArgs(e *engine) (args, env []string) {
 	args = []string{"serve", "--runtime", e.cand.Engine, "--servers-config", testSuite.noServers}
 	if !e.enforced {
 		args = append(args, "--allow-unenforced-limits")
+	}
+	if e.cand.Engine == sandbox.EngineKubernetes {
+		args = append(args, "--cpus", kubeTestCPUs)
 	}
 	env = engineEnv(e)
 	// No policy file from the tester's own ~/.config/bridge: tests that

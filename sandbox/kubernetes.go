@@ -467,7 +467,11 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	for i, m := range spec.DataMounts {
 		name := fmt.Sprintf("data-%d", i)
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, name), Type: &dir}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Path, ReadOnly: true})
+		// Not readOnly here: the node's mount is read-only, nosuid, nodev
+		// and noexec already, and a plain bind keeps all four, where the
+		// runtime's read-only remount of it would set read-only alone and
+		// drop the other three (runc does).
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
 	}
 	// The node mounts Start makes, in the annotation so that Remove (or
 	// a later bridge's reaping) knows what to undo.

@@ -133,7 +133,7 @@ func TestKubePodIsHardened(t *testing.T) {
 	if m := mounts[TmpDir]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/tmp" {
 		t.Errorf("/tmp: %+v %+v", m, vols[m.Name])
 	}
-	if m := mounts["/data/sales"]; !m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/data-0" {
+	if m := mounts["/data/sales"]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/data-0" {
 		t.Errorf("the data mount: %+v %+v", m, vols[m.Name])
 	}
 	if len(mounts) != 3 {

@@ -515,6 +515,8 @@ export BRIDGE_KUBE_KUBECONFIG=$ADMIN_KUBECONFIG
 export BRIDGE_KUBE_APISERVER=$APISERVER
 export BRIDGE_KUBE_CA=$PKI/ca.crt
 export BRIDGE_KUBE_NODE=$NODE_NAME
+# The kubelet's root: the bridge installs its seccomp profile under it.
+export BRIDGE_KUBELET_DIR=$KUBELET_ROOT
 export BRIDGE_KUBE_NAMESPACE=$RUN_NAMESPACE
 export BRIDGE_KUBE_VERSION=$KUBE_VERSION
 # The cluster's own containerd (CRI namespace $CTRD_NS): images go in with
