@@ -128,7 +128,12 @@ func TestKubeDaemonSet(t *testing.T) {
 	})
 
 	overlay := t.TempDir()
-	const port = "18181"
+	// kustomize takes a base by a relative path only.
+	base, err := filepath.Rel(overlay, filepath.Join(root, "deploy", "kubernetes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const port = "8181" // the DaemonSet's, here on loopback only
 	token := "kube-test-token-" + fmt.Sprint(os.Getpid())
 	files := map[string]string{
 		"kustomization.yaml": fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
@@ -142,7 +147,7 @@ images:
 patches:
   - path: daemonset.yaml
   - path: policy.yaml
-`, filepath.Join(root, "deploy", "kubernetes"), strings.Split(image, ":")[0], strings.Split(image, ":")[1]),
+`, base, strings.Split(image, ":")[0], strings.Split(image, ":")[1]),
 		"daemonset.yaml": fmt.Sprintf(`apiVersion: apps/v1
 kind: DaemonSet
 metadata: {name: bridge, namespace: bridge-system}
@@ -155,8 +160,10 @@ spec:
           args: [serve, --runtime=kubernetes, --http=127.0.0.1:%[1]s, --policy=/etc/bridge/policy.yaml, --proxy-url=http://%[2]s/mcp, --drain-timeout=5s]
           env:
             - {name: BRIDGE_KUBELET_DIR, value: %[3]s}
-          ports:
-            - {name: mcp, containerPort: %[1]s, hostPort: %[1]s}
+            # No kube-proxy here: the API server's Service address does not
+            # route, and its own address on the node's loopback does.
+            - {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}
+            - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
           readinessProbe:
             httpGet: {path: /readyz, port: %[1]s, host: 127.0.0.1}
           livenessProbe:

@@ -85,6 +85,10 @@ type Kubernetes struct {
 	mu sync.Mutex
 	// pending are the pods created by Create and not yet posted by Start.
 	pending map[string]*corev1.Pod
+	// started are the node plans of the pods Start posted, until Remove:
+	// a pod deleted by someone else (its namespace going) still has its
+	// node mounts to undo.
+	started map[string]nodePlan
 	// classes maps an OCI runtime's handler (runsc) to its RuntimeClass.
 	classes map[string]string
 }
@@ -199,7 +203,7 @@ func newKubernetes(cs kubernetes.Interface, source, host string, n nodeOps) *Kub
 		}
 	}
 	return &Kubernetes{cs: cs, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
-		pending: map[string]*corev1.Pod{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
+		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
 }
 
 // check asks the API for the node and the namespace, so that a wrong
@@ -450,6 +454,9 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	// A pod always has a network interface (the CNI's): the runner then
 	// refuses the code every IP and packet socket (BRIDGE_NO_INET).
 	env = append(env, corev1.EnvVar{Name: EnvNoInet, Value: "1"})
+	// The kubelet gives every container the API server's address
+	// (KUBERNETES_SERVICE_HOST, ...), service links or not: not the code's.
+	env = append(env, corev1.EnvVar{Name: EnvDrop, Value: "KUBERNETES_"})
 
 	dir := corev1.HostPathDirectory
 	nd := nodeDir(relay.Source)
@@ -517,6 +524,10 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 // EnvRlimits carries the rlimits a pod cannot set to the runner, which
 // lowers its own to them before it takes any code: "nofile=1024:1024,...".
 const EnvRlimits = "BRIDGE_RLIMITS"
+
+// EnvDrop lists prefixes of variables the runner removes before the code
+// runs: those an engine puts in every container.
+const EnvDrop = "BRIDGE_ENV_DROP"
 
 // EnvNoInet ("1") tells the runner to refuse the code IP and packet
 // sockets, for an engine that cannot give a container no network.
@@ -631,6 +642,9 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 	if err := k.prepare(plan); err != nil {
 		return err
 	}
+	k.mu.Lock()
+	k.started[id] = plan
+	k.mu.Unlock()
 	// A node that has no room for the pod (its CPU or memory taken by
 	// other runs' pods, which ask requests = limits) makes the kubelet
 	// reject it: it is made again once there may be room, until ctx ends.
@@ -852,12 +866,19 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 	k.mu.Lock()
 	pending, wasPending := k.pending[id]
 	delete(k.pending, id)
+	mine, started := k.started[id]
 	k.mu.Unlock()
 	if wasPending {
 		return k.undo(planOf(pending))
 	}
 	p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, id, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		if started {
+			if err := k.undo(mine); err != nil {
+				return err
+			}
+		}
+		k.forget(id)
 		return nil
 	}
 	if err != nil {
@@ -873,7 +894,18 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	return k.undo(plan)
+	if err := k.undo(plan); err != nil {
+		return err
+	}
+	k.forget(id)
+	return nil
+}
+
+// forget drops what the engine kept of a pod it removed.
+func (k *Kubernetes) forget(id string) {
+	k.mu.Lock()
+	delete(k.started, id)
+	k.mu.Unlock()
 }
 
 // Logs returns the tail of the runner container's output.

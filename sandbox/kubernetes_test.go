@@ -107,6 +107,7 @@ func TestKubePodIsHardened(t *testing.T) {
 		"rlimits go to the runner":   envOf(c, EnvRlimits) == "nofile=1024:1024,nproc=4096:4096",
 		"relay token in env":         envOf(c, EnvRelayToken) == "tok",
 		"no IP sockets":              envOf(c, EnvNoInet) == "1",
+		"no API address":             envOf(c, EnvDrop) == "KUBERNETES_",
 		"the owner is an annotation": strings.Contains(pod.Annotations[kubeLabelsAnnotation], "pid:[4026531836]") && pod.Labels[LabelOwner] == "",
 		"labels that fit are labels": pod.Labels[LabelManaged] == "true" && pod.Labels[LabelRunID] == "abc123",
 	}
@@ -535,5 +536,34 @@ func TestKubeReapsEarlierBridgePods(t *testing.T) {
 	pod, _ := k.podFor(kubeSpec(t))
 	if pod.Labels[LabelBridgePod] != "uid-2" {
 		t.Fatalf("labels %v", pod.Labels)
+	}
+}
+
+// A pod deleted by someone else (its namespace deleted) still has its
+// node mounts undone when the bridge removes it.
+func TestKubeRemoveGonePodUndoesMounts(t *testing.T) {
+	k, cs, n := newFakeKube(t)
+	ctx := context.Background()
+	spec := kubeSpec(t)
+	id, _ := k.Create(ctx, spec)
+	kubelet(t, cs, id, corev1.ContainerStatus{Name: kubeContainer, ContainerID: "containerd://c2",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	if err := k.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().Pods("runs").Delete(ctx, id, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(n.log(), "unmount tmp") {
+		t.Fatalf("node: %s", n.log())
+	}
+	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
+		t.Fatalf("the node folder is left: %v", err)
+	}
+	if len(k.started) != 0 {
+		t.Fatalf("still kept: %v", k.started)
 	}
 }

@@ -52,6 +52,10 @@ ENV_RLIMITS = "BRIDGE_RLIMITS"
 # Kubernetes pod always has one): the code may then make no IP socket at
 # all, as if it had no network, like a container with none.
 ENV_NO_INET = "BRIDGE_NO_INET"
+# Prefixes of variables the engine puts in every container and the code
+# has no business seeing ("KUBERNETES_": the kubelet's API address), comma
+# separated: the runner removes them before the code runs.
+ENV_DROP = "BRIDGE_ENV_DROP"
 
 # The folder whose files come back with the result ("Files out" in
 # docs/protocol.md). BRIDGE_OUTPUTS set for the runner names another one
@@ -1251,6 +1255,9 @@ def main() -> NoReturn:
     token = os.environ.pop(ENV_TOKEN, "")
     if not path or not token:
         die(EXIT_PROTOCOL, f"{ENV_SOCKET} and {ENV_TOKEN} must be set")
+    for prefix in filter(None, os.environ.pop(ENV_DROP, "").split(",")):
+        for name in [n for n in os.environ if n.startswith(prefix)]:
+            del os.environ[name]
     try:
         set_rlimits(os.environ.pop(ENV_RLIMITS, ""))
     except (ValueError, OSError) as e:

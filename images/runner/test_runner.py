@@ -355,6 +355,15 @@ class RlimitsTest(unittest.TestCase):
         r = run(code, env={"BRIDGE_RLIMITS": "nofile=200:250,nproc=4096:4096"})
         self.assertEqual(r.stdout, "(200, 250)\nrefused\nNone\n", r.diag)
 
+    def test_engine_variables_dropped(self) -> None:
+        # BRIDGE_ENV_DROP: what the engine injects (a pod's KUBERNETES_*)
+        # is not the code's, nor its children's.
+        code = "import os, subprocess\nprint(sorted(k for k in os.environ if k.startswith(('KUBERNETES', 'BRIDGE_ENV'))))\n" \
+            "print(subprocess.run(['sh', '-c', 'echo ${KUBERNETES_SERVICE_HOST:-none}'], capture_output=True, text=True).stdout, end='')\nprint(os.environ['KEEP'])"
+        r = run(code, env={"BRIDGE_ENV_DROP": "KUBERNETES_,OTHER_", "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+                           "KUBERNETES_PORT_443_TCP": "tcp://10.96.0.1:443", "KEEP": "kept"})
+        self.assertEqual(r.stdout, "[]\nnone\nkept\n", r.diag)
+
     def test_malformed_is_refused(self) -> None:
         # The runner dies with the variable's name before it connects: in a
         # child, so that this process's own limits stay as they are.

@@ -445,7 +445,7 @@ start kube-apiserver "$BIN/kube-apiserver" \
 	--service-account-issuer https://kubernetes.default.svc \
 	--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
 	--service-cluster-ip-range "$SERVICE_CIDR" \
-	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=true \
 	--cert-dir "$STATE/apiserver" --profiling=false
 wait_for kube-apiserver "$LOG_DIR/kube-apiserver.log" curl -fsS --cacert "$PKI/ca.crt" \
 	--cert "$PKI/admin.crt" --key "$PKI/admin.key" "$APISERVER/readyz"
