@@ -202,7 +202,14 @@ data:
 			out, _ := kubectl(t, "", "-n", "bridge-system", "logs", "daemonset/bridge", "--tail=80")
 			t.Logf("the bridge pod's log:\n%s", out)
 		}
-		if out, err := kubectl(t, "", "delete", "-k", overlay, "--wait=true", "--timeout=120s"); err != nil {
+		// The DaemonSet first, as docs/kubernetes.md says to uninstall:
+		// its bridge drains and removes its run pods while its identity
+		// can still reach the API.
+		if out, err := kubectl(t, "", "-n", "bridge-system", "delete", "daemonset", "bridge", "--wait=true", "--timeout=120s"); err != nil {
+			t.Errorf("deleting the DaemonSet: %v\n%s", err, out)
+		}
+		kubectl(t, "", "-n", "bridge-system", "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=bridge", "--timeout=120s")
+		if out, err := kubectl(t, "", "delete", "-k", overlay, "--wait=true", "--timeout=120s", "--ignore-not-found"); err != nil {
 			t.Errorf("deleting what the test applied: %v\n%s", err, out)
 		}
 		// The run namespace went with it; the cluster's other tests use it.

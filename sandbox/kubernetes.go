@@ -882,6 +882,12 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 		return nil
 	}
 	if err != nil {
+		// The API does not answer (or no longer lets this bridge in): the
+		// node's mounts go anyway. A pod still running keeps its own view
+		// of them until it ends; the pod itself is retried.
+		if started {
+			k.undo(mine)
+		}
 		return k.wrapPod(err, "reading", id)
 	}
 	plan := planOf(p)

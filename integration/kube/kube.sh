@@ -88,6 +88,26 @@ cmd_import() {
 		grep -qxF "$name" "$STATE/images.list" 2>/dev/null || echo "$name" >>"$STATE/images.list"
 		done+=("$name")
 	done
+	# The kubelet lists a node's images in its status, which is how the
+	# bridge checks that its runner is there: wait until it shows these
+	# (it reports within its status period, 10 s) when the node is up.
+	local kubectl
+	kubectl=$(bash "$KUBE_DIR/build.sh")/kubectl
+	if ((${#done[@]} > 0)) && [ -r "$ADMIN_KUBECONFIG" ] &&
+		"$kubectl" --kubeconfig "$ADMIN_KUBECONFIG" --cache-dir "$KUBECTL_CACHE" get node "$NODE_NAME" >/dev/null 2>&1; then
+		local shown t1
+		t1=$(now_ms)
+		for name in "${done[@]}"; do
+			for _ in $(seq 1 120); do
+				shown=$("$kubectl" --kubeconfig "$ADMIN_KUBECONFIG" --cache-dir "$KUBECTL_CACHE" get node "$NODE_NAME" \
+					-o jsonpath='{range .status.images[*]}{range .names[*]}{@}{"\n"}{end}{end}' 2>/dev/null || true)
+				grep -qxF "$name" <<<"$shown" && break
+				sleep 0.5
+			done
+			grep -qxF "$name" <<<"$shown" || die "import: node $NODE_NAME does not list $name in its status after 60 s"
+		done
+		log "import: node $NODE_NAME lists the images ($(($(now_ms) - t1)) ms)"
+	fi
 	# kube.env lists the images (when up.sh wrote it already).
 	if [ -w "$KUBE_ENV" ] && ((${#done[@]} > 0)); then
 		sed -i "s|^export BRIDGE_KUBE_IMAGES=.*|export BRIDGE_KUBE_IMAGES=\"$(xargs <"$STATE/images.list")\"|" "$KUBE_ENV"
