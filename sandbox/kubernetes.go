@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -69,7 +68,7 @@ const kubeContainer = "runner"
 // mounts read-only, nosuid, nodev and noexec (node.go), and the pids
 // limit in the pod's cgroup.
 type Kubernetes struct {
-	cs     kubernetes.Interface
+	api    kubeAPI
 	ns     string
 	node   string
 	podUID string // the bridge's own pod, when it runs in one
@@ -147,11 +146,11 @@ func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) 
 	// A run makes a handful of requests; the client's default of 5 a
 	// second would queue a burst of runs behind each other.
 	cfg.QPS, cfg.Burst = 200, 400
-	cs, err := kubernetes.NewForConfig(cfg)
+	api, err := newRESTAPI(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEngineUnreachable, err)
 	}
-	k := newKubernetes(cs, why, cfg.Host, linuxNode{})
+	k := newKubernetes(api, why, cfg.Host, linuxNode{})
 	if err := k.check(ctx); err != nil {
 		return nil, err
 	}
@@ -171,7 +170,7 @@ func (k *Kubernetes) reapBridgePods(ctx context.Context) error {
 		return nil
 	}
 	sel := LabelBridgePod + "," + LabelBridgePod + "!=" + k.podUID
-	pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: sel,
+	pods, err := k.api.Pods(ctx, k.ns, metav1.ListOptions{LabelSelector: sel,
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", k.node).String()})
 	if err != nil {
 		return k.wrap(err, "listing the run pods of earlier bridge pods")
@@ -188,7 +187,7 @@ func (k *Kubernetes) reapBridgePods(ctx context.Context) error {
 }
 
 // newKubernetes is the engine over a client, for NewKubernetes and tests.
-func newKubernetes(cs kubernetes.Interface, source, host string, n nodeOps) *Kubernetes {
+func newKubernetes(api kubeAPI, source, host string, n nodeOps) *Kubernetes {
 	ns := os.Getenv(EnvKubeNamespace)
 	if ns == "" {
 		ns = DefaultKubeNamespace
@@ -202,7 +201,7 @@ func newKubernetes(cs kubernetes.Interface, source, host string, n nodeOps) *Kub
 			node = strings.ToLower(h)
 		}
 	}
-	return &Kubernetes{cs: cs, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
+	return &Kubernetes{api: api, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
 		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
 }
 
@@ -211,14 +210,14 @@ func newKubernetes(cs kubernetes.Interface, source, host string, n nodeOps) *Kub
 func (k *Kubernetes) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := k.cs.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{}); err != nil {
+	if _, err := k.api.Node(ctx, k.node); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: the cluster at %s has no node %q: the bridge runs its pods on its own node; set %s (or NODE_NAME) to its name",
 				ErrEngineUnreachable, k.host, k.node, EnvKubeNode)
 		}
 		return k.wrap(err, "reading node "+k.node)
 	}
-	if _, err := k.cs.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err != nil {
+	if err := k.api.Namespace(ctx, k.ns); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: the cluster at %s has no namespace %q for the run pods: create it (deploy/kubernetes has it), or set %s",
 				ErrEngineUnreachable, k.host, k.ns, EnvKubeNamespace)
@@ -272,16 +271,16 @@ func (k *Kubernetes) Namespace() string { return k.ns }
 // cgroup, which it can only as root on the node (Kubernetes itself bounds
 // pids per node, with the kubelet's podPidsLimit).
 func (k *Kubernetes) Info(ctx context.Context) (EngineInfo, error) {
-	v, err := k.cs.Discovery().ServerVersion()
+	v, err := k.api.ServerVersion(ctx)
 	if err != nil {
 		return EngineInfo{}, k.wrap(err, "asking the API server's version")
 	}
-	node, err := k.cs.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{})
+	node, err := k.api.Node(ctx, k.node)
 	if err != nil {
 		return EngineInfo{}, k.wrap(err, "reading node "+k.node)
 	}
 	info := EngineInfo{
-		Name: EngineKubernetes, Socket: k.host, Version: v.GitVersion, APIVersion: "v1",
+		Name: EngineKubernetes, Socket: k.host, Version: v, APIVersion: "v1",
 		CgroupVersion: localCgroupVersion(), OCIRuntime: "runc",
 	}
 	if rv := node.Status.NodeInfo.ContainerRuntimeVersion; rv != "" {
@@ -294,7 +293,7 @@ func (k *Kubernetes) Info(ctx context.Context) (EngineInfo, error) {
 	}
 	// Runtime classes the pods may ask for, by handler (runsc).
 	classes := map[string]string{}
-	if rcs, err := k.cs.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{}); err == nil {
+	if rcs, err := k.api.RuntimeClasses(ctx); err == nil {
 		info.OCIRuntimes = map[string]OCIRuntimeInfo{"runc": {}}
 		for _, rc := range rcs.Items {
 			classes[rc.Handler] = rc.Name
@@ -310,7 +309,7 @@ func (k *Kubernetes) Info(ctx context.Context) (EngineInfo, error) {
 // ImageInfo reports whether the node holds ref, from the images the
 // kubelet lists in the node's status (pods here never pull).
 func (k *Kubernetes) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
-	node, err := k.cs.CoreV1().Nodes().Get(ctx, k.node, metav1.GetOptions{})
+	node, err := k.api.Node(ctx, k.node)
 	if err != nil {
 		return ImageInfo{}, k.wrap(err, "reading node "+k.node)
 	}
@@ -652,7 +651,7 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 	var cid string
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		var err error
-		created, err = k.cs.CoreV1().Pods(k.ns).Create(ctx, pod, metav1.CreateOptions{})
+		created, err = k.api.CreatePod(ctx, k.ns, pod)
 		if err != nil {
 			k.undo(plan)
 			if ctx.Err() != nil {
@@ -689,7 +688,7 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 			break
 		}
 		// The rejected pod never ran: it goes at once, and is made anew.
-		err = k.cs.CoreV1().Pods(k.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0)),
+		err = k.api.DeletePod(ctx, k.ns, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0)),
 			Preconditions: &metav1.Preconditions{UID: &created.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return k.wrapPod(err, "deleting the rejected", id)
@@ -748,7 +747,7 @@ func (k *Kubernetes) waitingError(p *corev1.Pod, w *corev1.ContainerStateWaiting
 func (k *Kubernetes) eventsOf(name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	evs, err := k.cs.CoreV1().Events(k.ns).List(ctx, metav1.ListOptions{
+	evs, err := k.api.Events(ctx, k.ns, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String()})
 	if err != nil || len(evs.Items) == 0 {
 		return ""
@@ -772,7 +771,7 @@ func (k *Kubernetes) watchPod(ctx context.Context, name, rv string, fn func(*cor
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	for {
 		if rv == "" {
-			p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
+			p, err := k.api.Pod(ctx, k.ns, name)
 			if err != nil {
 				return k.wrapPod(err, "reading", name)
 			}
@@ -781,7 +780,7 @@ func (k *Kubernetes) watchPod(ctx context.Context, name, rv string, fn func(*cor
 			}
 			rv = p.ResourceVersion
 		}
-		w, err := k.cs.CoreV1().Pods(k.ns).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true})
+		w, err := k.api.WatchPods(ctx, k.ns, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -852,7 +851,7 @@ func (k *Kubernetes) Wait(ctx context.Context, id string) (ExitState, error) {
 // Kill deletes the pod, which the kubelet stops within its one second of
 // grace. A pod that is gone is not an error.
 func (k *Kubernetes) Kill(ctx context.Context, id string) error {
-	err := k.cs.CoreV1().Pods(k.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1))})
+	err := k.api.DeletePod(ctx, k.ns, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1))})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return k.wrapPod(err, "deleting", id)
 	}
@@ -871,7 +870,7 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 	if wasPending {
 		return k.undo(planOf(pending))
 	}
-	p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, id, metav1.GetOptions{})
+	p, err := k.api.Pod(ctx, k.ns, id)
 	if apierrors.IsNotFound(err) {
 		if started {
 			if err := k.undo(mine); err != nil {
@@ -891,7 +890,7 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 		return k.wrapPod(err, "reading", id)
 	}
 	plan := planOf(p)
-	err = k.cs.CoreV1().Pods(k.ns).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1)),
+	err = k.api.DeletePod(ctx, k.ns, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1)),
 		Preconditions: &metav1.Preconditions{UID: &p.UID}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return k.wrapPod(err, "deleting", id)
@@ -917,7 +916,7 @@ func (k *Kubernetes) forget(id string) {
 // Logs returns the tail of the runner container's output.
 func (k *Kubernetes) Logs(ctx context.Context, id string, limit int) (string, error) {
 	tail := int64(200)
-	b, err := k.cs.CoreV1().Pods(k.ns).GetLogs(id, &corev1.PodLogOptions{Container: kubeContainer, TailLines: &tail}).DoRaw(ctx)
+	b, err := k.api.PodLogs(ctx, k.ns, id, &corev1.PodLogOptions{Container: kubeContainer, TailLines: &tail})
 	if err != nil {
 		return "", k.wrapPod(err, "reading the logs of", id)
 	}
@@ -935,7 +934,7 @@ func (k *Kubernetes) List(ctx context.Context, want map[string]string) ([]Contai
 			sel[key] = v
 		}
 	}
-	pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{LabelSelector: sel.AsSelector().String(),
+	pods, err := k.api.Pods(ctx, k.ns, metav1.ListOptions{LabelSelector: sel.AsSelector().String(),
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", k.node).String()})
 	if err != nil {
 		return nil, k.wrap(err, "listing pods")
@@ -991,12 +990,12 @@ type KubePermission struct {
 // (optional: for gVisor).
 func KubePermissions() []KubePermission {
 	return []KubePermission{
-	{Verb: "create", Resource: "pods"}, {Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"},
-	{Verb: "watch", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
-	{Verb: "get", Resource: "pods", Subresource: "log"},
-	{Verb: "list", Resource: "events"},
-	{Verb: "get", Resource: "nodes", Cluster: true},
-	{Verb: "list", Resource: "runtimeclasses", Cluster: true, Optional: true},
+		{Verb: "create", Resource: "pods"}, {Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"},
+		{Verb: "watch", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
+		{Verb: "get", Resource: "pods", Subresource: "log"},
+		{Verb: "list", Resource: "events"},
+		{Verb: "get", Resource: "nodes", Cluster: true},
+		{Verb: "list", Resource: "runtimeclasses", Cluster: true, Optional: true},
 	}
 }
 
@@ -1012,8 +1011,8 @@ func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
 		if !p.Cluster {
 			attr.Namespace = k.ns
 		}
-		r, err := k.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attr}}, metav1.CreateOptions{})
+		r, err := k.api.Review(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: attr}})
 		if err != nil {
 			return nil, k.wrap(err, "asking what the bridge may do")
 		}

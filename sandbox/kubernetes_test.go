@@ -16,6 +16,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -58,7 +59,7 @@ func newFakeKube(t *testing.T, objs ...any) (*Kubernetes, *fake.Clientset, *fake
 	}}
 	cs := fake.NewClientset(node, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "runs"}})
 	n := &fakeNode{pidsOK: true}
-	k := newKubernetes(cs, "test", "https://127.0.0.1:6443", n)
+	k := newKubernetes(clientsetAPI{cs}, "test", "https://127.0.0.1:6443", n)
 	if err := k.check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -566,4 +567,50 @@ func TestKubeRemoveGonePodUndoesMounts(t *testing.T) {
 	if len(k.started) != 0 {
 		t.Fatalf("still kept: %v", k.started)
 	}
+}
+
+// clientsetAPI is kubeAPI over client-go's clientset: the fake one, for
+// these tests (the engine's own goes over REST clients).
+type clientsetAPI struct{ cs *fake.Clientset }
+
+func (a clientsetAPI) ServerVersion(ctx context.Context) (string, error) {
+	v, err := a.cs.Discovery().ServerVersion()
+	if err != nil {
+		return "", err
+	}
+	return v.GitVersion, nil
+}
+func (a clientsetAPI) Node(ctx context.Context, name string) (*corev1.Node, error) {
+	return a.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+func (a clientsetAPI) Namespace(ctx context.Context, name string) error {
+	_, err := a.cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	return err
+}
+func (a clientsetAPI) CreatePod(ctx context.Context, ns string, p *corev1.Pod) (*corev1.Pod, error) {
+	return a.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+}
+func (a clientsetAPI) Pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return a.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+}
+func (a clientsetAPI) Pods(ctx context.Context, ns string, opts metav1.ListOptions) (*corev1.PodList, error) {
+	return a.cs.CoreV1().Pods(ns).List(ctx, opts)
+}
+func (a clientsetAPI) WatchPods(ctx context.Context, ns string, opts metav1.ListOptions) (watch.Interface, error) {
+	return a.cs.CoreV1().Pods(ns).Watch(ctx, opts)
+}
+func (a clientsetAPI) DeletePod(ctx context.Context, ns, name string, opts metav1.DeleteOptions) error {
+	return a.cs.CoreV1().Pods(ns).Delete(ctx, name, opts)
+}
+func (a clientsetAPI) PodLogs(ctx context.Context, ns, name string, opts *corev1.PodLogOptions) ([]byte, error) {
+	return a.cs.CoreV1().Pods(ns).GetLogs(name, opts).DoRaw(ctx)
+}
+func (a clientsetAPI) Events(ctx context.Context, ns string, opts metav1.ListOptions) (*corev1.EventList, error) {
+	return a.cs.CoreV1().Events(ns).List(ctx, opts)
+}
+func (a clientsetAPI) RuntimeClasses(ctx context.Context) (*nodev1.RuntimeClassList, error) {
+	return a.cs.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
+}
+func (a clientsetAPI) Review(ctx context.Context, r *authorizationv1.SelfSubjectAccessReview) (*authorizationv1.SelfSubjectAccessReview, error) {
+	return a.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, r, metav1.CreateOptions{})
 }
