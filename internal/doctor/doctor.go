@@ -392,6 +392,15 @@ func gvisorCheck(info sandbox.EngineInfo, lookPath func(string) (string, error))
 	if installed != "" {
 		install = ""
 	}
+	if info.Name == sandbox.EngineKubernetes { // a RuntimeClass per pod
+		if r, ok := info.OCIRuntimes[sandbox.OCIRuntimeRunsc]; ok {
+			c.OK, c.Detail = true, "available: the cluster has a RuntimeClass for runsc ("+strings.Join(r.Args, " ")+")"
+		} else {
+			c.Detail = "the cluster has no RuntimeClass whose handler is runsc"
+			c.Hint = "where the nodes' containerd has a runsc handler, apply deploy/kubernetes/runtimeclass-gvisor.yaml"
+		}
+		return c
+	}
 	if info.OCIRuntimes != nil { // Docker: a runtime per container
 		r, ok := info.OCIRuntimes[sandbox.OCIRuntimeRunsc]
 		register := "in /etc/docker/daemon.json: " + sandbox.DockerRunscConfig + ", then reload dockerd (`sudo kill -HUP $(pidof dockerd)`)"
