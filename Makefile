@@ -26,6 +26,8 @@ ENVDIR := integration/env
 ENV_FILE := /run/bridge-test/env
 # The Kubernetes test cluster (integration/kube/README.md).
 KUBE := integration/kube
+# Written by kube-up: the test cluster's kubeconfig, node, kubectl.
+KUBE_ENV := /run/bridge-test/kube.env
 KUBE_VERSION := $(shell sed -n 's/^KUBE_VERSION=//p' $(KUBE)/lib.sh)
 # Where the rootless run's files go when the user cannot read this tree.
 ROOTLESS_STAGE := /var/tmp/bridge-rootless-test
@@ -58,7 +60,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless test demo lint bench bench-table fuzz soak clean need-env kube-build kube-up kube-down
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless integration-kubernetes test demo lint bench bench-table fuzz soak clean need-env kube-build kube-up kube-down
 
 help:
 	@echo "Targets:"
@@ -69,8 +71,9 @@ help:
 	@echo "  image        runner images (slim, datascience) for docker, podman and the rootless user"
 	@echo "  lint         gofmt, go vet, staticcheck $(STATICCHECK_VERSION)"
 	@echo "  unit         go test $(RACE) (not ./integration/...), Python runner tests"
-	@echo "  integration  end-to-end tests on docker and podman, then as the rootless user"
-	@echo "               (integration-rootful, integration-rootless; ROOTLESS_RUN=PATTERN)"
+	@echo "  integration  end-to-end tests on docker and podman, then as the rootless user,"
+	@echo "               then on the Kubernetes test cluster (integration-rootful,"
+	@echo "               integration-rootless, integration-kubernetes; ROOTLESS_RUN=, KUBE_RUN=PATTERN)"
 	@echo "  bench        benchmarks, integration ones included (runs setup and image),"
 	@echo "               then the table of docs/performance.md (TestBenchTable)"
 	@echo "  bench-table  setup, image, and only that table, into docs/performance.md"
@@ -137,6 +140,18 @@ unit:
 integration:
 	@$(MAKE) --no-print-directory integration-rootful
 	@$(MAKE) --no-print-directory integration-rootless
+	@$(MAKE) --no-print-directory integration-kubernetes
+
+# The kubernetes engine on the test cluster (make kube-up: built once,
+# then started in seconds): the engine-independent tests (the sandbox's
+# properties and limits, the CLI, doctor, serve, tool calls through the
+# proxy, the pool, mounts, reaping, the hostile suite) and the DaemonSet of
+# deploy/kubernetes. KUBE_RUN=PATTERN runs others.
+KUBE_RUN ?= ^(TestNetworkUnreachable|TestRootReadOnly|TestIdentityAndPrivileges|TestTmpfsLimits|TestMemoryLimitKills|TestForkBombHitsPidsLimit|TestTimeoutKills|TestCancelRemovesContainer|TestOutputAndErrors|TestConcurrentRunsAreIsolated|TestCLIRun|TestDoctor|TestServeBasics|TestUpstreamsFromTheSandbox|TestServeWithRemoteProxy|TestPoolNeverReused|TestPoolShutdown|TestMountsReadOnlyNoExec|TestCrashedBridgeIsReaped|TestHostile|TestKubeDaemonSet)$$
+integration-kubernetes: build need-env
+	@$(MAKE) --no-print-directory kube-up
+	$(call banner,integration: the kubernetes engine on the test cluster)
+	. $(ENV_FILE) && . $(KUBE_ENV) && BRIDGE_TEST_ENGINES=kubernetes $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) -run '$(KUBE_RUN)' ./integration/
 
 integration-rootful: build need-env
 	$(call banner,integration: rootful engines (go test ./integration/...))
