@@ -60,7 +60,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless integration-kubernetes test demo lint bench bench-table fuzz soak clean need-env kube-build kube-up kube-down
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless integration-kubernetes test demo lint bench bench-table bench-kube fuzz soak clean need-env kube-build kube-up kube-down
 
 help:
 	@echo "Targets:"
@@ -77,6 +77,7 @@ help:
 	@echo "  bench        benchmarks, integration ones included (runs setup and image),"
 	@echo "               then the table of docs/performance.md (TestBenchTable)"
 	@echo "  bench-table  setup, image, and only that table, into docs/performance.md"
+	@echo "  bench-kube   the kubernetes engine beside docker on the test cluster (BENCH_KUBE=40 runs)"
 	@echo "  fuzz         every fuzz target for $(FUZZTIME) each (make test: $(TEST_FUZZTIME))"
 	@echo "  soak         500 sequential and 200 8-way runs through bridge serve, each engine"
 	@echo "  demo         setup, image, bridge doctor, bridge run examples/hello.py"
@@ -222,6 +223,15 @@ bench:
 bench-table:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
 	$(bench_table)
+
+# The kubernetes engine beside Docker on the test cluster (TestBenchKubernetes;
+# docs/performance.md, "Kubernetes"): BENCH_KUBE runs of each figure.
+BENCH_KUBE ?= 40
+bench-kube:
+	@for step in setup image kube-up; do $(MAKE) --no-print-directory $$step; done
+	$(call banner,bench-kube: the kubernetes engine beside docker ($(BENCH_KUBE) runs each))
+	. $(ENV_FILE) && . $(KUBE_ENV) && BRIDGE_TEST_ENGINES=docker,kubernetes BRIDGE_BENCH_KUBE=$(BENCH_KUBE) \
+		$(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) -run '^TestBenchKubernetes$$' ./integration/
 
 # The table of docs/performance.md: TestBenchTable measures every figure of
 # the performance targets side by side on each engine (a few minutes each),
