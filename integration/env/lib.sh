@@ -5,6 +5,18 @@
 # start_time PID: the process's start time in clock ticks since boot (field
 # 22 of /proc/PID/stat), which together with the PID names a process even if
 # the PID is later reused.
+now_ms() { date +%s%3N; }
+
+# step NAME starts a timed step; step_done WHAT logs "NAME: WHAT (N ms)"
+# with the caller's log.
+STEP_T0=0
+STEP_NAME=
+step() {
+	STEP_NAME=$1
+	STEP_T0=$(now_ms)
+}
+step_done() { log "$STEP_NAME: $* ($(($(now_ms) - STEP_T0)) ms)"; }
+
 start_time() {
 	local stat
 	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1

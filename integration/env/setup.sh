@@ -68,21 +68,12 @@ PODMAN_BASE=docker.io/library/debian:bookworm-slim
 export DOCKER_HOST=unix://$DOCKER_SOCK
 unset DOCKER_CONTEXT CONTAINER_HOST CONTAINER_CONNECTION
 
-now_ms() { date +%s%3N; }
 T_START=${BRIDGE_SETUP_T0:-$(now_ms)}
 log() { printf 'setup: %s\n' "$*" >&2; }
 die() {
 	printf 'setup: ERROR: %s\n' "$*" >&2
 	exit 1
 }
-
-STEP_T0=0
-STEP_NAME=
-step() {
-	STEP_NAME=$1
-	STEP_T0=$(now_ms)
-}
-step_done() { log "$STEP_NAME: $* ($(($(now_ms) - STEP_T0)) ms)"; }
 
 is_root() { [ "$(id -u)" -eq 0 ]; }
 join() {
@@ -405,7 +396,6 @@ if [ ! -d "$R_RUNTIME" ]; then
 	install -d -m 0700 -o "$R_UID" -g "$R_GID" "$R_RUNTIME"
 	msg+=("created $R_RUNTIME")
 fi
-
 
 # Storage driver. Debian's default for a rootless user would try
 # fuse-overlayfs, which cannot open /dev/fuse as an ordinary user here. The

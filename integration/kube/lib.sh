@@ -77,18 +77,10 @@ KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_
 # The control-plane processes, in start order: NAME BINARY.
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 
-now_ms() { date +%s%3N; }
 die() {
 	log "ERROR: $*"
 	exit 1
 }
-STEP_T0=0
-STEP_NAME=
-step() {
-	STEP_NAME=$1
-	STEP_T0=$(now_ms)
-}
-step_done() { log "$STEP_NAME: $* ($(($(now_ms) - STEP_T0)) ms)"; }
 
 need_root() {
 	[ "$(id -u)" -eq 0 ] || die "$1 needs root (it runs containerd and a kubelet): sudo make ${2:-kube-up}"
