@@ -266,8 +266,13 @@ except OSError as e:
     print("inet", errno.errorcode[e.errno])
 print("token", os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"))
 print("KUBERNETES_SERVICE_HOST" in os.environ)
+# The kubelet's termination-log file is on the node's disk: not writable.
+try:
+    open("/dev/termination-log", "w")
+except OSError as e:
+    print("termination-log", errno.errorcode[e.errno])
 `)
-	want := "Echo: from a pod\n65534 65534\nroot EROFS\ninet EPERM\ntoken False\nFalse\n"
+	want := "Echo: from a pod\n65534 65534\nroot EROFS\ninet EPERM\ntoken False\nFalse\ntermination-log EACCES\n"
 	if out != want {
 		t.Fatalf("from the DaemonSet's run pod:\n%s\nwant\n%s", out, want)
 	}
@@ -281,17 +286,39 @@ print("KUBERNETES_SERVICE_HOST" in os.environ)
 
 	// The admission policy refuses a pod in bridge-runs that is not shaped
 	// as the bridge makes them, whoever asks.
-	bad := `apiVersion: v1
+	// A pod as the bridge makes them, but for one thing each time.
+	pod := func(podSC, containerSC, volume, mount string) string {
+		return `apiVersion: v1
 kind: Pod
 metadata: {name: not-a-run, namespace: bridge-runs}
 spec:
+  automountServiceAccountToken: false
+  securityContext: {runAsUser: 65534, runAsGroup: 65534, runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}` + podSC + `}
   containers:
-    - {name: c, image: ` + imageName() + `, imagePullPolicy: Never, command: [sleep, "1"]}
+    - name: c
+      image: ` + imageName() + `
+      imagePullPolicy: Never
+      command: [sleep, "1"]
+      securityContext: {runAsUser: 65534, runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}` + containerSC + `}
+      volumeMounts: [{name: v, mountPath: /x` + mount + `}]
   volumes:
-    - {name: root, hostPath: {path: /}}
+    - {name: v, hostPath: {path: ` + volume + `, type: Directory}}
 `
-	if out, err := kubectl(t, bad, "apply", "-f", "-"); err == nil || !strings.Contains(out, "bridge-run-pods") {
-		t.Fatalf("a pod with the node's / was admitted to bridge-runs: %v\n%s", err, out)
+	}
+	const tmp = "/run/bridge-node/bridge/run-1.2-3.node/tmp"
+	for what, p := range map[string]string{
+		"the node's /":                        pod("", "", "/", ""),
+		"a path through a run's /tmp":         pod("", "", tmp+"/link", ""),
+		"seccomp unconfined in the container": pod("", ", seccompProfile: {type: Unconfined}", tmp, ""),
+		"the root group":                      pod(", supplementalGroups: [0]", "", tmp, ""),
+		"a writable run folder":               pod("", "", "/run/bridge-node/bridge/run-1.2-3", ""),
+	} {
+		if out, err := kubectl(t, p, "create", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(out, "bridge-run-pods") {
+			t.Errorf("a pod with %s was admitted to bridge-runs: %v\n%s", what, err, out)
+		}
+	}
+	if out, err := kubectl(t, pod("", "", tmp, ""), "create", "--dry-run=server", "-f", "-"); err != nil {
+		t.Errorf("a pod shaped as the bridge makes them was refused: %v\n%s", err, out)
 	}
 
 	// The bridge pod dies (deleted at once, no drain): the DaemonSet's next

@@ -110,15 +110,16 @@ type nodeOps interface {
 	canSetPids() (bool, string)
 }
 
-// KubernetesConfig says where the engine finds its cluster: a kubeconfig
-// file ("" for in-cluster, then $KUBECONFIG, then ~/.kube/config).
+// kubeConfig says where the engine finds its cluster: "in-cluster" (the
+// pod's service account), a kubeconfig file, or "" for client-go's loading
+// rules ($KUBECONFIG, which may list several files, else ~/.kube/config).
 func kubeConfig(kubeconfig string) (*rest.Config, string, error) {
-	if kubeconfig == "" || kubeconfig == "in-cluster" {
-		if cfg, err := rest.InClusterConfig(); err == nil {
-			return cfg, "in-cluster service account", nil
-		} else if kubeconfig == "in-cluster" {
+	if kubeconfig == "in-cluster" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
 			return nil, "", fmt.Errorf("%w: in-cluster configuration: %v", ErrEngineUnreachable, err)
 		}
+		return cfg, "in-cluster service account", nil
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	why := "$KUBECONFIG or ~/.kube/config"
@@ -134,9 +135,8 @@ func kubeConfig(kubeconfig string) (*rest.Config, string, error) {
 	return cfg, why, nil
 }
 
-// NewKubernetes connects to the cluster the kubeconfig names ("" for
-// in-cluster, else $KUBECONFIG or ~/.kube/config) and checks that the
-// node the pods go to is there.
+// NewKubernetes connects to the cluster kubeconfig names (see kubeConfig)
+// and checks that the node the pods go to is there.
 func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) {
 	cfg, why, err := kubeConfig(kubeconfig)
 	if err != nil {
@@ -321,8 +321,18 @@ func (k *Kubernetes) ImageInfo(ctx context.Context, ref string) (ImageInfo, erro
 			}
 		}
 	}
+	if len(node.Status.Images) >= kubeletListedImages {
+		// The kubelet lists the largest 50 images only: the runner may be
+		// there unlisted. A pod that cannot find it fails its run with
+		// ErrImageNotFound (ErrImageNeverPull).
+		return ImageInfo{}, nil
+	}
 	return ImageInfo{}, fmt.Errorf("%w: node %s holds no image %s (run pods never pull one)", ErrImageNotFound, k.node, ref)
 }
+
+// kubeletListedImages is how many images a kubelet lists in its node's
+// status by default (nodeStatusMaxImages), the largest first.
+const kubeletListedImages = 50
 
 // normalizeImageRef is ref as containerd names it: docker.io/library/ for
 // a bare name, :latest for no tag.
@@ -694,6 +704,9 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 			return k.wrapPod(err, "deleting the rejected", id)
 		}
 		if err := k.watchPod(ctx, id, "", func(*corev1.Pod) (bool, error) { return false, nil }); !errors.Is(err, ErrNotFound) {
+			if ctx.Err() == nil {
+				return fmt.Errorf("pod %s: node %s had no room for it (%s), and removing it to try again failed: %w", id, k.node, noRoom, err)
+			}
 			return fmt.Errorf("pod %s: node %s has no room for it (%s), and it did not start in time", id, k.node, noRoom)
 		}
 		select {
@@ -713,11 +726,23 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 	return nil
 }
 
-// planOf reads a pod's nodePlan from its annotation.
+// planOf reads a pod's nodePlan from its annotation. Annotations are
+// anyone's to write who may create a pod there: a plan whose folder is not
+// the node folder of the pod's own run folder (a hostPath the admission
+// policy holds to the bridge's run folders) is no plan.
 func planOf(p *corev1.Pod) nodePlan {
 	var plan nodePlan
-	_ = json.Unmarshal([]byte(p.Annotations[kubeNodeAnnotation]), &plan)
-	return plan
+	if json.Unmarshal([]byte(p.Annotations[kubeNodeAnnotation]), &plan) != nil {
+		return nodePlan{}
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.Name == "relay" && v.HostPath != nil && filepath.IsAbs(v.HostPath.Path) &&
+			filepath.Clean(v.HostPath.Path) == v.HostPath.Path && plan.Dir == nodeDir(v.HostPath.Path) &&
+			strings.HasPrefix(filepath.Base(v.HostPath.Path), "run-") {
+			return plan
+		}
+	}
+	return nodePlan{}
 }
 
 // runnerStatus is the status of the runner's container, nil before the

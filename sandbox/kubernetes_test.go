@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -613,4 +614,46 @@ func (a clientsetAPI) RuntimeClasses(ctx context.Context) (*nodev1.RuntimeClassL
 }
 func (a clientsetAPI) Review(ctx context.Context, r *authorizationv1.SelfSubjectAccessReview) (*authorizationv1.SelfSubjectAccessReview, error) {
 	return a.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, r, metav1.CreateOptions{})
+}
+
+// A pod's annotation names the node folder Remove undoes: one that is not
+// beside the pod's own run folder is not trusted (anyone who may create a
+// pod there writes its annotations).
+func TestKubeForgedNodePlan(t *testing.T) {
+	k, _, _ := newFakeKube(t)
+	pod, err := k.podFor(kubeSpec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if planOf(pod).Dir == "" {
+		t.Fatal("the bridge's own plan is not read back")
+	}
+	for _, dir := range []string{"/etc.node", "/var/lib/other/run-1.node", ""} {
+		forged := pod.DeepCopy()
+		forged.Annotations[kubeNodeAnnotation] = `{"dir":"` + dir + `","tmpfs":1}`
+		if got := planOf(forged); got.Dir != "" {
+			t.Errorf("forged dir %q trusted: %+v", dir, got)
+		}
+	}
+	forged := pod.DeepCopy()
+	forged.Spec.Volumes[0].VolumeSource.HostPath.Path = "/etc"
+	if got := planOf(forged); got.Dir != "" {
+		t.Errorf("a plan beside a forged relay folder trusted: %+v", got)
+	}
+}
+
+// A node lists its 50 largest images only: the runner's absence from a
+// full list is not proof it is missing.
+func TestKubeImageInfoFullList(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	node, _ := cs.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	for i := range kubeletListedImages {
+		node.Status.Images = append(node.Status.Images, corev1.ContainerImage{Names: []string{fmt.Sprintf("docker.io/library/big-%d:1", i)}})
+	}
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.ImageInfo(context.Background(), "bridge-runner:unlisted"); err != nil {
+		t.Fatalf("an unlisted image on a full list: %v", err)
+	}
 }

@@ -1041,16 +1041,26 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
 # those refused outright: ptrace, process_vm_readv, process_vm_writev and
 # pidfd_getfd (the code could otherwise drive another process of the
 # container that the filter does not bind, its init, where the kernel lets
-# a process trace another of its uid).
+# a process trace another of its uid); io_uring_setup, _enter and _register
+# (its socket and connect operations would pass the socket filter below,
+# and a container runtime's default profile may allow it).
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, 41, 53, (101, 310, 311, 438)),
-    "aarch64": (0xC00000B7, 198, 199, (117, 270, 271, 438)),
+    "x86_64": (0xC000003E, 41, 53, (101, 310, 311, 438, 425, 426, 427)),
+    "aarch64": (0xC00000B7, 198, 199, (117, 270, 271, 438, 425, 426, 427)),
 }
+# Socket families: AF_UNIX (the code makes no unix socket of its own) and
+# AF_VSOCK (not bound by a network namespace: on a VM, a way to the
+# hypervisor's host) are refused always. Without a network (no_inet), every
+# family but AF_NETLINK is refused: an allowlist, so that AF_INET's
+# relatives (AF_SMC, AF_XDP, AF_RDS, ...) are closed too.
+_AF_UNIX, _AF_NETLINK, _AF_VSOCK = 1, 16, 40
 _LANDLOCK_WRITE_FILE = 1 << 1
-# Not /proc: writing there reaches other processes (/proc/1/mem). Pipes
+# Not /proc: writing there reaches other processes (/proc/1/mem); and in
+# /dev only the devices a program writes to, not whatever a runtime puts
+# there (a pod's /dev/termination-log is a file on the node's disk). Pipes
 # and sockets reopened through /proc/self/fd are not in a file hierarchy,
 # so Landlock lets them be (print to /dev/stdout works).
-_LANDLOCK_WRITABLE = ("/tmp", "/dev")
+_LANDLOCK_WRITABLE = ("/tmp", "/dev/shm", "/dev/pts", "/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
 
 
 def set_rlimits(spec: str) -> None:
@@ -1088,8 +1098,6 @@ def confine(no_inet: bool = False) -> int:
         die(EXIT_PROTOCOL, f"no_new_privs: {os.strerror(ctypes.get_errno())}")
     abi = _landlock(libc)
     audit, nr_socket, nr_socketpair, refused = arch
-    # AF_UNIX; and AF_INET, AF_INET6, AF_PACKET without a network.
-    families = [1, 2, 10, 17] if no_inet else [1]
     deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
     # (code, jt, jf, k) with jumps as labels, resolved below.
     prog: list[tuple[int, Any, Any, int]] = [
@@ -1103,8 +1111,11 @@ def confine(no_inet: bool = False) -> int:
         (0x15, "pair", "allow", nr_socketpair),
         ("socket", None, None, 0),
         (0x20, 0, 0, 16),  # ld args[0] (low half): the family
-        *[(0x15, "deny", 0, f) for f in families[:-1]],
-        (0x15, "deny", "allow", families[-1]),
+        *(
+            [(0x15, "allow", "deny", _AF_NETLINK)]
+            if no_inet
+            else [(0x15, "deny", 0, _AF_UNIX), (0x15, "deny", "allow", _AF_VSOCK)]
+        ),
         ("pair", None, None, 0),
         (0x20, 0, 0, 16),
         (0x15, 0, "allow", 1),  # AF_UNIX

@@ -1112,6 +1112,12 @@ class FilesTest(unittest.TestCase):
             "t('dev_stdout', lambda: open('/dev/stdout', 'w').close())\n"
             "t('pair_stream', lambda: socket.socketpair())\n"
             "t('inet', lambda: socket.socket(socket.AF_INET).close())\n"
+            "t('vsock', lambda: socket.socket(40, socket.SOCK_STREAM).close())\n"
+            "def uring():\n"
+            "    p = ctypes.create_string_buffer(120)\n"
+            "    if libc.syscall(425, 4, p) < 0:\n"  # io_uring_setup
+            "        raise OSError(ctypes.get_errno(), 'io_uring_setup')\n"
+            "t('io_uring', uring)\n"
             f"t('fifo', lambda: os.open({os.path.join(outside, 'fifo')!r}, os.O_WRONLY | os.O_NONBLOCK))\n"
             "t('tmp', lambda: open('/tmp/bridge-confined-probe', 'w').close())\n"
             "th = threading.Thread(target=t, args=('thread_unix', lambda: socket.socket(socket.AF_UNIX)))\n"
@@ -1125,7 +1131,7 @@ class FilesTest(unittest.TestCase):
         r = run(code)
         got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
         want = {"unix": "EPERM", "pair_dgram": "EPERM", "pair_raw": "EPERM", "pair_seqpacket": "OK", "pair_stream": "OK",
-                "ptrace": "EPERM", "proc_write": "EACCES", "dev_stdout": "OK", "inet": "OK", "tmp": "OK",
+                "ptrace": "EPERM", "proc_write": "EACCES", "dev_stdout": "OK", "inet": "OK", "tmp": "OK", "vsock": "EPERM", "io_uring": "EPERM",
                 "thread_unix": "EPERM", "child_unix": "EPERM", "fifo": "EACCES"}
         if not landlock_abi():
             want["fifo"] = "ENXIO"  # no reader; the kernel has no Landlock to refuse it
@@ -1147,6 +1153,9 @@ class FilesTest(unittest.TestCase):
             "t('inet', lambda: socket.socket(socket.AF_INET).close())\n"
             "t('inet6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).close())\n"
             "t('packet', lambda: socket.socket(17, socket.SOCK_RAW).close())\n"
+            "t('vsock', lambda: socket.socket(40, socket.SOCK_STREAM).close())\n"
+            "t('smc', lambda: socket.socket(43, socket.SOCK_STREAM).close())\n"
+            "t('netlink', lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close())\n"
             "t('unix', lambda: socket.socket(socket.AF_UNIX))\n"
             "t('pair_stream', lambda: socket.socketpair())\n"
             "th = threading.Thread(target=t, args=('thread_inet', lambda: socket.socket(socket.AF_INET)))\n"
@@ -1160,7 +1169,8 @@ class FilesTest(unittest.TestCase):
         )
         r = run(code, env={"BRIDGE_NO_INET": "1"})
         got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
-        self.assertEqual(got, {"inet": "EPERM", "inet6": "EPERM", "packet": "EPERM", "unix": "EPERM", "pair_stream": "OK",
+        self.assertEqual(got, {"inet": "EPERM", "inet6": "EPERM", "packet": "EPERM", "vsock": "EPERM", "smc": "EPERM", "netlink": "OK",
+                               "unix": "EPERM", "pair_stream": "OK",
                                "thread_inet": "EPERM", "child_inet": "EPERM", "env": "None"}, r.diag)
 
     def test_too_large(self) -> None:

@@ -54,15 +54,17 @@ except OSError as e:
 # Where the engine gives every container an interface (a Kubernetes pod),
 # the runner refuses IP and packet sockets instead: no way onto it.
 refused = []
-for fam, kind in ((socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET6, socket.SOCK_DGRAM), (17, socket.SOCK_RAW)):
+probes = ((socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET6, socket.SOCK_DGRAM), (17, socket.SOCK_RAW),
+          (40, socket.SOCK_STREAM), (43, socket.SOCK_STREAM))  # packet, vsock, smc
+for fam, kind in probes:
     try:
         socket.socket(fam, kind).close()
     except OSError as e:
         if e.errno == errno.EPERM:
             refused.append(fam)
-no_ip = len(refused) == 3
+no_ip = len(refused) == len(probes)
 check("network", (ifaces in ([], ["lo"]) and route in ("ENETUNREACH", "EHOSTUNREACH")) or no_ip,
-      f"interfaces {ifaces}, connect: {route}" + ("; IP and packet sockets refused" if no_ip else ""))
+      f"interfaces {ifaces}, connect: {route}" + ("; IP, packet, vsock and SMC sockets refused" if no_ip else ""))
 
 # Read-only root: no write succeeds, and one fails for that reason. gVisor
 # checks the permissions of / (EACCES for uid 65534) before the mount, so
