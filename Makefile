@@ -146,9 +146,10 @@ integration:
 # The kubernetes engine on the test cluster (make kube-up: built once,
 # then started in seconds): the engine-independent tests (the sandbox's
 # properties and limits, the CLI, doctor, serve, tool calls through the
-# proxy, the pool, mounts, reaping, the hostile suite) and the DaemonSet of
+# proxy, the pool, sessions, artifacts, mounts, reaping, the hostile suite)
+# and the DaemonSet of
 # deploy/kubernetes. KUBE_RUN=PATTERN runs others.
-KUBE_RUN ?= ^(TestNetworkUnreachable|TestRootReadOnly|TestIdentityAndPrivileges|TestTmpfsLimits|TestMemoryLimitKills|TestForkBombHitsPidsLimit|TestTimeoutKills|TestCancelRemovesContainer|TestOutputAndErrors|TestConcurrentRunsAreIsolated|TestCLIRun|TestDoctor|TestServeBasics|TestUpstreamsFromTheSandbox|TestServeWithRemoteProxy|TestPoolNeverReused|TestPoolShutdown|TestMountsReadOnlyNoExec|TestCrashedBridgeIsReaped|TestHostile|TestKubeDaemonSet)$$
+KUBE_RUN ?= ^(TestNetworkUnreachable|TestRootReadOnly|TestIdentityAndPrivileges|TestTmpfsLimits|TestMemoryLimitKills|TestForkBombHitsPidsLimit|TestTimeoutKills|TestCancelRemovesContainer|TestOutputAndErrors|TestConcurrentRunsAreIsolated|TestCLIRun|TestDoctor|TestServeBasics|TestUpstreamsFromTheSandbox|TestServeWithRemoteProxy|TestPoolNeverReused|TestPoolShutdown|TestMountsReadOnlyNoExec|TestCrashedBridgeIsReaped|TestHostile|TestSessions|TestArtifacts|TestKubeDaemonSet)$$
 integration-kubernetes: build need-env
 	@$(MAKE) --no-print-directory kube-up
 	$(call banner,integration: the kubernetes engine on the test cluster)
