@@ -147,8 +147,7 @@ integration:
 # then started in seconds): the engine-independent tests (the sandbox's
 # properties and limits, the CLI, doctor, serve, tool calls through the
 # proxy, the pool, sessions, artifacts, mounts, reaping, the hostile suite)
-# and the DaemonSet of
-# deploy/kubernetes. KUBE_RUN=PATTERN runs others.
+# and the DaemonSet of deploy/kubernetes. KUBE_RUN=PATTERN runs others.
 KUBE_RUN ?= ^(TestNetworkUnreachable|TestRootReadOnly|TestIdentityAndPrivileges|TestTmpfsLimits|TestMemoryLimitKills|TestForkBombHitsPidsLimit|TestTimeoutKills|TestCancelRemovesContainer|TestOutputAndErrors|TestConcurrentRunsAreIsolated|TestCLIRun|TestDoctor|TestServeBasics|TestUpstreamsFromTheSandbox|TestServeWithRemoteProxy|TestPoolNeverReused|TestPoolShutdown|TestMountsReadOnlyNoExec|TestCrashedBridgeIsReaped|TestHostile|TestSessions|TestArtifacts|TestKubeDaemonSet)$$
 integration-kubernetes: build need-env
 	@$(MAKE) --no-print-directory kube-up
