@@ -97,12 +97,15 @@ func (p *stdioProc) exitState() *os.ProcessState {
 // went wrong.
 func (p *stdioProc) startError(err error, exited bool) error {
 	msg := err.Error()
+	// A failed connect has closed the connection, which waited for the
+	// process: the rest of stderr is on its way to the reader, and a line
+	// read but not yet kept would be missing from the message. Wait for the
+	// reader to reach the end (bounded: a child may hold stderr open).
+	select {
+	case <-p.stderrDone:
+	case <-time.After(tailWait):
+	}
 	if exited {
-		// The rest of stderr comes soon after the exit: wait for it.
-		select {
-		case <-p.stderrDone:
-		case <-time.After(tailWait):
-		}
 		if st := p.exitState(); st != nil {
 			msg = fmt.Sprintf("it exited during start-up (%s)", st)
 		} else {
