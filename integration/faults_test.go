@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,60 +24,127 @@ import (
 // engineScript runs integration/env/engine.sh ACTION ENGINE.
 func engineScript(t *testing.T, action, engine string) {
 	t.Helper()
+	if out, err := runEngineScript(action, engine); err != nil {
+		t.Fatalf("engine.sh %s %s: %v\n%s", action, engine, err, out)
+	} else {
+		t.Logf("engine.sh %s %s: %s", action, engine, out)
+	}
+}
+
+func runEngineScript(action, engine string) (string, error) {
 	script := filepath.Join(repoRoot(), "integration", "env", "engine.sh")
 	out, err := exec.Command("bash", script, action, engine).CombinedOutput()
-	if err != nil {
-		t.Fatalf("engine.sh %s %s: %v\n%s", action, engine, err, out)
+	return strings.TrimSpace(string(out)), err
+}
+
+// engineNotOurs is engine.sh's exit status for an engine that setup.sh did
+// not start: one that ran before `make test` (a system service, a
+// developer's own), which a test must not stop.
+const engineNotOurs = 3
+
+// needOwnEngine skips the test unless e's engine is one that setup.sh
+// started, and so one a test may stop and start again. An engine that ran
+// before (a system service, a developer's own) is skipped, in CI too:
+// stopping it would take it from whoever else uses it, and starting "it"
+// again would start a second daemon beside the first. Tests call it
+// before they start anything.
+func needOwnEngine(t *testing.T, e *engine) {
+	t.Helper()
+	out, err := runEngineScript("owned", e.name)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == engineNotOurs {
+		t.Skipf("%s ran before setup.sh: this test restarts only an engine the test set-up started (%s)", e.name, out)
 	}
-	t.Logf("engine.sh %s %s: %s", action, engine, strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("engine.sh owned %s: %v\n%s", e.name, err, out)
+	}
+}
+
+// stopEngine stops e's engine (needOwnEngine said the test may) for a test
+// that then starts it again with the returned function; a cleanup starts it
+// if the test ends first.
+func stopEngine(t *testing.T, e *engine) (start func()) {
+	t.Helper()
+	engineScript(t, "stop", e.name)
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			engineScript(t, "start", e.name)
+		}
+	})
+	return func() {
+		t.Helper()
+		engineScript(t, "start", e.name)
+		stopped = false
+	}
 }
 
 // coldBridge starts `bridge serve` on e with the warm pool off, so that
 // the one container that appears during a call is the call's: these tests
-// act on it from outside. The pool's own faults are in pool_test.go.
-func coldBridge(t *testing.T, e *engine) (*mcp.ClientSession, int, *syncBuffer) {
+// act on it from outside. The pool's own faults are in pool_test.go. The
+// bridge's progress messages arrive on the returned channel (the newest
+// are dropped while nobody reads).
+func coldBridge(t *testing.T, e *engine) (*mcp.ClientSession, int, *syncBuffer, <-chan string) {
 	t.Helper()
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	writePoolPolicy(t, e, policyFile, 0, "")
-	return connectStdioArgs(t, e, nil, "--policy", policyFile)
+	progress := make(chan string, 64)
+	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		select {
+		case progress <- r.Params.Message:
+		default:
+		}
+	}}
+	cs, pid, stderr := connectStdioArgs(t, e, opts, "--policy", policyFile)
+	return cs, pid, stderr, progress
 }
 
 // startLongRun calls run_python with code that prints "up" and sleeps, and
-// returns once the run's container is running, with a channel for its result.
-func startLongRun(t *testing.T, e *engine, cs *mcp.ClientSession) (<-chan *mcp.CallToolResult, sandbox.ContainerInfo) {
+// returns once the code runs (the bridge's progress says "up"), with the
+// run's container and a channel for its result. It looks only at the
+// containers of the bridge process pid: other bridges may run on the same
+// engine.
+func startLongRun(t *testing.T, e *engine, pid int, cs *mcp.ClientSession, progress <-chan string) (<-chan *mcp.CallToolResult, sandbox.ContainerInfo) {
 	t.Helper()
 	before := map[string]bool{}
-	list := func() []sandbox.ContainerInfo {
-		cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cs
-	}
-	for _, c := range list() {
+	for _, c := range containersOf(t, e, pid) {
 		before[c.ID] = true
+	}
+	for len(progress) > 0 {
+		<-progress
 	}
 	done := make(chan *mcp.CallToolResult, 1)
 	go func() {
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python",
-			Arguments: map[string]any{"code": "import time\nprint('up', flush=True)\ntime.sleep(300)", "timeout_seconds": 280}})
+		p := &mcp.CallToolParams{Name: "run_python",
+			Arguments: map[string]any{"code": "import time\nprint('up', flush=True)\ntime.sleep(300)", "timeout_seconds": 280}}
+		p.SetProgressToken("long-run")
+		res, err := cs.CallTool(context.Background(), p)
 		if err != nil {
 			res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "tools/call: " + err.Error()}}}
 		}
 		done <- res
 	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, c := range list() {
-			if !before[c.ID] {
-				time.Sleep(time.Second) // let the runner connect and start the code
-				return done, c
-			}
+	timeout := time.After(60 * time.Second)
+	for up := false; !up; {
+		select {
+		case msg := <-progress:
+			up = strings.Contains(msg, "up")
+		case res := <-done:
+			t.Fatalf("the long run ended before it printed: %s", contentText(res))
+		case <-timeout:
+			t.Fatal("the long run did not print \"up\" within 60 s")
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatal("the run's container did not appear within 60 s")
-	return nil, sandbox.ContainerInfo{}
+	var mine []sandbox.ContainerInfo
+	for _, c := range containersOf(t, e, pid) {
+		if !before[c.ID] {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) != 1 {
+		t.Fatalf("the bridge has %d new containers while its one run runs, want 1: %v", len(mine), mine)
+	}
+	return done, mine[0]
 }
 
 // awaitResult waits a bounded time for a call's result.
@@ -94,17 +162,18 @@ func awaitResult(t *testing.T, done <-chan *mcp.CallToolResult, within time.Dura
 	}
 }
 
-// waitNoContainers waits until no container of the bridge is left.
-func waitNoContainers(t *testing.T, e *engine, within time.Duration) {
+// waitNoContainers waits until no container of the bridge process pid is
+// left (of it alone: other bridges may run on the same engine).
+func waitNoContainers(t *testing.T, e *engine, pid int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		cs, err := e.rt.List(context.Background(), map[string]string{sandbox.LabelManaged: "true"})
-		if err == nil && len(cs) == 0 {
+		cs := containersOf(t, e, pid)
+		if len(cs) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("containers left after %s: %v (%v)", within, cs, err)
+			t.Fatalf("containers of the bridge left after %s: %v", within, cs)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -118,31 +187,25 @@ func TestFaultEngineRestart(t *testing.T) {
 		t.Skip("restarting an engine needs root: the rootful run tests it on docker and podman")
 	}
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		cs, _, stderr := coldBridge(t, e)
+		needOwnEngine(t, e)
+		cs, pid, stderr, progress := coldBridge(t, e)
 		if out := mustRun(t, cs, "print(6*7)"); out != "42\n" {
 			t.Fatalf("before: %q", out)
 		}
-		done, c := startLongRun(t, e, cs)
-		stopped := true
-		t.Cleanup(func() {
-			if stopped {
-				engineScript(t, "start", e.name)
-			}
-		})
-		engineScript(t, "stop", e.name)
+		done, c := startLongRun(t, e, pid, cs, progress)
+		startAgain := stopEngine(t, e)
 		res, out := awaitResult(t, done, 90*time.Second)
 		msg := contentText(res)
 		if !res.IsError || out.Status == "ok" || msg == "" {
 			t.Fatalf("a run whose engine went away: isError %v, status %q, %q", res.IsError, out.Status, msg)
 		}
 		t.Logf("the run, engine stopped: status %q: %s", out.Status, firstLineOf(msg))
-		engineScript(t, "start", e.name)
-		stopped = false
+		startAgain()
 		// The test's own engine client reconnects on its next request.
 		if got := mustRun(t, cs, "print(6*7)"); got != "42\n" {
 			t.Fatalf("after the engine came back: %q\nbridge stderr:\n%s", got, stderr.String())
 		}
-		waitNoContainers(t, e, 90*time.Second)
+		waitNoContainers(t, e, pid, 90*time.Second)
 		t.Logf("container %s of the interrupted run is gone", c.ID[:12])
 	})
 }
@@ -151,10 +214,10 @@ func TestFaultEngineRestart(t *testing.T) {
 // clear message, and the next run works.
 func TestFaultContainerGoneFromOutside(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
-		cs, _, _ := coldBridge(t, e)
+		cs, pid, _, progress := coldBridge(t, e)
 		for _, how := range []string{"kill", "remove"} {
 			t.Run(how, func(t *testing.T) {
-				done, c := startLongRun(t, e, cs)
+				done, c := startLongRun(t, e, pid, cs, progress)
 				start := time.Now()
 				var err error
 				if how == "kill" {
@@ -173,7 +236,7 @@ func TestFaultContainerGoneFromOutside(t *testing.T) {
 				if got := mustRun(t, cs, "print(6*7)"); got != "42\n" {
 					t.Fatalf("the next run: %q", got)
 				}
-				waitNoContainers(t, e, 30*time.Second)
+				waitNoContainers(t, e, pid, 30*time.Second)
 			})
 		}
 	})

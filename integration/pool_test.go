@@ -201,18 +201,12 @@ func TestPoolEngineRestart(t *testing.T) {
 		t.Skip("restarting an engine needs root: the rootful run tests it on docker and podman")
 	}
 	forEachEngine(t, func(t *testing.T, e *engine) {
+		needOwnEngine(t, e)
 		cs, _, stderr, addr, _ := poolBridge(t, e, 2, "")
 		awaitPool(t, addr, 60*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })
-		stopped := true
-		t.Cleanup(func() {
-			if stopped {
-				engineScript(t, "start", e.name)
-			}
-		})
-		engineScript(t, "stop", e.name)
+		startAgain := stopEngine(t, e)
 		awaitPool(t, addr, 60*time.Second, "a failed start", func(s sandbox.PoolStats) bool { return s.Failures > 0 && s.Ready == 0 })
-		engineScript(t, "start", e.name)
-		stopped = false
+		startAgain()
 		// The first run after: warm if the pool already refilled, else
 		// cold, but it runs.
 		if out := mustRun(t, cs, "print(6*7)"); out != "42\n" {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# engine.sh stop|start docker|podman: stops, or starts again, one of the
-# rootful engines that setup.sh started, keeping /run/bridge-test/env true
-# (teardown.sh then stops the new daemon). The fault tests use it to take an
-# engine away under a running bridge (integration/faults_test.go). An engine
-# that setup.sh did not start is not touched: the script says so and exits 3.
+# engine.sh stop|start|owned docker|podman: stops, or starts again, one of
+# the rootful engines that setup.sh started, keeping /run/bridge-test/env
+# true (teardown.sh then stops the new daemon). The fault tests use it to
+# take an engine away under a running bridge (integration/faults_test.go).
+# An engine that setup.sh did not start is not touched: the script says so
+# and exits 3; `owned` only asks (0: setup.sh started it, 3: it did not).
 set -euo pipefail
 
 # shellcheck source=integration/env/lib.sh
@@ -21,7 +22,7 @@ die() {
 	exit 1
 }
 
-[ $# -eq 2 ] || die "usage: engine.sh stop|start docker|podman"
+[ $# -eq 2 ] || die "usage: engine.sh stop|start|owned docker|podman"
 action=$1 engine=$2
 case $engine in
 docker) var=BRIDGE_SETUP_DOCKERD_PID comm=dockerd name=dockerd ;;
@@ -30,9 +31,18 @@ podman) var=BRIDGE_SETUP_PODMAN_PID comm=podman name="podman service" ;;
 esac
 [ -w "$ENV_FILE" ] || die "no $ENV_FILE: run 'make setup' first"
 
+owned() { [ -n "$(sed -n "s/^$var=//p" "$ENV_FILE")" ]; }
+
 case $action in
+owned)
+	owned || {
+		log "$name was not started by setup.sh (it ran before it)"
+		exit 3
+	}
+	log "$name was started by setup.sh"
+	;;
 stop)
-	if [ -z "$(sed -n "s/^$var=//p" "$ENV_FILE")" ]; then
+	if ! owned; then
 		log "$name was not started by setup.sh: not stopping it"
 		exit 3
 	fi
@@ -49,5 +59,5 @@ start)
 	sed -i "s/^$var=.*/$var=$rec/" "$ENV_FILE"
 	log "$name started (PID ${rec%%:*})"
 	;;
-*) die "unknown action $action (stop or start)" ;;
+*) die "unknown action $action (stop, start or owned)" ;;
 esac
