@@ -57,17 +57,19 @@ func (l RequestLimit) over(what string, n int64) string {
 // `printf '...' | bridge serve` should still see the answers to quick calls.
 const stdioDrainTimeout = 2 * time.Second
 
-// idPrefixLength is how much of an overlong line is kept to recover its id.
-const idPrefixLength = 64 << 10
-
 // ServeStdio serves srv over newline-delimited JSON-RPC 2.0: requests from
 // in, answers to out. Unlike the SDK's StdioTransport, a malformed line does
 // not end the session: it is answered on out with a JSON-RPC error (-32700
 // for a line that is not JSON, -32600 for JSON that is not a JSON-RPC 2.0
 // message, with the line's id when one can be recovered, else null) and the
 // next line is read. Blank lines are skipped. A line longer than limit
-// (DefaultMaxRequestBytes when it gives none) is answered with -32600,
-// naming limit.Setting, and skipped without being held in memory. JSON-RPC batches (a JSON array on one line, which MCP dropped in
+// (DefaultMaxRequestBytes when it gives none) is not held in memory: it is
+// scanned as it is read for its top-level "id", wherever that comes in the
+// line, answered with -32600 naming limit.Setting and that id (null when it
+// has none, or one over maxIDBytes), and skipped up to its newline; the lines
+// after it are read as usual. Such a line that is a whole notification (a
+// "method" and no "id") is skipped without an answer, as JSON-RPC says.
+// JSON-RPC batches (a JSON array on one line, which MCP dropped in
 // 2025-06-18) are refused with -32600.
 //
 // ServeStdio returns nil when in ends (EOF): the calls in flight then get up
@@ -141,10 +143,11 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 
 // stdioLine is one line of input, or the error that ended the input.
 type stdioLine struct {
-	data    []byte // without its line ending; only a prefix if tooLong
-	size    int64  // the line's full length
-	tooLong bool
-	err     error // io.EOF or a read error; data is then empty
+	data    []byte // without its line ending; nil if tooLong
+	size    int64  // the line's length, without its ending
+	tooLong bool   // over the limit: not kept
+	id      lineID // if tooLong, what the line says about its id
+	err     error  // io.EOF or a read error; data is then empty
 }
 
 // stdioConn is the mcp.Connection of a stdioTransport.
@@ -179,54 +182,67 @@ func (c *stdioConn) Close() error {
 }
 
 // readLines reads in, line by line, and hands each line to Read until the
-// input ends or the connection closes. A line longer than maxLine is read to
-// its end but only its first bytes are kept, so that memory stays bounded.
+// input ends or the connection closes.
 func (c *stdioConn) readLines() {
 	br := bufio.NewReaderSize(c.t.in, 64<<10)
-	keep := min(c.t.maxLine, idPrefixLength)
 	for {
-		var (
-			line    []byte
-			size    int64 // bytes read of this line, its ending included
-			tooLong bool
-			chunk   []byte
-			err     error
-		)
-		for {
-			chunk, err = br.ReadSlice('\n')
-			size += int64(len(chunk))
-			if !tooLong {
-				line = append(line, chunk...)
-				// The line ending ("\n" or "\r\n") does not count.
-				if len(line) > c.t.maxLine+2 {
-					tooLong = true
-					line = bytes.Clone(line[:keep])
-				}
-			}
-			if err != bufio.ErrBufferFull {
-				break
-			}
-		}
-		if !tooLong {
-			line = trimEOL(line)
-			tooLong = len(line) > c.t.maxLine
-		}
-		if size > 0 {
-			// A last line without a newline counts too.
-			if bytes.HasSuffix(chunk, []byte("\r\n")) {
-				size -= 2
-			} else if bytes.HasSuffix(chunk, []byte("\n")) {
-				size--
-			}
-			if !c.send(stdioLine{data: line, size: size, tooLong: tooLong}) {
-				return
-			}
+		l, n, err := c.readLine(br)
+		// A last line without a newline counts too.
+		if n > 0 && !c.send(l) {
+			return
 		}
 		if err != nil {
 			c.send(stdioLine{err: err})
 			return
 		}
 	}
+}
+
+// readLine reads one line from br and says how many bytes it took (its
+// ending included). A line longer than maxLine is not kept: the bytes read
+// of it go through an idScan as they come, so that the line can be
+// answered with its id wherever the id is (the TypeScript SDK writes it
+// last), and what follows its newline stays in br for the next line.
+func (c *stdioConn) readLine(br *bufio.Reader) (l stdioLine, n int64, err error) {
+	var (
+		scan  *idScan
+		chunk []byte
+		cr    bool // the chunk before ended with "\r"
+		eol   int  // the length of the line's ending
+	)
+	for {
+		chunk, err = br.ReadSlice('\n')
+		n += int64(len(chunk))
+		if scan != nil {
+			scan.feed(chunk)
+		} else if l.data = append(l.data, chunk...); len(l.data) > c.t.maxLine+2 {
+			// Over the limit even without its line ending ("\r\n").
+			scan = &idScan{}
+			scan.feed(l.data)
+			l.data = nil
+		}
+		if bytes.HasSuffix(chunk, []byte("\n")) {
+			eol = 1
+			if bytes.HasSuffix(chunk, []byte("\r\n")) || len(chunk) == 1 && cr {
+				eol = 2
+			}
+		}
+		if err != bufio.ErrBufferFull {
+			break
+		}
+		cr = bytes.HasSuffix(chunk, []byte("\r"))
+	}
+	l.size = n - int64(eol)
+	if scan == nil {
+		if l.data = trimEOL(l.data); len(l.data) <= c.t.maxLine {
+			return l, n, err
+		}
+		scan = &idScan{}
+		scan.feed(l.data)
+		l.data = nil
+	}
+	l.tooLong, l.id = true, scan.result()
+	return l, n, err
 }
 
 // trimEOL removes a trailing "\n" or "\r\n".
@@ -266,6 +282,12 @@ func (c *stdioConn) Read(context.Context) (jsonrpc.Message, error) {
 					return nil, io.EOF
 				}
 				return nil, fmt.Errorf("reading stdin: %w", l.err)
+			}
+			if l.tooLong && l.id.notification {
+				// JSON-RPC answers no notification, not even with an error.
+				c.t.log.Warn().Int64("bytes", l.size).Int64("limit", c.t.limit.Bytes).Str("setting", c.t.limit.Setting).
+					Msg("skipped a JSON-RPC notification longer than the limit of a line; JSON-RPC answers no notification")
+				continue
 			}
 			msg, bad := decodeLine(l, c.t.limit)
 			if bad != nil {
@@ -413,11 +435,11 @@ const lineHint = "; each line must be one JSON-RPC 2.0 message"
 // decodeLine decodes one line. It returns nil, nil for a blank line.
 func decodeLine(l stdioLine, limit RequestLimit) (jsonrpc.Message, *lineError) {
 	if l.tooLong {
-		return nil, &lineError{
-			code:    jsonrpc.CodeInvalidRequest,
-			message: "invalid request: " + limit.over("line", int64(l.size)) + lineHint,
-			id:      recoverID(l.data),
+		msg := "invalid request: " + limit.over("line", l.size) + lineHint
+		if l.id.tooLong {
+			msg += fmt.Sprintf("; its id is over %d bytes, so it is answered with id null", maxIDBytes)
 		}
+		return nil, &lineError{code: jsonrpc.CodeInvalidRequest, message: msg, id: l.id.id}
 	}
 	data := bytes.TrimSpace(l.data)
 	if len(data) == 0 {
@@ -433,13 +455,13 @@ func decodeLine(l stdioLine, limit RequestLimit) (jsonrpc.Message, *lineError) {
 				msg = fmt.Sprintf("%s at byte %d", se, se.Offset)
 			}
 		}
-		return nil, &lineError{code: jsonrpc.CodeParseError, message: "parse error: " + msg + lineHint, id: recoverID(data)}
+		return nil, &lineError{code: jsonrpc.CodeParseError, message: "parse error: " + msg + lineHint, id: scanID(data).id}
 	}
 	invalid := func(format string, args ...any) *lineError {
 		return &lineError{
 			code:    jsonrpc.CodeInvalidRequest,
 			message: "invalid request: " + fmt.Sprintf(format, args...) + lineHint,
-			id:      recoverID(data),
+			id:      scanID(data).id,
 		}
 	}
 	switch data[0] {
@@ -484,43 +506,4 @@ func validID(id json.RawMessage) bool {
 		return true
 	}
 	return string(id) == "null"
-}
-
-// recoverID returns the JSON text of the "id" member of the object that
-// data is or begins with, if it comes before any syntax error and is a
-// string or a number; else nil.
-func recoverID(data []byte) json.RawMessage {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil
-	}
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return nil // the object's end
-		}
-		if key == "id" {
-			tok, err := dec.Token()
-			if err != nil {
-				return nil
-			}
-			switch v := tok.(type) {
-			case string:
-				b, _ := json.Marshal(v)
-				return b
-			case json.Number:
-				return json.RawMessage(v)
-			}
-			return nil
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return nil
-		}
-	}
 }

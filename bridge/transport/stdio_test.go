@@ -355,6 +355,80 @@ func TestStdioOverlongLineIsNotBuffered(t *testing.T) {
 	}
 }
 
+// An overlong line is answered with its id wherever the id is (the
+// TypeScript SDK writes it last, after the params), never one nested in the
+// params; a request written right behind it, in the same write, is
+// answered too; an overlong notification is not answered.
+func TestStdioOverlongLineIDAnywhere(t *testing.T) {
+	const maxLine = 4096
+	big := strings.Repeat("x", 2*maxLine)
+	cases := []struct {
+		name, line, id string
+		parts          []string
+	}{
+		{"id after params", `{"method":"tools/call","params":{"name":"echo","arguments":{"text":"` + big + `"}},"jsonrpc":"2.0","id":21}`, "21", nil},
+		{"string id with escapes", `{"method":"tools/call","params":{"name":"echo","arguments":{"text":"` + big + `\\\""}},"jsonrpc":"2.0","id":"a\"b\\c\u00e9}"}`, `"a\"b\\c\u00e9}"`, nil},
+		{"nested ids are not the request's", `{"method":"tools/call","params":{"id":99,"name":"echo","arguments":{"id":"nested","text":"\"id\":98 ` + big + `"}},"jsonrpc":"2.0","id":22}`, "22", nil},
+		{"only nested ids", `{"method":"tools/call","params":{"id":99,"arguments":[{"id":98}],"text":"` + big + `"},"jsonrpc":"2.0","id":null}`, "null", nil},
+		{"not an object", `["` + big + `"]`, "null", nil},
+		{"an id too long to keep", `{"method":"tools/call","params":{"text":"` + big + `"},"jsonrpc":"2.0","id":"` + strings.Repeat("i", maxIDBytes) + `"}`, "null",
+			[]string{"its id is over 128 bytes, so it is answered with id null"}},
+	}
+	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), maxLine)
+	h.initialize()
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			next := 100 + i
+			// One write: the request behind the overlong line is already
+			// buffered when the overlong line is read.
+			h.send(c.line + "\n" + `{"jsonrpc":"2.0","id":` + itoa(next) + `,"method":"tools/list"}`)
+			wantError(t, h.recv(), -32600, c.id, append(c.parts, "over the limit of 4096 bytes (test.max_line)")...)
+			if m := h.recv(); string(m.ID) != itoa(next) || m.Error != nil || len(toolNames(t, m)) != 2 {
+				t.Fatalf("the request behind the overlong line: %+v", m)
+			}
+		})
+	}
+	// A notification over the limit gets no answer: the next line read
+	// answered is the request behind it.
+	h.send(`{"method":"notifications/message","params":{"data":"` + big + `"},"jsonrpc":"2.0"}` + "\n" + `{"jsonrpc":"2.0","id":200,"method":"tools/list"}`)
+	if m := h.recv(); string(m.ID) != "200" || m.Error != nil {
+		t.Fatalf("after an overlong notification, got %+v, want the answer to id 200", m)
+	}
+	if err := h.wait(); err != nil {
+		t.Errorf("ServeStdio after EOF: %v", err)
+	}
+	if !strings.Contains(h.log.String(), "skipped a JSON-RPC notification longer than the limit") {
+		t.Errorf("the overlong notification was not logged:\n%s", h.log.String())
+	}
+}
+
+// A 100 MB line with its id last, as the TypeScript SDK writes one, is
+// answered with that id without being held, and the request right behind
+// it is answered.
+func TestStdioOverlongLineIDLastIsNotBuffered(t *testing.T) {
+	const lineLen int64 = 100 << 20
+	pattern := `print(\"id\": 1) # {[ \\ ` + strings.Repeat("x", 1000)
+	in := io.MultiReader(
+		strings.NewReader(initializeLine+"\n"+`{"method":"tools/call","params":{"name":"echo","arguments":{"text":"`),
+		&repeatReader{pattern: []byte(pattern), n: lineLen - lineLen%int64(len(pattern))},
+		strings.NewReader(`"}},"jsonrpc":"2.0","id":"call-1"}`+"\n"+`{"jsonrpc":"2.0","id":78,"method":"tools/list"}`+"\n"),
+	)
+	var out syncBuffer
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := serveStdio(t.Context(), newTestMCPServer(t, nil), in, &out, zerolog.Nop(), RequestLimit{Bytes: 4096}, stdioDrainTimeout); err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+	runtime.ReadMemStats(&after)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Errorf("reading a %d MiB line allocated %d MiB", lineLen>>20, alloc>>20)
+	}
+	got := out.String()
+	if !strings.Contains(got, `{"jsonrpc":"2.0","id":"call-1","error":{"code":-32600,`) || !strings.Contains(got, `"id":78,"result"`) {
+		t.Errorf("output:\n%.2000s", got)
+	}
+}
+
 func TestStdioNotificationOnlySession(t *testing.T) {
 	h := startStdio(t, t.Context(), newTestMCPServer(t, nil), DefaultMaxRequestBytes)
 	h.send(initializedLine)
@@ -517,23 +591,3 @@ func TestStdioWriteFailure(t *testing.T) {
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
-
-func TestRecoverID(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{`{"id":3}`, "3"},
-		{`{"a":{"id":1},"id":"s"}`, `"s"`},
-		{`{"jsonrpc":"2.0","id":-1.5e3,"method":`, "-1.5e3"},
-		{`{"method":"x","params":[1,2,{"id":9}],"id":4`, "4"},
-		{`{"id":null}`, ""},
-		{`{"id":true}`, ""},
-		{`{"id":[1]}`, ""},
-		{`{"a":1}`, ""},
-		{`[{"id":1}]`, ""},
-		{`garbage`, ""},
-		{`{"a":"unterminated`, ""},
-	} {
-		if got := string(recoverID([]byte(c.in))); got != c.want {
-			t.Errorf("recoverID(%s) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
