@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	stdlog "log"
 	"net"
 	"net/http"
 	"strings"
@@ -90,10 +89,10 @@ type HTTPOptions struct {
 //
 // /mcp and /sse need `Authorization: Bearer <token>` when a token is set or
 // generated (see HTTPOptions.Token); whether the address is loopback is
-// judged from the address actually bound. The SDK's DNS-rebinding
-// protection stays on (a request that reaches a loopback address with a
-// non-loopback Host header gets 403), and cross-origin browser requests that
-// are not GET or HEAD are refused.
+// judged from the address actually bound. Every path is behind [Guard]: a
+// request that reaches a loopback address with a non-loopback Host header
+// (DNS rebinding) gets 403, and so do cross-origin browser requests that
+// are not GET or HEAD.
 //
 // When ctx ends, ServeHTTP stops accepting connections, closes those that
 // have not sent a request, ends the hanging GET streams, gives the requests in flight ShutdownTimeout to finish, then
@@ -129,14 +128,9 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 	defer endStreams()
 
 	var fresh freshConns
-	hs := &http.Server{
-		Handler:           newHTTPHandler(srv, opts, token, streams),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No ReadTimeout or WriteTimeout: SSE streams and tool calls last.
-		ErrorLog:  stdlog.New(httpErrorLog{log}, "", 0),
-		ConnState: fresh.track,
-	}
+	// No ReadTimeout or WriteTimeout: SSE streams and tool calls last.
+	hs := NewServer(newHTTPHandler(srv, opts, token, streams), log)
+	hs.ConnState = fresh.track
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -278,8 +272,9 @@ func closeSessions(ctx context.Context, srv *mcp.Server, log zerolog.Logger) {
 	}
 }
 
-// newHTTPHandler routes /mcp, /sse, /healthz and /readyz. token may be empty (no
-// auth); streams ends the GET requests of /mcp and /sse.
+// newHTTPHandler routes /mcp, /sse, /healthz and /readyz (NewServer puts
+// Guard before them all). token may be empty (no auth); streams ends the
+// GET requests of /mcp and /sse.
 func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams context.Context) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return srv }
 	sessionTimeout := max(opts.SessionTimeout, 0)
@@ -293,13 +288,12 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 	})
 	sse := mcp.NewSSEHandler(getServer, &mcp.SSEOptions{MaxRequestBodyBytes: opts.MaxRequest.Bytes})
 	auth := bearerAuth(token)
-	cop := http.NewCrossOriginProtection()
 	limit := limitBody(opts.MaxRequest)
 
 	mux := http.NewServeMux()
 	d := opts.Drain
-	mux.Handle("/mcp", cop.Handler(auth(limit(d.gate(endWith(streams, streamable), false)))))
-	mux.Handle("/sse", cop.Handler(auth(limit(d.gate(endWith(streams, sse), true)))))
+	mux.Handle("/mcp", auth(limit(d.gate(endWith(streams, streamable), false))))
+	mux.Handle("/sse", auth(limit(d.gate(endWith(streams, sse), true))))
 	mux.Handle("/readyz", readyz(d, opts.Readiness, opts.Version, token))
 	if opts.Metrics != nil {
 		mux.Handle("/metrics", auth(getOnly(opts.Metrics)))
