@@ -165,6 +165,12 @@ func Format(p *Policy) string {
 
 	w(0, "audit:")
 	w(1, "file: %s", strconv.Quote(p.Audit.File))
+
+	w(0, "http:")
+	w(1, "max_sessions: %d", p.HTTP.MaxSessions)
+	w(1, "max_sessions_per_client: %d", p.HTTP.MaxSessionsPerClient)
+	w(1, "session_idle_timeout: %s", units.FormatDuration(p.HTTP.SessionIdleTimeout))
+	w(1, "session_min_idle: %s", units.FormatDuration(p.HTTP.SessionMinIdle))
 	return b.String()
 }
 

@@ -85,6 +85,11 @@ tokenize:
   max_values: 10000
 audit:
   file: ""
+http:
+  max_sessions: 1000
+  max_sessions_per_client: 100
+  session_idle_timeout: 30m
+  session_min_idle: 60s
 `
 	if got := Format(Default()); got != want {
 		t.Errorf("Format(Default()) =\n%s\nwant\n%s", got, want)
@@ -94,7 +99,7 @@ audit:
 	got := Format(Default())
 	at := 0
 	var keys []string
-	for _, ks := range [][]string{{"version"}, sandboxKeys, {"mounts"}, artifactsKeys, toolsKeys, budgetsKeys, auditKeys} {
+	for _, ks := range [][]string{{"version"}, sandboxKeys, {"mounts"}, artifactsKeys, toolsKeys, budgetsKeys, auditKeys, httpKeys} {
 		keys = append(keys, ks...)
 	}
 	for _, k := range keys {
@@ -204,6 +209,11 @@ tokenize:
   max_values: 10000
 audit:
   file: ""
+http:
+  max_sessions: 1000
+  max_sessions_per_client: 100
+  session_idle_timeout: 30m
+  session_min_idle: 60s
 `
 	got := Format(p)
 	if got != want {
@@ -429,5 +439,11 @@ func randomPolicy(rng *rand.Rand) *Policy {
 	}
 
 	p.Audit.File = pick("", "stderr", "/var/log/bridge/audit.jsonl", "/tmp/a b/\"q\".log")
+
+	h := &p.HTTP
+	h.MaxSessions = int(between(1, maxHTTPSessions))
+	h.MaxSessionsPerClient = int(between(1, int64(h.MaxSessions)))
+	h.SessionIdleTimeout = time.Duration(between(int64(minHTTPSessionIdle), int64(maxHTTPSessionIdle)))
+	h.SessionMinIdle = time.Duration(between(int64(minHTTPSessionMinIdle), int64(h.SessionIdleTimeout)))
 	return p
 }

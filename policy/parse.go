@@ -100,6 +100,7 @@ func Default() *Policy {
 		Skills:    defaultSkills(),
 		Artifacts: defaultArtifacts(),
 		Tokenize:  defaultTokenize(),
+		HTTP:      defaultHTTP(),
 		Tools: Tools{
 			Servers:      []string{"*"},
 			Default:      Allow,
@@ -175,7 +176,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "tokenize", "audit"}
+	topKeys = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "tokenize", "audit", "http"}
 )
 
 // sectionOf is, for each key of a section, the section: it turns "unknown
@@ -185,7 +186,7 @@ var sectionOf = func() map[string]string {
 	for _, s := range []struct {
 		name string
 		keys []string
-	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}, {"tokenize", tokenizeKeys}} {
+	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}, {"tokenize", tokenizeKeys}, {"http", httpKeys}} {
 		for _, k := range s.keys {
 			if _, ok := m[k]; !ok {
 				m[k] = s.name
@@ -385,6 +386,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.tokenize(k, v, &pol.Tokenize)
 		case "audit":
 			p.audit(k, v, &pol.Audit)
+		case "http":
+			p.http(k, v, &pol.HTTP)
 		}
 	})
 	if seen["version"] == nil {

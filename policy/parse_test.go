@@ -102,7 +102,7 @@ func TestExampleFileIsTheDefault(t *testing.T) {
 	}
 	// The file sets every key explicitly (no key left to the defaults).
 	data, _ := os.ReadFile("../policy.example.yaml")
-	for _, keys := range [][]string{topKeys, sandboxKeys, artifactsKeys, toolsKeys, budgetsKeys, auditKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, artifactsKeys, toolsKeys, budgetsKeys, auditKeys, httpKeys} {
 		for _, k := range keys {
 			if !regexp.MustCompile(`(?m)^ *` + k + `:`).Match(data) {
 				t.Errorf("policy.example.yaml does not set %s", k)
@@ -217,6 +217,11 @@ tokenize:
     - server: mail*
       tool: send
   max_values: 50
+http:
+  max_sessions: 50
+  max_sessions_per_client: 5
+  session_idle_timeout: 2m
+  session_min_idle: 10s
 `
 	src = strings.Replace(src, "budgets:\n", "  ask_fallback: allow\n  ask_timeout: 30s\n  ask_remember: connection\n  ask_max_per_run: 3\nbudgets:\n", 1)
 	p := mustParse(t, src)
@@ -246,6 +251,7 @@ tokenize:
 			Results:  []ToolMatch{{Server: "crm", Tool: "*", Line: 78, Column: 7}},
 			Restore:  []ToolMatch{{Server: "mail*", Tool: "send", Line: 80, Column: 7}}},
 		Audit: Audit{File: "/var/log/bridge/audit.jsonl"},
+		HTTP:  HTTP{MaxSessions: 50, MaxSessionsPerClient: 5, SessionIdleTimeout: 2 * time.Minute, SessionMinIdle: 10 * time.Second},
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", p, want)
@@ -300,8 +306,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit, http), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit, http), got a string "hello"`}},
 		// The bounds of what a client sends.
 		{"code over request", "version: 1\nsandbox:\n  max_code_bytes: 8Mi\n", []string{"3:19: sandbox.max_code_bytes (8Mi) is more than sandbox.max_request_bytes (4Mi)"}},
 		{"request under code", "version: 1\nsandbox:\n  max_request_bytes: 512Ki\n", []string{"3:22: sandbox.max_code_bytes (1Mi) is more than sandbox.max_request_bytes (512Ki)"}},
@@ -316,6 +322,10 @@ func TestParseErrors(t *testing.T) {
 		{"sessions lifetime too long", "version: 1\nsessions:\n  max_lifetime: 200h\n", []string{"3:17: sessions.max_lifetime: 200h is out of range: it must be 60s .. 168h"}},
 		{"sessions lifetime no unit", "version: 1\nsessions:\n  max_lifetime: 60\n", []string{"3:17: sessions.max_lifetime: want a duration such as 30s, 5m or 1h30m, got a number 60"}},
 		{"sessions max zero", "version: 1\nsessions:\n  max: 0\n", []string{"3:8: sessions.max: 0 is out of range"}},
+		{"http per client over max", "version: 1\nhttp:\n  max_sessions: 10\n  max_sessions_per_client: 20\n", []string{"4:28: http.max_sessions_per_client: 20 is more than http.max_sessions (10)"}},
+		{"http min idle over timeout", "version: 1\nhttp:\n  session_idle_timeout: 30s\n  session_min_idle: 1m\n", []string{"4:21: http.session_min_idle: 60s is longer than http.session_idle_timeout (30s)"}},
+		{"http max zero", "version: 1\nhttp:\n  max_sessions: 0\n", []string{"3:17: http.max_sessions: 0 is out of range"}},
+		{"http idle too short", "version: 1\nhttp:\n  session_idle_timeout: 1s\n", []string{"3:25: http.session_idle_timeout: 1s is out of range: it must be 10s .. 24h"}},
 		{"skills dir relative", "version: 1\nskills:\n  dir: skills\n", []string{`3:8: skills.dir: "skills" is a relative path: give an absolute path, or one starting with ~/`}},
 		{"skills dir forbidden", "version: 1\nskills:\n  dir: /var/lib/docker/skills\n", []string{"3:8: skills.dir: /var/lib/docker/skills is inside /var/lib/docker, Docker's storage"}},
 		{"skills max_bytes too big", "version: 1\nskills:\n  max_bytes: 2Mi\n", []string{"3:14: skills.max_bytes: 2Mi is out of range"}},
@@ -344,7 +354,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit, http; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -361,9 +371,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit, http`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, tools, budgets, tokenize, audit, http`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -634,7 +644,7 @@ func TestDocsDefaults(t *testing.T) {
 	}
 	doc := string(data)
 	formatted := Format(Default())
-	for _, section := range []string{"sandbox", "pool", "sessions", "skills", "artifacts", "tools", "budgets", "audit"} {
+	for _, section := range []string{"sandbox", "pool", "sessions", "skills", "artifacts", "tools", "budgets", "audit", "http"} {
 		i := strings.Index(doc, "### `"+section+"`")
 		if i < 0 {
 			t.Fatalf("docs/policy.md has no section %s", section)
@@ -675,7 +685,7 @@ func TestDocsDefaults(t *testing.T) {
 			t.Errorf("docs/policy.md: no table under %s", section)
 		}
 	}
-	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, skillsKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, skillsKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys, httpKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") {
 				t.Errorf("docs/policy.md does not mention `%s`", k)

@@ -31,6 +31,8 @@ type Policy struct {
 	Budgets   Budgets
 	Tokenize  Tokenize
 	Audit     Audit
+	// HTTP bounds the MCP sessions of serve --http and proxy --http.
+	HTTP HTTP
 
 	sum [32]byte // of the file's bytes, when Load read it
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	stdlog "log"
 	"net"
 	"net/http"
 	"strings"
@@ -24,11 +23,8 @@ import (
 // loopback only, so no token is needed.
 const DefaultHTTPAddr = "127.0.0.1:8080"
 
-// Defaults of HTTPOptions.
-const (
-	DefaultSessionTimeout  = 30 * time.Minute
-	DefaultShutdownTimeout = 5 * time.Second
-)
+// DefaultShutdownTimeout is HTTPOptions.ShutdownTimeout's default.
+const DefaultShutdownTimeout = 5 * time.Second
 
 // HTTPOptions configure ServeHTTP.
 type HTTPOptions struct {
@@ -44,9 +40,9 @@ type HTTPOptions struct {
 	TokenEnv string
 	// Version is reported by /healthz.
 	Version string
-	// SessionTimeout closes a session that has had no request for this long
-	// (DefaultSessionTimeout if zero; negative: never).
-	SessionTimeout time.Duration
+	// Sessions counts and bounds the MCP sessions (see [SessionLimits]);
+	// the defaults if nil.
+	Sessions *Sessions
 	// ShutdownTimeout is how long the requests in flight get to finish when
 	// ctx ends before their connections are closed (DefaultShutdownTimeout
 	// if zero).
@@ -75,11 +71,12 @@ type HTTPOptions struct {
 //
 //   - /mcp: the Streamable HTTP transport, with stateful sessions (so that
 //     notifications/cancelled reaches a call in flight and progress
-//     notifications stream back on the call's response), closed after
-//     SessionTimeout without a request (the SDK's idle timer runs whenever
-//     no POST is in progress, even while the client's GET stream is open:
-//     an idle client must ping to keep its session);
-//   - /sse: the legacy HTTP+SSE transport (protocol 2024-11-05);
+//     notifications stream back on the call's response), bounded by
+//     HTTPOptions.Sessions: a session past its limits is refused, and an
+//     idle one closed (idle: no POST in progress, even while the client's
+//     GET stream is open: an idle client must ping to keep its session);
+//   - /sse: the legacy HTTP+SSE transport (protocol 2024-11-05), its
+//     sessions counted by HTTPOptions.Sessions too;
 //   - /healthz: {"status":"ok","version":...}, without auth: the process
 //     answers;
 //   - /readyz: 200 {"status":"ready",...} when HTTPOptions.Readiness finds
@@ -90,10 +87,10 @@ type HTTPOptions struct {
 //
 // /mcp and /sse need `Authorization: Bearer <token>` when a token is set or
 // generated (see HTTPOptions.Token); whether the address is loopback is
-// judged from the address actually bound. The SDK's DNS-rebinding
-// protection stays on (a request that reaches a loopback address with a
-// non-loopback Host header gets 403), and cross-origin browser requests that
-// are not GET or HEAD are refused.
+// judged from the address actually bound. Every path is behind [Guard]: a
+// request that reaches a loopback address with a non-loopback Host header
+// (DNS rebinding) gets 403, and so do cross-origin browser requests that
+// are not GET or HEAD.
 //
 // When ctx ends, ServeHTTP stops accepting connections, closes those that
 // have not sent a request, ends the hanging GET streams, gives the requests in flight ShutdownTimeout to finish, then
@@ -129,14 +126,10 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 	defer endStreams()
 
 	var fresh freshConns
-	hs := &http.Server{
-		Handler:           newHTTPHandler(srv, opts, token, streams),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No ReadTimeout or WriteTimeout: SSE streams and tool calls last.
-		ErrorLog:  stdlog.New(httpErrorLog{log}, "", 0),
-		ConnState: fresh.track,
-	}
+	// No ReadTimeout or WriteTimeout: SSE streams and tool calls last.
+	hs := NewServer(newHTTPHandler(srv, opts, token, streams), log)
+	hs.ConnState = fresh.track
+	opts.Sessions.bind(streams, srv, log)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -172,8 +165,8 @@ func (opts HTTPOptions) withDefaults() HTTPOptions {
 	if opts.Addr == "" {
 		opts.Addr = DefaultHTTPAddr
 	}
-	if opts.SessionTimeout == 0 {
-		opts.SessionTimeout = DefaultSessionTimeout
+	if opts.Sessions == nil {
+		opts.Sessions = NewSessions(nil)
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
@@ -278,28 +271,29 @@ func closeSessions(ctx context.Context, srv *mcp.Server, log zerolog.Logger) {
 	}
 }
 
-// newHTTPHandler routes /mcp, /sse, /healthz and /readyz. token may be empty (no
-// auth); streams ends the GET requests of /mcp and /sse.
+// newHTTPHandler routes /mcp, /sse, /healthz and /readyz (NewServer puts
+// Guard before them all). token may be empty (no auth); streams ends the
+// GET requests of /mcp and /sse.
 func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams context.Context) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return srv }
-	sessionTimeout := max(opts.SessionTimeout, 0)
 	streamable := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		// Stateful: a session outlives one POST, so the cancellation of a
 		// call (sent in a later POST) finds it, and progress notifications
 		// made in a call's context stream back on that call's response.
-		Stateless:           false,
-		SessionTimeout:      sessionTimeout,
+		Stateless: false,
+		// No SessionTimeout: opts.Sessions closes idle sessions itself,
+		// sooner under pressure.
 		MaxRequestBodyBytes: opts.MaxRequest.Bytes,
 	})
 	sse := mcp.NewSSEHandler(getServer, &mcp.SSEOptions{MaxRequestBodyBytes: opts.MaxRequest.Bytes})
 	auth := bearerAuth(token)
-	cop := http.NewCrossOriginProtection()
 	limit := limitBody(opts.MaxRequest)
+	ss := opts.Sessions
 
 	mux := http.NewServeMux()
 	d := opts.Drain
-	mux.Handle("/mcp", cop.Handler(auth(limit(d.gate(endWith(streams, streamable), false)))))
-	mux.Handle("/sse", cop.Handler(auth(limit(d.gate(endWith(streams, sse), true)))))
+	mux.Handle("/mcp", auth(limit(d.gate(endWith(streams, ss.streamable(streamable)), false))))
+	mux.Handle("/sse", auth(limit(d.gate(endWith(streams, ss.sse(sse)), true))))
 	mux.Handle("/readyz", readyz(d, opts.Readiness, opts.Version, token))
 	if opts.Metrics != nil {
 		mux.Handle("/metrics", auth(getOnly(opts.Metrics)))

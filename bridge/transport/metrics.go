@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	stdlog "log"
 	"net"
 	"net/http"
 	"time"
@@ -26,7 +25,7 @@ type MetricsOptions struct {
 
 // ServeMetrics serves h at /metrics on its own address until ctx ends:
 // what `--metrics-addr` gives a bridge that serves MCP over stdio, and the
-// proxy. It returns once it listens (or could not); the server stops when
+// proxy. It is behind [Guard], as every endpoint of the bridge. It returns once it listens (or could not); the server stops when
 // ctx ends.
 func ServeMetrics(ctx context.Context, h http.Handler, opts MetricsOptions, log zerolog.Logger) error {
 	if err := checkToken(opts.Token); err != nil {
@@ -47,8 +46,8 @@ func ServeMetrics(ctx context.Context, h http.Handler, opts MetricsOptions, log 
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", bearerAuth(token)(getOnly(h)))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		WriteTimeout: 30 * time.Second, ErrorLog: stdlog.New(httpErrorLog{log}, "", 0)}
+	hs := NewServer(mux, log)
+	hs.WriteTimeout = 30 * time.Second
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("serving /metrics")

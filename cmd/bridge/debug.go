@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
+	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -95,7 +96,9 @@ func serveDebug(ctx context.Context, addr string, src debugSources, log zerolog.
 		}
 		_ = p.WriteTo(w, debug)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Behind transport.Guard: loopback only, so a DNS rebinding page would
+	// be its one way in from a browser.
+	srv := transport.NewServer(mux, log)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn().Err(err).Msg("debug endpoint")

@@ -133,7 +133,7 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 	var sf settingFlags
 	sf.callTimeout(fs)
 	drainValue := drainFlag(fs, "the calls in flight")
-	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets and audit sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP;\n--call-timeout may only tighten it")
+	policyPath := fs.String("policy", "", "the policy `FILE` whose tools, budgets, audit and http sections apply (docs/policy.md);\ndefault "+defaultPolicyPath()+" if it exists; reloaded when it changes and on SIGHUP;\n--call-timeout may only tighten it")
 	metricsAddr := metricsFlag(fs)
 	var tf tracingFlags
 	tf.register(fs)
@@ -204,6 +204,7 @@ func cmdProxy(ctx context.Context, e *env, args []string) (int, error) {
 			Addr: *httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_PROXY_TOKEN")), TokenEnv: "BRIDGE_PROXY_TOKEN", Version: versionString(),
 			ShutdownTimeout: shutdownBudget * 3 / 5,
 			Drain:           drain, Readiness: proxyReadiness(p.Statuses, log), Metrics: m.Handler(),
+			Sessions: httpSessions(*httpAddr, store, m),
 		}, log)
 	}()
 	select {

@@ -157,7 +157,7 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	}
 
 	return serveUntilDone(ctx, e, srv, eng, serving{
-		warm: pol.Pool.Size > 0, httpAddr: *httpAddr, drainTimeout: drainTimeout, metrics: m,
+		warm: pol.Pool.Size > 0, httpAddr: *httpAddr, drainTimeout: drainTimeout, metrics: m, sessions: httpSessions(*httpAddr, store, m),
 		pooled:     func() bool { return store.Current().Policy.Pool.Size > 0 },
 		maxRequest: transport.RequestLimit{Bytes: pol.Sandbox.MaxRequestBytes, Setting: "sandbox.max_request_bytes"},
 	}, log)
@@ -201,7 +201,8 @@ type serving struct {
 	httpAddr     string
 	maxRequest   transport.RequestLimit
 	drainTimeout time.Duration
-	metrics      *metrics.Metrics // served at /metrics of httpAddr, if set
+	metrics      *metrics.Metrics    // served at /metrics of httpAddr, if set
+	sessions     *transport.Sessions // bounds httpAddr's MCP sessions
 }
 
 // serveUntilDone serves srv as how says until a signal, the end of stdin
@@ -241,7 +242,7 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 				Addr: httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
 				ShutdownTimeout: shutdownBudget * 3 / 5, MaxRequest: maxRequest,
 				Drain: drain, Readiness: serveReadiness(eng, pooled, log),
-				Metrics: metricsHandler(how.metrics),
+				Metrics: metricsHandler(how.metrics), Sessions: how.sessions,
 			}, log)
 			return
 		}

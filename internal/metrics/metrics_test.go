@@ -136,7 +136,7 @@ func TestDocsListEveryMetric(t *testing.T) {
 	code := map[string]bool{}
 	ch := make(chan *prometheus.Desc, 1000)
 	for _, c := range []prometheus.Collector{m.runs, m.runDuration, m.containerStart, m.poolTake, m.sessionsEnded, m.toolCalls,
-		m.toolDuration, m.asks, m.cutoffs, m.skills, &stateCollector{d: newDescs()}} {
+		m.toolDuration, m.asks, m.cutoffs, m.skills, &stateCollector{d: newDescs()}, newHTTPSessionsCollector(nil)} {
 		c.Describe(ch)
 	}
 	close(ch)

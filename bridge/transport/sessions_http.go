@@ -1,0 +1,106 @@
+package transport
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// CodeTooManySessions is the JSON-RPC error code of a request that would
+// open a session past SessionLimits.
+const CodeTooManySessions = -32001
+
+// streamable counts the sessions of h, the Streamable HTTP handler: a POST
+// without Mcp-Session-Id opens one (refused past the limits), a POST with
+// one is a request of that session, a DELETE ends it.
+func (s *Sessions) streamable(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Mcp-Session-Id")
+		switch {
+		case r.Method == http.MethodPost && id == "":
+			client := ClientOf(r)
+			if no := s.admit(client); no != nil {
+				refuse(w, r, no)
+				return
+			}
+			opened := ""
+			defer func() { s.settle(client, opened) }()
+			h.ServeHTTP(w, r)
+			// The SDK names a new session in its answer's header.
+			opened = w.Header().Get("Mcp-Session-Id")
+		case r.Method == http.MethodPost:
+			defer s.begin(mcpKey(id))()
+			h.ServeHTTP(w, r)
+		case r.Method == http.MethodDelete && id != "":
+			h.ServeHTTP(w, r)
+			s.forget(mcpKey(id))
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// sse counts the legacy SSE sessions of h, the SSE handler: a GET opens
+// one (refused past the limits), which lasts as long as the GET.
+func (s *Sessions) sse(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			h.ServeHTTP(w, r)
+			return
+		}
+		client := ClientOf(r)
+		if no := s.admit(client); no != nil {
+			refuse(w, r, no)
+			return
+		}
+		defer s.forget(s.addSSE(client))
+		h.ServeHTTP(w, r)
+	})
+}
+
+// refuse answers a request for a session past the limits: 429 past the
+// client's, 503 past the bridge's, with Retry-After and a JSON-RPC error
+// that says what to do (the answer to the request's id, when its body
+// has one).
+func refuse(w http.ResponseWriter, r *http.Request, no *refusal) {
+	status, msg := http.StatusServiceUnavailable,
+		fmt.Sprintf("the bridge has %d MCP sessions open, its limit (http.max_sessions): no new session until one closes. "+
+			"Close the sessions you no longer use (DELETE /mcp with their Mcp-Session-Id) and reuse one, or retry later: "+
+			"under pressure idle sessions are closed, the longest idle first", no.limit)
+	if no.reason == RefusedClientCap {
+		status, msg = http.StatusTooManyRequests,
+			fmt.Sprintf("this client has %d MCP sessions open, the limit of one client (http.max_sessions_per_client; every "+
+				"loopback client is one client): close the sessions you no longer use (DELETE /mcp with their Mcp-Session-Id) "+
+				"and reuse one, or retry after a session was idle long enough to be closed", no.limit)
+	}
+	id := json.RawMessage("null")
+	if r.Method == http.MethodPost && r.Body != nil {
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		// Small bodies only: an initialize is a few hundred bytes.
+		if json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req) == nil && len(req.ID) > 0 {
+			id = req.ID
+		}
+	}
+	body, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0",
+		"id":      id,
+		"error": map[string]any{"code": CodeTooManySessions, "message": msg,
+			"data": map[string]any{"reason": no.reason, "limit": no.limit, "retry_after_seconds": retrySeconds(no.retryAfter)}},
+	})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(no.retryAfter)))
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// retrySeconds is d in whole seconds, rounded up, at least 1.
+func retrySeconds(d time.Duration) int {
+	return max(1, int(math.Ceil(d.Seconds())))
+}

@@ -1,0 +1,360 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// initBody is an initialize request, as a client opens a session with.
+func initBody(id int) string {
+	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"flood","version":"1"}}}`, id)
+}
+
+// rawPost POSTs body to url (a session's when sid is set) and returns the
+// answer's status, Mcp-Session-Id and body.
+func rawPost(t *testing.T, url, sid, body string) (int, string, string, http.Header) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), string(b), resp.Header
+}
+
+// tooMany is the JSON-RPC error of a refused session.
+type tooMany struct {
+	ID    json.RawMessage `json:"id"`
+	Error struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    struct {
+			Reason string `json:"reason"`
+			Limit  int    `json:"limit"`
+		} `json:"data"`
+	} `json:"error"`
+}
+
+// Past the bridge's cap a new session is refused with 503, Retry-After and
+// a JSON-RPC error that answers the initialize's id and says what to do;
+// the sessions open go on working; a session deleted by its client makes
+// room.
+func TestHTTPSessionsBridgeCap(t *testing.T) {
+	const max = 8
+	sessions := NewSessions(func() SessionLimits { return SessionLimits{Max: max, MaxPerClient: max} })
+	h := startHTTP(t, newTestMCPServer(t, nil), HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	cs, err := connectStreamable(t, t.Context(), h.base+"/mcp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	var ids []string
+	for i := range max - 1 {
+		code, sid, body, _ := rawPost(t, h.base+"/mcp", "", initBody(i))
+		if code != http.StatusOK || sid == "" {
+			t.Fatalf("session %d of %d: %d %q", i+2, max, code, body)
+		}
+		ids = append(ids, sid)
+	}
+	for i := range 3 {
+		code, sid, body, hdr := rawPost(t, h.base+"/mcp", "", initBody(100+i))
+		var e tooMany
+		if err := json.Unmarshal([]byte(body), &e); err != nil {
+			t.Fatalf("refusal %q: %v", body, err)
+		}
+		if code != http.StatusServiceUnavailable || sid != "" || hdr.Get("Retry-After") == "" {
+			t.Errorf("session past the cap: %d, session %q, Retry-After %q", code, sid, hdr.Get("Retry-After"))
+		}
+		if string(e.ID) != fmt.Sprint(100+i) || e.Error.Code != CodeTooManySessions || e.Error.Data.Reason != RefusedBridgeCap ||
+			e.Error.Data.Limit != max || !strings.Contains(e.Error.Message, "http.max_sessions") || !strings.Contains(e.Error.Message, "DELETE /mcp") {
+			t.Errorf("refusal: %s", body)
+		}
+	}
+	st := sessions.Stats()
+	if st.Open != max || st.Refused[RefusedBridgeCap] != 3 || st.Max != max {
+		t.Errorf("stats %+v", st)
+	}
+	if _, err := connectStreamable(t, t.Context(), h.base+"/mcp", ""); err == nil || !strings.Contains(err.Error(), "Service Unavailable") {
+		t.Errorf("an SDK client past the cap: %v", err)
+	}
+	listAndCall(t, t.Context(), cs) // the sessions open still work
+	if !strings.Contains(h.log.String(), "refusing new sessions at the cap") {
+		t.Errorf("the refusals are not logged:\n%s", h.log.String())
+	}
+
+	deleteSession(t, h.base+"/mcp", ids[0])
+	if code, sid, body, _ := rawPost(t, h.base+"/mcp", "", initBody(7)); code != http.StatusOK || sid == "" {
+		t.Errorf("a session after one was deleted: %d %q", code, body)
+	}
+	if !strings.Contains(h.log.String(), "taking new sessions again") {
+		t.Errorf("the end of the refusals is not logged:\n%s", h.log.String())
+	}
+}
+
+func deleteSession(t *testing.T, url, sid string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE session: %d", resp.StatusCode)
+	}
+}
+
+// A request that opens no session (a first POST that is not an
+// initialize: the SDK closes the session it made at once) holds no room.
+func TestHTTPSessionsNotInitializeHoldsNoRoom(t *testing.T) {
+	sessions := NewSessions(func() SessionLimits { return SessionLimits{Max: 2, MaxPerClient: 2} })
+	h := startHTTP(t, newTestMCPServer(t, nil), HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	for i := range 5 {
+		rawPost(t, h.base+"/mcp", "", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i))
+	}
+	for i := range 2 {
+		if code, _, body, _ := rawPost(t, h.base+"/mcp", "", initBody(i)); code != http.StatusOK {
+			t.Fatalf("session %d after 5 requests that opened none: %d %q", i+1, code, body)
+		}
+	}
+	if code, _, _, _ := rawPost(t, h.base+"/mcp", "", initBody(3)); code != http.StatusServiceUnavailable {
+		t.Errorf("a third session: %d, want 503", code)
+	}
+}
+
+// Legacy SSE sessions count too, while their stream lasts.
+func TestHTTPSessionsSSECounted(t *testing.T) {
+	sessions := NewSessions(func() SessionLimits { return SessionLimits{Max: 1} })
+	h := startHTTP(t, newTestMCPServer(t, nil), HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.base+"/sse", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /sse: %v %v", resp, err)
+	}
+	if code, _, _, _ := rawPost(t, h.base+"/mcp", "", initBody(1)); code != http.StatusServiceUnavailable {
+		t.Errorf("a streamable session beside an SSE one, max 1: %d, want 503", code)
+	}
+	cancel()
+	resp.Body.Close()
+	waitFor(t, "the SSE session to be forgotten", func() bool { open, _ := sessions.count(); return open == 0 })
+	if code, _, body, _ := rawPost(t, h.base+"/mcp", "", initBody(2)); code != http.StatusOK {
+		t.Errorf("a session once the SSE one ended: %d %q", code, body)
+	}
+}
+
+// waitFor polls cond until it holds, or fails after 10 s (a bound far
+// above what it takes: a few milliseconds).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An idle session is closed for real: its client's next request gets 404
+// (the SDK's "session not found"), and the closing is counted.
+func TestHTTPSessionsIdleClosed(t *testing.T) {
+	sessions := NewSessions(func() SessionLimits {
+		return SessionLimits{Max: 100, IdleTimeout: 300 * time.Millisecond, MinIdle: 300 * time.Millisecond}
+	})
+	h := startHTTP(t, newTestMCPServer(t, nil), HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	_, sid, _, _ := rawPost(t, h.base+"/mcp", "", initBody(1))
+	if sid == "" {
+		t.Fatal("no session")
+	}
+	waitFor(t, "the idle session to be closed", func() bool { return sessions.Stats().Closed[ClosedIdle] == 1 })
+	if code, _, body, _ := rawPost(t, h.base+"/mcp", sid, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); code != http.StatusNotFound {
+		t.Errorf("a request of the closed session: %d %q, want 404", code, body)
+	}
+	if open, _ := sessions.count(); open != 0 {
+		t.Errorf("%d sessions still counted", open)
+	}
+}
+
+// fakeStreamable stands for the SDK's handler: a POST without a session
+// opens one, named in the answer's header.
+type fakeStreamable struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (f *fakeStreamable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		f.mu.Lock()
+		f.n++
+		w.Header().Set("Mcp-Session-Id", fmt.Sprint("s", f.n))
+		f.mu.Unlock()
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// clock is a fake time for Sessions.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// open asks h for a session from remote, and returns the status and the
+// session's id.
+func open(h http.Handler, remote string) (int, string) {
+	r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(initBody(1)))
+	r.RemoteAddr = remote
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, w.Header().Get("Mcp-Session-Id")
+}
+
+// request makes a request of session sid from remote through h.
+func request(h http.Handler, remote, sid string) {
+	r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"ping"}`))
+	r.RemoteAddr = remote
+	r.Header.Set("Mcp-Session-Id", sid)
+	h.ServeHTTP(httptest.NewRecorder(), r)
+}
+
+func newTestSessions(l SessionLimits) (*Sessions, *clock, http.Handler) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	s := NewSessions(func() SessionLimits { return l })
+	s.now = c.now
+	return s, c, s.streamable(&fakeStreamable{})
+}
+
+// One client may hold MaxPerClient sessions (429 past that), another
+// client still gets its own; every loopback address is one client, and an
+// IPv6 /64 is one.
+func TestSessionsPerClient(t *testing.T) {
+	_, _, h := newTestSessions(SessionLimits{Max: 100, MaxPerClient: 3})
+	for _, group := range [][]string{
+		{"192.0.2.1:1000", "192.0.2.1:1001", "192.0.2.1:1002", "192.0.2.1:1003"},
+		{"127.0.0.1:1", "127.0.0.2:1", "[::1]:1", "127.9.9.9:2"},
+		{"[2001:db8::1]:1", "[2001:db8::2]:1", "[2001:db8::ffff:1]:1", "[2001:db8::3]:1"},
+	} {
+		for i, remote := range group {
+			code, _ := open(h, remote)
+			want := http.StatusOK
+			if i == 3 {
+				want = http.StatusTooManyRequests
+			}
+			if code != want {
+				t.Errorf("session %d from %s: %d, want %d", i+1, remote, code, want)
+			}
+		}
+	}
+	if code, _ := open(h, "192.0.2.2:1000"); code != http.StatusOK {
+		t.Errorf("another client's session: %d, want 200", code)
+	}
+	if code, _ := open(h, "[2001:db8:0:1::1]:1"); code != http.StatusOK {
+		t.Errorf("another /64's session: %d, want 200", code)
+	}
+}
+
+// The idle timeout is IdleTimeout up to half the cap, then shrinks in
+// proportion down to MinIdle at the cap.
+func TestSessionLimitsIdleTimeout(t *testing.T) {
+	l := SessionLimits{Max: 100, IdleTimeout: 30 * time.Minute, MinIdle: time.Minute}
+	for open, want := range map[int]time.Duration{
+		0: 30 * time.Minute, 50: 30 * time.Minute, 75: 15*time.Minute + 30*time.Second, 100: time.Minute, 150: time.Minute,
+	} {
+		if got := l.idleTimeout(open); got != want {
+			t.Errorf("idle timeout with %d open: %s, want %s", open, got, want)
+		}
+	}
+	if d := (SessionLimits{}).withDefaults(); d.Max != DefaultMaxSessions || d.MaxPerClient != DefaultMaxSessionsPerClient ||
+		d.IdleTimeout != DefaultSessionIdleTimeout || d.MinIdle != DefaultSessionMinIdle {
+		t.Errorf("defaults %+v", d)
+	}
+}
+
+// Under pressure the sessions idle longest are closed first, down to what
+// the shrunk timeout allows; below half the cap only IdleTimeout closes.
+func TestSessionsSweepUnderPressure(t *testing.T) {
+	s, c, h := newTestSessions(SessionLimits{Max: 10, MaxPerClient: 10, IdleTimeout: 100 * time.Minute, MinIdle: time.Minute})
+	var ids []string
+	for range 8 {
+		_, id := open(h, "192.0.2.1:1")
+		ids = append(ids, id)
+		c.add(time.Minute)
+	}
+	// Idle now: 8, 7, ..., 1 minutes. With 8 open the timeout is
+	// 100 - 3/5*99 = 40.6 min: nothing goes.
+	s.sweep()
+	if open, _ := s.count(); open != 8 {
+		t.Fatalf("%d open after a sweep with none idle long enough", open)
+	}
+	c.add(37 * time.Minute) // idle 45, 44, ... 38 min
+	request(h, "192.0.2.1:1", ids[1])
+	s.sweep()
+	// 8 open: 40.6 min, the first (45) goes; 7 open: 60.4 min, none more
+	// (the second was used just now).
+	st := s.Stats()
+	if open, _ := s.count(); open != 7 || st.Closed[ClosedPressure] != 1 || st.Closed[ClosedIdle] != 0 {
+		t.Errorf("after the sweep: %d open, %+v", open, st)
+	}
+	c.add(200 * time.Minute)
+	s.sweep()
+	if open, _ := s.count(); open != 0 || s.Stats().Closed[ClosedIdle] != 7 {
+		t.Errorf("after IdleTimeout: %d open, %+v", open, s.Stats())
+	}
+}
+
+// At the cap a new session takes the place of one idle for MinIdle (the
+// longest idle); one with a request in flight, or idle for less, is never
+// closed to make room: then the new one is refused, and Retry-After says
+// when one will have been idle long enough.
+func TestSessionsAtCapEvictsOnlyLongIdle(t *testing.T) {
+	s, c, h := newTestSessions(SessionLimits{Max: 3, MaxPerClient: 3, IdleTimeout: time.Hour, MinIdle: time.Minute})
+	var ids []string
+	for range 3 {
+		_, id := open(h, "192.0.2.1:1")
+		ids = append(ids, id)
+	}
+	c.add(30 * time.Second)
+	if no := s.admit("192.0.2.1"); no == nil || no.reason != RefusedBridgeCap || no.retryAfter != 30*time.Second {
+		t.Fatalf("at the cap with sessions idle 30 s: %+v", no)
+	}
+	done := s.begin(mcpKey(ids[0])) // a call in flight
+	c.add(time.Hour - time.Second)
+	if code, id := open(h, "192.0.2.1:1"); code != http.StatusOK {
+		t.Fatalf("at the cap with sessions idle an hour: %d", code)
+	} else {
+		ids = append(ids, id)
+	}
+	s.mu.Lock()
+	_, busyKept := s.entries[mcpKey(ids[0])]
+	_, oldGone := s.entries[mcpKey(ids[1])]
+	s.mu.Unlock()
+	if !busyKept || oldGone {
+		t.Errorf("the busy session kept: %v; the longest idle one kept: %v", busyKept, oldGone)
+	}
+	done()
+	if st := s.Stats(); st.Closed[ClosedPressure] != 1 || st.Open != 3 {
+		t.Errorf("stats %+v", st)
+	}
+}
