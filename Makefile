@@ -139,9 +139,13 @@ unit:
 # not readable by others (a clone under /root, say), it is copied to
 # $(ROOTLESS_STAGE).
 integration:
-	@$(MAKE) --no-print-directory integration-rootful
-	@$(MAKE) --no-print-directory integration-rootless
-	@$(MAKE) --no-print-directory integration-kubernetes
+	@for pass in rootful rootless kubernetes; do \
+		t0=$$(date +%s); \
+		if ! $(MAKE) --no-print-directory integration-$$pass; then \
+			printf '\n==> integration-%s: FAILED after %d s\n' $$pass $$(( $$(date +%s) - t0 )); exit 1; \
+		fi; \
+		printf '\n==> integration-%s: passed in %d s\n' $$pass $$(( $$(date +%s) - t0 )); \
+	done
 
 # The kubernetes engine on the test cluster (make kube-up: built once,
 # then started in seconds): the engine-independent tests (the sandbox's
@@ -190,11 +194,17 @@ integration-rootless: build need-env
 test:
 	$(call banner,test: setup$(comma) image$(comma) lint$(comma) unit$(comma) fuzz ($(TEST_FUZZTIME) a target)$(comma) integration$(if $(filter true,$(CI)),; teardown on exit (CI=true)))
 	@if [ "$${CI:-}" = true ] && [ -z "$(DRYRUN)" ]; then trap 'bash $(ENVDIR)/teardown.sh' EXIT; fi; \
+	took=; t00=$$(date +%s); \
 	for step in setup image lint unit fuzz integration; do \
 		extra=; if [ $$step = fuzz ]; then extra=FUZZTIME=$(TEST_FUZZTIME); fi; \
-		$(MAKE) --no-print-directory $$step $$extra; \
+		t0=$$(date +%s); \
+		if ! $(MAKE) --no-print-directory $$step $$extra; then \
+			printf '\n==> test: %s FAILED after %d s (before it:%s)\n' $$step $$(( $$(date +%s) - t0 )) "$$took"; exit 1; \
+		fi; \
+		d=$$(( $$(date +%s) - t0 )); took="$$took $$step $${d}s"; \
+		printf '\n==> test: %s passed in %d s\n' $$step $$d; \
 	done; \
-	printf '\n==> test: all steps passed\n'
+	printf '\n==> test: all steps passed in %d s:%s\n' $$(( $$(date +%s) - t00 )) "$$took"
 
 demo:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
