@@ -127,7 +127,10 @@ func (c *callRecord) finish(res *mcp.CallToolResult, js []byte, err error) (*mcp
 			c.p.opts.Metrics.Cutoff("budgets.max_result_bytes")
 		}
 		c.write("")
-		ev.Err(err).Msg("proxy: call failed")
+		// The kind, not the message: an upstream's error may quote the
+		// arguments the code sent, and the code must not write into the
+		// logs (the code gets the message).
+		ev.Str("error", c.rec.Error).Msg("proxy: call failed")
 		return nil, nil, err
 	}
 	c.write("")
@@ -328,6 +331,7 @@ func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, se
 	if report == nil {
 		report = &CallReport{}
 	}
+	report.Server, report.Tool = server, tool // an upstream's listed tool
 	ctx, span := p.startCall(ctx, params.Meta, nil, trace.SpanKindInternal, server, tool)
 	res, js, err = p.call(ctx, params, server, tool, wantRaw, asker, report)
 	ri := resultInfo{bytes: len(js)}
