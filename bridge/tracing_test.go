@@ -46,7 +46,8 @@ func (u *spanUpstreams) CallJSON(_ context.Context, c proxy.Call) (json.RawMessa
 	u.mu.Lock()
 	u.traces = append(u.traces, c.Trace)
 	u.mu.Unlock()
-	c.Report.Decision = "allow"
+	// As the proxy says of a tool it knows.
+	c.Report.Decision, c.Report.Server, c.Report.Tool = "allow", c.Server, c.Tool
 	return json.RawMessage(`{"content":[{"type":"text","text":"result-value"}]}`), nil
 }
 

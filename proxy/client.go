@@ -344,7 +344,7 @@ type Call struct {
 // Call makes call. It returns the tool's result as the proxy sent it,
 // isError included, or an *[Error] when the call failed outside the tool.
 func (c *Client) Call(ctx context.Context, call Call) (*mcp.CallToolResult, error) {
-	name, unknown, err := c.target(ctx, call.Server, call.Tool)
+	name, unknown, err := c.target(ctx, call)
 	if err != nil {
 		return nil, err
 	}
@@ -372,6 +372,8 @@ func (c *Client) Call(ctx context.Context, call Call) (*mcp.CallToolResult, erro
 		return nil, errorf(KindUpstream, "the MCP proxy failed the call to %s/%s: %v", server, tool, c.scrub.Error(err))
 	}
 	if call.Report != nil {
+		// The proxy answered: it knew the tool (it refuses others).
+		call.Report.Server, call.Report.Tool = server, tool
 		call.Report.decode(res.Meta[MetaDecision])
 	}
 	if kind, ok := res.Meta[MetaError].(string); ok && res.IsError {
@@ -398,7 +400,7 @@ func (c *Client) CallJSON(ctx context.Context, call Call) (json.RawMessage, erro
 		}
 		return json.Marshal(res)
 	}
-	_, unknown, err := c.target(ctx, call.Server, call.Tool)
+	_, unknown, err := c.target(ctx, call)
 	if err != nil {
 		return nil, err
 	}
@@ -406,14 +408,19 @@ func (c *Client) CallJSON(ctx context.Context, call Call) (json.RawMessage, erro
 	return js, err
 }
 
-// target is the proxy's name of server's tool. A tool the catalog does not
+// target is the proxy's name of call's tool. A tool the catalog does not
 // list may be unknown, or denied by policy: only the proxy knows which, and
 // a denied call must say so, so it is still called, with unknown set to the
-// error to give should the proxy not know it either.
-func (c *Client) target(ctx context.Context, server, tool string) (name string, unknown *Error, err error) {
+// error to give should the proxy not know it either. A configured server
+// goes in the call's report (the tool, once the proxy knows it).
+func (c *Client) target(ctx context.Context, call Call) (name string, unknown *Error, err error) {
+	server, tool := call.Server, call.Tool
 	s, err := c.snapshot(ctx)
 	if err != nil {
 		return "", nil, err
+	}
+	if _, ok := s.server(server); ok && call.Report != nil {
+		call.Report.Server = server
 	}
 	_, name, err = s.resolve(server, tool)
 	if errors.As(err, &unknown) && unknown.Kind == KindUnknownTool {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bridge-mcp/bridge/policy"
@@ -127,7 +128,10 @@ func (c *callRecord) finish(res *mcp.CallToolResult, js []byte, err error) (*mcp
 			c.p.opts.Metrics.Cutoff("budgets.max_result_bytes")
 		}
 		c.write("")
-		ev.Err(err).Msg("proxy: call failed")
+		// The kind, not the message: an upstream's error may quote the
+		// arguments the code sent, and the code must not write into the
+		// logs (the code gets the message).
+		ev.Str("error", c.rec.Error).Msg("proxy: call failed")
 		return nil, nil, err
 	}
 	c.write("")
@@ -211,21 +215,8 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 	if !d.Allow && !d.Ask {
 		return g, c.refuse(KindDenied, c.rec.Rule, d.Reason)
 	}
-	if changed := p.changedTool(ToolName(server, tool)); changed != "" {
-		// A rug pull: the tool is not the one first listed (pins.go).
-		switch pol.Tools.OnChange {
-		case policy.Ask:
-			d.Ask, d.Allow = true, false
-			d.Reason = fmt.Sprintf("the tool's %s changed since the bridge first listed it: it may not be the tool you reviewed", changed)
-			c.rec.Rule, report.Decision = "tools.on_change", d.Verdict()
-		case policy.Allow:
-			c.rec.Rule = "tools.on_change"
-		default:
-			report.Decision = "deny"
-			return g, c.refuse(KindDenied, "tools.on_change", fmt.Sprintf(
-				"the definition of %s/%s changed since the bridge first listed it (%s), and the policy refuses a changed tool (tools.on_change: deny): "+
-					"the tool reviewed is not the tool that would be called; the operator can review it and restart the bridge", server, tool, changed))
-		}
+	if err := p.onChange(c, pol, &d, report); err != nil {
+		return g, err
 	}
 	if max := pol.Budgets.MaxArgumentBytes; int64(c.rec.ArgumentBytes) > max {
 		return g, c.refuse(KindLimit, "budgets.max_argument_bytes", fmt.Sprintf(
@@ -257,6 +248,44 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 	}
 	c.rec.Allowed = true
 	return g, nil
+}
+
+// onChange applies tools.on_change to a call whose tool's definition, or
+// whose server's own text, changed since the bridge pinned it (pins.go): a
+// rug pull, the tool reviewed is not the tool called. ask turns d into a
+// question, allow lets it be (audited under the rule), deny refuses it.
+func (p *Proxy) onChange(c *callRecord, pol *policy.Policy, d *policy.Decision, report *CallReport) error {
+	server, tool := c.rec.Server, c.rec.Tool
+	toolChanged, srvChanged := p.changed(server, ToolName(server, tool))
+	if toolChanged == "" && srvChanged == "" {
+		return nil
+	}
+	switch pol.Tools.OnChange {
+	case policy.Ask:
+		var why []string
+		if toolChanged != "" {
+			why = append(why, fmt.Sprintf("the tool's %s changed since the bridge first listed it: it may not be the tool you reviewed", toolChanged))
+		}
+		if srvChanged != "" {
+			why = append(why, fmt.Sprintf("what the server says about itself (%s) changed since the bridge first connected to it: it may not be the server you reviewed", srvChanged))
+		}
+		d.Ask, d.Allow = true, false
+		d.Reason = strings.Join(why, "; ")
+		c.rec.Rule, report.Decision = "tools.on_change", d.Verdict()
+	case policy.Allow:
+		c.rec.Rule = "tools.on_change"
+	default:
+		report.Decision = "deny"
+		if toolChanged != "" {
+			return c.refuse(KindDenied, "tools.on_change", fmt.Sprintf(
+				"the definition of %s/%s changed since the bridge first listed it (%s), and the policy refuses a changed tool (tools.on_change: deny): "+
+					"the tool reviewed is not the tool that would be called; the operator can review it and restart the bridge", server, tool, toolChanged))
+		}
+		return c.refuse(KindDenied, "tools.on_change", fmt.Sprintf(
+			"what server %s says about itself changed since the bridge first connected to it (%s), and the policy refuses the tools of a changed server (tools.on_change: deny): "+
+				"the server reviewed is not the server that would be called; the operator can review it and restart the bridge", server, srvChanged))
+	}
+	return nil
 }
 
 // tokenizeBound is the most of an untokenized result the proxy tokenizes,
@@ -328,6 +357,7 @@ func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, se
 	if report == nil {
 		report = &CallReport{}
 	}
+	report.Server, report.Tool = server, tool // an upstream's listed tool
 	ctx, span := p.startCall(ctx, params.Meta, nil, trace.SpanKindInternal, server, tool)
 	res, js, err = p.call(ctx, params, server, tool, wantRaw, asker, report)
 	ri := resultInfo{bytes: len(js)}

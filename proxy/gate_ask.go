@@ -210,6 +210,12 @@ type CallReport struct {
 	// bridge's own. Zero when the call never reached the server, and
 	// from a remote proxy.
 	Upstream time.Duration
+	// Server and Tool are the call's server and tool once resolved: Server
+	// a configured server's name, Tool a name that server lists (allowed
+	// by the policy or not). Each stays "" while it is not, as for a name
+	// the code made up: only these names go into a span (UnknownName
+	// stands for the rest), so that the code cannot write into the traces.
+	Server, Tool string
 }
 
 // encode is r as MetaDecision says it.

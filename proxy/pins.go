@@ -15,15 +15,21 @@ import (
 )
 
 // Rug-pull protection: the proxy pins each tool's definition the first
-// time it lists it (its title, description, input and output schemas and
-// annotations, as a SHA-256 of their JSON), and remembers what changed
-// when a later listing differs: the tool the operator reviewed, and the
-// code chose by its description, is then no longer the tool called. The
-// policy's tools.on_change says what such a call gets (gate.go), and a
-// denied changed tool is not listed either (sync), so its new description
-// never reaches the code.
+// time it sees it (its title, description, input and output schemas and
+// annotations, as a SHA-256 of their JSON), whether the policy lists it or
+// not, and remembers what changed when a later listing differs: the tool
+// the operator reviewed, and the code chose by its description, is then no
+// longer the tool called. A tool denied when first seen is pinned too: a
+// server must not turn it into an allowed one by changing its annotations
+// (readOnlyHint) with a new description. What a server says about itself
+// and the code is shown (its serverInfo title and its instructions) is
+// pinned alike at its first connect and compared at each reconnect. The
+// policy's tools.on_change says what a call of a changed tool, or of any
+// tool of a changed server, gets (gate.go); a denied changed tool is not
+// listed either (sync), nor the tools of a denied changed server, whose
+// new text is withheld (Statuses), so new text never reaches the code.
 
-// pin is one tool's pinned definition.
+// pin is one tool's pinned definition, or one server's text.
 type pin struct {
 	digest  [32]byte
 	fields  map[string][]byte // the definition's parts, by name, as JSON
@@ -49,6 +55,42 @@ func definition(t *mcp.Tool) map[string][]byte {
 	}
 }
 
+// toolParts are the parts of a tool's definition, in the order a change
+// names them; serverParts those of a server's text.
+var (
+	toolParts   = []string{"title", "description", "input schema", "output schema", "annotations"}
+	serverParts = []string{"title", "instructions"}
+)
+
+// serverText is what a server says about itself that reaches the code
+// (ServerStatus: its serverInfo title, and its instructions, whose first
+// paragraph is its description), as JSON by part. Its serverInfo name and
+// version are never shown to the code, and a new version alone is no
+// change.
+func serverText(info *mcp.InitializeResult) map[string][]byte {
+	js := func(v string) []byte {
+		b, _ := json.Marshal(v)
+		return b
+	}
+	title := ""
+	if info.ServerInfo != nil {
+		title = info.ServerInfo.Title
+	}
+	return map[string][]byte{"title": js(title), "instructions": js(info.Instructions)}
+}
+
+// differs names the parts of now that differ from was, in parts' order
+// ("description, annotations").
+func differs(was, now map[string][]byte, parts []string) string {
+	var changed []string
+	for _, k := range parts {
+		if !sameJSON(was[k], now[k]) {
+			changed = append(changed, k)
+		}
+	}
+	return strings.Join(changed, ", ")
+}
+
 // digestOf is the SHA-256 of the definition's parts, each as compact
 // JSON (a lock file's indentation changes nothing).
 func digestOf(fields map[string][]byte) [32]byte {
@@ -65,7 +107,8 @@ func digestOf(fields map[string][]byte) [32]byte {
 }
 
 // pinOrCheck pins t (proxy name name) the first time it is seen, and
-// otherwise says what of it changed since: "" when nothing. Under regMu.
+// otherwise says what of it changed since: "" when nothing. Every tool an
+// upstream lists is checked, whatever the policy says of it. Under regMu.
 func (p *Proxy) pinOrCheck(name string, t *mcp.Tool) string {
 	fields := definition(t)
 	d := digestOf(fields)
@@ -87,31 +130,82 @@ func (p *Proxy) pinOrCheck(name string, t *mcp.Tool) string {
 		old.changed = ""
 		return ""
 	}
-	var changed []string
-	for _, k := range []string{"title", "description", "input schema", "output schema", "annotations"} {
-		if !sameJSON(old.fields[k], fields[k]) {
-			changed = append(changed, k)
-		}
-	}
-	why := strings.Join(changed, ", ")
+	why := differs(old.fields, fields, toolParts)
 	if old.changed != why {
 		p.log.Warn().Str("tool", name).Str("changed", why).
 			Str("was", clipJSON(old.fields["description"])).Str("now", clipJSON(fields["description"])).
+			Str("annotations_were", clipJSON(old.fields["annotations"])).Str("annotations_now", clipJSON(fields["annotations"])).
 			Msg("proxy: a tool's definition changed since it was first listed (rug pull?); tools.on_change decides its calls")
 	}
 	old.changed = why
 	return why
 }
 
-// changedTool says what of the tool (proxy name name) changed since it was
-// pinned, "" when nothing (or when it was never listed).
-func (p *Proxy) changedTool(name string) string {
+// pinServer pins what server said about itself (serverText) at its first
+// connect, and compares each later connect's with it: a server that
+// restarts with new instructions is no longer the server reviewed. It is
+// called before the new session is used, so every gate after it knows.
+func (p *Proxy) pinServer(server string, info *mcp.InitializeResult) {
+	if info == nil {
+		return
+	}
+	fields := serverText(info)
+	d := digestOf(fields)
+	p.regMu.Lock()
+	defer p.regMu.Unlock()
+	old, ok := p.serverPins[server]
+	switch {
+	case !ok:
+		p.serverPins[server] = &pin{digest: d, fields: fields}
+		return
+	case old.digest == d:
+		if old.changed != "" {
+			p.version.Add(1) // back as pinned
+		}
+		old.changed = ""
+		return
+	}
+	why := differs(old.fields, fields, serverParts)
+	if old.changed != why {
+		p.log.Warn().Str("server", server).Str("changed", why).
+			Str("was", clipJSON(old.fields["instructions"])).Str("now", clipJSON(fields["instructions"])).
+			Msg("proxy: what a server says about itself changed since the bridge first connected to it; tools.on_change decides its calls and whether the code sees it")
+		// What the code is shown of the servers changed: a client in this
+		// process fetches it again (Client.current).
+		p.version.Add(1)
+	}
+	old.changed = why
+}
+
+// changed says what of server's tool (proxy name name) changed since it
+// was pinned, and what of server's own text: "" when nothing (or never
+// pinned).
+func (p *Proxy) changed(server, name string) (tool, srv string) {
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
 	if pn, ok := p.pins[name]; ok {
+		tool = pn.changed
+	}
+	return tool, p.changedServer(server)
+}
+
+// changedServer says what of server's text changed since it was pinned
+// (its first connect), "" when nothing. Under regMu.
+func (p *Proxy) changedServer(server string) string {
+	if pn, ok := p.serverPins[server]; ok {
 		return pn.changed
 	}
 	return ""
+}
+
+// pinnedTitle is the title server gave itself when it was pinned. Under
+// regMu.
+func (p *Proxy) pinnedTitle(server string) string {
+	var title string
+	if pn, ok := p.serverPins[server]; ok {
+		_ = json.Unmarshal(pn.fields["title"], &title)
+	}
+	return title
 }
 
 // clipJSON is a JSON value for a log line, cut to 300 bytes.
@@ -221,13 +315,11 @@ func LockDiff(lock, now *Lock) []string {
 			case !ok:
 				out = append(out, fmt.Sprintf("new %s/%s: not in the lock file", server, tool))
 			case old.SHA256 != lt.SHA256:
-				var changed []string
-				for _, k := range []string{"title", "description", "input schema", "output schema", "annotations"} {
-					if !sameJSON(old.Definition[k], lt.Definition[k]) {
-						changed = append(changed, k)
-					}
+				was, now := map[string][]byte{}, map[string][]byte{}
+				for _, k := range toolParts {
+					was[k], now[k] = old.Definition[k], lt.Definition[k]
 				}
-				out = append(out, fmt.Sprintf("changed %s/%s: %s", server, tool, strings.Join(changed, ", ")))
+				out = append(out, fmt.Sprintf("changed %s/%s: %s", server, tool, differs(was, now, toolParts)))
 			}
 		}
 	}

@@ -95,7 +95,8 @@ type Proxy struct {
 	byName map[string]*upstream
 
 	regMu sync.Mutex
-	// version counts the changes to the tools offered, and only changes: a
+	// version counts the changes to the tools offered (and to what a
+	// server says of itself, pinServer), and only changes: a
 	// client in this process checks it before each call (the list_changed
 	// notification that tells it the same arrives later), so a sync that
 	// changed nothing must leave it alone, or the client's own tools/list
@@ -104,6 +105,9 @@ type Proxy struct {
 	reg     map[string]registered // by proxy tool name: the listed tools
 	known   map[string][2]string  // by proxy tool name: every upstream tool, listed or denied
 	pins    map[string]*pin       // by proxy tool name: each tool's definition as first listed (pins.go)
+	// serverPins holds, by server name, what each server said of itself
+	// at its first connect (pins.go).
+	serverPins map[string]*pin
 
 	kinds kindCache // the tokenize kinds of the latest policy
 }
@@ -130,12 +134,15 @@ func New(cfg Config, opts Options) *Proxy {
 		reg:    map[string]registered{},
 		known:  map[string][2]string{},
 		pins:   map[string]*pin{},
+
+		serverPins: map[string]*pin{},
 	}
 	if opts.Lock != nil {
 		p.pins = opts.Lock.pins()
 	}
 	for _, sc := range cfg.Servers {
 		u := newUpstream(base, sc, &p.opts, p.log, p.refreshServer)
+		u.connected = func(info *mcp.InitializeResult) { p.pinServer(sc.Name, info) }
 		p.ups = append(p.ups, u)
 		p.byName[sc.Name] = u
 	}
@@ -346,11 +353,14 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 			continue
 		}
 		p.known[name] = [2]string{server, t.Name}
+		// Pinned before the policy looks at it: a tool denied now must not
+		// come back allowed, by new annotations, as a tool never seen.
+		drift := p.pinOrCheck(name, t)
 		if pol != nil && !pol.Decide(toolPolicy(server, t)).Listed() {
 			continue // denied tools are not listed
 		}
-		if p.pinOrCheck(name, t) != "" && pol != nil && pol.Tools.OnChange == policy.Deny {
-			continue // a changed tool the policy denies: its new description is not shown
+		if pol != nil && pol.Tools.OnChange == policy.Deny && (drift != "" || p.changedServer(server) != "") {
+			continue // a changed tool, or server, the policy denies: its new text is not shown
 		}
 		def := *t
 		def.Name = name
@@ -526,14 +536,30 @@ func (p *Proxy) Statuses(ctx context.Context) []ServerStatus {
 			st.Error = lastErr.Error()
 		}
 		if info != nil {
-			if info.ServerInfo != nil {
-				st.Title = info.ServerInfo.Title
-			}
-			st.Description = firstParagraph(info.Instructions, 400)
+			st.Title, st.Description = p.describe(u.cfg.Name, info)
 		}
 		out = append(out, st)
 	}
 	return out
+}
+
+// describe is what the code is shown of a server: its title, and the
+// first paragraph of its instructions. When these changed since the server
+// was pinned and tools.on_change is deny, the new text is withheld: the
+// pinned title, and a description that says why its tools are gone.
+func (p *Proxy) describe(server string, info *mcp.InitializeResult) (title, description string) {
+	p.regMu.Lock()
+	changed := p.changedServer(server)
+	pinned := p.pinnedTitle(server)
+	p.regMu.Unlock()
+	if changed != "" && p.opts.Policy != nil && p.opts.Policy.Current().Policy.Tools.OnChange == policy.Deny {
+		return pinned, fmt.Sprintf("withheld: what this server says about itself (%s) changed since the bridge first connected to it, "+
+			"and the policy refuses a changed server (tools.on_change: deny): its tools are not offered", changed)
+	}
+	if info.ServerInfo != nil {
+		title = info.ServerInfo.Title
+	}
+	return title, firstParagraph(info.Instructions, 400)
 }
 
 func (p *Proxy) readServers(ctx context.Context, _ *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {

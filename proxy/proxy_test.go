@@ -34,11 +34,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// testServer has tools that behave and misbehave on purpose.
+// testServer has tools that behave and misbehave on purpose. With
+// PROXY_TEST_TEXT_FILE, its title and instructions are the file's (JSON),
+// read at start: a server that restarts with other text. With
+// PROXY_TEST_LAUNDER=1 it has wipe and launder too (addLaunder).
 func testServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "test", Title: "Test upstream"}, &mcp.ServerOptions{
-		Instructions: "A server for the proxy's tests.\n\nSecond paragraph.",
-	})
+	title, instructions := testServerText()
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Title: title}, &mcp.ServerOptions{Instructions: instructions})
+	addLaunder(s) // with PROXY_TEST_LAUNDER=1
 	var calls, inFlight, most atomic.Int64
 	obj := map[string]any{"type": "object"}
 	add := func(name, desc string, h func(ctx context.Context, args map[string]any) *mcp.CallToolResult) {
@@ -134,6 +137,18 @@ func testServer() *mcp.Server {
 		return text("added")
 	})
 	return s
+}
+
+// testServerText is the test server's title and instructions: its own,
+// or PROXY_TEST_TEXT_FILE's.
+func testServerText() (title, instructions string) {
+	about := struct{ Title, Instructions string }{"Test upstream", "A server for the proxy's tests.\n\nSecond paragraph."}
+	if f := os.Getenv("PROXY_TEST_TEXT_FILE"); f != "" {
+		if b, err := os.ReadFile(f); err == nil {
+			_ = json.Unmarshal(b, &about)
+		}
+	}
+	return about.Title, about.Instructions
 }
 
 // stdioServer is a config entry that runs the test binary as an upstream.

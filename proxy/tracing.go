@@ -41,6 +41,21 @@ const (
 	AttrIsError     = attribute.Key("bridge.result.is_error")
 )
 
+// UnknownName stands, in a span, for a server or tool name that was not
+// resolved: the code chose it, and what the code chooses is never
+// exported (docs/tracing.md). Parentheses keep it apart from the names
+// upstreams list: the MCP spec's tool names are letters, digits, "_", "-"
+// and ".".
+const UnknownName = "(unknown)"
+
+// KnownName is name, or UnknownName for "" (not resolved).
+func KnownName(name string) string {
+	if name == "" {
+		return UnknownName
+	}
+	return name
+}
+
 // tracer is the proxy's tracer: a no-op one unless Options.Tracer is set.
 func (p *Proxy) tracer() trace.Tracer {
 	if p.opts.Tracer == nil {

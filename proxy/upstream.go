@@ -40,7 +40,10 @@ type upstream struct {
 	// changed is called (from its own goroutine) when the server's tool list
 	// may have changed: a notifications/tools/list_changed, or a reconnect.
 	changed func(name string)
-	base    context.Context // cancelled by close: aborts connects
+	// connected, if set, gets each new session's initialize answer before
+	// the session is used (the proxy pins what the server says of itself).
+	connected func(info *mcp.InitializeResult)
+	base      context.Context // cancelled by close: aborts connects
 	// scrubber takes the secrets of the URL, the headers and the env out
 	// of errors and of what the server writes to stderr.
 	scrubber *Scrubber
@@ -164,6 +167,9 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, <-chan stru
 func (u *upstream) connectAsync(ch chan struct{}) {
 	defer u.procs.Done()
 	sess, err := u.connect()
+	if err == nil && u.connected != nil {
+		u.connected(sess.InitializeResult())
+	}
 	u.mu.Lock()
 	defer func() {
 		u.connecting = nil

@@ -24,21 +24,25 @@ const spanToolCall = "bridge.tool_call"
 
 // startCall starts the span of a call of run (nil: a run not registered,
 // whose call is traced on its own). The span is not put in a context:
-// the proxy finds it in the call ([proxy.Call] Trace).
+// the proxy finds it in the call ([proxy.Call] Trace). The server and
+// tool the code named are not its attributes: endCall sets the names the
+// proxy resolved.
 func (h *toolHandler) startCall(ctx context.Context, run Run, runID string, call relay.ToolCall) trace.Span {
 	if tr, ok := run.(TracedRun); ok {
 		ctx = tracing.Parent(ctx, tr.Span())
 	}
 	_, span := h.tracer.Start(ctx, spanToolCall, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(proxy.AttrRunID.String(runID), proxy.AttrServer.String(call.Server),
-			proxy.AttrTool.String(call.Tool), proxy.AttrArgBytes.Int(len(call.Args))))
+		trace.WithAttributes(proxy.AttrRunID.String(runID), proxy.AttrArgBytes.Int(len(call.Args))))
 	return span
 }
 
-// endCall ends a call's span with the policy's decision and the answer's
+// endCall ends a call's span with the server and tool as the proxy
+// resolved them (a name the code made up is [proxy.UnknownName]: the code
+// must not write into the traces), the policy's decision and the answer's
 // size, or the error's type (never its message).
 func endCall(span trace.Span, rep proxy.CallReport, r relay.ToolResult, resultBytes int) {
 	if span.IsRecording() {
+		span.SetAttributes(proxy.AttrServer.String(proxy.KnownName(rep.Server)), proxy.AttrTool.String(proxy.KnownName(rep.Tool)))
 		if rep.Decision != "" {
 			span.SetAttributes(proxy.AttrDecision.String(rep.Decision))
 		}
