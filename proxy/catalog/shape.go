@@ -52,21 +52,29 @@ const (
 // cut at 40 runes and the whole at 300, with "…". It is "" for a schema
 // that is empty, null, not valid JSON or says nothing of the shape (any).
 func ResultShape(schema json.RawMessage) string {
+	text, _, _ := shape(schema)
+	return text
+}
+
+// shape is ResultShape, with the schemas it looked at (calls of value) and
+// its work (see shapeMaxWork): the tests hold both to bounds, where a clock
+// would measure the machine.
+func shape(schema json.RawMessage) (text string, visits, work int) {
 	dec := json.NewDecoder(bytes.NewReader(schema))
 	dec.UseNumber()
 	var root any
 	if dec.Decode(&root) != nil || root == nil {
-		return ""
+		return "", 0, 0
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return "" // more than one value
+		return "", 0, 0 // more than one value
 	}
 	s := shaper{root: root}
 	s.value(root, 0, 0)
 	if t := s.text(); t != "any" {
-		return t
+		return t, s.visits, s.work
 	}
-	return ""
+	return "", s.visits, s.work
 }
 
 // shaper writes one shape.
@@ -75,6 +83,8 @@ type shaper struct {
 	out   strings.Builder
 	runes int // in out
 	work  int // see shapeMaxWork
+	// visits counts the calls of value, for the tests.
+	visits int
 }
 
 // full says whether the text is long enough, or the work done great
@@ -104,6 +114,7 @@ func (s *shaper) text() string {
 // value writes the shape of schema v; depth counts the objects around it,
 // nest the schemas.
 func (s *shaper) value(v any, depth, nest int) {
+	s.visits++
 	if s.full() {
 		return
 	}
