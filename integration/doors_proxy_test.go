@@ -24,9 +24,9 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
-// doorsPolicy writes a policy with a warm pool of one container and the
+// doorsProxyPolicy writes a policy with a warm pool of one container and the
 // sections in extra, auditing to a file; it returns both paths.
-func doorsPolicy(t *testing.T, e *engine, extra string) (policyFile, audit string) {
+func doorsProxyPolicy(t *testing.T, e *engine, extra string) (policyFile, audit string) {
 	t.Helper()
 	dir := t.TempDir()
 	policyFile, audit = filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "audit.jsonl")
@@ -37,7 +37,7 @@ func doorsPolicy(t *testing.T, e *engine, extra string) (policyFile, audit strin
 	return policyFile, audit
 }
 
-// doorsBridge is `bridge serve` under policyFile (doorsPolicy) with the
+// doorsBridge is `bridge serve` under policyFile (doorsProxyPolicy) with the
 // flags in extra, and --debug-addr, by which run waits for a warm
 // container.
 type doorsBridge struct {
@@ -109,7 +109,7 @@ func TestDoorsTraceNamesOnly(t *testing.T) {
 				recv := newOTLPReceiver(t)
 				t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 				servers, _ := recordingServers(t)
-				policyFile, _ := doorsPolicy(t, e, "")
+				policyFile, _ := doorsProxyPolicy(t, e, "")
 				metricsAddr := freeLoopbackAddr(t)
 				flags := []string{"--otlp-endpoint", recv.URL, "--metrics-addr", metricsAddr, "--servers-config", servers}
 				var proxyLog *syncBuffer
@@ -217,7 +217,7 @@ func auditRule(t *testing.T, path, tool, rule, decision string) bool {
 func TestDoorsDeniedToolLaundered(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		servers, record := recordingServers(t, "--launder")
-		policyFile, audit := doorsPolicy(t, e, "tools:\n  default: deny\n  rules:\n    - annotations: {readOnlyHint: true}\n      action: allow\n")
+		policyFile, audit := doorsProxyPolicy(t, e, "tools:\n  default: deny\n  rules:\n    - annotations: {readOnlyHint: true}\n      action: allow\n")
 		br := startDoorsBridge(t, e, policyFile, "--servers-config", servers)
 		out := br.run(t, `import time, mcp_tools
 def listed(name):
@@ -273,7 +273,7 @@ func TestDoorsServerTextPinned(t *testing.T) {
 		}
 		write("Keeps notes for the team.\n\nMore about the notes.")
 		servers, _ := recordingServers(t, "--instructions-file", instructions)
-		policyFile, audit := doorsPolicy(t, e, "")
+		policyFile, audit := doorsProxyPolicy(t, e, "")
 		br := startDoorsBridge(t, e, policyFile, "--servers-config", servers)
 		describe := `import mcp_tools
 s = [s for s in mcp_tools.servers() if s["name"] == "misbehave"][0]

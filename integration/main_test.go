@@ -138,10 +138,11 @@ func runMain(m *testing.M) int {
 }
 
 // ownerLivesApart reports whether owner (a sandbox.LabelOwner value) names
-// a process that is alive, on this boot and in this PID namespace, and is
-// not one the suite started (a descendant of this process): another
-// bridge's container, not the suite's leftover. Everything else counts as
-// the suite's: a dead owner's containers are left behind.
+// a bridge apart from the suite: one in another PID namespace (in a
+// container, with the engine's socket), or alive in this one and not
+// started by the suite (not a descendant of this process). Every bridge of
+// the suite runs in this PID namespace; a dead owner's containers here are
+// left behind, and count.
 func ownerLivesApart(owner string) bool {
 	f := strings.Split(owner, "/")
 	if len(f) != 5 {
@@ -150,7 +151,7 @@ func ownerLivesApart(owner string) bool {
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	ns, _ := os.Readlink("/proc/self/ns/pid")
 	if f[1] != strings.TrimSpace(string(boot)) || f[2] != ns {
-		return false
+		return f[1] == strings.TrimSpace(string(boot)) // a bridge of another PID namespace now
 	}
 	pid, err := strconv.Atoi(f[3])
 	if err != nil || startTime(pid) != f[4] {
