@@ -427,7 +427,24 @@ func (s *Sessions) begin(key string) func() {
 	}
 }
 
-// forget drops the session under key, which ended by the client.
+// deleted ends the session under key once its client's DELETE was
+// answered status. Only a 2xx means the server closed it: the SDK answers
+// a DELETE it refuses (an unsupported Mcp-Protocol-Version: 400) before it
+// looks the session up, and that session goes on, so it must stay counted
+// (else a client could open sessions past every cap, and the sweep would
+// never close them). Any other answer only makes the next reconcile check
+// (a 404: the server may have closed it unseen).
+func (s *Sessions) deleted(key string, status int) {
+	if status >= 200 && status < 300 {
+		s.forget(key)
+		return
+	}
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
+}
+
+// forget drops the session under key, which ended.
 func (s *Sessions) forget(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -36,12 +36,45 @@ func (s *Sessions) streamable(h http.Handler) http.Handler {
 			defer s.begin(mcpKey(id))()
 			h.ServeHTTP(w, r)
 		case r.Method == http.MethodDelete && id != "":
-			h.ServeHTTP(w, r)
-			s.forget(mcpKey(id))
+			sw := &statusWriter{ResponseWriter: w}
+			h.ServeHTTP(sw, r)
+			s.deleted(mcpKey(id), sw.code())
 		default:
 			h.ServeHTTP(w, r)
 		}
 	})
+}
+
+// statusWriter remembers the status of the answer written through it.
+// It unwraps (for http.NewResponseController) to the writer it wraps.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 { // a 1xx is not the answer
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// code is the status answered: 200 when the handler wrote none (net/http
+// sends that).
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
 }
 
 // sse counts the legacy SSE sessions of h, the SSE handler: a GET opens

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // initBody is an initialize request, as a client opens a session with.
@@ -356,5 +358,76 @@ func TestSessionsAtCapEvictsOnlyLongIdle(t *testing.T) {
 	done()
 	if st := s.Stats(); st.Closed[ClosedPressure] != 1 || st.Open != 3 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// rawDelete DELETEs the session sid at url, with the Mcp-Protocol-Version
+// version (none when ""), and returns the answer's status.
+func rawDelete(t *testing.T, url, sid, version string) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	if version != "" {
+		req.Header.Set("Mcp-Protocol-Version", version)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// sdkSessions counts the sessions srv holds with an id (the Streamable
+// HTTP ones).
+func sdkSessions(srv *mcp.Server) int {
+	n := 0
+	for ss := range srv.Sessions() {
+		if ss.ID() != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// A DELETE the SDK refuses (400 for an unsupported Mcp-Protocol-Version,
+// answered before it looks the session up) leaves the session open: it
+// stays counted, so the caps still hold; a DELETE the SDK carries out
+// (204) makes room.
+func TestHTTPSessionsRefusedDeleteStaysCounted(t *testing.T) {
+	const max = 4
+	sessions := NewSessions(func() SessionLimits { return SessionLimits{Max: max, MaxPerClient: max} })
+	srv := newTestMCPServer(t, nil)
+	h := startHTTP(t, srv, HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	var ids []string
+	for i := range max {
+		code, sid, body, _ := rawPost(t, h.base+"/mcp", "", initBody(i))
+		if code != http.StatusOK || sid == "" {
+			t.Fatalf("session %d: %d %q", i+1, code, body)
+		}
+		ids = append(ids, sid)
+	}
+	for _, sid := range ids {
+		if code := rawDelete(t, h.base+"/mcp", sid, "1999-01-01"); code != http.StatusBadRequest {
+			t.Fatalf("DELETE with an unsupported protocol version: %d, want 400", code)
+		}
+	}
+	if n := sdkSessions(srv); n != max {
+		t.Fatalf("the SDK holds %d sessions after the refused DELETEs, want %d", n, max)
+	}
+	if open, _ := sessions.count(); open != max {
+		t.Errorf("%d sessions counted while the SDK holds %d", open, max)
+	}
+	if code, _, body, _ := rawPost(t, h.base+"/mcp", "", initBody(10)); code != http.StatusServiceUnavailable {
+		t.Errorf("a session past the cap after refused DELETEs: %d %q, want 503", code, body)
+	}
+	if code := rawDelete(t, h.base+"/mcp", ids[0], "2025-06-18"); code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d, want 204", code)
+	}
+	if open, _ := sessions.count(); open != max-1 || sdkSessions(srv) != max-1 {
+		t.Errorf("after a DELETE: %d counted, the SDK holds %d; want %d", open, sdkSessions(srv), max-1)
+	}
+	if code, _, body, _ := rawPost(t, h.base+"/mcp", "", initBody(11)); code != http.StatusOK {
+		t.Errorf("a session after a DELETE made room: %d %q", code, body)
 	}
 }
