@@ -120,10 +120,16 @@ type Sessions struct {
 	srv     *mcp.Server
 	log     zerolog.Logger
 	entries map[string]*sessionEntry // by key: mcpKey(id), or "sse:N"
-	clients map[string]int           // sessions and reservations by client
-	pending int                      // reservations: sessions being opened
-	dirty   bool                     // a session may have closed unseen
-	serial  int64                    // of the SSE sessions' keys
+	// closing are the sessions the server is closing (idle, or to make
+	// room), no longer counted: their room went to others. They stay
+	// known until Close returns, so that a request arriving meanwhile is
+	// refused as the SDK refuses one of a closed session, not served
+	// untracked and cut off.
+	closing map[string]*sessionEntry
+	clients map[string]int // sessions and reservations by client
+	pending int            // reservations: sessions being opened
+	dirty   bool           // a session may have closed unseen
+	serial  int64          // of the SSE sessions' keys
 	refused map[string]int64
 	closed  map[string]int64
 	// refusing counts the refusals since a session was last let in:
@@ -145,8 +151,8 @@ func NewSessions(limits func() SessionLimits) *Sessions {
 	if limits == nil {
 		limits = func() SessionLimits { return SessionLimits{} }
 	}
-	return &Sessions{limits: limits, now: time.Now, entries: map[string]*sessionEntry{}, clients: map[string]int{},
-		refused: map[string]int64{}, closed: map[string]int64{}, log: zerolog.Nop()}
+	return &Sessions{limits: limits, now: time.Now, entries: map[string]*sessionEntry{}, closing: map[string]*sessionEntry{},
+		clients: map[string]int{}, refused: map[string]int64{}, closed: map[string]int64{}, log: zerolog.Nop()}
 }
 
 // Stats are the counts now.
@@ -275,9 +281,11 @@ func (s *Sessions) reconcileLocked() {
 	s.dirty = false
 }
 
-// dropLocked forgets e, closed by the server for reason.
+// dropLocked forgets e, which the server is about to close for reason
+// (see s.closing; s.close ends that).
 func (s *Sessions) dropLocked(e *sessionEntry, reason string) {
 	s.forgetLocked(e)
+	s.closing[e.key] = e
 	s.closed[reason]++
 	s.log.Debug().Str("client", e.client).Str("reason", reason).Msg("closing an idle MCP session")
 }
@@ -297,8 +305,9 @@ func (s *Sessions) release(client string) {
 	}
 }
 
-// close closes the Streamable HTTP sessions of victims (already
-// forgotten), outside s.mu: closing waits for the session's handlers.
+// close closes the Streamable HTTP sessions of victims (dropped by
+// dropLocked), outside s.mu: closing waits for the session's handlers.
+// Once closed, they are no longer closing.
 func (s *Sessions) close(victims []*sessionEntry) {
 	if len(victims) == 0 {
 		return
@@ -306,6 +315,13 @@ func (s *Sessions) close(victims []*sessionEntry) {
 	s.mu.Lock()
 	srv := s.srv
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, e := range victims {
+			delete(s.closing, e.key)
+		}
+	}()
 	if srv == nil {
 		return
 	}
@@ -391,8 +407,33 @@ func (s *Sessions) refuseLocked(client string, r *refusal) *refusal {
 	return r
 }
 
-// settle ends client's reservation: the server opened the session id
-// (when not ""), or none.
+// opened turns client's reservation into the session id, as soon as the
+// answer that names it goes out (before the opening request ends: its
+// client may use the session at once, and a request then must find it
+// counted and busy). The session is busy until the func it returns is
+// called, at the end of the opening request.
+func (s *Sessions) opened(client, id string) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	k := mcpKey(id)
+	e := &sessionEntry{key: k, client: client, last: s.now(), busy: 1}
+	s.entries[k] = e
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		e.busy--
+		e.last = s.now()
+		// The SDK closes the session of an opening request that was not
+		// an initialize as that request ends: the next reconcile finds
+		// out.
+		s.dirty = true
+	}
+}
+
+// settle ends client's reservation when no answer went out during the
+// opening request: the server opened the session id (when not ""), or
+// none.
 func (s *Sessions) settle(client, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -409,10 +450,14 @@ func (s *Sessions) settle(client, id string) {
 }
 
 // begin marks a request of the session under key in flight; the func it
-// returns marks its end.
+// returns marks its end. It returns nil when the session is being closed:
+// the request must not reach it.
 func (s *Sessions) begin(key string) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, ok := s.closing[key]; ok {
+		return nil
+	}
 	e, ok := s.entries[key]
 	if !ok {
 		return func() {}

@@ -27,13 +27,15 @@ func (s *Sessions) streamable(h http.Handler) http.Handler {
 				refuse(w, r, no)
 				return
 			}
-			opened := ""
-			defer func() { s.settle(client, opened) }()
-			h.ServeHTTP(w, r)
-			// The SDK names a new session in its answer's header.
-			opened = w.Header().Get("Mcp-Session-Id")
+			s.open(h, w, r, client)
 		case r.Method == http.MethodPost:
-			defer s.begin(mcpKey(id))()
+			end := s.begin(mcpKey(id))
+			if end == nil {
+				// What the SDK answers once the session is closed.
+				http.Error(w, "session not found", http.StatusNotFound)
+				return
+			}
+			defer end()
 			h.ServeHTTP(w, r)
 		case r.Method == http.MethodDelete && id != "":
 			sw := &statusWriter{ResponseWriter: w}
@@ -45,25 +47,62 @@ func (s *Sessions) streamable(h http.Handler) http.Handler {
 	})
 }
 
-// statusWriter remembers the status of the answer written through it.
-// It unwraps (for http.NewResponseController) to the writer it wraps.
+// open serves r, a request for a new session of client that admit let
+// in. The SDK names the session in its answer's header: it is counted
+// from the moment that header goes out, since the client may use it
+// before the SDK's handler returns (an answer streamed as SSE).
+func (s *Sessions) open(h http.Handler, w http.ResponseWriter, r *http.Request, client string) {
+	var end func()
+	sw := &statusWriter{ResponseWriter: w, before: func() {
+		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+			end = s.opened(client, id)
+		}
+	}}
+	h.ServeHTTP(sw, r)
+	if end != nil {
+		end()
+		return
+	}
+	s.settle(client, w.Header().Get("Mcp-Session-Id"))
+}
+
+// statusWriter remembers the status of the answer written through it, and
+// calls before (when set) once, just before the header goes out. It
+// unwraps (for http.NewResponseController) to the writer it wraps, and
+// flushes as that one does (the SDK streams answers as SSE).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	before func()
+}
+
+// final is called before the header goes out with status code.
+func (w *statusWriter) final(code int) {
+	if w.status != 0 {
+		return
+	}
+	w.status = code
+	if w.before != nil {
+		w.before()
+	}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 { // a 1xx is not the answer
-		w.status = code
+	if code >= 200 { // a 1xx is not the answer
+		w.final(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.final(http.StatusOK)
 	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends the header (200 if none was written) and what was written.
+func (w *statusWriter) Flush() {
+	w.final(http.StatusOK)
+	_ = http.NewResponseController(w.ResponseWriter).Flush() // best effort, as the SDK does
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

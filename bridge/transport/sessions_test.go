@@ -431,3 +431,130 @@ func TestHTTPSessionsRefusedDeleteStaysCounted(t *testing.T) {
 		t.Errorf("a session after a DELETE made room: %d %q", code, body)
 	}
 }
+
+// A session is counted from the moment the answer that names it goes out,
+// not when its opening request ends (an SSE answer is read by the client
+// before that): a request the client makes in between keeps it busy, so
+// the sweep never closes it under that request. Flushing works through the
+// bridge's writer as through net/http's.
+func TestSessionsCountedFromTheHeader(t *testing.T) {
+	s, c, _ := newTestSessions(SessionLimits{Max: 10, MaxPerClient: 10, IdleTimeout: time.Minute, MinIdle: time.Minute})
+	sent := make(chan string)
+	releaseOpen, releaseCall := make(chan struct{}), make(chan struct{})
+	h := s.streamable(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		release := releaseCall
+		if r.Header.Get("Mcp-Session-Id") == "" {
+			w.Header().Set("Mcp-Session-Id", "s1")
+			release = releaseOpen
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flushing through the sessions' writer: %v", err)
+		}
+		sent <- w.Header().Get("Mcp-Session-Id")
+		<-release
+	}))
+	serve := func(sid string) (chan struct{}, *httptest.ResponseRecorder) {
+		r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(initBody(1)))
+		r.RemoteAddr = "192.0.2.1:1"
+		if sid != "" {
+			r.Header.Set("Mcp-Session-Id", sid)
+		}
+		w, done := httptest.NewRecorder(), make(chan struct{})
+		go func() { defer close(done); h.ServeHTTP(w, r) }()
+		return done, w
+	}
+	opening, w := serve("")
+	sid := <-sent // the client has the session's id; its opening request goes on
+	if !w.Flushed {
+		t.Error("the opening answer was not flushed")
+	}
+	call, _ := serve(sid)
+	<-sent // a call of the session, in flight
+	close(releaseOpen)
+	<-opening
+	c.add(2 * time.Hour)
+	s.sweep()
+	if open, idle := s.count(); open != 1 || idle != 0 || s.Stats().Closed[ClosedIdle] != 0 {
+		t.Errorf("with a call in flight, made before the opening request ended: %d open, %d idle, closed %v",
+			open, idle, s.Stats().Closed)
+	}
+	close(releaseCall)
+	<-call
+	c.add(2 * time.Hour)
+	s.sweep()
+	if open, _ := s.count(); open != 0 || s.Stats().Closed[ClosedIdle] != 1 {
+		t.Errorf("idle for 2 h once its call ended: %d open, closed %v", open, s.Stats().Closed)
+	}
+}
+
+// stuckServer is an MCP server whose tool "stuck" returns only when
+// release is closed, whatever its context says: closing its session waits
+// for it.
+func stuckServer(started chan<- struct{}, release <-chan struct{}) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "stuck", Description: "wait for the test"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			started <- struct{}{}
+			<-release
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		})
+	return srv
+}
+
+// While the server closes a session (idle, or to make room), a request of
+// that session is answered 404 at once, as the SDK answers one of a closed
+// session: it never runs untracked on a session about to be cut off. Once
+// closed, the session is forgotten.
+func TestHTTPSessionsClosingRefusesRequests(t *testing.T) {
+	c := &clock{t: time.Now()}
+	sessions := NewSessions(func() SessionLimits {
+		return SessionLimits{Max: 100, IdleTimeout: time.Hour, MinIdle: time.Minute}
+	})
+	sessions.now = c.now
+	started, release := make(chan struct{}), make(chan struct{})
+	h := startHTTP(t, stuckServer(started, release), HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	var once sync.Once
+	unstick := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unstick)
+	_, sid, _, _ := rawPost(t, h.base+"/mcp", "", initBody(1))
+	if sid == "" {
+		t.Fatal("no session")
+	}
+	rawPost(t, h.base+"/mcp", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// A call whose HTTP request its client gives up on: the session is
+	// idle to the bridge, its handler still runs, so closing it waits.
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/mcp",
+		strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stuck","arguments":{}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	<-started
+	cancel()
+	waitFor(t, "the call's request to end", func() bool { _, idle := sessions.count(); return idle == 1 })
+	c.add(2 * time.Hour)
+	swept := make(chan struct{})
+	go func() { defer close(swept); sessions.sweep() }()
+	waitFor(t, "the sweep to close the session", func() bool { return sessions.Stats().Closed[ClosedIdle] == 1 })
+	code, _, body, _ := rawPost(t, h.base+"/mcp", sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if code != http.StatusNotFound || !strings.Contains(body, "session not found") {
+		t.Errorf("a request of a session being closed: %d %q, want 404 session not found", code, body)
+	}
+	unstick()
+	<-swept
+	sessions.mu.Lock()
+	closing := len(sessions.closing)
+	sessions.mu.Unlock()
+	if open, _ := sessions.count(); open != 0 || closing != 0 {
+		t.Errorf("once closed: %d open, %d closing", open, closing)
+	}
+}
