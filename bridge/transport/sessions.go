@@ -343,9 +343,10 @@ type refusal struct {
 	retryAfter time.Duration
 }
 
-// admit reserves room for a new session of client, closing one idle for
-// MinIdle if that makes room (any at the bridge's cap, the client's own
-// at its cap); else it says why not, the bridge's cap first.
+// admit reserves room for a new session of client; else it says why not
+// (the bridge's cap first when both are reached). Both caps are decided
+// before any session is closed to make room (see roomLocked), so that a
+// refused client never closes anyone's session.
 func (s *Sessions) admit(client string) *refusal {
 	s.mu.Lock()
 	l := s.limits().withDefaults()
@@ -355,19 +356,11 @@ func (s *Sessions) admit(client string) *refusal {
 	var victims []*sessionEntry
 	defer func() { s.close(victims) }() // after the Unlock below
 	defer s.mu.Unlock()
-	if s.openLocked() >= l.Max {
-		v, wait := s.evictableLocked("", l.MinIdle)
-		if v == nil {
-			return s.refuseLocked(client, &refusal{reason: RefusedBridgeCap, limit: l.Max, retryAfter: wait})
-		}
-		s.dropLocked(v, ClosedPressure)
-		victims = append(victims, v)
+	v, no := s.roomLocked(client, l)
+	if no != nil {
+		return s.refuseLocked(client, no)
 	}
-	if s.clients[client] >= l.MaxPerClient {
-		v, wait := s.evictableLocked(client, l.MinIdle)
-		if v == nil {
-			return s.refuseLocked(client, &refusal{reason: RefusedClientCap, limit: l.MaxPerClient, retryAfter: wait})
-		}
+	if v != nil {
 		s.dropLocked(v, ClosedPressure)
 		victims = append(victims, v)
 	}
@@ -380,20 +373,75 @@ func (s *Sessions) admit(client string) *refusal {
 	return nil
 }
 
+// roomLocked decides whether a new session of client fits: (nil, nil) if
+// it does; a session to close for it; or why not. A session is closed for
+// another only when it has been idle for MinIdle with no request in
+// flight, and only one that does not just move the shortage elsewhere:
+//
+//   - At the client's own cap, only its own (closing one makes room under
+//     both caps; another client's would make none under this one).
+//   - At the bridge's cap, one of the client that holds the most sessions,
+//     the longest idle of them, counting the asking client as holding the
+//     session it asks for; never one of a client that holds fewer than
+//     that (a client is never squeezed to make room for a bigger one).
+func (s *Sessions) roomLocked(client string, l SessionLimits) (*sessionEntry, *refusal) {
+	atClient, atBridge := s.clients[client] >= l.MaxPerClient, s.openLocked() >= l.Max
+	if !atClient && !atBridge {
+		return nil, nil
+	}
+	if v := s.victimLocked(client, l.MinIdle, atClient); v != nil {
+		return v, nil
+	}
+	no := &refusal{reason: RefusedClientCap, limit: l.MaxPerClient}
+	if atBridge {
+		no = &refusal{reason: RefusedBridgeCap, limit: l.Max}
+	}
+	// What will make room: one of its own sessions going, at its cap;
+	// else any, closed by the sweep at the bridge's.
+	scope := client
+	if !atClient {
+		scope = ""
+	}
+	no.retryAfter = s.waitLocked(scope, l.MinIdle)
+	return nil, no
+}
+
+// victimLocked is the session to close for a new one of client (see
+// roomLocked; own: its own sessions only), or nil.
+func (s *Sessions) victimLocked(client string, minIdle time.Duration, own bool) *sessionEntry {
+	after := s.clients[client] + 1
+	// holds is how many sessions e's client holds, the asking client's
+	// counted with the one it asks for.
+	holds := func(e *sessionEntry) int {
+		if e.client == client {
+			return after
+		}
+		return s.clients[e.client]
+	}
+	now := s.now()
+	var best *sessionEntry
+	for _, e := range s.entries {
+		if e.sse || e.busy > 0 || now.Sub(e.last) < minIdle || own && e.client != client || holds(e) < after {
+			continue
+		}
+		if best == nil || holds(e) > holds(best) || holds(e) == holds(best) && e.last.Before(best.last) {
+			best = e
+		}
+	}
+	return best
+}
+
 // openLocked is how many sessions are open or being opened.
 func (s *Sessions) openLocked() int { return len(s.entries) + s.pending }
 
-// evictableLocked is the session of client ("" any) idle longest, if it
-// has been idle for minIdle; else nil and how long until one may be.
-func (s *Sessions) evictableLocked(client string, minIdle time.Duration) (*sessionEntry, time.Duration) {
+// waitLocked is how long until a session of client ("" any) will have
+// been idle for minIdle: minIdle when none is idle.
+func (s *Sessions) waitLocked(client string, minIdle time.Duration) time.Duration {
 	idle := s.idleLocked(client)
 	if len(idle) == 0 {
-		return nil, minIdle
+		return minIdle
 	}
-	if d := s.now().Sub(idle[0].last); d < minIdle {
-		return nil, minIdle - d
-	}
-	return idle[0], 0
+	return max(0, minIdle-s.now().Sub(idle[0].last))
 }
 
 // refuseLocked counts r, logs when refusals begin, and returns r.

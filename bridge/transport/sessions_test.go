@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -557,4 +558,83 @@ func TestHTTPSessionsClosingRefusesRequests(t *testing.T) {
 	if open, _ := sessions.count(); open != 0 || closing != 0 {
 		t.Errorf("once closed: %d open, %d closing", open, closing)
 	}
+}
+
+// held is how many sessions each client holds.
+func held(s *Sessions) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.clients)
+}
+
+// A new session takes the place of another only where that makes room
+// without squeezing anyone: a client at its own cap never closes another
+// client's session (and, refused, closes none); at the bridge's cap the
+// session closed is one of the client holding the most, never of a client
+// that would hold fewer than the new session's.
+func TestSessionsEvictionIsFair(t *testing.T) {
+	const a, b, c = "192.0.2.1", "192.0.2.2", "192.0.2.3"
+	limits := func(max, perClient int) SessionLimits {
+		return SessionLimits{Max: max, MaxPerClient: perClient, IdleTimeout: 24 * time.Hour, MinIdle: time.Minute}
+	}
+	t.Run("refused at its own cap", func(t *testing.T) {
+		s, clk, h := newTestSessions(limits(4, 2))
+		open(h, b+":1")
+		open(h, b+":1")
+		clk.add(time.Hour)
+		open(h, a+":1")
+		open(h, a+":1") // a at its cap, the bridge at its cap, b's idle an hour
+		if code, _ := open(h, a+":1"); code == http.StatusOK {
+			t.Errorf("a third session of a client whose cap is 2: %d", code)
+		}
+		if got := held(s); got[b] != 2 || got[a] != 2 || s.Stats().Closed[ClosedPressure] != 0 {
+			t.Errorf("after the refusal: held %v, closed %v; want nobody's session closed", got, s.Stats().Closed)
+		}
+		clk.add(time.Hour) // now a's own are idle long enough: one of them goes
+		if code, _ := open(h, a+":1"); code != http.StatusOK {
+			t.Errorf("at its cap with its own sessions idle: %d", code)
+		}
+		if got := held(s); got[b] != 2 || got[a] != 2 {
+			t.Errorf("at its own cap: held %v, want b's untouched", got)
+		}
+	})
+	t.Run("from the client holding the most", func(t *testing.T) {
+		s, clk, h := newTestSessions(limits(6, 4))
+		open(h, c+":1") // c's only session, idle longest
+		clk.add(time.Minute)
+		for range 4 {
+			open(h, b+":1")
+		}
+		open(h, a+":1")
+		clk.add(time.Hour)
+		if code, _ := open(h, a+":1"); code != http.StatusOK {
+			t.Fatalf("at the bridge's cap with sessions idle an hour: %d", code)
+		}
+		if got := held(s); got[c] != 1 || got[b] != 3 || got[a] != 2 {
+			t.Errorf("held %v, want one of b's (4) closed, not c's only one", got)
+		}
+	})
+	t.Run("never from a smaller client", func(t *testing.T) {
+		s, clk, h := newTestSessions(limits(4, 4))
+		open(h, b+":1")
+		open(h, b+":1") // b's idle longest
+		clk.add(time.Minute)
+		open(h, a+":1")
+		open(h, a+":1")
+		clk.add(time.Hour)
+		// a would hold 3, b holds 2: a's own longest idle goes.
+		if code, _ := open(h, a+":1"); code != http.StatusOK {
+			t.Fatalf("at the bridge's cap with its own sessions idle an hour: %d", code)
+		}
+		if got := held(s); got[b] != 2 || got[a] != 2 {
+			t.Errorf("held %v, want b's 2 untouched", got)
+		}
+		// c holds none and would hold 1: any of them is bigger.
+		if code, _ := open(h, c+":1"); code != http.StatusOK {
+			t.Fatalf("a new client at the bridge's cap: %d", code)
+		}
+		if got := held(s); got[c] != 1 || got[a]+got[b] != 3 {
+			t.Errorf("held %v", got)
+		}
+	})
 }
