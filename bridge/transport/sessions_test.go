@@ -337,8 +337,9 @@ func TestSessionsAtCapEvictsOnlyLongIdle(t *testing.T) {
 	for range 3 {
 		_, id := open(h, "192.0.2.1:1")
 		ids = append(ids, id)
+		c.add(time.Second) // an order of idleness: ties are broken at random
 	}
-	c.add(30 * time.Second)
+	c.add(27 * time.Second) // idle 30, 29 and 28 s
 	if no := s.admit("192.0.2.1"); no == nil || no.reason != RefusedBridgeCap || no.retryAfter != 30*time.Second {
 		t.Fatalf("at the cap with sessions idle 30 s: %+v", no)
 	}
