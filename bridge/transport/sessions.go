@@ -341,6 +341,10 @@ type refusal struct {
 	reason     string
 	limit      int
 	retryAfter time.Duration
+	// noRetry: no session open would make room by waiting (they are all
+	// legacy SSE streams, never closed for being idle), so no time to
+	// retry after can be told.
+	noRetry bool
 }
 
 // admit reserves room for a new session of client; else it says why not
@@ -402,7 +406,8 @@ func (s *Sessions) roomLocked(client string, l SessionLimits) (*sessionEntry, *r
 	if !atClient {
 		scope = ""
 	}
-	no.retryAfter = s.waitLocked(scope, l.MinIdle)
+	wait, ok := s.waitLocked(scope, l.MinIdle)
+	no.retryAfter, no.noRetry = wait, !ok
 	return nil, no
 }
 
@@ -434,14 +439,32 @@ func (s *Sessions) victimLocked(client string, minIdle time.Duration, own bool) 
 // openLocked is how many sessions are open or being opened.
 func (s *Sessions) openLocked() int { return len(s.entries) + s.pending }
 
-// waitLocked is how long until a session of client ("" any) will have
-// been idle for minIdle: minIdle when none is idle.
-func (s *Sessions) waitLocked(client string, minIdle time.Duration) time.Duration {
-	idle := s.idleLocked(client)
-	if len(idle) == 0 {
-		return minIdle
+// waitLocked is how long until the first Streamable HTTP session of
+// client ("" any) will have been idle for minIdle, and may be closed: one
+// with a request in flight (or still being opened) not before minIdle.
+// False when there is none (only SSE sessions): waiting alone makes no
+// room.
+func (s *Sessions) waitLocked(client string, minIdle time.Duration) (time.Duration, bool) {
+	now := s.now()
+	wait, ok := minIdle, false
+	held := 0 // client's entries; the rest of s.clients[client] are being opened
+	for _, e := range s.entries {
+		if client != "" && e.client != client {
+			continue
+		}
+		held++
+		switch {
+		case e.sse:
+		case e.busy > 0:
+			ok = true
+		default:
+			wait, ok = min(wait, max(0, minIdle-now.Sub(e.last))), true
+		}
 	}
-	return max(0, minIdle-s.now().Sub(idle[0].last))
+	if client == "" && s.pending > 0 || client != "" && s.clients[client] > held {
+		ok = true
+	}
+	return wait, ok
 }
 
 // refuseLocked counts r, logs when refusals begin, and returns r.

@@ -135,9 +135,9 @@ func (s *Sessions) sse(h http.Handler) http.Handler {
 }
 
 // refuse answers a request for a session past the limits: 429 past the
-// client's, 503 past the bridge's, with Retry-After and a JSON-RPC error
-// that says what to do (the answer to the request's id, when its body
-// has one).
+// client's, 503 past the bridge's, with Retry-After (unless waiting makes
+// no room) and a JSON-RPC error that says what to do (the answer to the
+// request's id, when its body has one).
 func refuse(w http.ResponseWriter, r *http.Request, no *refusal) {
 	status, msg := http.StatusServiceUnavailable,
 		fmt.Sprintf("the bridge has %d MCP sessions open, its limit (http.max_sessions): no new session until one closes. "+
@@ -149,27 +149,44 @@ func refuse(w http.ResponseWriter, r *http.Request, no *refusal) {
 				"loopback client is one client): close the sessions you no longer use (DELETE /mcp with their Mcp-Session-Id) "+
 				"and reuse one, or retry after a session was idle long enough to be closed", no.limit)
 	}
-	id := json.RawMessage("null")
-	if r.Method == http.MethodPost && r.Body != nil {
-		var req struct {
-			ID json.RawMessage `json:"id"`
-		}
-		// Small bodies only: an initialize is a few hundred bytes.
-		if json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req) == nil && len(req.ID) > 0 {
-			id = req.ID
-		}
+	data := map[string]any{"reason": no.reason, "limit": no.limit}
+	if no.noRetry {
+		msg += ". The sessions open are all legacy SSE streams, which are never closed for being idle: " +
+			"end one (its GET /sse) to make room"
+	} else {
+		data["retry_after_seconds"] = retrySeconds(no.retryAfter)
+		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(no.retryAfter)))
 	}
 	body, _ := json.Marshal(map[string]any{
 		"jsonrpc": "2.0",
-		"id":      id,
-		"error": map[string]any{"code": CodeTooManySessions, "message": msg,
-			"data": map[string]any{"reason": no.reason, "limit": no.limit, "retry_after_seconds": retrySeconds(no.retryAfter)}},
+		"id":      requestID(r),
+		"error":   map[string]any{"code": CodeTooManySessions, "message": msg, "data": data},
 	})
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(no.retryAfter)))
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
+}
+
+// requestID is the id of r's JSON-RPC request, to answer it with: only a
+// string or a number under the exact key "id" (what JSON-RPC allows and a
+// client can match), else null (a batch, or no such id).
+func requestID(r *http.Request) json.RawMessage {
+	null := json.RawMessage("null")
+	if r.Method != http.MethodPost || r.Body == nil {
+		return null
+	}
+	// A map matches keys exactly (a struct field would match "ID" too).
+	var req map[string]json.RawMessage
+	// Small bodies only: an initialize is a few hundred bytes.
+	if json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req) != nil {
+		return null
+	}
+	id := req["id"]
+	if len(id) == 0 || id[0] != '"' && id[0] != '-' && (id[0] < '0' || id[0] > '9') {
+		return null
+	}
+	return id
 }
 
 // retrySeconds is d in whole seconds, rounded up, at least 1.

@@ -639,3 +639,70 @@ func TestSessionsEvictionIsFair(t *testing.T) {
 		}
 	})
 }
+
+// A refusal answers the request's id only when it is a JSON-RPC id (a
+// string or a number) under the exact key "id"; else null.
+func TestRefuseEchoesOnlyAnID(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":7,"method":"initialize"}`:           `7`,
+		`{"jsonrpc":"2.0","id":-1.5e3,"method":"initialize"}`:      `-1.5e3`,
+		`{"jsonrpc":"2.0","id":"a-1","method":"initialize"}`:       `"a-1"`,
+		`{"jsonrpc":"2.0","ID":7,"method":"initialize"}`:           `null`,
+		`{"jsonrpc":"2.0","Id":"x","method":"initialize"}`:         `null`,
+		`{"jsonrpc":"2.0","id":{"a":[1,2]},"method":"initialize"}`: `null`,
+		`{"jsonrpc":"2.0","id":[1],"method":"initialize"}`:         `null`,
+		`{"jsonrpc":"2.0","id":true,"method":"initialize"}`:        `null`,
+		`{"jsonrpc":"2.0","id":null,"method":"initialize"}`:        `null`,
+		`[{"jsonrpc":"2.0","id":1,"method":"initialize"}]`:         `null`,
+		`not json`: `null`,
+	} {
+		w := httptest.NewRecorder()
+		refuse(w, httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body)),
+			&refusal{reason: RefusedBridgeCap, limit: 1, retryAfter: time.Second})
+		var e tooMany
+		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
+			t.Fatalf("refusal of %s: %v", body, err)
+		}
+		if string(e.ID) != want {
+			t.Errorf("refusal of %s: id %s, want %s", body, e.ID, want)
+		}
+	}
+}
+
+// Retry-After says when waiting will make room, or is left out when
+// waiting will not: a client whose sessions are all legacy SSE streams
+// (never closed for being idle) gets none.
+func TestSessionsRetryAfterTruthful(t *testing.T) {
+	const client = "192.0.2.1"
+	s, clk, h := newTestSessions(SessionLimits{Max: 10, MaxPerClient: 2, IdleTimeout: time.Hour, MinIdle: time.Minute})
+	refused := func() (int, http.Header, string) {
+		r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(initBody(1)))
+		r.RemoteAddr = client + ":1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, w.Header(), w.Body.String()
+	}
+	for range 2 {
+		if no := s.admit(client); no != nil {
+			t.Fatal(no)
+		}
+		s.addSSE(client)
+	}
+	clk.add(time.Hour)
+	code, hdr, body := refused()
+	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "" || strings.Contains(body, "retry_after_seconds") ||
+		!strings.Contains(body, "SSE") {
+		t.Errorf("at its cap with SSE sessions only: %d, Retry-After %q, %s", code, hdr.Get("Retry-After"), body)
+	}
+
+	s, clk, h = newTestSessions(SessionLimits{Max: 10, MaxPerClient: 2, IdleTimeout: time.Hour, MinIdle: time.Minute})
+	if no := s.admit(client); no != nil {
+		t.Fatal(no)
+	}
+	s.addSSE(client)
+	open(h, client+":1")
+	clk.add(20 * time.Second)
+	if code, hdr, body := refused(); code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "40" {
+		t.Errorf("at its cap with a session idle 20 s: %d, Retry-After %q, %s", code, hdr.Get("Retry-After"), body)
+	}
+}
