@@ -120,10 +120,16 @@ type Sessions struct {
 	srv     *mcp.Server
 	log     zerolog.Logger
 	entries map[string]*sessionEntry // by key: mcpKey(id), or "sse:N"
-	clients map[string]int           // sessions and reservations by client
-	pending int                      // reservations: sessions being opened
-	dirty   bool                     // a session may have closed unseen
-	serial  int64                    // of the SSE sessions' keys
+	// closing are the sessions the server is closing (idle, or to make
+	// room), no longer counted: their room went to others. They stay
+	// known until Close returns, so that a request arriving meanwhile is
+	// refused as the SDK refuses one of a closed session, not served
+	// untracked and cut off.
+	closing map[string]*sessionEntry
+	clients map[string]int // sessions and reservations by client
+	pending int            // reservations: sessions being opened
+	dirty   bool           // a session may have closed unseen
+	serial  int64          // of the SSE sessions' keys
 	refused map[string]int64
 	closed  map[string]int64
 	// refusing counts the refusals since a session was last let in:
@@ -145,8 +151,8 @@ func NewSessions(limits func() SessionLimits) *Sessions {
 	if limits == nil {
 		limits = func() SessionLimits { return SessionLimits{} }
 	}
-	return &Sessions{limits: limits, now: time.Now, entries: map[string]*sessionEntry{}, clients: map[string]int{},
-		refused: map[string]int64{}, closed: map[string]int64{}, log: zerolog.Nop()}
+	return &Sessions{limits: limits, now: time.Now, entries: map[string]*sessionEntry{}, closing: map[string]*sessionEntry{},
+		clients: map[string]int{}, refused: map[string]int64{}, closed: map[string]int64{}, log: zerolog.Nop()}
 }
 
 // Stats are the counts now.
@@ -275,9 +281,11 @@ func (s *Sessions) reconcileLocked() {
 	s.dirty = false
 }
 
-// dropLocked forgets e, closed by the server for reason.
+// dropLocked forgets e, which the server is about to close for reason
+// (see s.closing; s.close ends that).
 func (s *Sessions) dropLocked(e *sessionEntry, reason string) {
 	s.forgetLocked(e)
+	s.closing[e.key] = e
 	s.closed[reason]++
 	s.log.Debug().Str("client", e.client).Str("reason", reason).Msg("closing an idle MCP session")
 }
@@ -297,8 +305,9 @@ func (s *Sessions) release(client string) {
 	}
 }
 
-// close closes the Streamable HTTP sessions of victims (already
-// forgotten), outside s.mu: closing waits for the session's handlers.
+// close closes the Streamable HTTP sessions of victims (dropped by
+// dropLocked), outside s.mu: closing waits for the session's handlers.
+// Once closed, they are no longer closing.
 func (s *Sessions) close(victims []*sessionEntry) {
 	if len(victims) == 0 {
 		return
@@ -306,6 +315,13 @@ func (s *Sessions) close(victims []*sessionEntry) {
 	s.mu.Lock()
 	srv := s.srv
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, e := range victims {
+			delete(s.closing, e.key)
+		}
+	}()
 	if srv == nil {
 		return
 	}
@@ -325,11 +341,16 @@ type refusal struct {
 	reason     string
 	limit      int
 	retryAfter time.Duration
+	// noRetry: no session open would make room by waiting (they are all
+	// legacy SSE streams, never closed for being idle), so no time to
+	// retry after can be told.
+	noRetry bool
 }
 
-// admit reserves room for a new session of client, closing one idle for
-// MinIdle if that makes room (any at the bridge's cap, the client's own
-// at its cap); else it says why not, the bridge's cap first.
+// admit reserves room for a new session of client; else it says why not
+// (the bridge's cap first when both are reached). Both caps are decided
+// before any session is closed to make room (see roomLocked), so that a
+// refused client never closes anyone's session.
 func (s *Sessions) admit(client string) *refusal {
 	s.mu.Lock()
 	l := s.limits().withDefaults()
@@ -339,19 +360,11 @@ func (s *Sessions) admit(client string) *refusal {
 	var victims []*sessionEntry
 	defer func() { s.close(victims) }() // after the Unlock below
 	defer s.mu.Unlock()
-	if s.openLocked() >= l.Max {
-		v, wait := s.evictableLocked("", l.MinIdle)
-		if v == nil {
-			return s.refuseLocked(client, &refusal{reason: RefusedBridgeCap, limit: l.Max, retryAfter: wait})
-		}
-		s.dropLocked(v, ClosedPressure)
-		victims = append(victims, v)
+	v, no := s.roomLocked(client, l)
+	if no != nil {
+		return s.refuseLocked(client, no)
 	}
-	if s.clients[client] >= l.MaxPerClient {
-		v, wait := s.evictableLocked(client, l.MinIdle)
-		if v == nil {
-			return s.refuseLocked(client, &refusal{reason: RefusedClientCap, limit: l.MaxPerClient, retryAfter: wait})
-		}
+	if v != nil {
 		s.dropLocked(v, ClosedPressure)
 		victims = append(victims, v)
 	}
@@ -364,20 +377,94 @@ func (s *Sessions) admit(client string) *refusal {
 	return nil
 }
 
+// roomLocked decides whether a new session of client fits: (nil, nil) if
+// it does; a session to close for it; or why not. A session is closed for
+// another only when it has been idle for MinIdle with no request in
+// flight, and only one that does not just move the shortage elsewhere:
+//
+//   - At the client's own cap, only its own (closing one makes room under
+//     both caps; another client's would make none under this one).
+//   - At the bridge's cap, one of the client that holds the most sessions,
+//     the longest idle of them, counting the asking client as holding the
+//     session it asks for; never one of a client that holds fewer than
+//     that (a client is never squeezed to make room for a bigger one).
+func (s *Sessions) roomLocked(client string, l SessionLimits) (*sessionEntry, *refusal) {
+	atClient, atBridge := s.clients[client] >= l.MaxPerClient, s.openLocked() >= l.Max
+	if !atClient && !atBridge {
+		return nil, nil
+	}
+	if v := s.victimLocked(client, l.MinIdle, atClient); v != nil {
+		return v, nil
+	}
+	no := &refusal{reason: RefusedClientCap, limit: l.MaxPerClient}
+	if atBridge {
+		no = &refusal{reason: RefusedBridgeCap, limit: l.Max}
+	}
+	// What will make room: one of its own sessions going, at its cap;
+	// else any, closed by the sweep at the bridge's.
+	scope := client
+	if !atClient {
+		scope = ""
+	}
+	wait, ok := s.waitLocked(scope, l.MinIdle)
+	no.retryAfter, no.noRetry = wait, !ok
+	return nil, no
+}
+
+// victimLocked is the session to close for a new one of client (see
+// roomLocked; own: its own sessions only), or nil.
+func (s *Sessions) victimLocked(client string, minIdle time.Duration, own bool) *sessionEntry {
+	after := s.clients[client] + 1
+	// holds is how many sessions e's client holds, the asking client's
+	// counted with the one it asks for.
+	holds := func(e *sessionEntry) int {
+		if e.client == client {
+			return after
+		}
+		return s.clients[e.client]
+	}
+	now := s.now()
+	var best *sessionEntry
+	for _, e := range s.entries {
+		if e.sse || e.busy > 0 || now.Sub(e.last) < minIdle || own && e.client != client || holds(e) < after {
+			continue
+		}
+		if best == nil || holds(e) > holds(best) || holds(e) == holds(best) && e.last.Before(best.last) {
+			best = e
+		}
+	}
+	return best
+}
+
 // openLocked is how many sessions are open or being opened.
 func (s *Sessions) openLocked() int { return len(s.entries) + s.pending }
 
-// evictableLocked is the session of client ("" any) idle longest, if it
-// has been idle for minIdle; else nil and how long until one may be.
-func (s *Sessions) evictableLocked(client string, minIdle time.Duration) (*sessionEntry, time.Duration) {
-	idle := s.idleLocked(client)
-	if len(idle) == 0 {
-		return nil, minIdle
+// waitLocked is how long until the first Streamable HTTP session of
+// client ("" any) will have been idle for minIdle, and may be closed: one
+// with a request in flight (or still being opened) not before minIdle.
+// False when there is none (only SSE sessions): waiting alone makes no
+// room.
+func (s *Sessions) waitLocked(client string, minIdle time.Duration) (time.Duration, bool) {
+	now := s.now()
+	wait, ok := minIdle, false
+	held := 0 // client's entries; the rest of s.clients[client] are being opened
+	for _, e := range s.entries {
+		if client != "" && e.client != client {
+			continue
+		}
+		held++
+		switch {
+		case e.sse:
+		case e.busy > 0:
+			ok = true
+		default:
+			wait, ok = min(wait, max(0, minIdle-now.Sub(e.last))), true
+		}
 	}
-	if d := s.now().Sub(idle[0].last); d < minIdle {
-		return nil, minIdle - d
+	if client == "" && s.pending > 0 || client != "" && s.clients[client] > held {
+		ok = true
 	}
-	return idle[0], 0
+	return wait, ok
 }
 
 // refuseLocked counts r, logs when refusals begin, and returns r.
@@ -391,8 +478,33 @@ func (s *Sessions) refuseLocked(client string, r *refusal) *refusal {
 	return r
 }
 
-// settle ends client's reservation: the server opened the session id
-// (when not ""), or none.
+// opened turns client's reservation into the session id, as soon as the
+// answer that names it goes out (before the opening request ends: its
+// client may use the session at once, and a request then must find it
+// counted and busy). The session is busy until the func it returns is
+// called, at the end of the opening request.
+func (s *Sessions) opened(client, id string) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	k := mcpKey(id)
+	e := &sessionEntry{key: k, client: client, last: s.now(), busy: 1}
+	s.entries[k] = e
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		e.busy--
+		e.last = s.now()
+		// The SDK closes the session of an opening request that was not
+		// an initialize as that request ends: the next reconcile finds
+		// out.
+		s.dirty = true
+	}
+}
+
+// settle ends client's reservation when no answer went out during the
+// opening request: the server opened the session id (when not ""), or
+// none.
 func (s *Sessions) settle(client, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -409,10 +521,14 @@ func (s *Sessions) settle(client, id string) {
 }
 
 // begin marks a request of the session under key in flight; the func it
-// returns marks its end.
+// returns marks its end. It returns nil when the session is being closed:
+// the request must not reach it.
 func (s *Sessions) begin(key string) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, ok := s.closing[key]; ok {
+		return nil
+	}
 	e, ok := s.entries[key]
 	if !ok {
 		return func() {}
@@ -427,7 +543,24 @@ func (s *Sessions) begin(key string) func() {
 	}
 }
 
-// forget drops the session under key, which ended by the client.
+// deleted ends the session under key once its client's DELETE was
+// answered status. Only a 2xx means the server closed it: the SDK answers
+// a DELETE it refuses (an unsupported Mcp-Protocol-Version: 400) before it
+// looks the session up, and that session goes on, so it must stay counted
+// (else a client could open sessions past every cap, and the sweep would
+// never close them). Any other answer only makes the next reconcile check
+// (a 404: the server may have closed it unseen).
+func (s *Sessions) deleted(key string, status int) {
+	if status >= 200 && status < 300 {
+		s.forget(key)
+		return
+	}
+	s.mu.Lock()
+	s.dirty = true
+	s.mu.Unlock()
+}
+
+// forget drops the session under key, which ended.
 func (s *Sessions) forget(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // initBody is an initialize request, as a client opens a session with.
@@ -334,8 +337,9 @@ func TestSessionsAtCapEvictsOnlyLongIdle(t *testing.T) {
 	for range 3 {
 		_, id := open(h, "192.0.2.1:1")
 		ids = append(ids, id)
+		c.add(time.Second) // an order of idleness: ties are broken at random
 	}
-	c.add(30 * time.Second)
+	c.add(27 * time.Second) // idle 30, 29 and 28 s
 	if no := s.admit("192.0.2.1"); no == nil || no.reason != RefusedBridgeCap || no.retryAfter != 30*time.Second {
 		t.Fatalf("at the cap with sessions idle 30 s: %+v", no)
 	}
@@ -356,5 +360,349 @@ func TestSessionsAtCapEvictsOnlyLongIdle(t *testing.T) {
 	done()
 	if st := s.Stats(); st.Closed[ClosedPressure] != 1 || st.Open != 3 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// rawDelete DELETEs the session sid at url, with the Mcp-Protocol-Version
+// version (none when ""), and returns the answer's status.
+func rawDelete(t *testing.T, url, sid, version string) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	if version != "" {
+		req.Header.Set("Mcp-Protocol-Version", version)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// sdkSessions counts the sessions srv holds with an id (the Streamable
+// HTTP ones).
+func sdkSessions(srv *mcp.Server) int {
+	n := 0
+	for ss := range srv.Sessions() {
+		if ss.ID() != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// A DELETE the SDK refuses (400 for an unsupported Mcp-Protocol-Version,
+// answered before it looks the session up) leaves the session open: it
+// stays counted, so the caps still hold; a DELETE the SDK carries out
+// (204) makes room.
+func TestHTTPSessionsRefusedDeleteStaysCounted(t *testing.T) {
+	const max = 4
+	sessions := NewSessions(func() SessionLimits { return SessionLimits{Max: max, MaxPerClient: max} })
+	srv := newTestMCPServer(t, nil)
+	h := startHTTP(t, srv, HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	var ids []string
+	for i := range max {
+		code, sid, body, _ := rawPost(t, h.base+"/mcp", "", initBody(i))
+		if code != http.StatusOK || sid == "" {
+			t.Fatalf("session %d: %d %q", i+1, code, body)
+		}
+		ids = append(ids, sid)
+	}
+	for _, sid := range ids {
+		if code := rawDelete(t, h.base+"/mcp", sid, "1999-01-01"); code != http.StatusBadRequest {
+			t.Fatalf("DELETE with an unsupported protocol version: %d, want 400", code)
+		}
+	}
+	if n := sdkSessions(srv); n != max {
+		t.Fatalf("the SDK holds %d sessions after the refused DELETEs, want %d", n, max)
+	}
+	if open, _ := sessions.count(); open != max {
+		t.Errorf("%d sessions counted while the SDK holds %d", open, max)
+	}
+	if code, _, body, _ := rawPost(t, h.base+"/mcp", "", initBody(10)); code != http.StatusServiceUnavailable {
+		t.Errorf("a session past the cap after refused DELETEs: %d %q, want 503", code, body)
+	}
+	if code := rawDelete(t, h.base+"/mcp", ids[0], "2025-06-18"); code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d, want 204", code)
+	}
+	if open, _ := sessions.count(); open != max-1 || sdkSessions(srv) != max-1 {
+		t.Errorf("after a DELETE: %d counted, the SDK holds %d; want %d", open, sdkSessions(srv), max-1)
+	}
+	if code, _, body, _ := rawPost(t, h.base+"/mcp", "", initBody(11)); code != http.StatusOK {
+		t.Errorf("a session after a DELETE made room: %d %q", code, body)
+	}
+}
+
+// A session is counted from the moment the answer that names it goes out,
+// not when its opening request ends (an SSE answer is read by the client
+// before that): a request the client makes in between keeps it busy, so
+// the sweep never closes it under that request. Flushing works through the
+// bridge's writer as through net/http's.
+func TestSessionsCountedFromTheHeader(t *testing.T) {
+	s, c, _ := newTestSessions(SessionLimits{Max: 10, MaxPerClient: 10, IdleTimeout: time.Minute, MinIdle: time.Minute})
+	sent := make(chan string)
+	releaseOpen, releaseCall := make(chan struct{}), make(chan struct{})
+	h := s.streamable(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		release := releaseCall
+		if r.Header.Get("Mcp-Session-Id") == "" {
+			w.Header().Set("Mcp-Session-Id", "s1")
+			release = releaseOpen
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flushing through the sessions' writer: %v", err)
+		}
+		sent <- w.Header().Get("Mcp-Session-Id")
+		<-release
+	}))
+	serve := func(sid string) (chan struct{}, *httptest.ResponseRecorder) {
+		r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(initBody(1)))
+		r.RemoteAddr = "192.0.2.1:1"
+		if sid != "" {
+			r.Header.Set("Mcp-Session-Id", sid)
+		}
+		w, done := httptest.NewRecorder(), make(chan struct{})
+		go func() { defer close(done); h.ServeHTTP(w, r) }()
+		return done, w
+	}
+	opening, w := serve("")
+	sid := <-sent // the client has the session's id; its opening request goes on
+	if !w.Flushed {
+		t.Error("the opening answer was not flushed")
+	}
+	call, _ := serve(sid)
+	<-sent // a call of the session, in flight
+	close(releaseOpen)
+	<-opening
+	c.add(2 * time.Hour)
+	s.sweep()
+	if open, idle := s.count(); open != 1 || idle != 0 || s.Stats().Closed[ClosedIdle] != 0 {
+		t.Errorf("with a call in flight, made before the opening request ended: %d open, %d idle, closed %v",
+			open, idle, s.Stats().Closed)
+	}
+	close(releaseCall)
+	<-call
+	c.add(2 * time.Hour)
+	s.sweep()
+	if open, _ := s.count(); open != 0 || s.Stats().Closed[ClosedIdle] != 1 {
+		t.Errorf("idle for 2 h once its call ended: %d open, closed %v", open, s.Stats().Closed)
+	}
+}
+
+// stuckServer is an MCP server whose tool "stuck" returns only when
+// release is closed, whatever its context says: closing its session waits
+// for it.
+func stuckServer(started chan<- struct{}, release <-chan struct{}) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "stuck", Description: "wait for the test"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			started <- struct{}{}
+			<-release
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+		})
+	return srv
+}
+
+// While the server closes a session (idle, or to make room), a request of
+// that session is answered 404 at once, as the SDK answers one of a closed
+// session: it never runs untracked on a session about to be cut off. Once
+// closed, the session is forgotten.
+func TestHTTPSessionsClosingRefusesRequests(t *testing.T) {
+	c := &clock{t: time.Now()}
+	sessions := NewSessions(func() SessionLimits {
+		return SessionLimits{Max: 100, IdleTimeout: time.Hour, MinIdle: time.Minute}
+	})
+	sessions.now = c.now
+	started, release := make(chan struct{}), make(chan struct{})
+	h := startHTTP(t, stuckServer(started, release), HTTPOptions{Addr: "127.0.0.1:0", Sessions: sessions})
+	var once sync.Once
+	unstick := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unstick)
+	_, sid, _, _ := rawPost(t, h.base+"/mcp", "", initBody(1))
+	if sid == "" {
+		t.Fatal("no session")
+	}
+	rawPost(t, h.base+"/mcp", sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// A call whose HTTP request its client gives up on: the session is
+	// idle to the bridge, its handler still runs, so closing it waits.
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/mcp",
+		strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"stuck","arguments":{}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	<-started
+	cancel()
+	waitFor(t, "the call's request to end", func() bool { _, idle := sessions.count(); return idle == 1 })
+	c.add(2 * time.Hour)
+	swept := make(chan struct{})
+	go func() { defer close(swept); sessions.sweep() }()
+	waitFor(t, "the sweep to close the session", func() bool { return sessions.Stats().Closed[ClosedIdle] == 1 })
+	code, _, body, _ := rawPost(t, h.base+"/mcp", sid, `{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if code != http.StatusNotFound || !strings.Contains(body, "session not found") {
+		t.Errorf("a request of a session being closed: %d %q, want 404 session not found", code, body)
+	}
+	unstick()
+	<-swept
+	sessions.mu.Lock()
+	closing := len(sessions.closing)
+	sessions.mu.Unlock()
+	if open, _ := sessions.count(); open != 0 || closing != 0 {
+		t.Errorf("once closed: %d open, %d closing", open, closing)
+	}
+}
+
+// held is how many sessions each client holds.
+func held(s *Sessions) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.clients)
+}
+
+// A new session takes the place of another only where that makes room
+// without squeezing anyone: a client at its own cap never closes another
+// client's session (and, refused, closes none); at the bridge's cap the
+// session closed is one of the client holding the most, never of a client
+// that would hold fewer than the new session's.
+func TestSessionsEvictionIsFair(t *testing.T) {
+	const a, b, c = "192.0.2.1", "192.0.2.2", "192.0.2.3"
+	limits := func(max, perClient int) SessionLimits {
+		return SessionLimits{Max: max, MaxPerClient: perClient, IdleTimeout: 24 * time.Hour, MinIdle: time.Minute}
+	}
+	t.Run("refused at its own cap", func(t *testing.T) {
+		s, clk, h := newTestSessions(limits(4, 2))
+		open(h, b+":1")
+		open(h, b+":1")
+		clk.add(time.Hour)
+		open(h, a+":1")
+		open(h, a+":1") // a at its cap, the bridge at its cap, b's idle an hour
+		if code, _ := open(h, a+":1"); code == http.StatusOK {
+			t.Errorf("a third session of a client whose cap is 2: %d", code)
+		}
+		if got := held(s); got[b] != 2 || got[a] != 2 || s.Stats().Closed[ClosedPressure] != 0 {
+			t.Errorf("after the refusal: held %v, closed %v; want nobody's session closed", got, s.Stats().Closed)
+		}
+		clk.add(time.Hour) // now a's own are idle long enough: one of them goes
+		if code, _ := open(h, a+":1"); code != http.StatusOK {
+			t.Errorf("at its cap with its own sessions idle: %d", code)
+		}
+		if got := held(s); got[b] != 2 || got[a] != 2 {
+			t.Errorf("at its own cap: held %v, want b's untouched", got)
+		}
+	})
+	t.Run("from the client holding the most", func(t *testing.T) {
+		s, clk, h := newTestSessions(limits(6, 4))
+		open(h, c+":1") // c's only session, idle longest
+		clk.add(time.Minute)
+		for range 4 {
+			open(h, b+":1")
+		}
+		open(h, a+":1")
+		clk.add(time.Hour)
+		if code, _ := open(h, a+":1"); code != http.StatusOK {
+			t.Fatalf("at the bridge's cap with sessions idle an hour: %d", code)
+		}
+		if got := held(s); got[c] != 1 || got[b] != 3 || got[a] != 2 {
+			t.Errorf("held %v, want one of b's (4) closed, not c's only one", got)
+		}
+	})
+	t.Run("never from a smaller client", func(t *testing.T) {
+		s, clk, h := newTestSessions(limits(4, 4))
+		open(h, b+":1")
+		open(h, b+":1") // b's idle longest
+		clk.add(time.Minute)
+		open(h, a+":1")
+		open(h, a+":1")
+		clk.add(time.Hour)
+		// a would hold 3, b holds 2: a's own longest idle goes.
+		if code, _ := open(h, a+":1"); code != http.StatusOK {
+			t.Fatalf("at the bridge's cap with its own sessions idle an hour: %d", code)
+		}
+		if got := held(s); got[b] != 2 || got[a] != 2 {
+			t.Errorf("held %v, want b's 2 untouched", got)
+		}
+		// c holds none and would hold 1: any of them is bigger.
+		if code, _ := open(h, c+":1"); code != http.StatusOK {
+			t.Fatalf("a new client at the bridge's cap: %d", code)
+		}
+		if got := held(s); got[c] != 1 || got[a]+got[b] != 3 {
+			t.Errorf("held %v", got)
+		}
+	})
+}
+
+// A refusal answers the request's id only when it is a JSON-RPC id (a
+// string or a number) under the exact key "id"; else null.
+func TestRefuseEchoesOnlyAnID(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":7,"method":"initialize"}`:           `7`,
+		`{"jsonrpc":"2.0","id":-1.5e3,"method":"initialize"}`:      `-1.5e3`,
+		`{"jsonrpc":"2.0","id":"a-1","method":"initialize"}`:       `"a-1"`,
+		`{"jsonrpc":"2.0","ID":7,"method":"initialize"}`:           `null`,
+		`{"jsonrpc":"2.0","Id":"x","method":"initialize"}`:         `null`,
+		`{"jsonrpc":"2.0","id":{"a":[1,2]},"method":"initialize"}`: `null`,
+		`{"jsonrpc":"2.0","id":[1],"method":"initialize"}`:         `null`,
+		`{"jsonrpc":"2.0","id":true,"method":"initialize"}`:        `null`,
+		`{"jsonrpc":"2.0","id":null,"method":"initialize"}`:        `null`,
+		`[{"jsonrpc":"2.0","id":1,"method":"initialize"}]`:         `null`,
+		`not json`: `null`,
+	} {
+		w := httptest.NewRecorder()
+		refuse(w, httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body)),
+			&refusal{reason: RefusedBridgeCap, limit: 1, retryAfter: time.Second})
+		var e tooMany
+		if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
+			t.Fatalf("refusal of %s: %v", body, err)
+		}
+		if string(e.ID) != want {
+			t.Errorf("refusal of %s: id %s, want %s", body, e.ID, want)
+		}
+	}
+}
+
+// Retry-After says when waiting will make room, or is left out when
+// waiting will not: a client whose sessions are all legacy SSE streams
+// (never closed for being idle) gets none.
+func TestSessionsRetryAfterTruthful(t *testing.T) {
+	const client = "192.0.2.1"
+	s, clk, h := newTestSessions(SessionLimits{Max: 10, MaxPerClient: 2, IdleTimeout: time.Hour, MinIdle: time.Minute})
+	refused := func() (int, http.Header, string) {
+		r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(initBody(1)))
+		r.RemoteAddr = client + ":1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, w.Header(), w.Body.String()
+	}
+	for range 2 {
+		if no := s.admit(client); no != nil {
+			t.Fatal(no)
+		}
+		s.addSSE(client)
+	}
+	clk.add(time.Hour)
+	code, hdr, body := refused()
+	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "" || strings.Contains(body, "retry_after_seconds") ||
+		!strings.Contains(body, "SSE") {
+		t.Errorf("at its cap with SSE sessions only: %d, Retry-After %q, %s", code, hdr.Get("Retry-After"), body)
+	}
+
+	s, clk, h = newTestSessions(SessionLimits{Max: 10, MaxPerClient: 2, IdleTimeout: time.Hour, MinIdle: time.Minute})
+	if no := s.admit(client); no != nil {
+		t.Fatal(no)
+	}
+	s.addSSE(client)
+	open(h, client+":1")
+	clk.add(20 * time.Second)
+	if code, hdr, body := refused(); code != http.StatusTooManyRequests || hdr.Get("Retry-After") != "40" {
+		t.Errorf("at its cap with a session idle 20 s: %d, Retry-After %q, %s", code, hdr.Get("Retry-After"), body)
 	}
 }
