@@ -247,7 +247,10 @@ func TestToolListIsBounded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			hs, pages := pagingServer(t, tc.page)
 			p, _, logs := startProxy(t, Options{ConnectTimeout: 10 * time.Second}, ServerConfig{Name: "hostile", Type: TypeHTTP, URL: hs.URL})
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			// A bound on a hang, not a measure: 35 MiB of pages decoded
+			// under -race on a loaded machine took over 15 s (and
+			// Statuses then said "ready" for a listing not yet done).
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			st := p.Statuses(ctx)[0]
 			want := fmt.Sprintf(`server "hostile" lists more tools than the bridge accepts (%s stopped the listing); `+
