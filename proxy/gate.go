@@ -210,12 +210,15 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 		report.Decision = d.Verdict()
 		return g, c.refuse(KindDenied, pol.RuleName(d), d.Reason)
 	}
-	d := pol.Decide(p.toolInfo(p.byName[server], tool))
+	// The definition decided on is the one checked against its pin, read
+	// at once with what changed (pins.go).
+	pt, toolChanged, srvChanged := p.checked(server, tool)
+	d := pol.Decide(pt)
 	c.rec.Rule, report.Decision = pol.RuleName(d), d.Verdict()
 	if !d.Allow && !d.Ask {
 		return g, c.refuse(KindDenied, c.rec.Rule, d.Reason)
 	}
-	if err := p.onChange(c, pol, &d, report); err != nil {
+	if err := p.onChange(c, pol, &d, report, toolChanged, srvChanged); err != nil {
 		return g, err
 	}
 	if max := pol.Budgets.MaxArgumentBytes; int64(c.rec.ArgumentBytes) > max {
@@ -252,11 +255,11 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 
 // onChange applies tools.on_change to a call whose tool's definition, or
 // whose server's own text, changed since the bridge pinned it (pins.go): a
-// rug pull, the tool reviewed is not the tool called. ask turns d into a
-// question, allow lets it be (audited under the rule), deny refuses it.
-func (p *Proxy) onChange(c *callRecord, pol *policy.Policy, d *policy.Decision, report *CallReport) error {
+// rug pull, the tool reviewed is not the tool called. toolChanged and
+// srvChanged say what changed (checked). ask turns d into a question,
+// allow lets it be (audited under the rule), deny refuses it.
+func (p *Proxy) onChange(c *callRecord, pol *policy.Policy, d *policy.Decision, report *CallReport, toolChanged, srvChanged string) error {
 	server, tool := c.rec.Server, c.rec.Tool
-	toolChanged, srvChanged := p.changed(server, ToolName(server, tool))
 	if toolChanged == "" && srvChanged == "" {
 		return nil
 	}
@@ -368,8 +371,6 @@ func (p *Proxy) localCall(ctx context.Context, params *mcp.CallToolParamsRaw, se
 	return res, js, true, err
 }
 
-// toolInfo is what the policy knows of a server's tool: its annotations,
-// from the last tool list (none if the tool is not in it).
 // hasTool says whether the server's last tool list has tool.
 func (u *upstream) hasTool(tool string) bool {
 	for _, t := range u.cachedTools() {
@@ -378,13 +379,4 @@ func (u *upstream) hasTool(tool string) bool {
 		}
 	}
 	return false
-}
-
-func (p *Proxy) toolInfo(u *upstream, tool string) policy.Tool {
-	for _, t := range u.cachedTools() {
-		if t.Name == tool {
-			return toolPolicy(u.cfg.Name, t)
-		}
-	}
-	return policy.Tool{Server: u.cfg.Name, Name: tool}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/bridge-mcp/bridge/policy"
 )
 
 // Rug-pull protection: the proxy pins each tool's definition the first
@@ -25,9 +27,14 @@ import (
 // and the code is shown (its serverInfo title and its instructions) is
 // pinned alike at its first connect and compared at each reconnect. The
 // policy's tools.on_change says what a call of a changed tool, or of any
-// tool of a changed server, gets (gate.go); a denied changed tool is not
-// listed either (sync), nor the tools of a denied changed server, whose
-// new text is withheld (Statuses), so new text never reaches the code.
+// tool of a changed server, gets (gate.go); under deny a changed tool is
+// not listed either (sync), nor the tools of a changed server, whose new
+// text and start-up errors are withheld (Statuses): no definition or
+// self-description the operator did not see reaches the code. Not pinned,
+// and shown as they are: the results of the calls the policy lets through
+// (a tool's output is the server's to write), and the start-up error of a
+// server not changed (it may quote its stderr; the code and the human need
+// it).
 
 // pin is one tool's pinned definition, or one server's text.
 type pin struct {
@@ -177,16 +184,26 @@ func (p *Proxy) pinServer(server string, info *mcp.InitializeResult) {
 	old.changed = why
 }
 
-// changed says what of server's tool (proxy name name) changed since it
-// was pinned, and what of server's own text: "" when nothing (or never
-// pinned).
-func (p *Proxy) changed(server, name string) (tool, srv string) {
+// checked is what the gate decides a call of server's tool on, read at
+// once under regMu: what the policy knows of the tool (its annotations, from
+// the definition sync last checked against its pin; none if no list has
+// it), what of that definition changed since it was pinned, and what of
+// server's own text changed: "" when nothing (or never pinned). The
+// upstream's own newest list is not read: between its arrival and sync, a
+// server that relisted a denied tool as read-only would have it decided
+// as read-only while its pin still said unchanged.
+func (p *Proxy) checked(server, tool string) (pt policy.Tool, toolChanged, srvChanged string) {
+	name := ToolName(server, tool)
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
-	if pn, ok := p.pins[name]; ok {
-		tool = pn.changed
+	pt = policy.Tool{Server: server, Name: tool}
+	if def, ok := p.defs[name]; ok && p.known[name] == [2]string{server, tool} {
+		pt = toolPolicy(server, def)
 	}
-	return tool, p.changedServer(server)
+	if pn, ok := p.pins[name]; ok {
+		toolChanged = pn.changed
+	}
+	return pt, toolChanged, p.changedServer(server)
 }
 
 // changedServer says what of server's text changed since it was pinned

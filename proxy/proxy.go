@@ -108,6 +108,15 @@ type Proxy struct {
 	// serverPins holds, by server name, what each server said of itself
 	// at its first connect (pins.go).
 	serverPins map[string]*pin
+	// defs holds, by proxy tool name, the definition of each known tool
+	// that sync last checked against its pin: the one the gate decides on
+	// (checked), never an upstream's newer list not checked yet.
+	defs map[string]*mcp.Tool
+
+	// afterList, if set (by tests), is called with each tool list an
+	// upstream returns, before sync checks it against the pins: the window
+	// in which the upstream's list is newer than the proxy's.
+	afterList func(server string, tools []*mcp.Tool)
 
 	kinds kindCache // the tokenize kinds of the latest policy
 }
@@ -133,6 +142,7 @@ func New(cfg Config, opts Options) *Proxy {
 		byName: map[string]*upstream{},
 		reg:    map[string]registered{},
 		known:  map[string][2]string{},
+		defs:   map[string]*mcp.Tool{},
 		pins:   map[string]*pin{},
 
 		serverPins: map[string]*pin{},
@@ -322,6 +332,9 @@ func (p *Proxy) refresh(ctx context.Context, u *upstream) {
 	if err != nil && tools == nil {
 		return
 	}
+	if p.afterList != nil {
+		p.afterList(u.cfg.Name, tools)
+	}
 	p.sync(u.cfg.Name, tools)
 }
 
@@ -342,6 +355,7 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 	for name, k := range p.known {
 		if k[0] == server {
 			delete(p.known, name)
+			delete(p.defs, name)
 		}
 	}
 	want := map[string]bool{}
@@ -354,8 +368,11 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool) {
 		}
 		p.known[name] = [2]string{server, t.Name}
 		// Pinned before the policy looks at it: a tool denied now must not
-		// come back allowed, by new annotations, as a tool never seen.
+		// come back allowed, by new annotations, as a tool never seen. The
+		// gate decides on this definition, with the same lock held as its
+		// check: never on one no pin was checked against.
 		drift := p.pinOrCheck(name, t)
+		p.defs[name] = t
 		if pol != nil && !pol.Decide(toolPolicy(server, t)).Listed() {
 			continue // denied tools are not listed
 		}
@@ -521,6 +538,12 @@ type ServerStatus struct {
 }
 
 // Statuses connects every server not connected yet and reports on them all.
+// A server's start-up error, which may quote its stderr, is shown: it is
+// what the code and the human need to know why it is unavailable, and it is
+// no definition. But a server whose own text changed under tools.on_change
+// deny must not say through it what its withheld text would have (a
+// restart with new instructions, then a start that fails with them on
+// stderr): then nothing it wrote is shown (withheld).
 func (p *Proxy) Statuses(ctx context.Context) []ServerStatus {
 	p.refreshAll(ctx)
 	ups := p.reachable()
@@ -528,33 +551,50 @@ func (p *Proxy) Statuses(ctx context.Context) []ServerStatus {
 	for _, u := range ups {
 		connected, info, lastErr := u.status()
 		st := ServerStatus{Name: u.cfg.Name, Type: u.cfg.Type, State: "idle", Tools: p.listed(u.cfg.Name)}
+		withheld := p.withheld(u.cfg.Name)
 		switch {
 		case connected:
 			st.State = "ready"
+		case lastErr != nil && withheld != "":
+			st.State = "unavailable"
+			st.Error = fmt.Sprintf("it cannot be reached; its error is withheld, as what it says about itself (%s) changed "+
+				"since the bridge first connected to it and the policy refuses a changed server (tools.on_change: deny): the bridge's log has it", withheld)
 		case lastErr != nil:
 			st.State = "unavailable"
 			st.Error = lastErr.Error()
 		}
 		if info != nil {
-			st.Title, st.Description = p.describe(u.cfg.Name, info)
+			st.Title, st.Description = p.describe(u.cfg.Name, info, withheld)
 		}
 		out = append(out, st)
 	}
 	return out
 }
 
+// withheld says what of server's own text changed since it was pinned when
+// tools.on_change is deny: then none of the server's own words reach the
+// code. "" when nothing changed, or the policy lets a changed server be.
+func (p *Proxy) withheld(server string) string {
+	if p.opts.Policy == nil || p.opts.Policy.Current().Policy.Tools.OnChange != policy.Deny {
+		return ""
+	}
+	p.regMu.Lock()
+	defer p.regMu.Unlock()
+	return p.changedServer(server)
+}
+
 // describe is what the code is shown of a server: its title, and the
 // first paragraph of its instructions. When these changed since the server
-// was pinned and tools.on_change is deny, the new text is withheld: the
-// pinned title, and a description that says why its tools are gone.
-func (p *Proxy) describe(server string, info *mcp.InitializeResult) (title, description string) {
-	p.regMu.Lock()
-	changed := p.changedServer(server)
-	pinned := p.pinnedTitle(server)
-	p.regMu.Unlock()
-	if changed != "" && p.opts.Policy != nil && p.opts.Policy.Current().Policy.Tools.OnChange == policy.Deny {
+// was pinned and tools.on_change is deny (withheld says what changed), the
+// new text is withheld: the pinned title, and a description that says why
+// its tools are gone.
+func (p *Proxy) describe(server string, info *mcp.InitializeResult, withheld string) (title, description string) {
+	if withheld != "" {
+		p.regMu.Lock()
+		pinned := p.pinnedTitle(server)
+		p.regMu.Unlock()
 		return pinned, fmt.Sprintf("withheld: what this server says about itself (%s) changed since the bridge first connected to it, "+
-			"and the policy refuses a changed server (tools.on_change: deny): its tools are not offered", changed)
+			"and the policy refuses a changed server (tools.on_change: deny): its tools are not offered", withheld)
 	}
 	if info.ServerInfo != nil {
 		title = info.ServerInfo.Title

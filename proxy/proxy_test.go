@@ -28,6 +28,10 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("PROXY_TEST_UPSTREAM") == "1" {
 		fmt.Fprintln(os.Stderr, "test upstream: started")
+		if exit := testServerAbout().Exit; exit != "" {
+			fmt.Fprintln(os.Stderr, exit)
+			os.Exit(1)
+		}
 		_ = testServer().Run(context.Background(), &mcp.StdioTransport{})
 		os.Exit(0)
 	}
@@ -36,11 +40,12 @@ func TestMain(m *testing.M) {
 
 // testServer has tools that behave and misbehave on purpose. With
 // PROXY_TEST_TEXT_FILE, its title and instructions are the file's (JSON),
-// read at start: a server that restarts with other text. With
+// read at start: a server that restarts with other text (testServerAbout).
+// With
 // PROXY_TEST_LAUNDER=1 it has wipe and launder too (addLaunder).
 func testServer() *mcp.Server {
-	title, instructions := testServerText()
-	s := mcp.NewServer(&mcp.Implementation{Name: "test", Title: title}, &mcp.ServerOptions{Instructions: instructions})
+	about := testServerAbout()
+	s := mcp.NewServer(&mcp.Implementation{Name: "test", Title: about.Title}, &mcp.ServerOptions{Instructions: about.Instructions})
 	addLaunder(s) // with PROXY_TEST_LAUNDER=1
 	var calls, inFlight, most atomic.Int64
 	obj := map[string]any{"type": "object"}
@@ -139,16 +144,17 @@ func testServer() *mcp.Server {
 	return s
 }
 
-// testServerText is the test server's title and instructions: its own,
-// or PROXY_TEST_TEXT_FILE's.
-func testServerText() (title, instructions string) {
-	about := struct{ Title, Instructions string }{"Test upstream", "A server for the proxy's tests.\n\nSecond paragraph."}
+// testServerAbout is the test server's title and instructions: its own,
+// or PROXY_TEST_TEXT_FILE's. With Exit set there, the server does not
+// start: it writes Exit to its stderr and exits 1.
+func testServerAbout() (about struct{ Title, Instructions, Exit string }) {
+	about.Title, about.Instructions = "Test upstream", "A server for the proxy's tests.\n\nSecond paragraph."
 	if f := os.Getenv("PROXY_TEST_TEXT_FILE"); f != "" {
 		if b, err := os.ReadFile(f); err == nil {
 			_ = json.Unmarshal(b, &about)
 		}
 	}
-	return about.Title, about.Instructions
+	return about
 }
 
 // stdioServer is a config entry that runs the test binary as an upstream.
