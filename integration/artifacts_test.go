@@ -188,14 +188,22 @@ print("done")
 			if notes["passwd"] != "" && strings.Contains(contentText(res), "root:") {
 				t.Errorf("/etc/passwd's content came back")
 			}
-			returned := 0
+			// The runner sends max_files files, oldest first. growing.log is
+			// the newest while its thread runs, so it is usually past the
+			// twentieth and skipped; but a thread starved of CPU leaves it
+			// older than some of many-*.txt, and then it is sent, changes
+			// while read, and is cut: a file sent, not returned.
+			returned, cut := 0, 0
 			for _, a := range arts {
-				if a.Inlined || a.URI != "" {
+				switch {
+				case a.Inlined || a.URI != "":
 					returned++
+				case strings.Contains(a.Note, "changed while it was being sent"):
+					cut++
 				}
 			}
-			if returned != 20 || unlisted == 0 && len(arts) < 25 {
-				t.Errorf("%d files returned (want max_files 20), %d listed, %d unlisted:\n%s", returned, len(arts), unlisted, contentText(res))
+			if returned+cut != 20 || cut > 1 || unlisted == 0 && len(arts) < 25 {
+				t.Errorf("%d files returned and %d cut (want max_files 20 sent, one cut at most), %d listed, %d unlisted:\n%s", returned, cut, len(arts), unlisted, contentText(res))
 			}
 			if !strings.Contains(contentText(res), "[not returned: ") {
 				t.Errorf("the text does not say what did not come back:\n%s", contentText(res))
