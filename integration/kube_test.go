@@ -186,6 +186,9 @@ data:
       cpus: 0.5
     pool:
       size: 1
+    sessions:
+      enabled: true
+      idle_timeout: 10m
 `,
 	}
 	for name, body := range files {
@@ -290,7 +293,7 @@ except OSError as e:
 	pod := func(podSC, containerSC, volume, mount string) string {
 		return `apiVersion: v1
 kind: Pod
-metadata: {name: not-a-run, namespace: bridge-runs}
+metadata: {name: bridge-run-1-2-3, namespace: bridge-runs}
 spec:
   automountServiceAccountToken: false
   securityContext: {runAsUser: 65534, runAsGroup: 65534, runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}` + podSC + `}
@@ -320,6 +323,10 @@ spec:
 	if out, err := kubectl(t, pod("", "", tmp, ""), "create", "--dry-run=server", "-f", "-"); err != nil {
 		t.Errorf("a pod shaped as the bridge makes them was refused: %v\n%s", err, out)
 	}
+
+	// With the bridge's identity, as if its token were stolen: no way into
+	// a live run.
+	t.Run("a stolen token reads no run's /tmp", func(t *testing.T) { kubeStolenTokenReadsNoRun(t, cs) })
 
 	// The bridge pod dies (deleted at once, no drain): the DaemonSet's next
 	// one removes the run pods it left (the pool's ready one), and works.

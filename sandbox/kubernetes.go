@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -88,6 +89,9 @@ type Kubernetes struct {
 	// a pod deleted by someone else (its namespace going) still has its
 	// node mounts to undo.
 	started map[string]nodePlan
+	// uids are the uids of the pods Start made, until Remove: a pod's name
+	// passes to another pod once it is deleted (Confirm).
+	uids map[string]types.UID
 	// classes maps an OCI runtime's handler (runsc) to its RuntimeClass.
 	classes map[string]string
 }
@@ -202,7 +206,7 @@ func newKubernetes(api kubeAPI, source, host string, n nodeOps) *Kubernetes {
 		}
 	}
 	return &Kubernetes{api: api, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
-		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
+		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, uids: map[string]types.UID{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
 }
 
 // check asks the API for the node and the namespace, so that a wrong
@@ -386,11 +390,33 @@ func (k *Kubernetes) Create(ctx context.Context, spec ContainerSpec) (string, er
 // mounts (its /tmp and its data mounts).
 func nodeDir(runDir string) string { return runDir + ".node" }
 
-// podFor translates spec into a pod pinned to this node.
-func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
-	if len(spec.Name) > 63 {
-		return nil, fmt.Errorf("create pod: name %q is longer than the 63 characters Kubernetes allows", spec.Name)
+// kubeRunFolder is what a run folder's name is (run-PID.START-RANDOM, or
+// run-RANDOM: os.MkdirTemp's): a run pod is named after it.
+var kubeRunFolder = regexp.MustCompile(`^run-[0-9.]*-?[0-9]+$`)
+
+// kubePodPrefix starts every run pod's name: "bridge-" and its run
+// folder's name.
+const kubePodPrefix = "bridge-"
+
+// podName is the name of the pod whose run folder is runDir: "bridge-"
+// and the folder's name with its dots as dashes (a pod's name is its
+// host name: a DNS label). A pod's name is unique in its namespace while
+// the pod exists, so naming the pod after its folder, and admitting
+// (deploy/kubernetes/admission.yaml) only hostPaths of folders whose name
+// is the pod's, makes the folders one pod's: a second pod that asks for
+// them is refused by the API server, whoever asks.
+func podName(runDir string) (string, error) {
+	base := filepath.Base(runDir)
+	name := kubePodPrefix + strings.ReplaceAll(base, ".", "-")
+	if !kubeRunFolder.MatchString(base) || len(name) > 63 {
+		return "", fmt.Errorf("create pod: the run folder %s cannot name a pod (run-DIGITS, at most %d characters)", runDir, 63-len(kubePodPrefix))
 	}
+	return name, nil
+}
+
+// podFor translates spec into a pod pinned to this node, named after its
+// run folder (podName).
+func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	uid, gid, err := parseUser(spec.User)
 	if err != nil {
 		return nil, err
@@ -408,6 +434,10 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	}
 	if relay == nil {
 		return nil, errors.New("create pod: the spec has no run folder")
+	}
+	name, err := podName(relay.Source)
+	if err != nil {
+		return nil, err
 	}
 	labels, annotations := map[string]string{}, map[string]string{}
 	for key, v := range spec.Labels {
@@ -497,7 +527,7 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	no, yes := false, true
 	grace := int64(1)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: k.ns, Labels: labels, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			NodeName:                      k.node,
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -673,6 +703,10 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 		err = k.watchPod(ctx, id, created.ResourceVersion, func(p *corev1.Pod) (bool, error) {
 			st := runnerStatus(p)
 			switch {
+			case p.UID != created.UID:
+				// Deleted and made anew by someone else (a watch that
+				// resumed by name would see the new one).
+				return false, fmt.Errorf("pod %s was replaced by another of the same name before it started", id)
 			case st != nil && st.State.Running != nil:
 				cid = st.ContainerID
 				return true, nil
@@ -715,12 +749,25 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 		case <-time.After(backoff):
 		}
 	}
+	k.mu.Lock()
+	k.uids[id] = created.UID
+	k.mu.Unlock()
 	if plan.Pids > 0 && cid != "" {
 		if ok, _ := k.nodeOps.canSetPids(); ok {
 			_, c, _ := strings.Cut(cid, "://")
 			if err := k.nodeOps.setPids(string(created.UID), c, plan.Pids); err != nil {
 				return fmt.Errorf("setting the pids limit of pod %s: %w", id, err)
 			}
+		}
+	}
+	// The runner's container holds its own mounts of /tmp and the data
+	// folders now (private binds, made when it was created): the node's
+	// go, before any code runs. What the code writes in /tmp is then out
+	// of reach of every other pod, even one that takes this pod's name
+	// (and so its folders) once this one is deleted.
+	if cid != "" {
+		if err := k.undo(plan); err != nil {
+			return fmt.Errorf("pod %s: detaching its /tmp and data mounts from node %s once its container held them: %w", id, k.node, err)
 		}
 	}
 	return nil
@@ -935,7 +982,31 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 func (k *Kubernetes) forget(id string) {
 	k.mu.Lock()
 	delete(k.started, id)
+	delete(k.uids, id)
 	k.mu.Unlock()
+}
+
+// Confirm says whether the pod named id is still the one Start made, for
+// a runner that has just connected from it. Anyone who may create pods
+// there can read the relay token in the pod's spec; the run folder with
+// the socket is admitted only to the pod of its name, which this pod
+// holds while it exists. A pod that connects after this one was deleted
+// and another took its name is that other pod: its uid differs.
+func (k *Kubernetes) Confirm(ctx context.Context, id string) error {
+	k.mu.Lock()
+	uid, ok := k.uids[id]
+	k.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("pod %s: %w", id, ErrNotFound)
+	}
+	p, err := k.api.Pod(ctx, k.ns, id)
+	if err != nil {
+		return k.wrapPod(err, "reading", id)
+	}
+	if p.UID != uid || p.DeletionTimestamp != nil {
+		return fmt.Errorf("pod %s: the runner connected from a pod of that name that the bridge did not start (it was deleted, or another took its name)", id)
+	}
+	return nil
 }
 
 // Logs returns the tail of the runner container's output.
