@@ -37,19 +37,23 @@ func kubeEngine(t *testing.T) *engine {
 // kubectl runs the test cluster's kubectl and returns its output.
 func kubectl(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
-	bin := os.Getenv("BRIDGE_KUBE_KUBECTL")
-	if bin == "" {
-		bin = "kubectl"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := exec.CommandContext(ctx, kubectlBin(), args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
+}
+
+// kubectlBin is the test cluster's kubectl.
+func kubectlBin() string {
+	if bin := os.Getenv("BRIDGE_KUBE_KUBECTL"); bin != "" {
+		return bin
+	}
+	return "kubectl"
 }
 
 func mustKubectl(t *testing.T, stdin string, args ...string) string {
@@ -327,6 +331,7 @@ spec:
 	// With the bridge's identity, as if its token were stolen: no way into
 	// a live run.
 	t.Run("a stolen token reads no run's /tmp", func(t *testing.T) { kubeStolenTokenReadsNoRun(t, cs) })
+	t.Run("a stolen token enters no run pod", kubeStolenTokenEntersNoRun)
 
 	// The bridge pod dies (deleted at once, no drain): the DaemonSet's next
 	// one removes the run pods it left (the pool's ready one), and works.

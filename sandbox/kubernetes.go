@@ -73,6 +73,7 @@ type Kubernetes struct {
 	ns     string
 	node   string
 	podUID string // the bridge's own pod, when it runs in one
+	ownNS  string // the namespace of the bridge's service account, in a pod
 	source string // where the client's configuration came from
 	host   string // the API server
 
@@ -113,6 +114,10 @@ type nodeOps interface {
 	// canSetPids says whether setPids can work here, and if not why.
 	canSetPids() (bool, string)
 }
+
+// serviceAccountNamespace is where a pod's service account's namespace is
+// mounted (with its token).
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // kubeConfig says where the engine finds its cluster: "in-cluster" (the
 // pod's service account), a kubeconfig file, or "" for client-go's loading
@@ -155,6 +160,11 @@ func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) 
 		return nil, fmt.Errorf("%w: %v", ErrEngineUnreachable, err)
 	}
 	k := newKubernetes(api, why, cfg.Host, linuxNode{})
+	if kubeconfig == "in-cluster" {
+		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
+			k.ownNS = strings.TrimSpace(string(b))
+		}
+	}
 	if err := k.check(ctx); err != nil {
 		return nil, err
 	}
@@ -1075,10 +1085,19 @@ func (k *Kubernetes) wrapPod(err error, doing, id string) error {
 // KubePermission is one thing the bridge asks the API server to do.
 type KubePermission struct {
 	Verb, Resource, Subresource string
-	// Cluster is true for a resource outside the run namespace (nodes).
+	// Group is the resource's API group ("" for the core group).
+	Group string
+	// Cluster is true for a resource outside the run namespace (nodes), or
+	// for a namespaced one in every namespace.
 	Cluster bool
+	// Namespace, when set, is the namespace asked about instead of the
+	// run namespace.
+	Namespace string
 	// Optional permissions only add to what the bridge can tell.
 	Optional bool
+	// Why says what a permission beyond the bridge's needs would let a
+	// stolen token do.
+	Why string
 }
 
 // KubePermissions are what the engine needs: its pods' life, their logs
@@ -1091,20 +1110,69 @@ func KubePermissions() []KubePermission {
 		{Verb: "get", Resource: "pods", Subresource: "log"},
 		{Verb: "list", Resource: "events"},
 		{Verb: "get", Resource: "nodes", Cluster: true},
-		{Verb: "list", Resource: "runtimeclasses", Cluster: true, Optional: true},
+		{Verb: "list", Resource: "runtimeclasses", Group: "node.k8s.io", Cluster: true, Optional: true},
+	}
+}
+
+// KubeDangerousPermissions are permissions the bridge never uses that
+// would let whoever holds its identity into the runs, the node or the
+// cluster: `bridge doctor` warns of each the identity holds.
+func KubeDangerousPermissions() []KubePermission {
+	const enter = "a way into every live run pod"
+	return []KubePermission{
+		{Verb: "create", Resource: "pods", Subresource: "exec", Why: enter},
+		{Verb: "get", Resource: "pods", Subresource: "exec", Why: enter},
+		{Verb: "create", Resource: "pods", Subresource: "attach", Why: enter},
+		{Verb: "create", Resource: "pods", Subresource: "portforward", Why: enter},
+		{Verb: "update", Resource: "pods", Subresource: "ephemeralcontainers", Why: "a container of any image added to a live run pod"},
+		{Verb: "patch", Resource: "pods", Subresource: "ephemeralcontainers", Why: "a container of any image added to a live run pod"},
+		{Verb: "update", Resource: "pods", Why: "a live run pod's image replaced"},
+		{Verb: "patch", Resource: "pods", Why: "a live run pod's image replaced"},
+		{Verb: "get", Resource: "secrets", Why: "the namespace's credentials"},
+		{Verb: "list", Resource: "secrets", Why: "the namespace's credentials"},
+		{Verb: "create", Resource: "pods", Cluster: true, Why: "pods in namespaces the admission policy does not hold"},
+		{Verb: "get", Resource: "secrets", Cluster: true, Why: "every namespace's credentials"},
+		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Cluster: true, Why: "tokens of other identities"},
+		{Verb: "get", Resource: "nodes", Subresource: "proxy", Cluster: true, Why: "the kubelet's API: every pod on the node"},
+		{Verb: "create", Resource: "nodes", Subresource: "proxy", Cluster: true, Why: "the kubelet's API: every pod on the node"},
+		{Verb: "impersonate", Resource: "users", Cluster: true, Why: "acting as anyone"},
+		{Verb: "impersonate", Resource: "serviceaccounts", Cluster: true, Why: "acting as any service account"},
+		{Verb: "create", Resource: "rolebindings", Group: "rbac.authorization.k8s.io", Why: "granting itself more"},
+		{Verb: "create", Resource: "clusterrolebindings", Group: "rbac.authorization.k8s.io", Cluster: true, Why: "granting itself more"},
+		{Verb: "delete", Resource: "validatingadmissionpolicybindings", Group: "admissionregistration.k8s.io", Cluster: true, Why: "the admission policy turned off"},
+		{Verb: "update", Resource: "validatingadmissionpolicies", Group: "admissionregistration.k8s.io", Cluster: true, Why: "the admission policy rewritten"},
 	}
 }
 
 // Missing asks the API server which of KubePermissions the bridge's
 // identity lacks (SelfSubjectAccessReview).
 func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
-	var missing []KubePermission
-	for _, p := range KubePermissions() {
-		attr := &authorizationv1.ResourceAttributes{Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource}
-		if p.Resource == "runtimeclasses" {
-			attr.Group = "node.k8s.io"
-		}
-		if !p.Cluster {
+	return k.review(ctx, KubePermissions(), false)
+}
+
+// Extra asks the API server which of KubeDangerousPermissions the bridge's
+// identity holds, though it needs none of them; in a pod, creating pods in
+// its own namespace too (the admission policy holds only the run
+// namespace's).
+func (k *Kubernetes) Extra(ctx context.Context) ([]KubePermission, error) {
+	perms := KubeDangerousPermissions()
+	if k.ownNS != "" && k.ownNS != k.ns {
+		perms = append(perms, KubePermission{Verb: "create", Resource: "pods", Namespace: k.ownNS,
+			Why: "pods beside the bridge, where the admission policy does not look"})
+	}
+	return k.review(ctx, perms, true)
+}
+
+// review returns those of perms whose SelfSubjectAccessReview says
+// allowed (or, with allowed false, not allowed).
+func (k *Kubernetes) review(ctx context.Context, perms []KubePermission, allowed bool) ([]KubePermission, error) {
+	var out []KubePermission
+	for _, p := range perms {
+		attr := &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource}
+		switch {
+		case p.Namespace != "":
+			attr.Namespace = p.Namespace
+		case !p.Cluster:
 			attr.Namespace = k.ns
 		}
 		r, err := k.api.Review(ctx, &authorizationv1.SelfSubjectAccessReview{
@@ -1112,11 +1180,11 @@ func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
 		if err != nil {
 			return nil, k.wrap(err, "asking what the bridge may do")
 		}
-		if !r.Status.Allowed {
-			missing = append(missing, p)
+		if r.Status.Allowed == allowed {
+			out = append(out, p)
 		}
 	}
-	return missing, nil
+	return out, nil
 }
 
 func (p KubePermission) String() string {
@@ -1124,5 +1192,21 @@ func (p KubePermission) String() string {
 	if p.Subresource != "" {
 		r += "/" + p.Subresource
 	}
+	switch {
+	case p.Namespace != "":
+		r += " in namespace " + p.Namespace
+	case p.Cluster && !clusterScoped(p.Resource):
+		r += " in every namespace"
+	}
 	return p.Verb + " " + r
+}
+
+// clusterScoped says whether a resource KubePermission names belongs to
+// no namespace.
+func clusterScoped(resource string) bool {
+	switch resource {
+	case "nodes", "runtimeclasses", "users", "clusterrolebindings", "validatingadmissionpolicies", "validatingadmissionpolicybindings":
+		return true
+	}
+	return false
 }

@@ -546,6 +546,49 @@ func TestKubeMissingPermissions(t *testing.T) {
 	}
 }
 
+// Extra names the dangerous permissions the identity holds beyond its
+// needs: here exec into pods and ephemeral containers in the run
+// namespace, and creating pods in the bridge's own namespace.
+func TestKubeExtraPermissions(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	k.ownNS = "bridge-system"
+	var asked []string
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		attr := r.Spec.ResourceAttributes
+		asked = append(asked, attr.Verb+" "+attr.Resource+"/"+attr.Subresource+" "+attr.Namespace)
+		switch {
+		case attr.Namespace == "runs" && attr.Resource == "pods" && attr.Subresource == "exec" && attr.Verb == "create",
+			attr.Namespace == "runs" && attr.Resource == "pods" && attr.Subresource == "ephemeralcontainers" && attr.Verb == "patch",
+			attr.Namespace == "bridge-system" && attr.Resource == "pods" && attr.Subresource == "" && attr.Verb == "create":
+			r.Status.Allowed = true
+		}
+		return true, r, nil
+	})
+	extra, err := k.Extra(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range extra {
+		got = append(got, p.String())
+		if p.Why == "" {
+			t.Errorf("%s: no reason", p)
+		}
+	}
+	want := "create pods/exec, patch pods/ephemeralcontainers, create pods in namespace bridge-system"
+	if strings.Join(got, ", ") != want {
+		t.Fatalf("extra: %s, want %s (asked %v)", strings.Join(got, ", "), want, asked)
+	}
+	// Cluster-wide questions name no namespace.
+	for _, a := range asked {
+		if strings.HasPrefix(a, "create pods/ ") && !strings.Contains(a, "runs") && !strings.Contains(a, "bridge-system") {
+			return
+		}
+	}
+	t.Errorf("creating pods in every namespace was not asked: %v", asked)
+}
+
 // A node without room rejects the pod (OutOfcpu); once a place frees up,
 // the pod is made again and starts.
 func TestKubeNoRoomWaitsForAPlace(t *testing.T) {
