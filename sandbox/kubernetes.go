@@ -449,17 +449,7 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	labels, annotations := map[string]string{}, map[string]string{}
-	for key, v := range spec.Labels {
-		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
-			labels[key] = v
-		}
-	}
-	if k.podUID != "" {
-		labels[LabelBridgePod] = k.podUID
-	}
-	all, _ := json.Marshal(spec.Labels)
-	annotations[kubeLabelsAnnotation] = string(all)
+	labels, annotations := k.podLabels(spec)
 
 	var class *string
 	if spec.OCIRuntime != "" && spec.OCIRuntime != "runc" {
@@ -485,49 +475,12 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, spec.CPUQuota*1000/spec.CPUPeriod), resource.DecimalSI)
 	}
 
-	env := make([]corev1.EnvVar, 0, len(spec.Env))
-	for n, v := range spec.Env {
-		env = append(env, corev1.EnvVar{Name: n, Value: v})
-	}
-	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
-	// The rlimits a pod cannot set: the runner lowers its own before it
-	// takes any code (BRIDGE_RLIMITS).
-	if len(spec.Rlimits) > 0 {
-		var rl []string
-		for _, r := range spec.Rlimits {
-			rl = append(rl, fmt.Sprintf("%s=%d:%d", r.Name, r.Soft, r.Hard))
-		}
-		env = append(env, corev1.EnvVar{Name: EnvRlimits, Value: strings.Join(rl, ",")})
-	}
+	env := podEnv(spec)
 
-	// A pod always has a network interface (the CNI's): the runner then
-	// refuses the code every IP and packet socket (BRIDGE_NO_INET).
-	env = append(env, corev1.EnvVar{Name: EnvNoInet, Value: "1"})
-	// The kubelet gives every container the API server's address
-	// (KUBERNETES_SERVICE_HOST, ...), service links or not: not the code's.
-	env = append(env, corev1.EnvVar{Name: EnvDrop, Value: "KUBERNETES_"})
-
-	dir := corev1.HostPathDirectory
 	nd := nodeDir(relay.Source)
-	volumes := []corev1.Volume{
-		{Name: "relay", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: relay.Source, Type: &dir}}},
-	}
-	mounts := []corev1.VolumeMount{{Name: "relay", MountPath: RelayDir, ReadOnly: true}}
-	if len(spec.Tmpfs) > 1 {
-		return nil, errors.New("create pod: one tmpfs at most")
-	}
-	for target := range spec.Tmpfs {
-		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, "tmp"), Type: &dir}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: target})
-	}
-	for i, m := range spec.DataMounts {
-		name := fmt.Sprintf("data-%d", i)
-		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, name), Type: &dir}}})
-		// Not readOnly here: the node's mount is read-only, nosuid, nodev
-		// and noexec already, and a plain bind keeps all four, where the
-		// runtime's read-only remount of it would set read-only alone and
-		// drop the other three (runc does).
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
+	volumes, mounts, err := podVolumes(spec, relay.Source, nd)
+	if err != nil {
+		return nil, err
 	}
 	// The node mounts Start makes, in the annotation so that Remove (or
 	// a later bridge's reaping) knows what to undo.
@@ -568,6 +521,78 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 		},
 	}
 	return pod, nil
+}
+
+// podLabels are a run pod's labels (the spec's that fit in one, and the
+// bridge's pod) and annotations (all the spec's labels).
+func (k *Kubernetes) podLabels(spec ContainerSpec) (labels, annotations map[string]string) {
+	labels, annotations = map[string]string{}, map[string]string{}
+	for key, v := range spec.Labels {
+		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
+			labels[key] = v
+		}
+	}
+	if k.podUID != "" {
+		labels[LabelBridgePod] = k.podUID
+	}
+	all, _ := json.Marshal(spec.Labels)
+	annotations[kubeLabelsAnnotation] = string(all)
+	return labels, annotations
+}
+
+// podEnv is the runner container's environment: the spec's, and what
+// the runner does in the pod's place.
+func podEnv(spec ContainerSpec) []corev1.EnvVar {
+	env := make([]corev1.EnvVar, 0, len(spec.Env))
+	for n, v := range spec.Env {
+		env = append(env, corev1.EnvVar{Name: n, Value: v})
+	}
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
+	// The rlimits a pod cannot set: the runner lowers its own before it
+	// takes any code (BRIDGE_RLIMITS).
+	if len(spec.Rlimits) > 0 {
+		var rl []string
+		for _, r := range spec.Rlimits {
+			rl = append(rl, fmt.Sprintf("%s=%d:%d", r.Name, r.Soft, r.Hard))
+		}
+		env = append(env, corev1.EnvVar{Name: EnvRlimits, Value: strings.Join(rl, ",")})
+	}
+
+	// A pod always has a network interface (the CNI's): the runner then
+	// refuses the code every IP and packet socket (BRIDGE_NO_INET).
+	env = append(env, corev1.EnvVar{Name: EnvNoInet, Value: "1"})
+	// The kubelet gives every container the API server's address
+	// (KUBERNETES_SERVICE_HOST, ...), service links or not: not the code's.
+	env = append(env, corev1.EnvVar{Name: EnvDrop, Value: "KUBERNETES_"})
+	return env
+}
+
+// podVolumes are a run pod's hostPath volumes and its container's mounts
+// of them: the run folder runDir read-only, and the /tmp and data mounts
+// the bridge makes in the node folder nd.
+func podVolumes(spec ContainerSpec, runDir, nd string) ([]corev1.Volume, []corev1.VolumeMount, error) {
+	dir := corev1.HostPathDirectory
+	volumes := []corev1.Volume{
+		{Name: "relay", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: runDir, Type: &dir}}},
+	}
+	mounts := []corev1.VolumeMount{{Name: "relay", MountPath: RelayDir, ReadOnly: true}}
+	if len(spec.Tmpfs) > 1 {
+		return nil, nil, errors.New("create pod: one tmpfs at most")
+	}
+	for target := range spec.Tmpfs {
+		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, "tmp"), Type: &dir}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: target})
+	}
+	for i, m := range spec.DataMounts {
+		name := fmt.Sprintf("data-%d", i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, name), Type: &dir}}})
+		// Not readOnly here: the node's mount is read-only, nosuid, nodev
+		// and noexec already, and a plain bind keeps all four, where the
+		// runtime's read-only remount of it would set read-only alone and
+		// drop the other three (runc does).
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
+	}
+	return volumes, mounts, nil
 }
 
 // EnvRlimits carries the rlimits a pod cannot set to the runner, which
@@ -759,13 +784,23 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 		case <-time.After(backoff):
 		}
 	}
+	return k.runnerRunning(id, created.UID, cid, plan)
+}
+
+// runnerRunning finishes Start once the pod's runner container cid runs (or,
+// with cid "", has ended): it keeps the pod's uid for Confirm, sets the
+// pids limit and detaches the node's mounts.
+func (k *Kubernetes) runnerRunning(id string, uid types.UID, cid string, plan nodePlan) error {
 	k.mu.Lock()
-	k.uids[id] = created.UID
+	k.uids[id] = uid
 	k.mu.Unlock()
-	if plan.Pids > 0 && cid != "" {
+	if cid == "" {
+		return nil
+	}
+	if plan.Pids > 0 {
 		if ok, _ := k.nodeOps.canSetPids(); ok {
 			_, c, _ := strings.Cut(cid, "://")
-			if err := k.nodeOps.setPids(string(created.UID), c, plan.Pids); err != nil {
+			if err := k.nodeOps.setPids(string(uid), c, plan.Pids); err != nil {
 				return fmt.Errorf("setting the pids limit of pod %s: %w", id, err)
 			}
 		}
@@ -775,10 +810,8 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 	// go, before any code runs. What the code writes in /tmp is then out
 	// of reach of every other pod, even one that takes this pod's name
 	// (and so its folders) once this one is deleted.
-	if cid != "" {
-		if err := k.undo(plan); err != nil {
-			return fmt.Errorf("pod %s: detaching its /tmp and data mounts from node %s once its container held them: %w", id, k.node, err)
-		}
+	if err := k.undo(plan); err != nil {
+		return fmt.Errorf("pod %s: detaching its /tmp and data mounts from node %s once its container held them: %w", id, k.node, err)
 	}
 	return nil
 }

@@ -181,10 +181,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		add("bridge_containers", true, fmt.Sprintf("%d container(s) of bridges on this engine, %d of them started ahead of time by a warm pool (pool.size in the policy)", len(cs), pooled), "")
 	}
 	if k, ok := rt.(*sandbox.Kubernetes); ok {
-		kubeChecks(ctx, k, add)
-		if c, ok := kubeExtraCheck(ctx, k); ok {
-			er.Checks = append(er.Checks, c)
-		}
+		kubeChecks(ctx, k, add, func(c Check) { er.Checks = append(er.Checks, c) })
 	}
 	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
 		enforceHint(info.Enforce.Reason)+"; or accept that with --allow-unenforced-limits")
@@ -595,9 +592,10 @@ func WriteText(w io.Writer, rep Report) {
 }
 
 // kubeChecks are what only the kubernetes engine needs: the node and
-// namespace its pods go to, the permissions of its identity, and the
-// seccomp profile its pods get.
-func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string, ok bool, detail, hint string) bool) {
+// namespace its pods go to, the permissions of its identity (and, with
+// warn, those it holds beyond its needs), and the seccomp profile its pods
+// get.
+func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string, ok bool, detail, hint string) bool, warn func(Check)) {
 	add("kubernetes_node", true, fmt.Sprintf("run pods go to node %s, namespace %s", k.Node(), k.Namespace()), "")
 	missing, err := k.Missing(ctx)
 	switch {
@@ -623,6 +621,9 @@ func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string
 			detail += " (but not " + strings.Join(optional, ", ") + ": gVisor's RuntimeClass cannot be found)"
 		}
 		add("kubernetes_rbac", len(need) == 0, detail, "bind the bridge's identity to the Role and ClusterRole of deploy/kubernetes/rbac.yaml")
+	}
+	if c, ok := kubeExtraCheck(ctx, k); ok {
+		warn(c)
 	}
 	add("seccomp_profile", true, k.Seccomp(), "")
 }
