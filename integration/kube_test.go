@@ -37,19 +37,23 @@ func kubeEngine(t *testing.T) *engine {
 // kubectl runs the test cluster's kubectl and returns its output.
 func kubectl(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
-	bin := os.Getenv("BRIDGE_KUBE_KUBECTL")
-	if bin == "" {
-		bin = "kubectl"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := exec.CommandContext(ctx, kubectlBin(), args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
+}
+
+// kubectlBin is the test cluster's kubectl.
+func kubectlBin() string {
+	if bin := os.Getenv("BRIDGE_KUBE_KUBECTL"); bin != "" {
+		return bin
+	}
+	return "kubectl"
 }
 
 func mustKubectl(t *testing.T, stdin string, args ...string) string {
@@ -186,6 +190,9 @@ data:
       cpus: 0.5
     pool:
       size: 1
+    sessions:
+      enabled: true
+      idle_timeout: 10m
 `,
 	}
 	for name, body := range files {
@@ -290,7 +297,7 @@ except OSError as e:
 	pod := func(podSC, containerSC, volume, mount string) string {
 		return `apiVersion: v1
 kind: Pod
-metadata: {name: not-a-run, namespace: bridge-runs}
+metadata: {name: bridge-run-1-2-3, namespace: bridge-runs}
 spec:
   automountServiceAccountToken: false
   securityContext: {runAsUser: 65534, runAsGroup: 65534, runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}` + podSC + `}
@@ -320,6 +327,11 @@ spec:
 	if out, err := kubectl(t, pod("", "", tmp, ""), "create", "--dry-run=server", "-f", "-"); err != nil {
 		t.Errorf("a pod shaped as the bridge makes them was refused: %v\n%s", err, out)
 	}
+
+	// With the bridge's identity, as if its token were stolen: no way into
+	// a live run.
+	t.Run("a stolen token reads no run's /tmp", func(t *testing.T) { kubeStolenTokenReadsNoRun(t, cs) })
+	t.Run("a stolen token enters no run pod", kubeStolenTokenEntersNoRun)
 
 	// The bridge pod dies (deleted at once, no drain): the DaemonSet's next
 	// one removes the run pods it left (the pool's ready one), and works.

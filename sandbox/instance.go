@@ -278,7 +278,7 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	defer startTimer.Stop()
 	select {
 	case i.conn = <-accepted:
-		return nil
+		return i.confirm(engineCtx)
 	case w := <-i.exited:
 		return e.earlyExit(ctx, i.id, w, i.limits)
 	case <-startTimer.C:
@@ -286,6 +286,30 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	case <-ctx.Done():
 		return ErrStartCancelled
 	}
+}
+
+// confirmer is a Runtime that can tell whether a container's runner came
+// from the container it started: on Kubernetes, a pod's name (and so its
+// run folder) passes to another pod once it is deleted.
+type confirmer interface {
+	Confirm(ctx context.Context, id string) error
+}
+
+// confirm closes a runner connection that did not come from the
+// container started for it.
+func (i *Container) confirm(ctx context.Context) error {
+	c, ok := i.e.rt.(confirmer)
+	if !ok {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, i.e.opts.StartTimeout)
+	defer cancel()
+	if err := c.Confirm(cctx, i.id); err != nil {
+		i.conn.Close()
+		i.conn = nil
+		return fmt.Errorf("the runner that connected: %w", err)
+	}
+	return nil
 }
 
 // ExecRequest is one piece of code to run in an [Instance].

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -72,6 +73,7 @@ type Kubernetes struct {
 	ns     string
 	node   string
 	podUID string // the bridge's own pod, when it runs in one
+	ownNS  string // the namespace of the bridge's service account, in a pod
 	source string // where the client's configuration came from
 	host   string // the API server
 
@@ -88,6 +90,9 @@ type Kubernetes struct {
 	// a pod deleted by someone else (its namespace going) still has its
 	// node mounts to undo.
 	started map[string]nodePlan
+	// uids are the uids of the pods Start made, until Remove: a pod's name
+	// passes to another pod once it is deleted (Confirm).
+	uids map[string]types.UID
 	// classes maps an OCI runtime's handler (runsc) to its RuntimeClass.
 	classes map[string]string
 }
@@ -109,6 +114,10 @@ type nodeOps interface {
 	// canSetPids says whether setPids can work here, and if not why.
 	canSetPids() (bool, string)
 }
+
+// serviceAccountNamespace is where a pod's service account's namespace is
+// mounted (with its token).
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // kubeConfig says where the engine finds its cluster: "in-cluster" (the
 // pod's service account), a kubeconfig file, or "" for client-go's loading
@@ -151,6 +160,11 @@ func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) 
 		return nil, fmt.Errorf("%w: %v", ErrEngineUnreachable, err)
 	}
 	k := newKubernetes(api, why, cfg.Host, linuxNode{})
+	if kubeconfig == "in-cluster" {
+		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
+			k.ownNS = strings.TrimSpace(string(b))
+		}
+	}
 	if err := k.check(ctx); err != nil {
 		return nil, err
 	}
@@ -202,7 +216,7 @@ func newKubernetes(api kubeAPI, source, host string, n nodeOps) *Kubernetes {
 		}
 	}
 	return &Kubernetes{api: api, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
-		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
+		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, uids: map[string]types.UID{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
 }
 
 // check asks the API for the node and the namespace, so that a wrong
@@ -386,11 +400,33 @@ func (k *Kubernetes) Create(ctx context.Context, spec ContainerSpec) (string, er
 // mounts (its /tmp and its data mounts).
 func nodeDir(runDir string) string { return runDir + ".node" }
 
-// podFor translates spec into a pod pinned to this node.
-func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
-	if len(spec.Name) > 63 {
-		return nil, fmt.Errorf("create pod: name %q is longer than the 63 characters Kubernetes allows", spec.Name)
+// kubeRunFolder is what a run folder's name is (run-PID.START-RANDOM, or
+// run-RANDOM: os.MkdirTemp's): a run pod is named after it.
+var kubeRunFolder = regexp.MustCompile(`^run-[0-9.]*-?[0-9]+$`)
+
+// kubePodPrefix starts every run pod's name: "bridge-" and its run
+// folder's name.
+const kubePodPrefix = "bridge-"
+
+// podName is the name of the pod whose run folder is runDir: "bridge-"
+// and the folder's name with its dots as dashes (a pod's name is its
+// host name: a DNS label). A pod's name is unique in its namespace while
+// the pod exists, so naming the pod after its folder, and admitting
+// (deploy/kubernetes/admission.yaml) only hostPaths of folders whose name
+// is the pod's, makes the folders one pod's: a second pod that asks for
+// them is refused by the API server, whoever asks.
+func podName(runDir string) (string, error) {
+	base := filepath.Base(runDir)
+	name := kubePodPrefix + strings.ReplaceAll(base, ".", "-")
+	if !kubeRunFolder.MatchString(base) || len(name) > 63 {
+		return "", fmt.Errorf("create pod: the run folder %s cannot name a pod (run-DIGITS, at most %d characters)", runDir, 63-len(kubePodPrefix))
 	}
+	return name, nil
+}
+
+// podFor translates spec into a pod pinned to this node, named after its
+// run folder (podName).
+func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	uid, gid, err := parseUser(spec.User)
 	if err != nil {
 		return nil, err
@@ -409,17 +445,11 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	if relay == nil {
 		return nil, errors.New("create pod: the spec has no run folder")
 	}
-	labels, annotations := map[string]string{}, map[string]string{}
-	for key, v := range spec.Labels {
-		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
-			labels[key] = v
-		}
+	name, err := podName(relay.Source)
+	if err != nil {
+		return nil, err
 	}
-	if k.podUID != "" {
-		labels[LabelBridgePod] = k.podUID
-	}
-	all, _ := json.Marshal(spec.Labels)
-	annotations[kubeLabelsAnnotation] = string(all)
+	labels, annotations := k.podLabels(spec)
 
 	var class *string
 	if spec.OCIRuntime != "" && spec.OCIRuntime != "runc" {
@@ -445,49 +475,12 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, spec.CPUQuota*1000/spec.CPUPeriod), resource.DecimalSI)
 	}
 
-	env := make([]corev1.EnvVar, 0, len(spec.Env))
-	for n, v := range spec.Env {
-		env = append(env, corev1.EnvVar{Name: n, Value: v})
-	}
-	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
-	// The rlimits a pod cannot set: the runner lowers its own before it
-	// takes any code (BRIDGE_RLIMITS).
-	if len(spec.Rlimits) > 0 {
-		var rl []string
-		for _, r := range spec.Rlimits {
-			rl = append(rl, fmt.Sprintf("%s=%d:%d", r.Name, r.Soft, r.Hard))
-		}
-		env = append(env, corev1.EnvVar{Name: EnvRlimits, Value: strings.Join(rl, ",")})
-	}
+	env := podEnv(spec)
 
-	// A pod always has a network interface (the CNI's): the runner then
-	// refuses the code every IP and packet socket (BRIDGE_NO_INET).
-	env = append(env, corev1.EnvVar{Name: EnvNoInet, Value: "1"})
-	// The kubelet gives every container the API server's address
-	// (KUBERNETES_SERVICE_HOST, ...), service links or not: not the code's.
-	env = append(env, corev1.EnvVar{Name: EnvDrop, Value: "KUBERNETES_"})
-
-	dir := corev1.HostPathDirectory
 	nd := nodeDir(relay.Source)
-	volumes := []corev1.Volume{
-		{Name: "relay", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: relay.Source, Type: &dir}}},
-	}
-	mounts := []corev1.VolumeMount{{Name: "relay", MountPath: RelayDir, ReadOnly: true}}
-	if len(spec.Tmpfs) > 1 {
-		return nil, errors.New("create pod: one tmpfs at most")
-	}
-	for target := range spec.Tmpfs {
-		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, "tmp"), Type: &dir}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: target})
-	}
-	for i, m := range spec.DataMounts {
-		name := fmt.Sprintf("data-%d", i)
-		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, name), Type: &dir}}})
-		// Not readOnly here: the node's mount is read-only, nosuid, nodev
-		// and noexec already, and a plain bind keeps all four, where the
-		// runtime's read-only remount of it would set read-only alone and
-		// drop the other three (runc does).
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
+	volumes, mounts, err := podVolumes(spec, relay.Source, nd)
+	if err != nil {
+		return nil, err
 	}
 	// The node mounts Start makes, in the annotation so that Remove (or
 	// a later bridge's reaping) knows what to undo.
@@ -497,7 +490,7 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	no, yes := false, true
 	grace := int64(1)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: k.ns, Labels: labels, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			NodeName:                      k.node,
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -528,6 +521,78 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 		},
 	}
 	return pod, nil
+}
+
+// podLabels are a run pod's labels (the spec's that fit in one, and the
+// bridge's pod) and annotations (all the spec's labels).
+func (k *Kubernetes) podLabels(spec ContainerSpec) (labels, annotations map[string]string) {
+	labels, annotations = map[string]string{}, map[string]string{}
+	for key, v := range spec.Labels {
+		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
+			labels[key] = v
+		}
+	}
+	if k.podUID != "" {
+		labels[LabelBridgePod] = k.podUID
+	}
+	all, _ := json.Marshal(spec.Labels)
+	annotations[kubeLabelsAnnotation] = string(all)
+	return labels, annotations
+}
+
+// podEnv is the runner container's environment: the spec's, and what
+// the runner does in the pod's place.
+func podEnv(spec ContainerSpec) []corev1.EnvVar {
+	env := make([]corev1.EnvVar, 0, len(spec.Env))
+	for n, v := range spec.Env {
+		env = append(env, corev1.EnvVar{Name: n, Value: v})
+	}
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
+	// The rlimits a pod cannot set: the runner lowers its own before it
+	// takes any code (BRIDGE_RLIMITS).
+	if len(spec.Rlimits) > 0 {
+		var rl []string
+		for _, r := range spec.Rlimits {
+			rl = append(rl, fmt.Sprintf("%s=%d:%d", r.Name, r.Soft, r.Hard))
+		}
+		env = append(env, corev1.EnvVar{Name: EnvRlimits, Value: strings.Join(rl, ",")})
+	}
+
+	// A pod always has a network interface (the CNI's): the runner then
+	// refuses the code every IP and packet socket (BRIDGE_NO_INET).
+	env = append(env, corev1.EnvVar{Name: EnvNoInet, Value: "1"})
+	// The kubelet gives every container the API server's address
+	// (KUBERNETES_SERVICE_HOST, ...), service links or not: not the code's.
+	env = append(env, corev1.EnvVar{Name: EnvDrop, Value: "KUBERNETES_"})
+	return env
+}
+
+// podVolumes are a run pod's hostPath volumes and its container's mounts
+// of them: the run folder runDir read-only, and the /tmp and data mounts
+// the bridge makes in the node folder nd.
+func podVolumes(spec ContainerSpec, runDir, nd string) ([]corev1.Volume, []corev1.VolumeMount, error) {
+	dir := corev1.HostPathDirectory
+	volumes := []corev1.Volume{
+		{Name: "relay", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: runDir, Type: &dir}}},
+	}
+	mounts := []corev1.VolumeMount{{Name: "relay", MountPath: RelayDir, ReadOnly: true}}
+	if len(spec.Tmpfs) > 1 {
+		return nil, nil, errors.New("create pod: one tmpfs at most")
+	}
+	for target := range spec.Tmpfs {
+		volumes = append(volumes, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, "tmp"), Type: &dir}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: target})
+	}
+	for i, m := range spec.DataMounts {
+		name := fmt.Sprintf("data-%d", i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(nd, name), Type: &dir}}})
+		// Not readOnly here: the node's mount is read-only, nosuid, nodev
+		// and noexec already, and a plain bind keeps all four, where the
+		// runtime's read-only remount of it would set read-only alone and
+		// drop the other three (runc does).
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Path})
+	}
+	return volumes, mounts, nil
 }
 
 // EnvRlimits carries the rlimits a pod cannot set to the runner, which
@@ -673,6 +738,10 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 		err = k.watchPod(ctx, id, created.ResourceVersion, func(p *corev1.Pod) (bool, error) {
 			st := runnerStatus(p)
 			switch {
+			case p.UID != created.UID:
+				// Deleted and made anew by someone else (a watch that
+				// resumed by name would see the new one).
+				return false, fmt.Errorf("pod %s was replaced by another of the same name before it started", id)
 			case st != nil && st.State.Running != nil:
 				cid = st.ContainerID
 				return true, nil
@@ -715,13 +784,34 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 		case <-time.After(backoff):
 		}
 	}
-	if plan.Pids > 0 && cid != "" {
+	return k.runnerRunning(id, created.UID, cid, plan)
+}
+
+// runnerRunning finishes Start once the pod's runner container cid runs (or,
+// with cid "", has ended): it keeps the pod's uid for Confirm, sets the
+// pids limit and detaches the node's mounts.
+func (k *Kubernetes) runnerRunning(id string, uid types.UID, cid string, plan nodePlan) error {
+	k.mu.Lock()
+	k.uids[id] = uid
+	k.mu.Unlock()
+	if cid == "" {
+		return nil
+	}
+	if plan.Pids > 0 {
 		if ok, _ := k.nodeOps.canSetPids(); ok {
 			_, c, _ := strings.Cut(cid, "://")
-			if err := k.nodeOps.setPids(string(created.UID), c, plan.Pids); err != nil {
+			if err := k.nodeOps.setPids(string(uid), c, plan.Pids); err != nil {
 				return fmt.Errorf("setting the pids limit of pod %s: %w", id, err)
 			}
 		}
+	}
+	// The runner's container holds its own mounts of /tmp and the data
+	// folders now (private binds, made when it was created): the node's
+	// go, before any code runs. What the code writes in /tmp is then out
+	// of reach of every other pod, even one that takes this pod's name
+	// (and so its folders) once this one is deleted.
+	if err := k.undo(plan); err != nil {
+		return fmt.Errorf("pod %s: detaching its /tmp and data mounts from node %s once its container held them: %w", id, k.node, err)
 	}
 	return nil
 }
@@ -935,7 +1025,31 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 func (k *Kubernetes) forget(id string) {
 	k.mu.Lock()
 	delete(k.started, id)
+	delete(k.uids, id)
 	k.mu.Unlock()
+}
+
+// Confirm says whether the pod named id is still the one Start made, for
+// a runner that has just connected from it. Anyone who may create pods
+// there can read the relay token in the pod's spec; the run folder with
+// the socket is admitted only to the pod of its name, which this pod
+// holds while it exists. A pod that connects after this one was deleted
+// and another took its name is that other pod: its uid differs.
+func (k *Kubernetes) Confirm(ctx context.Context, id string) error {
+	k.mu.Lock()
+	uid, ok := k.uids[id]
+	k.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("pod %s: %w", id, ErrNotFound)
+	}
+	p, err := k.api.Pod(ctx, k.ns, id)
+	if err != nil {
+		return k.wrapPod(err, "reading", id)
+	}
+	if p.UID != uid || p.DeletionTimestamp != nil {
+		return fmt.Errorf("pod %s: the runner connected from a pod of that name that the bridge did not start (it was deleted, or another took its name)", id)
+	}
+	return nil
 }
 
 // Logs returns the tail of the runner container's output.
@@ -1004,10 +1118,19 @@ func (k *Kubernetes) wrapPod(err error, doing, id string) error {
 // KubePermission is one thing the bridge asks the API server to do.
 type KubePermission struct {
 	Verb, Resource, Subresource string
-	// Cluster is true for a resource outside the run namespace (nodes).
+	// Group is the resource's API group ("" for the core group).
+	Group string
+	// Cluster is true for a resource outside the run namespace (nodes), or
+	// for a namespaced one in every namespace.
 	Cluster bool
+	// Namespace, when set, is the namespace asked about instead of the
+	// run namespace.
+	Namespace string
 	// Optional permissions only add to what the bridge can tell.
 	Optional bool
+	// Why says what a permission beyond the bridge's needs would let a
+	// stolen token do.
+	Why string
 }
 
 // KubePermissions are what the engine needs: its pods' life, their logs
@@ -1020,20 +1143,69 @@ func KubePermissions() []KubePermission {
 		{Verb: "get", Resource: "pods", Subresource: "log"},
 		{Verb: "list", Resource: "events"},
 		{Verb: "get", Resource: "nodes", Cluster: true},
-		{Verb: "list", Resource: "runtimeclasses", Cluster: true, Optional: true},
+		{Verb: "list", Resource: "runtimeclasses", Group: "node.k8s.io", Cluster: true, Optional: true},
+	}
+}
+
+// KubeDangerousPermissions are permissions the bridge never uses that
+// would let whoever holds its identity into the runs, the node or the
+// cluster: `bridge doctor` warns of each the identity holds.
+func KubeDangerousPermissions() []KubePermission {
+	const enter = "a way into every live run pod"
+	return []KubePermission{
+		{Verb: "create", Resource: "pods", Subresource: "exec", Why: enter},
+		{Verb: "get", Resource: "pods", Subresource: "exec", Why: enter},
+		{Verb: "create", Resource: "pods", Subresource: "attach", Why: enter},
+		{Verb: "create", Resource: "pods", Subresource: "portforward", Why: enter},
+		{Verb: "update", Resource: "pods", Subresource: "ephemeralcontainers", Why: "a container of any image added to a live run pod"},
+		{Verb: "patch", Resource: "pods", Subresource: "ephemeralcontainers", Why: "a container of any image added to a live run pod"},
+		{Verb: "update", Resource: "pods", Why: "a live run pod's image replaced"},
+		{Verb: "patch", Resource: "pods", Why: "a live run pod's image replaced"},
+		{Verb: "get", Resource: "secrets", Why: "the namespace's credentials"},
+		{Verb: "list", Resource: "secrets", Why: "the namespace's credentials"},
+		{Verb: "create", Resource: "pods", Cluster: true, Why: "pods in namespaces the admission policy does not hold"},
+		{Verb: "get", Resource: "secrets", Cluster: true, Why: "every namespace's credentials"},
+		{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Cluster: true, Why: "tokens of other identities"},
+		{Verb: "get", Resource: "nodes", Subresource: "proxy", Cluster: true, Why: "the kubelet's API: every pod on the node"},
+		{Verb: "create", Resource: "nodes", Subresource: "proxy", Cluster: true, Why: "the kubelet's API: every pod on the node"},
+		{Verb: "impersonate", Resource: "users", Cluster: true, Why: "acting as anyone"},
+		{Verb: "impersonate", Resource: "serviceaccounts", Cluster: true, Why: "acting as any service account"},
+		{Verb: "create", Resource: "rolebindings", Group: "rbac.authorization.k8s.io", Why: "granting itself more"},
+		{Verb: "create", Resource: "clusterrolebindings", Group: "rbac.authorization.k8s.io", Cluster: true, Why: "granting itself more"},
+		{Verb: "delete", Resource: "validatingadmissionpolicybindings", Group: "admissionregistration.k8s.io", Cluster: true, Why: "the admission policy turned off"},
+		{Verb: "update", Resource: "validatingadmissionpolicies", Group: "admissionregistration.k8s.io", Cluster: true, Why: "the admission policy rewritten"},
 	}
 }
 
 // Missing asks the API server which of KubePermissions the bridge's
 // identity lacks (SelfSubjectAccessReview).
 func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
-	var missing []KubePermission
-	for _, p := range KubePermissions() {
-		attr := &authorizationv1.ResourceAttributes{Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource}
-		if p.Resource == "runtimeclasses" {
-			attr.Group = "node.k8s.io"
-		}
-		if !p.Cluster {
+	return k.review(ctx, KubePermissions(), false)
+}
+
+// Extra asks the API server which of KubeDangerousPermissions the bridge's
+// identity holds, though it needs none of them; in a pod, creating pods in
+// its own namespace too (the admission policy holds only the run
+// namespace's).
+func (k *Kubernetes) Extra(ctx context.Context) ([]KubePermission, error) {
+	perms := KubeDangerousPermissions()
+	if k.ownNS != "" && k.ownNS != k.ns {
+		perms = append(perms, KubePermission{Verb: "create", Resource: "pods", Namespace: k.ownNS,
+			Why: "pods beside the bridge, where the admission policy does not look"})
+	}
+	return k.review(ctx, perms, true)
+}
+
+// review returns those of perms whose SelfSubjectAccessReview says
+// allowed (or, with allowed false, not allowed).
+func (k *Kubernetes) review(ctx context.Context, perms []KubePermission, allowed bool) ([]KubePermission, error) {
+	var out []KubePermission
+	for _, p := range perms {
+		attr := &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource}
+		switch {
+		case p.Namespace != "":
+			attr.Namespace = p.Namespace
+		case !p.Cluster:
 			attr.Namespace = k.ns
 		}
 		r, err := k.api.Review(ctx, &authorizationv1.SelfSubjectAccessReview{
@@ -1041,11 +1213,11 @@ func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
 		if err != nil {
 			return nil, k.wrap(err, "asking what the bridge may do")
 		}
-		if !r.Status.Allowed {
-			missing = append(missing, p)
+		if r.Status.Allowed == allowed {
+			out = append(out, p)
 		}
 	}
-	return missing, nil
+	return out, nil
 }
 
 func (p KubePermission) String() string {
@@ -1053,5 +1225,21 @@ func (p KubePermission) String() string {
 	if p.Subresource != "" {
 		r += "/" + p.Subresource
 	}
+	switch {
+	case p.Namespace != "":
+		r += " in namespace " + p.Namespace
+	case p.Cluster && !clusterScoped(p.Resource):
+		r += " in every namespace"
+	}
 	return p.Verb + " " + r
+}
+
+// clusterScoped says whether a resource KubePermission names belongs to
+// no namespace.
+func clusterScoped(resource string) bool {
+	switch resource {
+	case "nodes", "runtimeclasses", "users", "clusterrolebindings", "validatingadmissionpolicies", "validatingadmissionpolicybindings":
+		return true
+	}
+	return false
 }

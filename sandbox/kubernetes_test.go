@@ -154,6 +154,106 @@ func TestKubePodIsHardened(t *testing.T) {
 	}
 }
 
+// A run pod is named after its run folder, the one name the admission
+// policy admits for that folder's hostPaths.
+func TestKubePodNamedAfterItsRunFolder(t *testing.T) {
+	k, _, _ := newFakeKube(t)
+	spec := kubeSpec(t)
+	for dir, want := range map[string]string{
+		"/run/bridge-node/bridge/run-1.8812-4410571":             "bridge-run-1-8812-4410571",
+		"/run/user/0/bridge/run-77":                              "bridge-run-77",
+		"/run/bridge-node/bridge/abc":                            "",
+		"/run/bridge-node/bridge/run-1.2-x":                      "",
+		"/run/bridge-node/bridge/run-" + strings.Repeat("1", 60): "",
+	} {
+		spec.Mounts[0].Source = dir
+		pod, err := k.podFor(spec)
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("%s named a pod %s", dir, pod.Name)
+		case want != "" && (err != nil || pod.Name != want):
+			t.Errorf("%s: pod %v, %v; want %s", dir, pod, err, want)
+		}
+	}
+}
+
+// A pod deleted and made anew under its name by someone else while it
+// starts is not the bridge's: Start fails, and its node mounts go.
+func TestKubeStartRefusesAReplacedPod(t *testing.T) {
+	k, cs, n := newFakeKube(t)
+	ctx := context.Background()
+	spec := kubeSpec(t)
+	id, err := k.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range 200 {
+			p, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{})
+			if err == nil {
+				p.UID = "another"
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: kubeContainer, ContainerID: "containerd://evil",
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+				if _, err := cs.CoreV1().Pods("runs").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err == nil {
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := k.Start(sctx, id); err == nil || !strings.Contains(err.Error(), "replaced") {
+		t.Fatalf("start of a replaced pod: %v", err)
+	}
+	if strings.Contains(n.log(), "pids evil") {
+		t.Fatalf("the bridge set the limits of another pod: %s", n.log())
+	}
+	if err := k.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
+		t.Fatalf("the node folder is left: %v", err)
+	}
+}
+
+// A runner is confirmed only from the pod Start made: not from one that
+// took its name once it was deleted (the relay token is in the spec).
+func TestKubeConfirmsOnlyItsOwnPod(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	ctx := context.Background()
+	spec := kubeSpec(t)
+	id, _ := k.Create(ctx, spec)
+	kubelet(t, cs, id, corev1.ContainerStatus{Name: kubeContainer, ContainerID: "containerd://c3",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	if err := k.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Confirm(ctx, id); err != nil {
+		t.Fatalf("the bridge's own pod: %v", err)
+	}
+	twin, _ := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{})
+	if err := cs.CoreV1().Pods("runs").Delete(ctx, id, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Confirm(ctx, id); err == nil {
+		t.Fatal("a deleted pod confirmed")
+	}
+	twin.UID, twin.ResourceVersion = "another", ""
+	if _, err := cs.CoreV1().Pods("runs").Create(ctx, twin, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Confirm(ctx, id); err == nil || !strings.Contains(err.Error(), "did not start") {
+		t.Fatalf("a pod that took the name: %v", err)
+	}
+	if err := k.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Confirm(ctx, id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a removed pod: %v", err)
+	}
+}
+
 func envOf(c corev1.Container, name string) string {
 	for _, e := range c.Env {
 		if e.Name == name {
@@ -256,8 +356,13 @@ func TestKubeLifecycle(t *testing.T) {
 	if err := k.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := n.log(), "tmpfs tmp; bind /srv/sales data-0; pids c0ffee"; got != want {
+	// Once the runner's container holds /tmp and the data mounts, the
+	// node's copies go: nothing on the node leads to them any more.
+	if got, want := n.log(), "tmpfs tmp; bind /srv/sales data-0; pids c0ffee; unmount data-0; unmount tmp"; got != want {
 		t.Fatalf("node: %s, want %s", got, want)
+	}
+	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
+		t.Fatalf("the node folder is still there once the pod started: %v", err)
 	}
 	list, err := k.List(ctx, map[string]string{LabelManaged: "true", LabelOwner: spec.Labels[LabelOwner]})
 	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Labels[LabelOwner] != spec.Labels[LabelOwner] {
@@ -439,6 +544,49 @@ func TestKubeMissingPermissions(t *testing.T) {
 	if len(missing) != 2 || missing[0].String() != "delete pods" || missing[1].String() != "list runtimeclasses" || !missing[1].Optional {
 		t.Fatalf("missing %+v", missing)
 	}
+}
+
+// Extra names the dangerous permissions the identity holds beyond its
+// needs: here exec into pods and ephemeral containers in the run
+// namespace, and creating pods in the bridge's own namespace.
+func TestKubeExtraPermissions(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	k.ownNS = "bridge-system"
+	var asked []string
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		r := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview)
+		attr := r.Spec.ResourceAttributes
+		asked = append(asked, attr.Verb+" "+attr.Resource+"/"+attr.Subresource+" "+attr.Namespace)
+		switch {
+		case attr.Namespace == "runs" && attr.Resource == "pods" && attr.Subresource == "exec" && attr.Verb == "create",
+			attr.Namespace == "runs" && attr.Resource == "pods" && attr.Subresource == "ephemeralcontainers" && attr.Verb == "patch",
+			attr.Namespace == "bridge-system" && attr.Resource == "pods" && attr.Subresource == "" && attr.Verb == "create":
+			r.Status.Allowed = true
+		}
+		return true, r, nil
+	})
+	extra, err := k.Extra(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range extra {
+		got = append(got, p.String())
+		if p.Why == "" {
+			t.Errorf("%s: no reason", p)
+		}
+	}
+	want := "create pods/exec, patch pods/ephemeralcontainers, create pods in namespace bridge-system"
+	if strings.Join(got, ", ") != want {
+		t.Fatalf("extra: %s, want %s (asked %v)", strings.Join(got, ", "), want, asked)
+	}
+	// Cluster-wide questions name no namespace.
+	for _, a := range asked {
+		if strings.HasPrefix(a, "create pods/ ") && !strings.Contains(a, "runs") && !strings.Contains(a, "bridge-system") {
+			return
+		}
+	}
+	t.Errorf("creating pods in every namespace was not asked: %v", asked)
 }
 
 // A node without room rejects the pod (OutOfcpu); once a place frees up,

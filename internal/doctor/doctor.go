@@ -57,6 +57,9 @@ type Check struct {
 	// Optional marks a check of something the bridge was not asked to use
 	// (gVisor without --oci-runtime runsc): its failure is only a note.
 	Optional bool `json:"optional,omitempty"`
+	// Warning marks a failed check that leaves the engine usable but says
+	// something to fix (a permission the bridge holds beyond its needs).
+	Warning bool `json:"warning,omitempty"`
 }
 
 // EngineReport is what doctor found for one engine socket.
@@ -178,7 +181,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		add("bridge_containers", true, fmt.Sprintf("%d container(s) of bridges on this engine, %d of them started ahead of time by a warm pool (pool.size in the policy)", len(cs), pooled), "")
 	}
 	if k, ok := rt.(*sandbox.Kubernetes); ok {
-		kubeChecks(ctx, k, add)
+		kubeChecks(ctx, k, add, func(c Check) { er.Checks = append(er.Checks, c) })
 	}
 	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
 		enforceHint(info.Enforce.Reason)+"; or accept that with --allow-unenforced-limits")
@@ -566,6 +569,8 @@ func WriteText(w io.Writer, rep Report) {
 			switch {
 			case !c.OK && c.Optional:
 				mark, fix = "note", "to use it"
+			case !c.OK && c.Warning:
+				mark = "WARN"
 			case !c.OK:
 				mark = "FAIL"
 			}
@@ -587,9 +592,10 @@ func WriteText(w io.Writer, rep Report) {
 }
 
 // kubeChecks are what only the kubernetes engine needs: the node and
-// namespace its pods go to, the permissions of its identity, and the
-// seccomp profile its pods get.
-func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string, ok bool, detail, hint string) bool) {
+// namespace its pods go to, the permissions of its identity (and, with
+// warn, those it holds beyond its needs), and the seccomp profile its pods
+// get.
+func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string, ok bool, detail, hint string) bool, warn func(Check)) {
 	add("kubernetes_node", true, fmt.Sprintf("run pods go to node %s, namespace %s", k.Node(), k.Namespace()), "")
 	missing, err := k.Missing(ctx)
 	switch {
@@ -616,5 +622,32 @@ func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string
 		}
 		add("kubernetes_rbac", len(need) == 0, detail, "bind the bridge's identity to the Role and ClusterRole of deploy/kubernetes/rbac.yaml")
 	}
+	if c, ok := kubeExtraCheck(ctx, k); ok {
+		warn(c)
+	}
 	add("seccomp_profile", true, k.Seccomp(), "")
+}
+
+// kubeExtraCheck warns of the permissions the bridge's identity holds that
+// it never uses and that would let a stolen token into the runs, the node
+// or the cluster (sandbox.KubeDangerousPermissions). It is only a warning:
+// the bridge works, but its identity is worth more than it needs to be.
+// No check (false) when the API server does not answer.
+func kubeExtraCheck(ctx context.Context, k *sandbox.Kubernetes) (Check, bool) {
+	extra, err := k.Extra(ctx)
+	if err != nil {
+		return Check{}, false
+	}
+	c := Check{Name: "kubernetes_rbac_extra", OK: len(extra) == 0, Warning: len(extra) > 0,
+		Detail: "holds no permission beyond its needs that leads into a run, the node or the cluster"}
+	if len(extra) > 0 {
+		var what []string
+		for _, p := range extra {
+			what = append(what, p.String()+" ("+p.Why+")")
+		}
+		c.Detail = "may also " + strings.Join(what, ", ")
+		c.Hint = "the bridge uses none of these: bind its identity only to the Role and ClusterRole of deploy/kubernetes/rbac.yaml, " +
+			"and find what grants the rest with `kubectl get rolebindings,clusterrolebindings -A -o wide`"
+	}
+	return c, true
 }

@@ -230,6 +230,21 @@ func TestWriteTextOptional(t *testing.T) {
 	}
 }
 
+// A permission held beyond the bridge's needs is a warning: marked WARN
+// with its fix, never FAIL, and the engine stays usable.
+func TestWriteTextWarning(t *testing.T) {
+	rep := Report{Engines: []EngineReport{{Engine: "kubernetes", Socket: "s", Source: "x", Usable: true, Checks: []Check{
+		{Name: "kubernetes_rbac_extra", Detail: "may also create pods/exec (a way into every live run pod)", Hint: "bind only rbac.yaml", Warning: true},
+	}}}, OK: true}
+	var b bytes.Buffer
+	WriteText(&b, rep)
+	out := b.String()
+	if !strings.Contains(out, "WARN kubernetes_rbac_extra") || !strings.Contains(out, "fix: bind only rbac.yaml") ||
+		strings.Contains(out, "FAIL") || !strings.Contains(out, "bridge can run code safely") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
 // A socket that refuses this user gets its own fix, not "start the engine":
 // also when the refusal comes wrapped, as from Info.
 func TestUnreachableCheck(t *testing.T) {
