@@ -262,7 +262,10 @@ print("new text", any("note" in h.get("description", "").lower() for h in mcp_to
 // (tools.on_change: deny): its tools are refused (audited under
 // tools.on_change) and not listed, and mcp_tools.servers() shows that its
 // description is withheld, never the new one; the change is logged. Its
-// new instructions used to reach the code as its description.
+// new instructions used to reach the code as its description. The first
+// call after the restart, the one that starts the new process, is refused
+// too, and the new process gets no call: it used to be decided on what
+// the bridge knew before, and sent.
 func TestDoorsServerTextPinned(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		instructions := filepath.Join(t.TempDir(), "instructions.txt")
@@ -272,7 +275,7 @@ func TestDoorsServerTextPinned(t *testing.T) {
 			}
 		}
 		write("Keeps notes for the team.\n\nMore about the notes.")
-		servers, _ := recordingServers(t, "--instructions-file", instructions)
+		servers, record := recordingServers(t, "--instructions-file", instructions)
 		policyFile, audit := doorsProxyPolicy(t, e, "")
 		br := startDoorsBridge(t, e, policyFile, "--servers-config", servers)
 		describe := `import mcp_tools
@@ -290,18 +293,23 @@ try:
     mcp_tools.call("misbehave", "crash")
 except mcp_tools.MCPToolsError as e:
     print("crashed", type(e).__name__)
-print(mcp_tools.call("misbehave", "count"))  # a new process: it reads the new instructions
-try:
-    mcp_tools.call("misbehave", "echo", message="after")
-    print("echo called")
-except mcp_tools.ToolDeniedError as e:
-    print("denied:", e)
+# count starts a new process, which reads the new instructions
+for tool, args in (("count", {}), ("echo", {"message": "after"})):
+    try:
+        mcp_tools.call("misbehave", tool, **args)
+        print(tool, "called")
+    except mcp_tools.ToolDeniedError as e:
+        print("denied:", e)
 `)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) != 3 || lines[0] != "crashed UpstreamError" || lines[1] != "{'calls': 1}" ||
-			!strings.HasPrefix(lines[2], "denied: what server misbehave says about itself changed since the bridge first connected to it (instructions)") ||
+		const denied = "denied: what server misbehave says about itself changed since the bridge first connected to it (instructions)"
+		if len(lines) != 3 || lines[0] != "crashed UpstreamError" ||
+			!strings.HasPrefix(lines[1], denied) || !strings.HasPrefix(lines[2], denied) ||
 			strings.Contains(out, "attacker") {
 			t.Fatalf("after the restart, the run printed:\n%s", out)
+		}
+		if got := recordedTools(t, record); strings.Contains(got, "count") || strings.Contains(got, "echo") {
+			t.Errorf("the restarted server received calls: %s", got)
 		}
 		after := br.run(t, describe)
 		if !strings.HasPrefix(after, "withheld: ") || strings.Contains(after, "attacker") || !strings.HasSuffix(after, "\ntools False\n") {

@@ -40,7 +40,14 @@ func (p *Proxy) call(ctx context.Context, params *mcp.CallToolParamsRaw, server,
 	}
 	upStart := time.Now()
 	uctx, span := p.startUpstream(ctx, server, tool)
-	res, raw, err := p.byName[server].call(uctx, tool, g.callArgs(), g.timeout, wantRaw)
+	var res *mcp.CallToolResult
+	var raw []byte
+	if u := p.byName[server]; g.sess.s != nil {
+		res, raw, err = u.callOn(uctx, g.sess, tool, g.callArgs(), g.timeout, wantRaw)
+	} else {
+		// No policy: nothing a pin says decides the call.
+		res, raw, err = u.call(uctx, tool, g.callArgs(), g.timeout, wantRaw)
+	}
 	endUpstream(span, res, raw, err)
 	report.Upstream = time.Since(upStart)
 	if g.tokens == nil {
@@ -141,12 +148,15 @@ func (c *callRecord) finish(res *mcp.CallToolResult, js []byte, err error) (*mcp
 
 // gated is what the policy's gate let through of one call: its timeout,
 // the largest result it may have, its arguments (with tokenized values
-// restored) and what tokenizes its result.
+// restored), what tokenizes its result, and the session it goes on (the
+// one whose server text and tools the gate decided on; none without a
+// policy).
 type gated struct {
 	timeout   time.Duration
 	maxResult int64
 	args      json.RawMessage
 	tokens    *callTokens // nil: nothing to tokenize
+	sess      live
 }
 
 // callArgs are the arguments as the upstream gets them: an empty object
@@ -210,15 +220,13 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 		report.Decision = d.Verdict()
 		return g, c.refuse(KindDenied, pol.RuleName(d), d.Reason)
 	}
-	// The definition decided on is the one checked against its pin, read
-	// at once with what changed (pins.go).
-	pt, toolChanged, srvChanged := p.checked(server, tool)
-	d := pol.Decide(pt)
-	c.rec.Rule, report.Decision = pol.RuleName(d), d.Verdict()
-	if !d.Allow && !d.Ask {
-		return g, c.refuse(KindDenied, c.rec.Rule, d.Reason)
+	v, err := p.decide(ctx, c, pol, report)
+	if err != nil {
+		return g, err
 	}
-	if err := p.onChange(c, pol, &d, report, toolChanged, srvChanged); err != nil {
+	d := v.d
+	g.sess = v.sess
+	if err := p.onChange(c, pol, &d, report, v.toolChanged, v.srvChanged); err != nil {
 		return g, err
 	}
 	if max := pol.Budgets.MaxArgumentBytes; int64(c.rec.ArgumentBytes) > max {
@@ -245,12 +253,55 @@ func (p *Proxy) gate(ctx context.Context, c *callRecord, params *mcp.CallToolPar
 			"%s reached; the next call can go in %s", lim.Describe(r, server, tool), retry.Round(time.Millisecond)))
 	}
 	g.timeout, g.maxResult = pol.Budgets.CallTimeout, pol.Budgets.MaxResultBytes
-	var err error
 	if g.args, g.tokens, err = p.tokens(pol, c.run, server, tool, g.args); err != nil {
 		return g, c.refuse(KindInvalid, "tokenize.restore", err.Error())
 	}
 	c.rec.Allowed = true
 	return g, nil
+}
+
+// decided is the tool's rule for one call, what changed since its pins,
+// and the session the call goes on, all of one checked session.
+type decided struct {
+	d                       policy.Decision
+	toolChanged, srvChanged string
+	sess                    live
+}
+
+// decide applies the tool's rule to a call, on the definition checked
+// against its pin, read at once with what changed (pins.go), for the
+// session the call will go on: a call refused on what the bridge knows
+// starts no server; one let through gets its checked session
+// (checkedSession), and if that is a new one (the server restarted: its
+// text and tools were just checked against their pins) it is decided
+// again on what that session said. A call never goes on a session whose
+// text and tools the rule and tools.on_change did not see. An upstream
+// that cannot be reached fails the call, audited as such.
+func (p *Proxy) decide(ctx context.Context, c *callRecord, pol *policy.Policy, report *CallReport) (decided, error) {
+	server, tool := c.rec.Server, c.rec.Tool
+	var v decided
+	for again := false; ; again = true {
+		pt, toolChanged, srvChanged, gen := p.checked(server, tool)
+		v.d, v.toolChanged, v.srvChanged = pol.Decide(pt), toolChanged, srvChanged
+		c.rec.Rule, report.Decision = pol.RuleName(v.d), v.d.Verdict()
+		if !v.d.Allow && !v.d.Ask {
+			return v, c.refuse(KindDenied, c.rec.Rule, v.d.Reason)
+		}
+		if again {
+			return v, nil
+		}
+		sess, err := p.checkedSession(ctx, p.byName[server])
+		if err != nil {
+			// As a call whose upstream failed: the policy did not refuse it.
+			c.rec.Allowed = true
+			_, _, err = c.finish(nil, nil, err)
+			return v, err
+		}
+		v.sess = sess
+		if sess.gen == gen {
+			return v, nil
+		}
+	}
 }
 
 // onChange applies tools.on_change to a call whose tool's definition, or

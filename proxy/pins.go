@@ -151,7 +151,8 @@ func (p *Proxy) pinOrCheck(name string, t *mcp.Tool) string {
 // pinServer pins what server said about itself (serverText) at its first
 // connect, and compares each later connect's with it: a server that
 // restarts with new instructions is no longer the server reviewed. It is
-// called before the new session is used, so every gate after it knows.
+// called before the new session is handed out (connectAsync), so the gate
+// of the call that started it, and every one after, knows.
 func (p *Proxy) pinServer(server string, info *mcp.InitializeResult) {
 	if info == nil {
 		return
@@ -187,15 +188,19 @@ func (p *Proxy) pinServer(server string, info *mcp.InitializeResult) {
 // checked is what the gate decides a call of server's tool on, read at
 // once under regMu: what the policy knows of the tool (its annotations, from
 // the definition sync last checked against its pin; none if no list has
-// it), what of that definition changed since it was pinned, and what of
-// server's own text changed: "" when nothing (or never pinned). The
+// it), what of that definition changed since it was pinned, what of
+// server's own text changed: "" when nothing (or never pinned), and the
+// generation of the session whose list that was (upstream.synced). The
 // upstream's own newest list is not read: between its arrival and sync, a
 // server that relisted a denied tool as read-only would have it decided
 // as read-only while its pin still said unchanged.
-func (p *Proxy) checked(server, tool string) (pt policy.Tool, toolChanged, srvChanged string) {
+func (p *Proxy) checked(server, tool string) (pt policy.Tool, toolChanged, srvChanged string, gen uint64) {
 	name := ToolName(server, tool)
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
+	if u := p.byName[server]; u != nil {
+		gen = u.synced.Load()
+	}
 	pt = policy.Tool{Server: server, Name: tool}
 	if def, ok := p.defs[name]; ok && p.known[name] == [2]string{server, tool} {
 		pt = toolPolicy(server, def)
@@ -203,7 +208,7 @@ func (p *Proxy) checked(server, tool string) (pt policy.Tool, toolChanged, srvCh
 	if pn, ok := p.pins[name]; ok {
 		toolChanged = pn.changed
 	}
-	return pt, toolChanged, p.changedServer(server)
+	return pt, toolChanged, p.changedServer(server), gen
 }
 
 // changedServer says what of server's text changed since it was pinned

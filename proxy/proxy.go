@@ -285,11 +285,12 @@ func (p *Proxy) resync() {
 		reach[u] = true
 	}
 	for _, u := range p.ups {
+		tools, gen := u.cachedList()
 		switch {
 		case !reach[u]:
-			p.sync(u.cfg.Name, nil)
-		case u.cachedTools() != nil:
-			p.sync(u.cfg.Name, u.cachedTools())
+			p.sync(u.cfg.Name, nil, 0)
+		case tools != nil:
+			p.sync(u.cfg.Name, tools, gen)
 		default:
 			// Newly reachable and never listed: list it now, which tells
 			// the bridge (list_changed) when its tools arrive.
@@ -328,20 +329,65 @@ func (p *Proxy) refreshServer(name string) {
 }
 
 func (p *Proxy) refresh(ctx context.Context, u *upstream) {
-	tools, err := u.listTools(ctx)
+	tools, gen, err := u.listTools(ctx)
 	if err != nil && tools == nil {
 		return
 	}
+	p.check(u, tools, gen)
+}
+
+// check checks the tools the session of generation gen of u listed
+// against their pins, and lists them (sync).
+func (p *Proxy) check(u *upstream, tools []*mcp.Tool, gen uint64) {
 	if p.afterList != nil {
 		p.afterList(u.cfg.Name, tools)
 	}
-	p.sync(u.cfg.Name, tools)
+	p.sync(u.cfg.Name, tools, gen)
 }
 
-// sync makes the proxy's tools of server be exactly tools.
-func (p *Proxy) sync(server string, tools []*mcp.Tool) {
+// maxSessionChecks bounds how many sessions in a row checkedSession checks
+// for one call: a server that restarts under each of its listings is
+// unavailable.
+const maxSessionChecks = 3
+
+// checkedSession is the session a call of u's tool goes on, connected if
+// there was none, and checked: what the server said of itself when it
+// connected was compared with its pin then (pinServer, before the session
+// was handed out), and the tools it lists have been checked against theirs
+// (sync). A session not listed yet (a restarted server: a new process may
+// list other tools) is listed and checked here, before any call goes on
+// it; one already checked costs nothing more than the session's lookup.
+func (p *Proxy) checkedSession(ctx context.Context, u *upstream) (live, error) {
+	for range maxSessionChecks {
+		l, err := u.session(ctx)
+		if err != nil || l.gen == u.synced.Load() {
+			return l, err
+		}
+		lctx, cancel := context.WithTimeout(ctx, p.opts.ConnectTimeout)
+		tools, gen, err := u.listOn(lctx, l)
+		cancel()
+		if err != nil {
+			return live{}, err
+		}
+		p.check(u, tools, gen)
+	}
+	return live{}, errorf(KindUpstream, "server %q restarted %d times while the bridge checked its tools; it is tried again on next use",
+		u.cfg.Name, maxSessionChecks)
+}
+
+// sync makes the proxy's tools of server be exactly tools, listed by its
+// session of generation gen (0 for none: a server no longer reachable).
+// A list of a session older than the one last checked (a listing that
+// outlived its session) is dropped: the gate decides on the newest.
+func (p *Proxy) sync(server string, tools []*mcp.Tool, gen uint64) {
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
+	if u := p.byName[server]; u != nil && gen != 0 {
+		if gen < u.synced.Load() {
+			return
+		}
+		u.synced.Store(gen)
+	}
 	changed := false
 	defer func() {
 		if changed {

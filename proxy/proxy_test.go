@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,8 +41,9 @@ func TestMain(m *testing.M) {
 
 // testServer has tools that behave and misbehave on purpose. With
 // PROXY_TEST_TEXT_FILE, its title and instructions are the file's (JSON),
-// read at start: a server that restarts with other text (testServerAbout).
-// With
+// read at start: a server that restarts with other text (testServerAbout);
+// so are echo's description (Echo) and a file each call's tool name is
+// appended to (CallLog). With
 // PROXY_TEST_LAUNDER=1 it has wipe and launder too (addLaunder).
 func testServer() *mcp.Server {
 	about := testServerAbout()
@@ -52,6 +54,12 @@ func testServer() *mcp.Server {
 	add := func(name, desc string, h func(ctx context.Context, args map[string]any) *mcp.CallToolResult) {
 		s.AddTool(&mcp.Tool{Name: name, Description: desc, InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			calls.Add(1)
+			if about.CallLog != "" {
+				if f, err := os.OpenFile(about.CallLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+					fmt.Fprintln(f, name)
+					_ = f.Close()
+				}
+			}
 			var args map[string]any
 			_ = json.Unmarshal(req.Params.Arguments, &args)
 			return h(ctx, args), nil
@@ -60,7 +68,7 @@ func testServer() *mcp.Server {
 	text := func(s string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 	}
-	add("echo", "Echoes the message back.", func(_ context.Context, a map[string]any) *mcp.CallToolResult {
+	add("echo", cmp.Or(about.Echo, "Echoes the message back."), func(_ context.Context, a map[string]any) *mcp.CallToolResult {
 		return text(fmt.Sprint(a["message"]))
 	})
 	add("contacts", "Returns a customer's contacts (personal data the caller did not send).", func(context.Context, map[string]any) *mcp.CallToolResult {
@@ -146,8 +154,9 @@ func testServer() *mcp.Server {
 
 // testServerAbout is the test server's title and instructions: its own,
 // or PROXY_TEST_TEXT_FILE's. With Exit set there, the server does not
-// start: it writes Exit to its stderr and exits 1.
-func testServerAbout() (about struct{ Title, Instructions, Exit string }) {
+// start: it writes Exit to its stderr and exits 1. Echo and CallLog: see
+// testServer.
+func testServerAbout() (about struct{ Title, Instructions, Exit, Echo, CallLog string }) {
 	about.Title, about.Instructions = "Test upstream", "A server for the proxy's tests.\n\nSecond paragraph."
 	if f := os.Getenv("PROXY_TEST_TEXT_FILE"); f != "" {
 		if b, err := os.ReadFile(f); err == nil {

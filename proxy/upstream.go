@@ -53,6 +53,7 @@ type upstream struct {
 	mu         sync.Mutex
 	sess       *mcp.ClientSession
 	sessDone   chan struct{} // closed when sess ends
+	sessGen    uint64        // sess's generation (gen when it connected)
 	info       *mcp.InitializeResult
 	connecting chan struct{} // non-nil while a connect runs; closed when it ends
 	lastErr    error         // why the last connect failed, or why the session ended
@@ -63,13 +64,30 @@ type upstream struct {
 	closed     bool
 	procs      sync.WaitGroup // stderr readers and watchers
 
+	// gen counts the sessions that connected: each new one (a restarted
+	// server, a new process) gets the next number. Written under mu.
+	gen atomic.Uint64
+	// synced is the generation of the session whose tool list the proxy
+	// last checked against the pins (Proxy.sync), written under the
+	// proxy's regMu: a call goes only on a session of this generation,
+	// whose server text was checked when it connected (checkedSession).
+	synced atomic.Uint64
+
 	// refreshing and refreshAgain coalesce tool-list refreshes (see
 	// [Proxy].refreshServer).
 	refreshing, refreshAgain atomic.Bool
 
-	toolsMu sync.Mutex
-	tools   []*mcp.Tool // the last complete tools/list; nil until one succeeded
-	stale   bool        // list_changed since tools was read
+	toolsMu  sync.Mutex
+	tools    []*mcp.Tool // the last complete tools/list; nil until one succeeded
+	toolsGen uint64      // the generation of the session that listed tools
+	stale    bool        // list_changed since tools was read
+}
+
+// live is a session a caller got (upstream.session), with its generation.
+type live struct {
+	s    *mcp.ClientSession
+	done <-chan struct{} // closed when s ends
+	gen  uint64
 }
 
 func newUpstream(base context.Context, cfg ServerConfig, opts *Options, log zerolog.Logger, changed func(string)) *upstream {
@@ -121,23 +139,23 @@ func errorf(kind, format string, args ...any) *Error {
 // waits for it only as long as its ctx allows. After a failed connect, or
 // after sessions that died young twice in a row, calls fail at once until
 // the backoff has passed.
-func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, <-chan struct{}, error) {
+func (u *upstream) session(ctx context.Context) (live, error) {
 	u.mu.Lock()
 	if u.sess != nil {
-		s, done := u.sess, u.sessDone
+		l := live{u.sess, u.sessDone, u.sessGen}
 		u.mu.Unlock()
-		return s, done, nil
+		return l, nil
 	}
 	if u.closed {
 		u.mu.Unlock()
-		return nil, nil, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
+		return live{}, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
 	}
 	ch := u.connecting
 	if ch == nil {
 		if wait := time.Until(u.retryAt); wait > 0 {
 			err := u.lastErr
 			u.mu.Unlock()
-			return nil, nil, u.unavailable(err, wait)
+			return live{}, u.unavailable(err, wait)
 		}
 		ch = make(chan struct{})
 		u.connecting = ch
@@ -149,17 +167,17 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, <-chan stru
 	select {
 	case <-ch:
 	case <-ctx.Done():
-		return nil, nil, u.ctxError(ctx, "waiting for the server to start")
+		return live{}, u.ctxError(ctx, "waiting for the server to start")
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.sess == nil {
 		if u.lastErr == nil {
-			return nil, nil, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
+			return live{}, errorf(KindUpstream, "server %q: the proxy is shutting down", u.cfg.Name)
 		}
-		return nil, nil, u.unavailable(u.lastErr, 0)
+		return live{}, u.unavailable(u.lastErr, 0)
 	}
-	return u.sess, u.sessDone, nil
+	return live{u.sess, u.sessDone, u.sessGen}, nil
 }
 
 // connectAsync makes one connect attempt and records its outcome; ch is
@@ -198,11 +216,14 @@ func (u *upstream) connectAsync(ch chan struct{}) {
 	u.lastErr = nil
 	u.connects++
 	u.sess = sess
+	u.sessGen = u.gen.Add(1)
 	u.sessDone = make(chan struct{})
 	u.info = sess.InitializeResult()
 	u.procs.Add(1)
 	go u.watch(sess, u.sessDone, time.Now())
-	// A new process may offer other tools than the one before it.
+	// A new process may offer other tools than the one before it: its
+	// list is read again, here for the code's listings, and by the first
+	// call on it before that call goes (Proxy.checkedSession).
 	u.toolsMu.Lock()
 	hadTools := u.tools != nil
 	u.stale = true
@@ -510,26 +531,35 @@ const (
 	maxToolListBytes = 32 << 20
 )
 
-// listTools returns the server's tools, from the cache unless the server
-// said they changed (or a new session started). A server whose list goes
-// past maxToolPages, maxTools or maxToolListBytes is refused (see refuse):
-// the error says which bound, and no tool of it is listed.
-func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
+// listTools returns the server's tools and the generation of the session
+// that listed them, from the cache unless the server said they changed (or
+// a new session started). A server whose list goes past maxToolPages,
+// maxTools or maxToolListBytes is refused (see refuse): the error says
+// which bound, and no tool of it is listed.
+func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, uint64, error) {
 	u.toolsMu.Lock()
-	if u.tools != nil && !u.stale {
-		t := u.tools
+	if u.tools != nil && !u.stale && u.toolsGen == u.gen.Load() {
+		t, gen := u.tools, u.toolsGen
 		u.toolsMu.Unlock()
-		return t, nil
+		return t, gen, nil
 	}
 	u.toolsMu.Unlock()
-	s, _, err := u.session(ctx)
+	l, err := u.session(ctx)
 	if err != nil {
-		return u.cachedTools(), err
+		t, gen := u.cachedList()
+		return t, gen, err
 	}
+	return u.listOn(ctx, l)
+}
+
+// listOn lists the tools of session l (see listTools), and keeps them
+// unless a newer session's list is kept already. On an error it returns
+// the last list kept, if any, and its generation.
+func (u *upstream) listOn(ctx context.Context, l live) ([]*mcp.Tool, uint64, error) {
 	u.toolsMu.Lock()
 	u.stale = false // a change from now on marks it stale again
 	u.toolsMu.Unlock()
-	tools, err := u.fetchTools(ctx, s)
+	tools, err := u.fetchTools(ctx, l.s)
 	var long *toolListTooLong
 	switch {
 	case errors.As(err, &long):
@@ -537,20 +567,30 @@ func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
 			"the bridge takes at most %d pages of tools/list, %d tools and %d MiB of tool definitions from one server, "+
 			"and leaves this one out until it lists fewer: fix the server, or take it out of the servers config",
 			u.cfg.Name, long.why, maxToolPages, maxTools, maxToolListBytes>>20)
-		return u.refuse(s, refusal), refusal
+		return u.refuse(l, refusal), l.gen, refusal
 	case err != nil:
 		u.toolsMu.Lock()
 		u.stale = true
 		u.toolsMu.Unlock()
+		t, gen := u.cachedList()
 		if ctx.Err() != nil {
-			return u.cachedTools(), u.ctxError(ctx, "listing tools")
+			return t, gen, u.ctxError(ctx, "listing tools")
 		}
-		return u.cachedTools(), errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, u.scrub(err))
+		return t, gen, errorf(KindUpstream, "server %q: listing tools: %v", u.cfg.Name, u.scrub(err))
 	}
+	u.keepTools(tools, l.gen)
+	return tools, l.gen, nil
+}
+
+// keepTools keeps the list of the session of generation gen, unless a
+// newer session's list is kept already (a listing that outlived its
+// session ended after the next one's).
+func (u *upstream) keepTools(tools []*mcp.Tool, gen uint64) {
 	u.toolsMu.Lock()
-	u.tools = tools
-	u.toolsMu.Unlock()
-	return tools, nil
+	defer u.toolsMu.Unlock()
+	if gen >= u.toolsGen {
+		u.tools, u.toolsGen = tools, gen
+	}
 }
 
 // toolListTooLong is fetchTools' error for a list past a bound; why names
@@ -589,11 +629,12 @@ func (u *upstream) fetchTools(ctx context.Context, s *mcp.ClientSession) ([]*mcp
 	}
 }
 
-// refuse ends session s of a server that broke a bound, and returns the
+// refuse ends session l of a server that broke a bound, and returns the
 // tools it lists now: none. The server is unavailable with err and
 // tried again after the backoff, like one that cannot start; calls fail at
 // once with err meanwhile.
-func (u *upstream) refuse(s *mcp.ClientSession, err *Error) []*mcp.Tool {
+func (u *upstream) refuse(l live, err *Error) []*mcp.Tool {
+	s := l.s
 	u.mu.Lock()
 	if u.sess == s {
 		u.sess = nil // watch leaves lastErr alone: s is not the session
@@ -604,8 +645,9 @@ func (u *upstream) refuse(s *mcp.ClientSession, err *Error) []*mcp.Tool {
 	u.mu.Unlock()
 	// Empty, not nil: the proxy then drops the tools it listed before.
 	none := []*mcp.Tool{}
+	u.keepTools(none, l.gen)
 	u.toolsMu.Lock()
-	u.tools, u.stale = none, true
+	u.stale = true
 	u.toolsMu.Unlock()
 	u.log.Warn().Str("error", err.Message).Msg("upstream: refused")
 	go func() { _ = s.Close() }()
@@ -613,9 +655,16 @@ func (u *upstream) refuse(s *mcp.ClientSession, err *Error) []*mcp.Tool {
 }
 
 func (u *upstream) cachedTools() []*mcp.Tool {
+	t, _ := u.cachedList()
+	return t
+}
+
+// cachedList is the last list kept, and the generation of the session
+// that listed it.
+func (u *upstream) cachedList() ([]*mcp.Tool, uint64) {
 	u.toolsMu.Lock()
 	defer u.toolsMu.Unlock()
-	return u.tools
+	return u.tools, u.toolsGen
 }
 
 // metricsState is the server's state for /metrics.
@@ -638,13 +687,20 @@ func (u *upstream) status() (connected bool, info *mcp.InitializeResult, lastErr
 // server sent (raw, with res an empty stand-in) rather than decoded
 // (raw.go); a small one is decoded either way.
 func (u *upstream) call(ctx context.Context, tool string, args any, timeout time.Duration, wantRaw bool) (res *mcp.CallToolResult, raw []byte, err error) {
-	if timeout <= 0 {
-		timeout = u.opts.CallTimeout
-	}
-	s, done, err := u.session(ctx)
+	l, err := u.session(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
+	return u.callOn(ctx, l, tool, args, timeout, wantRaw)
+}
+
+// callOn is call on session l: the one the policy's gate checked, never
+// another that replaced it since (a call on a session that ended fails).
+func (u *upstream) callOn(ctx context.Context, l live, tool string, args any, timeout time.Duration, wantRaw bool) (res *mcp.CallToolResult, raw []byte, err error) {
+	if timeout <= 0 {
+		timeout = u.opts.CallTimeout
+	}
+	s, done := l.s, l.done
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
