@@ -9,9 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -44,44 +42,8 @@ func doorsPolicy(t *testing.T, e *engine, extra string) string {
 // extra flags, and returns its address and pid.
 func startDoorsProxy(t *testing.T, config string, extra ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(testSuite.bridgeBin, append([]string{"proxy", "--http", "127.0.0.1:0", "--servers-config", config}, extra...)...)
-	cmd.Env = append(os.Environ(), "BRIDGE_LOG_LEVEL=info", "XDG_CONFIG_HOME="+filepath.Join(filepath.Dir(testSuite.bridgeBin), "xdg-config"))
-	pr, pw := io.Pipe()
-	cmd.Stderr = pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	addr := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`"addr":"(127\.0\.0\.1:[0-9]+)".*serving MCP over HTTP`)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			logs.Write([]byte(sc.Text() + "\n"))
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		pw.Close()
-		if t.Failed() {
-			t.Logf("bridge proxy stderr:\n%s", logs.String())
-		}
-	})
-	select {
-	case a := <-addr:
-		return a, cmd.Process.Pid
-	case <-time.After(30 * time.Second):
-		t.Fatalf("bridge proxy never said where it listens:\n%s", logs.String())
-	}
-	return "", 0
+	addr, _, pid := startProxyEnv(t, config, []string{"BRIDGE_LOG_LEVEL=info", "XDG_CONFIG_HOME=" + filepath.Join(filepath.Dir(testSuite.bridgeBin), "xdg-config")}, extra...)
+	return addr, pid
 }
 
 // hostStatus GETs url with the Host header host and returns the status.

@@ -410,8 +410,17 @@ func docExamples(t *testing.T, path string) []docExample {
 // flags) and returns its address and its log.
 func startProxy(t *testing.T, config string, extra ...string) (string, *syncBuffer) {
 	t.Helper()
+	addr, logs, _ := startProxyEnv(t, config, []string{"BRIDGE_LOG_LEVEL=debug"}, extra...)
+	return addr, logs
+}
+
+// startProxyEnv is startProxy with env added to the proxy's environment; it
+// also returns the proxy's pid. The proxy is stopped (SIGINT) at the test's
+// end.
+func startProxyEnv(t *testing.T, config string, env []string, extra ...string) (string, *syncBuffer, int) {
+	t.Helper()
 	cmd := exec.Command(testSuite.bridgeBin, append([]string{"proxy", "--http", "127.0.0.1:0", "--servers-config", config}, extra...)...)
-	cmd.Env = append(os.Environ(), "BRIDGE_LOG_LEVEL=debug")
+	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
@@ -420,7 +429,8 @@ func startProxy(t *testing.T, config string, extra ...string) (string, *syncBuff
 	logs := &syncBuffer{}
 	addr := make(chan string, 1)
 	go func() {
-		re := regexp.MustCompile(`"addr":"(127\.0\.0\.1:[0-9]+)"`)
+		// The MCP address, not --metrics-addr's or --debug-addr's.
+		re := regexp.MustCompile(`"addr":"(127\.0\.0\.1:[0-9]+)".*serving MCP over HTTP`)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -443,11 +453,11 @@ func startProxy(t *testing.T, config string, extra ...string) (string, *syncBuff
 	})
 	select {
 	case a := <-addr:
-		return a, logs
+		return a, logs, cmd.Process.Pid
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bridge proxy never said where it listens:\n%s", logs.String())
 	}
-	return "", nil
+	return "", nil, 0
 }
 
 // TestProxyWithInspector has an independent MCP client, the MCP Inspector
