@@ -722,19 +722,21 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 	// A node that has no room for the pod (its CPU or memory taken by
 	// other runs' pods, which ask requests = limits) makes the kubelet
 	// reject it: it is made again once there may be room, until ctx ends.
+	// noRoom is the node's latest rejection: the start timeout says it
+	// wherever it ends, also while a new try is made or watched.
 	var created *corev1.Pod
-	var cid string
+	var cid, noRoom string
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		var err error
 		created, err = k.api.CreatePod(ctx, k.ns, pod)
 		if err != nil {
 			k.undo(plan)
 			if ctx.Err() != nil {
-				return fmt.Errorf("pod %s did not start in time: %w", id, err)
+				return k.startTimedOut(id, noRoom, fmt.Errorf("pod %s did not start in time: %w", id, err))
 			}
 			return k.wrap(err, "creating pod "+id)
 		}
-		var noRoom string
+		rejected := ""
 		err = k.watchPod(ctx, id, created.ResourceVersion, func(p *corev1.Pod) (bool, error) {
 			st := runnerStatus(p)
 			switch {
@@ -750,7 +752,7 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 			case st != nil && st.State.Waiting != nil:
 				return false, k.waitingError(p, st.State.Waiting)
 			case p.Status.Phase == corev1.PodFailed && strings.HasPrefix(p.Status.Reason, "OutOf"):
-				noRoom = p.Status.Reason + ": " + p.Status.Message
+				rejected = p.Status.Reason + ": " + p.Status.Message
 				return true, nil
 			case p.Status.Phase == corev1.PodFailed:
 				return false, fmt.Errorf("pod %s failed before it started: %s %s", id, p.Status.Reason, p.Status.Message)
@@ -759,32 +761,46 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("pod %s did not start in time%s", id, k.eventsOf(id))
+				return k.startTimedOut(id, noRoom, fmt.Errorf("pod %s did not start in time%s", id, k.eventsOf(id)))
 			}
 			return err
 		}
-		if noRoom == "" {
+		if rejected == "" {
 			break
 		}
+		noRoom = rejected
 		// The rejected pod never ran: it goes at once, and is made anew.
 		err = k.api.DeletePod(ctx, k.ns, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0)),
 			Preconditions: &metav1.Preconditions{UID: &created.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
+			if ctx.Err() != nil {
+				return k.startTimedOut(id, noRoom, nil)
+			}
 			return k.wrapPod(err, "deleting the rejected", id)
 		}
 		if err := k.watchPod(ctx, id, "", func(*corev1.Pod) (bool, error) { return false, nil }); !errors.Is(err, ErrNotFound) {
 			if ctx.Err() == nil {
 				return fmt.Errorf("pod %s: node %s had no room for it (%s), and removing it to try again failed: %w", id, k.node, noRoom, err)
 			}
-			return fmt.Errorf("pod %s: node %s has no room for it (%s), and it did not start in time", id, k.node, noRoom)
+			return k.startTimedOut(id, noRoom, nil)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pod %s: node %s had no room for it within the start timeout: %s", id, k.node, noRoom)
+			return k.startTimedOut(id, noRoom, nil)
 		case <-time.After(backoff):
 		}
 	}
 	return k.runnerRunning(id, created.UID, cid, plan)
+}
+
+// startTimedOut is Start's error when its ctx ended: that the node had no
+// room for the pod when it rejected it (noRoom, its latest reason) within
+// the start timeout, else err.
+func (k *Kubernetes) startTimedOut(id, noRoom string, err error) error {
+	if noRoom == "" {
+		return err
+	}
+	return fmt.Errorf("pod %s: node %s had no room for it within the start timeout: %s", id, k.node, noRoom)
 }
 
 // runnerRunning finishes Start once the pod's runner container cid runs (or,

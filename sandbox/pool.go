@@ -124,10 +124,17 @@ type Pool struct {
 	// filled: the pool has held its target since it began or its shape
 	// last changed. Before that, runs miss because it is still filling
 	// for the first time, which is no sign of load: it does not grow.
-	filled  bool
-	closed  bool
-	retryAt time.Time // no pool start before this (backoff)
-	backoff time.Duration
+	filled bool
+	// lost: ready containers were removed unused, dead, too old or with
+	// a mount changed under them (lostMount, the mount's folder), and
+	// since then no run missed and none was ready. The next run that
+	// misses is no sign of load, and its reason is the mount: the same,
+	// whether that run found them itself or the pool's check did first.
+	lost      bool
+	lostMount string
+	closed    bool
+	retryAt   time.Time // no pool start before this (backoff)
+	backoff   time.Duration
 	// The current shrink window: since when, whether a run missed or took
 	// a container in it, and the fewest ready at any time of it.
 	winStart time.Time
@@ -264,6 +271,7 @@ func (p *Pool) Configure(opts PoolOptions) error {
 		p.gen++
 		p.shape = shapeOf(l)
 		p.filled = false
+		p.clearLost()
 		// A failing engine may work with the new limits: try at once.
 		p.retryAt, p.backoff = time.Time{}, 0
 	}
@@ -286,16 +294,47 @@ func (p *Pool) takeStale(now time.Time) []*Container {
 	var drop []*Container
 	keep := p.ready[:0]
 	for _, r := range p.ready {
-		if r.gen != p.gen || r.inst.ended() || now.Sub(r.born) >= p.maxAge || len(keep) >= p.target || r.inst.mountsChanged() != "" {
+		if r.gen != p.gen || len(keep) >= p.target {
+			drop = append(drop, r.inst)
+			continue
+		}
+		if p.unusable(r, now) {
 			drop = append(drop, r.inst)
 			continue
 		}
 		keep = append(keep, r)
 	}
+	if len(keep) > 0 {
+		p.clearLost()
+	}
 	clear(p.ready[len(keep):])
 	p.ready = keep
 	p.winMin = min(p.winMin, len(p.ready))
 	return drop
+}
+
+// unusable reports whether the ready container r must not run code: it
+// died, is too old, or a mount's folder was deleted or replaced since it
+// was made (it would show the code an empty or old folder), and notes it
+// in lost and lostMount. p.mu is held.
+func (p *Pool) unusable(r pooled, now time.Time) bool {
+	h := ""
+	if !r.inst.ended() && now.Sub(r.born) < p.maxAge {
+		if h = r.inst.mountsChanged(); h == "" {
+			return false
+		}
+	}
+	p.lost = true
+	if h != "" {
+		p.lostMount = h
+	}
+	return true
+}
+
+// clearLost notes that the ready containers lost are behind the pool: a
+// run missed for them, or it holds one that can run code. p.mu is held.
+func (p *Pool) clearLost() {
+	p.lost, p.lostMount = false, ""
 }
 
 // grow raises the target by one, up to max: a run missed, or took the
@@ -427,6 +466,7 @@ func (p *Pool) startOne(gen int, shape Limits) {
 		return
 	}
 	p.ready = append(p.ready, pooled{inst: inst, born: time.Now(), gen: gen})
+	p.clearLost()
 	ready, target := len(p.ready), p.target
 	p.filled = p.filled || ready >= target
 	p.mu.Unlock()
@@ -452,25 +492,23 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 	case !sameShape(p.shape, l):
 		miss = "the run's limits differ from the pool's"
 	}
-	var changed string
 	for miss == "" && len(p.ready) > 0 {
 		r := p.ready[0]
 		p.ready = slices.Delete(p.ready, 0, 1)
-		if r.inst.ended() || now.Sub(r.born) >= p.maxAge {
-			drop = append(drop, r.inst)
-			continue
-		}
-		// A mount's folder deleted or replaced since the container was
-		// made: it would show the code an empty or old folder. The
-		// cold start below meets the folder as it is now (and fails,
-		// naming it, when it is gone).
-		if h := r.inst.mountsChanged(); h != "" {
-			changed = h
+		// The cold start below meets a changed mount's folder as it is
+		// now (and fails, naming it, when it is gone).
+		if p.unusable(r, now) {
 			drop = append(drop, r.inst)
 			continue
 		}
 		inst = r.inst
 		break
+	}
+	// A miss for ready containers the pool lost, this run's own finding
+	// or its check's, says why.
+	lost, changed := miss == "" && inst == nil && p.lost, p.lostMount
+	if miss == "" {
+		p.clearLost()
 	}
 	if miss == "" && p.filled {
 		// A run of the pool's shape, the pool on and filled once:
@@ -478,9 +516,10 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 		// could not keep up.
 		p.winTakes = true
 		p.winMin = min(p.winMin, len(p.ready))
-		if inst == nil && len(drop) > 0 {
-			// Ready containers it could not use (dead, too old, a mount
-			// changed under them): a miss, but not demand the pool
+		if lost {
+			// The ready containers could not be used (dead, too old, a
+			// mount changed under them), whether this run or the
+			// pool's check found it: a miss, but not demand the pool
 			// lacked; it refills them.
 		} else if inst == nil {
 			p.winMiss = true
@@ -494,7 +533,7 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 	} else {
 		p.stats.Misses++
 		switch {
-		case miss == "" && changed != "":
+		case lost && changed != "":
 			miss = "the ready containers' mount " + changed + " was deleted or replaced on the host"
 		case miss == "":
 			miss = "no ready container"

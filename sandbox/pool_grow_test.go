@@ -25,15 +25,15 @@ func idleRunner(ctx context.Context, sock, token string, _ ContainerSpec) ExitSt
 	return ExitState{ExitCode: 137}
 }
 
-// startGate holds the pool's creates (those of pooled containers) until
-// it is opened, and counts how many are in flight at once. A create whose
+// startGate holds the pool's creates (those of pooled containers) while
+// it is closed, and counts how many are in flight at once. A create whose
 // ctx ends makes its container anyway and fails, as a real engine cut off
 // mid-request does.
 type startGate struct {
 	free     int // creates let through before the gate holds them
-	once     sync.Once
 	mu       sync.Mutex
-	open     chan struct{}
+	open     chan struct{} // closed while the gate is open
+	opened   bool
 	inFlight int
 	most     int
 	passed   int
@@ -53,10 +53,11 @@ func gate(rt *fakeRuntime, free int) *startGate {
 		}
 		g.inFlight++
 		g.most = max(g.most, g.inFlight)
+		open := g.open
 		g.mu.Unlock()
 		var cut bool
 		select {
-		case <-g.open:
+		case <-open:
 		case <-ctx.Done():
 			cut = true
 		}
@@ -69,8 +70,27 @@ func gate(rt *fakeRuntime, free int) *startGate {
 	return g
 }
 
-// release opens the gate (once).
-func (g *startGate) release() { g.once.Do(func() { close(g.open) }) }
+// release opens the gate: the creates it holds go on, and the next ones
+// pass.
+func (g *startGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.opened {
+		g.opened = true
+		close(g.open)
+	}
+}
+
+// hold closes the gate again: the pool's next creates wait at it, so that
+// no container of the pool becomes ready until release.
+func (g *startGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.opened {
+		g.opened = false
+		g.open = make(chan struct{})
+	}
+}
 
 func (g *startGate) counts() (inFlight, most int) {
 	g.mu.Lock()
@@ -142,10 +162,12 @@ func newGrowPool(t *testing.T, rt *fakeRuntime, g *startGate, o PoolOptions) *Po
 func hit(t *testing.T, p *Pool) {
 	t.Helper()
 	inst, warm, _, err := p.take(context.Background(), testLimits(), NewRunID())
+	if err == nil {
+		p.Release(inst)
+	}
 	if err != nil || !warm {
 		t.Fatalf("take: warm %v, %v; want a ready container", warm, err)
 	}
-	p.Release(inst)
 }
 
 // miss takes a container from p that must not be a ready one, and gives
@@ -153,13 +175,15 @@ func hit(t *testing.T, p *Pool) {
 func miss(t *testing.T, p *Pool) {
 	t.Helper()
 	inst, warm, why, err := p.take(context.Background(), testLimits(), NewRunID())
+	if err == nil {
+		p.Release(inst)
+	}
 	if err != nil || warm {
 		t.Fatalf("take: warm %v, %v; want a cold start", warm, err)
 	}
 	if why != "no ready container" {
 		t.Errorf("miss reason %q", why)
 	}
-	p.Release(inst)
 }
 
 // The refill starts several containers at once, and never more than
@@ -382,6 +406,10 @@ func TestPoolFirstFillDoesNotGrow(t *testing.T) {
 	}
 	g.release()
 	waitReady(t, p, 2)
+	// The refill behind the two hits must not make a container ready
+	// before the third take, which is to miss: its creates wait at the
+	// gate (a refill that outran the test made that take warm).
+	g.hold()
 	hit(t, p)
 	hit(t, p)
 	miss(t, p)

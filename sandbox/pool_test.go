@@ -367,44 +367,77 @@ func TestPoolServesASessionsFirstCall(t *testing.T) {
 	waitReady(t, p, 1) // refilled, while the session keeps its own
 }
 
+// mountPool is a pool of size 2, up to max, of containers that mount a
+// folder of their own, its pooled creates through a gate, open.
+func mountPool(t *testing.T, max int) (p *Pool, rt *fakeRuntime, g *startGate, data string, l Limits) {
+	t.Helper()
+	data = filepath.Join(t.TempDir(), "sales")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l = testLimits()
+	l.Mounts = []DataMount{{Host: data, Path: "/data/sales"}}
+	rt = newFake(pythonRunner(t))
+	g = gate(rt, 0)
+	g.release()
+	ex := newTestExecutor(t, rt, ExecutorOptions{})
+	p, err := NewPool(ex, PoolOptions{Size: 2, Max: max, Limits: l, Logger: ex.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		g.release()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	waitReady(t, p, 2)
+	return p, rt, g, data, l
+}
+
+// replaceDir replaces the folder dir by another of the same path. An
+// engine's mount holds the old folder, so its inode number is not reused
+// meanwhile: so does an open handle, until the test ends (the fake mounts
+// nothing).
+func replaceDir(t *testing.T, dir string) {
+	t.Helper()
+	old, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { old.Close() })
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A ready container whose mount's host folder was replaced (another inode)
 // or deleted since it was made never runs code: the run starts cold, which
 // sees the folder as it is now and, when it is gone, fails as a run
 // without the pool does; the stale containers are discarded, not kept.
 func TestPoolMountReplacedOrDeleted(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "sales")
-	if err := os.Mkdir(data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	l := testLimits()
-	l.Mounts = []DataMount{{Host: data, Path: "/data/sales"}}
-	rt := newFake(pythonRunner(t))
-	p := newTestPool(t, rt, 2, l)
-	waitReady(t, p, 2)
+	p, rt, g, data, l := mountPool(t, 2)
 	if res, err := p.Run(context.Background(), Request{Code: "pass", Limits: l}); err != nil || !res.Warm {
 		t.Fatalf("a run with the folder in place: %+v, %v; want warm", res, err)
 	}
 	waitReady(t, p, 2)
 
-	// Replaced: same path, another folder. An engine's mount holds the
-	// old folder, so its inode number is not reused meanwhile: so does
-	// this open handle (the fake mounts nothing).
-	old, err := os.Open(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	if err := os.Remove(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// Replaced. The run or the pool's check (each second) finds it first;
+	// either way, the run is cold and says why. The refill waits at the
+	// gate until then: a container of the new folder may run the code.
+	g.hold()
+	replaceDir(t, data)
 	res, err := p.Run(context.Background(), Request{Code: "print('ran')", Limits: l})
 	if err != nil || res.Status != StatusOK || res.Warm || !strings.Contains(res.Cold, "mount "+data+" was deleted or replaced") {
 		t.Fatalf("a run after the folder was replaced: %+v, %v; want a cold run that says why", res, err)
 	}
 	// The pool refills with containers of the new folder, and runs warm.
+	g.release()
 	waitReady(t, p, 2)
 	if res, err := p.Run(context.Background(), Request{Code: "pass", Limits: l}); err != nil || !res.Warm {
 		t.Fatalf("a run once the pool refilled: %+v, %v; want warm", res, err)
@@ -438,5 +471,36 @@ func TestPoolMountReplacedOrDeleted(t *testing.T) {
 			t.Fatalf("%d containers left after the folder was deleted: the stale ones leak", n)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// When the pool's check finds the replaced folder before a run does, the
+// next run misses as it would have had it found them itself: cold, saying
+// why, and no sign of load (the pool does not grow for it). It said "no
+// ready container" and grew.
+func TestPoolMountReplacedSeenByTheCheck(t *testing.T) {
+	p, _, g, data, l := mountPool(t, 4)
+	g.hold()
+	replaceDir(t, data)
+	waitReady(t, p, 0) // the check removed them; the refill waits at the gate
+	res, err := p.Run(context.Background(), Request{Code: "print('ran')", Limits: l})
+	if err != nil || res.Status != StatusOK || res.Warm || !strings.Contains(res.Cold, "mount "+data+" was deleted or replaced") {
+		t.Fatalf("a run after the check found the folder replaced: %+v, %v; want a cold run that says why", res, err)
+	}
+	if s := p.Stats(); s.Grown != 0 || s.Target != 2 || s.Discarded != 2 {
+		t.Fatalf("%+v: want the 2 discarded, not grown", s)
+	}
+	// A second miss is demand again, as after a run that found them.
+	res, err = p.Run(context.Background(), Request{Code: "print('ran')", Limits: l})
+	if err != nil || res.Warm || res.Cold != "no ready container" {
+		t.Fatalf("a second run before the refill: %+v, %v; want a miss", res, err)
+	}
+	if s := p.Stats(); s.Grown != 1 || s.Target != 3 {
+		t.Fatalf("%+v: want grown by the second miss", s)
+	}
+	g.release()
+	waitReady(t, p, 3)
+	if res, err := p.Run(context.Background(), Request{Code: "pass", Limits: l}); err != nil || !res.Warm {
+		t.Fatalf("a run once the pool refilled: %+v, %v; want warm", res, err)
 	}
 }
