@@ -130,6 +130,14 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 		// Back to the baseline: goroutines and fds exactly (give the last
 		// removals a moment), RSS within a margin (Go returns memory to the
 		// OS lazily; growth per run would show as far more than this).
+		// First the pool settles: the burst grew it, and its refill is one
+		// container start after another (about 2 s each on rootless
+		// Podman's vfs, more on a loaded machine: 15 s was not enough in a
+		// loaded CI rehearsal). The bound is on a hang, not a measure.
+		waitFor(t, 2*time.Minute, "the warm pool settled after the soak", func() bool {
+			st, err := stats.read()
+			return err == nil && st.poolSettled()
+		})
 		var end bridgeStats
 		deadline := time.Now().Add(15 * time.Second)
 		for {
@@ -140,8 +148,8 @@ print(a["content"][0]["text"] if "content" in a else a, "ok")`, i)
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("after the soak: %d goroutines (%d before), %d open fds (%d before)",
-					end.Goroutines, base.Goroutines, end.OpenFDs, base.OpenFDs)
+				t.Fatalf("after the soak: %d goroutines (%d before), %d open fds (%d before); pool %+v (%+v before)",
+					end.Goroutines, base.Goroutines, end.OpenFDs, base.OpenFDs, end.Pool, base.Pool)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
