@@ -310,6 +310,9 @@ func BenchmarkSkillSource(b *testing.B) {
 func BenchmarkSkillSave(b *testing.B) {
 	cfg := policy.Default().Skills
 	cfg.Dir = filepath.Join(b.TempDir(), "skills")
+	// Each save after the first replaces the skill: the policy must allow
+	// it (skills.overwrite is off by default).
+	cfg.Overwrite = true
 	h := WithSkills(nil, SkillsOptions{Config: func(string) policy.Skills { return cfg }})
 	a := saveArgs("bench", strings.Repeat("x = 1  # padding the skill to 16 KiB\n", 16<<10/38))
 	a["overwrite"] = true
