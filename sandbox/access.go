@@ -66,9 +66,9 @@ type socketAccess struct {
 	member, inSession bool
 }
 
-// newAccessError describes why this user may not use the socket at path,
+// NewAccessError describes why this user may not use the socket at path,
 // and what would let them in, from the socket's owner, group and mode.
-func newAccessError(engine, path string, cause error) *AccessError {
+func NewAccessError(engine, path string, cause error) *AccessError {
 	a := socketAccess{self: os.Getuid()}
 	if fi, err := os.Stat(path); err == nil {
 		uid, uok := fileOwner(fi)

@@ -13,9 +13,13 @@ import (
 
 // EngineOptions configure an [Engine].
 type EngineOptions struct {
-	// Name is the engine to open: "auto" (or ""), "docker" or "podman"
-	// (see OpenFor).
+	// Name is the engine to open: "auto" (or ""), "docker", "podman" or
+	// "kubernetes", as Open understands it.
 	Name string
+	// Open opens the engine called name whose containers can run with the
+	// OCI runtime ociRuntime ("": the engine's default). The core links no
+	// engine: cmd/bridge passes sandbox/detect's OpenFor, a test its fake.
+	Open func(ctx context.Context, name, ociRuntime string, log zerolog.Logger) (Runtime, error)
 	// Executor configures the [Executor] on the engine once it is open; its
 	// OCIRuntime also picks the engine.
 	Executor ExecutorOptions
@@ -36,7 +40,8 @@ type EngineOptions struct {
 type Engine struct {
 	opts EngineOptions
 	log  zerolog.Logger
-	// openRuntime opens the engine: OpenFor, but in tests.
+	// openRuntime opens the engine: opts.Open, for Name and the executor's
+	// OCI runtime.
 	openRuntime func(ctx context.Context) (Runtime, error)
 	// opening is held while the engine is being opened; unlike a mutex, a
 	// caller waiting for it can give up when its ctx ends.
@@ -86,7 +91,10 @@ func NewEngine(opts EngineOptions) *Engine {
 	opts.Executor.Logger = opts.Logger
 	e := &Engine{opts: opts, log: opts.Logger, opening: make(chan struct{}, 1)}
 	e.openRuntime = func(ctx context.Context) (Runtime, error) {
-		return OpenFor(ctx, opts.Name, opts.Executor.OCIRuntime, e.log)
+		if opts.Open == nil {
+			return nil, errors.New("no way to open a container engine was given (EngineOptions.Open)")
+		}
+		return opts.Open(ctx, opts.Name, opts.Executor.OCIRuntime, e.log)
 	}
 	return e
 }

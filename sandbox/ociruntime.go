@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -65,7 +64,7 @@ func resolveOCIRuntime(info EngineInfo, want string, runsc func() string) (reque
 		return "", "", err
 	}
 	if want == "" || want == OCIRuntimeDefault {
-		return "", runtimeName(info.OCIRuntime), nil
+		return "", OCIRuntimeName(info.OCIRuntime), nil
 	}
 	if info.OCIRuntimes != nil {
 		// The engine picks a runtime per container, from those registered.
@@ -81,16 +80,16 @@ func resolveOCIRuntime(info EngineInfo, want string, runsc func() string) (reque
 			ErrOCIRuntime, info.Name, info.Socket, want, strings.Join(names, ", "), setupHint(info, want, runsc))
 	}
 	// Every container of this engine runs with its default runtime.
-	if runtimeName(info.OCIRuntime) == want {
+	if OCIRuntimeName(info.OCIRuntime) == want {
 		return want, want, nil
 	}
 	return "", "", fmt.Errorf("%w: %s at %s runs every container with %s, and its API cannot choose another runtime per container: %s",
 		ErrOCIRuntime, info.Name, info.Socket, orUnknown(info.OCIRuntime), setupHint(info, want, runsc))
 }
 
-// runtimeName is the name of a runtime given as a name or a path
+// OCIRuntimeName is the name of a runtime given as a name or a path
 // (/usr/bin/runsc).
-func runtimeName(s string) string {
+func OCIRuntimeName(s string) string {
 	if s == "" {
 		return ""
 	}
@@ -222,22 +221,4 @@ func gvisorHint(engine, msg string) string {
 		return "runsc must be allowed to open the relay's host unix socket: add --host-uds=open to " + where
 	}
 	return ""
-}
-
-// checkRuntimeOf fails closed on a container that the engine created with
-// another OCI runtime than spec asked for (Podman's API, for one, ignores a
-// per-container runtime): it removes the container and returns an error
-// wrapping ErrOCIRuntime. got is the runtime the engine reports for it.
-func checkRuntimeOf(ctx context.Context, remove func(context.Context, string) error, doing, id, want, got string) error {
-	if want == "" || runtimeName(got) == want {
-		return nil
-	}
-	err := fmt.Errorf("%s: %w: the engine made the container with the OCI runtime %s, not %s; "+
-		"no code was run (run `bridge doctor --oci-runtime %s`)", doing, ErrOCIRuntime, orUnknown(got), want, want)
-	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-	defer cancel()
-	if rmErr := remove(rmCtx, id); rmErr != nil {
-		return errors.Join(err, fmt.Errorf("removing the refused container %s: %w", id, rmErr))
-	}
-	return err
 }

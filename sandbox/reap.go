@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/bridge-mcp/bridge/sandbox/internal/nodefs"
 	"github.com/rs/zerolog"
 )
 
@@ -25,24 +26,6 @@ import (
 // or one on another machine of the same name must not take another's live
 // containers for a dead bridge's.
 const LabelOwner = "io.github.bridge-mcp.owner"
-
-// matchLabels keeps the containers that carry every label in want.
-func matchLabels(cs []ContainerInfo, want map[string]string) []ContainerInfo {
-	out := cs[:0]
-	for _, c := range cs {
-		ok := true
-		for k, v := range want {
-			if c.Labels[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			out = append(out, c)
-		}
-	}
-	return out
-}
 
 // processOwner identifies the process pid, as this process sees it, for
 // LabelOwner. It returns "" when /proc does not say.
@@ -175,7 +158,7 @@ func Reap(ctx context.Context, rt Containers, runRoot string, log zerolog.Logger
 		if processGone(pid, start) {
 			remove := os.RemoveAll
 			if strings.HasSuffix(e.Name(), ".node") {
-				remove = removeNodeDir // a pod's mounts: detached first
+				remove = nodefs.RemoveDir // a pod's mounts: detached first
 			}
 			if err := remove(filepath.Join(runRoot, e.Name())); err == nil {
 				log.Info().Str("dir", e.Name()).Msg("removed a dead bridge's run directory")

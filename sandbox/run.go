@@ -207,7 +207,7 @@ func NewExecutor(ctx context.Context, rt Containers, opts ExecutorOptions) (*Exe
 	if root == "" {
 		root = DefaultRunRoot()
 	}
-	if err := ensurePrivateDir(root); err != nil {
+	if err := paths.EnsurePrivateDir(root); err != nil {
 		return nil, err
 	}
 	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runtime: request, effective: effective,
@@ -243,30 +243,6 @@ func (e *Executor) OCIRuntime() string { return e.effective }
 
 // DefaultRunRoot is $XDG_RUNTIME_DIR/bridge, or bridge-UID in the temp dir.
 func DefaultRunRoot() string { return paths.RunRoot() }
-
-// ensurePrivateDir creates dir with mode 0700, or checks that an existing
-// one is a directory of ours that no one else can enter.
-func ensurePrivateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating run directory root: %w", err)
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("run directory root %s is not a directory", dir)
-	}
-	if owner, ok := fileOwner(fi); ok && owner != os.Getuid() {
-		return fmt.Errorf("run directory root %s belongs to uid %d, not to this user: remove it or set XDG_RUNTIME_DIR", dir, owner)
-	}
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("making %s private: %w", dir, err)
-		}
-	}
-	return nil
-}
 
 // Run runs one request in a fresh container and removes the container, its
 // socket and its directory before it returns, on every path: Acquire, Exec

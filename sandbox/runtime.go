@@ -14,6 +14,27 @@ import (
 	"time"
 )
 
+// Engine names, as a bridge is told which to open ("auto" picks the first
+// that answers among Podman and Docker; Kubernetes only when asked for).
+const (
+	EngineAuto       = "auto"
+	EnginePodman     = "podman"
+	EngineDocker     = "docker"
+	EngineKubernetes = "kubernetes"
+)
+
+// OtherEngine is the engine that is not engine: EngineDocker for
+// EnginePodman and the other way round; "" for any other name.
+func OtherEngine(engine string) string {
+	switch engine {
+	case EnginePodman:
+		return EngineDocker
+	case EngineDocker:
+		return EnginePodman
+	}
+	return ""
+}
+
 // Runtime is one container engine, as the bridge opens it: the containers
 // it runs ([Containers]) and the images it holds ([Images]). Implementations
 // talk to the engine's API, never to its CLI. All methods are safe for

@@ -1,4 +1,4 @@
-package sandbox
+package engines
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 func TestDroppedLimits(t *testing.T) {
@@ -59,17 +61,17 @@ func TestRefuseDroppedLimits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 
-	if err := refuseDroppedLimits(ctx, remove, "create container c1", "id1", []string{"something harmless"}); err != nil || removed != nil {
+	if err := RefuseDroppedLimits(ctx, remove, "create container c1", "id1", []string{"something harmless"}); err != nil || removed != nil {
 		t.Fatalf("harmless warning: err %v, removed %q", err, removed)
 	}
-	if err := refuseDroppedLimits(ctx, remove, "create container c1", "id1", nil); err != nil || removed != nil {
+	if err := RefuseDroppedLimits(ctx, remove, "create container c1", "id1", nil); err != nil || removed != nil {
 		t.Fatalf("no warning: err %v, removed %q", err, removed)
 	}
 
 	warn := "Your kernel does not support pids limit capabilities or the cgroup is not mounted. PIDs limit discarded."
-	err := refuseDroppedLimits(ctx, remove, "create container c1", "id1", []string{"something harmless", warn})
-	if !errors.Is(err, ErrLimitsNotEnforced) {
-		t.Fatalf("err = %v, want ErrLimitsNotEnforced", err)
+	err := RefuseDroppedLimits(ctx, remove, "create container c1", "id1", []string{"something harmless", warn})
+	if !errors.Is(err, sandbox.ErrLimitsNotEnforced) {
+		t.Fatalf("err = %v, want sandbox.ErrLimitsNotEnforced", err)
 	}
 	for _, s := range []string{"create container c1", warn} {
 		if !strings.Contains(err.Error(), s) {
@@ -84,8 +86,8 @@ func TestRefuseDroppedLimits(t *testing.T) {
 	}
 
 	rmErr = errors.New("engine gone")
-	err = refuseDroppedLimits(ctx, remove, "create container c2", "id2", []string{warn})
-	if !errors.Is(err, ErrLimitsNotEnforced) || !errors.Is(err, rmErr) || !strings.Contains(err.Error(), "id2") {
-		t.Errorf("err = %v, want ErrLimitsNotEnforced and the removal's error naming id2", err)
+	err = RefuseDroppedLimits(ctx, remove, "create container c2", "id2", []string{warn})
+	if !errors.Is(err, sandbox.ErrLimitsNotEnforced) || !errors.Is(err, rmErr) || !strings.Contains(err.Error(), "id2") {
+		t.Errorf("err = %v, want sandbox.ErrLimitsNotEnforced and the removal's error naming id2", err)
 	}
 }

@@ -1,7 +1,6 @@
-package sandbox
+package kubernetes
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bridge-mcp/bridge/sandbox/internal/nodefs"
 )
 
 // linuxNode does the Kubernetes engine's work on its node with mount(2)
@@ -40,13 +41,7 @@ func (linuxNode) bindReadOnly(src, dir string) error {
 	return nil
 }
 
-func (linuxNode) unmount(dir string) error {
-	err := unix.Unmount(dir, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-		return nil // not a mount point (any more)
-	}
-	return fmt.Errorf("unmounting %s: %w", dir, err)
-}
+func (linuxNode) unmount(dir string) error { return nodefs.Unmount(dir) }
 
 // pidsRoot is where the pids controller's hierarchy is mounted.
 func pidsRoot() string {
@@ -123,29 +118,4 @@ func localCgroupVersion() string {
 		return "2"
 	}
 	return "1"
-}
-
-// removeNodeDir removes a pod's node folder that its bridge left behind:
-// each mount in it is detached first, and nothing is removed through a
-// mount that could not be (a data mount holds a user's folder).
-func removeNodeDir(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	var top unix.Stat_t
-	if err := unix.Lstat(dir, &top); err != nil {
-		return err
-	}
-	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
-		if err := (linuxNode{}).unmount(p); err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err == nil && st.Dev != top.Dev {
-			return fmt.Errorf("%s is still a mount point: not removed", p)
-		}
-	}
-	return os.RemoveAll(dir)
 }

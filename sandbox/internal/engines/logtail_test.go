@@ -1,4 +1,4 @@
-package sandbox
+package engines
 
 import (
 	"bytes"
@@ -33,7 +33,7 @@ func TestLogTail(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tb := newLogTail(tc.limit)
+			tb := NewLogTail(tc.limit)
 			for _, w := range tc.writes {
 				if n, err := tb.WriteString(w); n != len(w) || err != nil {
 					t.Fatalf("Write = %d, %v", n, err)
@@ -54,7 +54,7 @@ func TestLogTailMatchesConcatenation(t *testing.T) {
 	text := strings.Repeat("héllo wörld €uro ", 50)
 	for _, limit := range []int{1, 2, 3, 7, 16, 100, 1000, 2000} {
 		for _, chunk := range []int{1, 2, 3, 5, 64, 1000} {
-			tb := newLogTail(limit)
+			tb := NewLogTail(limit)
 			var all bytes.Buffer
 			for i := 0; i < len(text); i += chunk {
 				p := []byte(text[i:min(i+chunk, len(text))])

@@ -1,4 +1,4 @@
-package sandbox
+package kubernetes
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-mcp/bridge/sandbox"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -51,7 +52,7 @@ func (n *fakeNode) log() string {
 	return strings.Join(n.calls, "; ")
 }
 
-func newFakeKube(t *testing.T, objs ...any) (*Kubernetes, *fake.Clientset, *fakeNode) {
+func newFakeKube(t *testing.T, objs ...any) (*Client, *fake.Clientset, *fakeNode) {
 	t.Helper()
 	t.Setenv(EnvKubeNode, "node-a")
 	t.Setenv(EnvKubeNamespace, "runs")
@@ -60,20 +61,20 @@ func newFakeKube(t *testing.T, objs ...any) (*Kubernetes, *fake.Clientset, *fake
 	}}
 	cs := fake.NewClientset(node, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "runs"}})
 	n := &fakeNode{pidsOK: true}
-	k := newKubernetes(clientsetAPI{cs}, "test", "https://127.0.0.1:6443", n)
+	k := newClient(clientsetAPI{cs}, "test", "https://127.0.0.1:6443", n)
 	if err := k.check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return k, cs, n
 }
 
-func kubeSpec(t *testing.T) ContainerSpec {
+func kubeSpec(t *testing.T) sandbox.ContainerSpec {
 	t.Helper()
 	run := t.TempDir()
-	l := DefaultLimits()
-	l.Mounts = []DataMount{{Host: "/srv/sales", Path: "/data/sales"}}
-	spec := NewSpec("abc123", "bridge-runner:abc", filepath.Join(run, "run-1"), "tok", l)
-	spec.Labels[LabelOwner] = "host/boot/pid:[4026531836]/42/1234"
+	l := sandbox.DefaultLimits()
+	l.Mounts = []sandbox.DataMount{{Host: "/srv/sales", Path: "/data/sales"}}
+	spec := sandbox.NewSpec("abc123", "bridge-runner:abc", filepath.Join(run, "run-1"), "tok", l)
+	spec.Labels[sandbox.LabelOwner] = "host/boot/pid:[4026531836]/42/1234"
 	if err := os.Mkdir(filepath.Join(run, "run-1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +108,11 @@ func TestKubePodIsHardened(t *testing.T) {
 		"never pulls":                c.ImagePullPolicy == corev1.PullNever,
 		"requests equal limits":      c.Resources.Requests.Memory().Value() == 512<<20 && c.Resources.Limits.Memory().Value() == 512<<20 && c.Resources.Limits.Cpu().MilliValue() == 1000 && c.Resources.Requests.Cpu().MilliValue() == 1000,
 		"rlimits go to the runner":   envOf(c, EnvRlimits) == "nofile=1024:1024,nproc=4096:4096",
-		"relay token in env":         envOf(c, EnvRelayToken) == "tok",
+		"relay token in env":         envOf(c, sandbox.EnvRelayToken) == "tok",
 		"no IP sockets":              envOf(c, EnvNoInet) == "1",
 		"no API address":             envOf(c, EnvDrop) == "KUBERNETES_",
-		"the owner is an annotation": strings.Contains(pod.Annotations[kubeLabelsAnnotation], "pid:[4026531836]") && pod.Labels[LabelOwner] == "",
-		"labels that fit are labels": pod.Labels[LabelManaged] == "true" && pod.Labels[LabelRunID] == "abc123",
+		"the owner is an annotation": strings.Contains(pod.Annotations[kubeLabelsAnnotation], "pid:[4026531836]") && pod.Labels[sandbox.LabelOwner] == "",
+		"labels that fit are labels": pod.Labels[sandbox.LabelManaged] == "true" && pod.Labels[sandbox.LabelRunID] == "abc123",
 	}
 	for what, ok := range checks {
 		if !ok {
@@ -130,10 +131,10 @@ func TestKubePodIsHardened(t *testing.T) {
 		}
 	}
 	relay := spec.Mounts[0].Source
-	if m := mounts[RelayDir]; !m.ReadOnly || vols[m.Name].HostPath.Path != relay {
+	if m := mounts[sandbox.RelayDir]; !m.ReadOnly || vols[m.Name].HostPath.Path != relay {
 		t.Errorf("the run folder: %+v %+v", m, vols[m.Name])
 	}
-	if m := mounts[TmpDir]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/tmp" {
+	if m := mounts[sandbox.TmpDir]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/tmp" {
 		t.Errorf("/tmp: %+v %+v", m, vols[m.Name])
 	}
 	if m := mounts["/data/sales"]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/data-0" {
@@ -249,7 +250,7 @@ func TestKubeConfirmsOnlyItsOwnPod(t *testing.T) {
 	if err := k.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Confirm(ctx, id); !errors.Is(err, ErrNotFound) {
+	if err := k.Confirm(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("a removed pod: %v", err)
 	}
 }
@@ -265,18 +266,20 @@ func envOf(c corev1.Container, name string) string {
 
 func TestKubeRefusesWhatAPodCannotHold(t *testing.T) {
 	k, _, _ := newFakeKube(t)
-	for name, edit := range map[string]func(*ContainerSpec){
-		"network":        func(s *ContainerSpec) { s.NetworkNone = false },
-		"root":           func(s *ContainerSpec) { s.User = "0:0" },
-		"writable root":  func(s *ContainerSpec) { s.ReadOnlyRoot = false },
-		"another mount":  func(s *ContainerSpec) { s.Mounts = append(s.Mounts, Mount{Source: "/etc", Target: "/etc2"}) },
-		"gVisor, absent": func(s *ContainerSpec) { s.OCIRuntime = "runsc" },
+	for name, edit := range map[string]func(*sandbox.ContainerSpec){
+		"network":       func(s *sandbox.ContainerSpec) { s.NetworkNone = false },
+		"root":          func(s *sandbox.ContainerSpec) { s.User = "0:0" },
+		"writable root": func(s *sandbox.ContainerSpec) { s.ReadOnlyRoot = false },
+		"another mount": func(s *sandbox.ContainerSpec) {
+			s.Mounts = append(s.Mounts, sandbox.Mount{Source: "/etc", Target: "/etc2"})
+		},
+		"gVisor, absent": func(s *sandbox.ContainerSpec) { s.OCIRuntime = "runsc" },
 	} {
 		s := kubeSpec(t)
 		edit(&s)
 		if _, err := k.Create(context.Background(), s); err == nil {
 			t.Errorf("%s: created", name)
-		} else if name == "gVisor, absent" && !errors.Is(err, ErrOCIRuntime) {
+		} else if name == "gVisor, absent" && !errors.Is(err, sandbox.ErrOCIRuntime) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -294,7 +297,7 @@ func TestKubeRuntimeClass(t *testing.T) {
 	if _, ok := info.OCIRuntimes["runsc"]; !ok {
 		t.Fatalf("runtimes %+v", info.OCIRuntimes)
 	}
-	req, eff, err := ResolveOCIRuntime(info, "runsc")
+	req, eff, err := sandbox.ResolveOCIRuntime(info, "runsc")
 	if err != nil || req != "runsc" || eff != "runsc" {
 		t.Fatalf("resolve runsc: %q %q %v", req, eff, err)
 	}
@@ -364,8 +367,8 @@ func TestKubeLifecycle(t *testing.T) {
 	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
 		t.Fatalf("the node folder is still there once the pod started: %v", err)
 	}
-	list, err := k.List(ctx, map[string]string{LabelManaged: "true", LabelOwner: spec.Labels[LabelOwner]})
-	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Labels[LabelOwner] != spec.Labels[LabelOwner] {
+	list, err := k.List(ctx, map[string]string{LabelManaged: "true", LabelOwner: spec.Labels[sandbox.LabelOwner]})
+	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Labels[sandbox.LabelOwner] != spec.Labels[sandbox.LabelOwner] {
 		t.Fatalf("list: %+v %v", list, err)
 	}
 	if list, _ := k.List(ctx, map[string]string{LabelOwner: "someone/else"}); len(list) != 0 {
@@ -373,7 +376,7 @@ func TestKubeLifecycle(t *testing.T) {
 	}
 
 	// The kubelet reports the OOM kill.
-	waited := make(chan ExitState, 1)
+	waited := make(chan sandbox.ExitState, 1)
 	go func() {
 		st, err := k.Wait(ctx, id)
 		if err != nil {
@@ -418,9 +421,9 @@ func TestKubeImageNeverPulled(t *testing.T) {
 	spec := kubeSpec(t)
 	id, _ := k.Create(ctx, spec)
 	kubelet(t, cs, id, corev1.ContainerStatus{Name: kubeContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
-		Reason: "ErrImageNeverPull", Message: `Container image "bridge-runner:abc" is not present with pull policy of Never`}}})
+		Reason: "ErrImageNeverPull", Message: `sandbox.Container image "bridge-runner:abc" is not present with pull policy of Never`}}})
 	err := k.Start(ctx, id)
-	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "not present") {
+	if !errors.Is(err, sandbox.ErrImageNotFound) || !strings.Contains(err.Error(), "not present") {
 		t.Fatalf("start: %v", err)
 	}
 	if err := k.Remove(ctx, id); err != nil {
@@ -474,7 +477,7 @@ func TestKubeImageInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := k.ImageInfo(context.Background(), "bridge-runner:other")
-	if !errors.Is(err, ErrImageNotFound) || !strings.Contains(err.Error(), "node node-a holds no image bridge-runner:other") {
+	if !errors.Is(err, sandbox.ErrImageNotFound) || !strings.Contains(err.Error(), "node node-a holds no image bridge-runner:other") {
 		t.Fatalf("missing image: %v", err)
 	}
 }
@@ -498,19 +501,19 @@ func TestNormalizeImageRef(t *testing.T) {
 
 func TestKubeCandidates(t *testing.T) {
 	env := map[string]string{"KUBECONFIG": "/etc/k.conf", "HOME": "/home/u"}
-	cs, err := Candidates(EngineKubernetes, func(k string) string { return env[k] })
+	cs, err := Candidates(sandbox.EngineKubernetes, func(k string) string { return env[k] })
 	if err != nil || len(cs) != 1 || cs[0].URI != "kubeconfig:/etc/k.conf" {
 		t.Fatalf("%+v %v", cs, err)
 	}
 	env = map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOME": "/home/u"}
-	cs, _ = Candidates(EngineKubernetes, func(k string) string { return env[k] })
+	cs, _ = Candidates(sandbox.EngineKubernetes, func(k string) string { return env[k] })
 	if len(cs) != 2 || cs[0].URI != "in-cluster" || cs[1].URI != "kubeconfig:/home/u/.kube/config" {
 		t.Fatalf("%+v", cs)
 	}
 	// auto never picks a cluster.
-	cs, _ = Candidates(EngineAuto, func(k string) string { return env[k] })
+	cs, _ = Candidates(sandbox.EngineAuto, func(k string) string { return env[k] })
 	for _, c := range cs {
-		if c.Engine == EngineKubernetes {
+		if c.Engine == sandbox.EngineKubernetes {
 			t.Fatalf("auto tries %+v", c)
 		}
 	}

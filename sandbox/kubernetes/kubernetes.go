@@ -1,4 +1,4 @@
-package sandbox
+package kubernetes
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/internal/engines"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,10 +28,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
-
-// EngineKubernetes runs each container as a pod of a Kubernetes cluster, on
-// the node the bridge runs on.
-const EngineKubernetes = "kubernetes"
 
 // Environment variables the Kubernetes engine reads.
 const (
@@ -68,7 +66,7 @@ const kubeContainer = "runner"
 // for what only the node can do: /tmp as a noexec tmpfs and the data
 // mounts read-only, nosuid, nodev and noexec (node.go), and the pids
 // limit in the pod's cgroup.
-type Kubernetes struct {
+type Client struct {
 	api    kubeAPI
 	ns     string
 	node   string
@@ -126,7 +124,7 @@ func kubeConfig(kubeconfig string) (*rest.Config, string, error) {
 	if kubeconfig == "in-cluster" {
 		cfg, err := rest.InClusterConfig()
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: in-cluster configuration: %v", ErrEngineUnreachable, err)
+			return nil, "", fmt.Errorf("%w: in-cluster configuration: %v", sandbox.ErrEngineUnreachable, err)
 		}
 		return cfg, "in-cluster service account", nil
 	}
@@ -139,14 +137,14 @@ func kubeConfig(kubeconfig string) (*rest.Config, string, error) {
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: no Kubernetes configuration (%s): %v: set KUBECONFIG, or run the bridge in a pod with a service account",
-			ErrEngineUnreachable, why, err)
+			sandbox.ErrEngineUnreachable, why, err)
 	}
 	return cfg, why, nil
 }
 
 // NewKubernetes connects to the cluster kubeconfig names (see kubeConfig)
 // and checks that the node the pods go to is there.
-func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) {
+func New(ctx context.Context, kubeconfig string) (*Client, error) {
 	cfg, why, err := kubeConfig(kubeconfig)
 	if err != nil {
 		return nil, err
@@ -157,9 +155,9 @@ func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) 
 	cfg.QPS, cfg.Burst = 200, 400
 	api, err := newRESTAPI(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrEngineUnreachable, err)
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrEngineUnreachable, err)
 	}
-	k := newKubernetes(api, why, cfg.Host, linuxNode{})
+	k := newClient(api, why, cfg.Host, linuxNode{})
 	if kubeconfig == "in-cluster" {
 		if b, err := os.ReadFile(serviceAccountNamespace); err == nil {
 			k.ownNS = strings.TrimSpace(string(b))
@@ -179,7 +177,7 @@ func NewKubernetes(ctx context.Context, kubeconfig string) (*Kubernetes, error) 
 // pod made: on a node, one bridge pod runs at a time (a DaemonSet's), so
 // they are a dead one's. A bridge on the host (no pod uid) leaves them,
 // and Reap finds its own dead processes' pods by their owner.
-func (k *Kubernetes) reapBridgePods(ctx context.Context) error {
+func (k *Client) reapBridgePods(ctx context.Context) error {
 	if k.podUID == "" {
 		return nil
 	}
@@ -201,7 +199,7 @@ func (k *Kubernetes) reapBridgePods(ctx context.Context) error {
 }
 
 // newKubernetes is the engine over a client, for NewKubernetes and tests.
-func newKubernetes(api kubeAPI, source, host string, n nodeOps) *Kubernetes {
+func newClient(api kubeAPI, source, host string, n nodeOps) *Client {
 	ns := os.Getenv(EnvKubeNamespace)
 	if ns == "" {
 		ns = DefaultKubeNamespace
@@ -215,26 +213,26 @@ func newKubernetes(api kubeAPI, source, host string, n nodeOps) *Kubernetes {
 			node = strings.ToLower(h)
 		}
 	}
-	return &Kubernetes{api: api, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
+	return &Client{api: api, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
 		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, uids: map[string]types.UID{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
 }
 
 // check asks the API for the node and the namespace, so that a wrong
 // configuration fails at start with what to fix.
-func (k *Kubernetes) check(ctx context.Context) error {
+func (k *Client) check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := k.api.Node(ctx, k.node); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: the cluster at %s has no node %q: the bridge runs its pods on its own node; set %s (or NODE_NAME) to its name",
-				ErrEngineUnreachable, k.host, k.node, EnvKubeNode)
+				sandbox.ErrEngineUnreachable, k.host, k.node, EnvKubeNode)
 		}
 		return k.wrap(err, "reading node "+k.node)
 	}
 	if err := k.api.Namespace(ctx, k.ns); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: the cluster at %s has no namespace %q for the run pods: create it (deploy/kubernetes has it), or set %s",
-				ErrEngineUnreachable, k.host, k.ns, EnvKubeNamespace)
+				sandbox.ErrEngineUnreachable, k.host, k.ns, EnvKubeNamespace)
 		}
 		if !apierrors.IsForbidden(err) { // the bridge need not read namespaces
 			return k.wrap(err, "reading namespace "+k.ns)
@@ -245,7 +243,7 @@ func (k *Kubernetes) check(ctx context.Context) error {
 
 // installSeccomp writes the bridge's seccomp profile where the kubelet
 // reads Localhost profiles; when it cannot, pods get RuntimeDefault.
-func (k *Kubernetes) installSeccomp(kubeletDir string) {
+func (k *Client) installSeccomp(kubeletDir string) {
 	if kubeletDir == "" {
 		kubeletDir = "/var/lib/kubelet"
 	}
@@ -254,7 +252,7 @@ func (k *Kubernetes) installSeccomp(kubeletDir string) {
 		return
 	}
 	dir := filepath.Join(kubeletDir, "seccomp", "bridge-mcp")
-	path, err := seccompProfileFile(dir)
+	path, err := engines.SeccompProfileFile(dir)
 	if err != nil {
 		k.seccompWhy = fmt.Sprintf("cannot install the bridge's profile in %s: %v", dir, err)
 		return
@@ -263,7 +261,7 @@ func (k *Kubernetes) installSeccomp(kubeletDir string) {
 }
 
 // Seccomp says which seccomp profile the pods run under, for doctor.
-func (k *Kubernetes) Seccomp() string {
+func (k *Client) Seccomp() string {
 	if k.seccomp != "" {
 		return "the bridge's own, as the Localhost profile " + k.seccomp
 	}
@@ -271,47 +269,47 @@ func (k *Kubernetes) Seccomp() string {
 }
 
 // Name is "kubernetes".
-func (k *Kubernetes) Name() string { return EngineKubernetes }
+func (k *Client) Name() string { return sandbox.EngineKubernetes }
 
 // Close releases nothing: the client's connections close with the process.
-func (k *Kubernetes) Close() error { return nil }
+func (k *Client) Close() error { return nil }
 
 // Node is the node the run pods go to; Namespace their namespace.
-func (k *Kubernetes) Node() string      { return k.node }
-func (k *Kubernetes) Namespace() string { return k.ns }
+func (k *Client) Node() string      { return k.node }
+func (k *Client) Namespace() string { return k.ns }
 
 // Info describes the cluster and the node. Memory and CPU limits are the
 // pod's resources; the pids limit is the bridge's to write in the pod's
 // cgroup, which it can only as root on the node (Kubernetes itself bounds
 // pids per node, with the kubelet's podPidsLimit).
-func (k *Kubernetes) Info(ctx context.Context) (EngineInfo, error) {
+func (k *Client) Info(ctx context.Context) (sandbox.EngineInfo, error) {
 	v, err := k.api.ServerVersion(ctx)
 	if err != nil {
-		return EngineInfo{}, k.wrap(err, "asking the API server's version")
+		return sandbox.EngineInfo{}, k.wrap(err, "asking the API server's version")
 	}
 	node, err := k.api.Node(ctx, k.node)
 	if err != nil {
-		return EngineInfo{}, k.wrap(err, "reading node "+k.node)
+		return sandbox.EngineInfo{}, k.wrap(err, "reading node "+k.node)
 	}
-	info := EngineInfo{
-		Name: EngineKubernetes, Socket: k.host, Version: v, APIVersion: "v1",
+	info := sandbox.EngineInfo{
+		Name: sandbox.EngineKubernetes, Socket: k.host, Version: v, APIVersion: "v1",
 		CgroupVersion: localCgroupVersion(), OCIRuntime: "runc",
 	}
 	if rv := node.Status.NodeInfo.ContainerRuntimeVersion; rv != "" {
 		info.Version += " (node " + k.node + ": " + rv + ")"
 	}
 	pids, why := k.nodeOps.canSetPids()
-	info.Enforce = Enforcement{Memory: true, CPU: true, Pids: pids}
+	info.Enforce = sandbox.Enforcement{Memory: true, CPU: true, Pids: pids}
 	if !pids {
 		info.Enforce.Reason = "pids: " + why
 	}
 	// Runtime classes the pods may ask for, by handler (runsc).
 	classes := map[string]string{}
 	if rcs, err := k.api.RuntimeClasses(ctx); err == nil {
-		info.OCIRuntimes = map[string]OCIRuntimeInfo{"runc": {}}
+		info.OCIRuntimes = map[string]sandbox.OCIRuntimeInfo{"runc": {}}
 		for _, rc := range rcs.Items {
 			classes[rc.Handler] = rc.Name
-			info.OCIRuntimes[rc.Handler] = OCIRuntimeInfo{Args: []string{"runtimeClassName=" + rc.Name}}
+			info.OCIRuntimes[rc.Handler] = sandbox.OCIRuntimeInfo{Args: []string{"runtimeClassName=" + rc.Name}}
 		}
 	}
 	k.mu.Lock()
@@ -322,16 +320,16 @@ func (k *Kubernetes) Info(ctx context.Context) (EngineInfo, error) {
 
 // ImageInfo reports whether the node holds ref, from the images the
 // kubelet lists in the node's status (pods here never pull).
-func (k *Kubernetes) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
+func (k *Client) ImageInfo(ctx context.Context, ref string) (sandbox.ImageInfo, error) {
 	node, err := k.api.Node(ctx, k.node)
 	if err != nil {
-		return ImageInfo{}, k.wrap(err, "reading node "+k.node)
+		return sandbox.ImageInfo{}, k.wrap(err, "reading node "+k.node)
 	}
 	want := normalizeImageRef(ref)
 	for _, img := range node.Status.Images {
 		for _, n := range img.Names {
 			if normalizeImageRef(n) == want {
-				return ImageInfo{ID: img.Names[0], Size: img.SizeBytes}, nil
+				return sandbox.ImageInfo{ID: img.Names[0], Size: img.SizeBytes}, nil
 			}
 		}
 	}
@@ -339,9 +337,9 @@ func (k *Kubernetes) ImageInfo(ctx context.Context, ref string) (ImageInfo, erro
 		// The kubelet lists the largest 50 images only: the runner may be
 		// there unlisted. A pod that cannot find it fails its run with
 		// ErrImageNotFound (ErrImageNeverPull).
-		return ImageInfo{}, nil
+		return sandbox.ImageInfo{}, nil
 	}
-	return ImageInfo{}, fmt.Errorf("%w: node %s holds no image %s (run pods never pull one)", ErrImageNotFound, k.node, ref)
+	return sandbox.ImageInfo{}, fmt.Errorf("%w: node %s holds no image %s (run pods never pull one)", sandbox.ErrImageNotFound, k.node, ref)
 }
 
 // kubeletListedImages is how many images a kubelet lists in its node's
@@ -372,7 +370,7 @@ func normalizeImageRef(ref string) string {
 
 // BuildImage is refused: a cluster builds no images. Build with Docker or
 // Podman and import the image into the node's runtime.
-func (k *Kubernetes) BuildImage(ctx context.Context, opts BuildOptions) error {
+func (k *Client) BuildImage(ctx context.Context, opts sandbox.BuildOptions) error {
 	return fmt.Errorf("the kubernetes engine builds no images: build %s with `bridge image build --runtime docker` (or podman) on the node, "+
 		"then import it into the node's container runtime (`docker save %s | ctr -n k8s.io images import -`)", opts.Tag, opts.Tag)
 }
@@ -382,7 +380,7 @@ var kubeLabelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0
 
 // Create builds the pod for spec; Start posts it (a pod runs as soon as it
 // exists). It refuses what a pod cannot hold as the spec asks.
-func (k *Kubernetes) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+func (k *Client) Create(ctx context.Context, spec sandbox.ContainerSpec) (string, error) {
 	pod, err := k.podFor(spec)
 	if err != nil {
 		return "", err
@@ -426,7 +424,7 @@ func podName(runDir string) (string, error) {
 
 // podFor translates spec into a pod pinned to this node, named after its
 // run folder (podName).
-func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
+func (k *Client) podFor(spec sandbox.ContainerSpec) (*corev1.Pod, error) {
 	uid, gid, err := parseUser(spec.User)
 	if err != nil {
 		return nil, err
@@ -434,9 +432,9 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 	if !spec.NetworkNone || !spec.ReadOnlyRoot || !spec.CapDropAll || !spec.NoNewPrivileges {
 		return nil, errors.New("create pod: the kubernetes engine runs only hardened specs (no network, read-only root, no capabilities, no new privileges)")
 	}
-	var relay *Mount
+	var relay *sandbox.Mount
 	for i := range spec.Mounts {
-		if spec.Mounts[i].Target == RelayDir {
+		if spec.Mounts[i].Target == sandbox.RelayDir {
 			relay = &spec.Mounts[i]
 		} else {
 			return nil, fmt.Errorf("create pod: no bind mount but the run folder is supported, got %s", spec.Mounts[i].Target)
@@ -458,7 +456,7 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 		k.mu.Unlock()
 		if !ok {
 			return nil, fmt.Errorf("%w: the cluster has no RuntimeClass with handler %s: create one (deploy/kubernetes/runtimeclass-gvisor.yaml) on a node whose containerd has it",
-				ErrOCIRuntime, spec.OCIRuntime)
+				sandbox.ErrOCIRuntime, spec.OCIRuntime)
 		}
 		class = &name
 	}
@@ -511,7 +509,7 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 				SecurityContext: &corev1.SecurityContext{
 					RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &yes,
 					ReadOnlyRootFilesystem: &yes, AllowPrivilegeEscalation: &no, Privileged: &no,
-					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					Capabilities:           &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile: seccomp,
 				},
 				VolumeMounts:             mounts,
@@ -525,7 +523,7 @@ func (k *Kubernetes) podFor(spec ContainerSpec) (*corev1.Pod, error) {
 
 // podLabels are a run pod's labels (the spec's that fit in one, and the
 // bridge's pod) and annotations (all the spec's labels).
-func (k *Kubernetes) podLabels(spec ContainerSpec) (labels, annotations map[string]string) {
+func (k *Client) podLabels(spec sandbox.ContainerSpec) (labels, annotations map[string]string) {
 	labels, annotations = map[string]string{}, map[string]string{}
 	for key, v := range spec.Labels {
 		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
@@ -542,7 +540,7 @@ func (k *Kubernetes) podLabels(spec ContainerSpec) (labels, annotations map[stri
 
 // podEnv is the runner container's environment: the spec's, and what
 // the runner does in the pod's place.
-func podEnv(spec ContainerSpec) []corev1.EnvVar {
+func podEnv(spec sandbox.ContainerSpec) []corev1.EnvVar {
 	env := make([]corev1.EnvVar, 0, len(spec.Env))
 	for n, v := range spec.Env {
 		env = append(env, corev1.EnvVar{Name: n, Value: v})
@@ -570,12 +568,12 @@ func podEnv(spec ContainerSpec) []corev1.EnvVar {
 // podVolumes are a run pod's hostPath volumes and its container's mounts
 // of them: the run folder runDir read-only, and the /tmp and data mounts
 // the bridge makes in the node folder nd.
-func podVolumes(spec ContainerSpec, runDir, nd string) ([]corev1.Volume, []corev1.VolumeMount, error) {
+func podVolumes(spec sandbox.ContainerSpec, runDir, nd string) ([]corev1.Volume, []corev1.VolumeMount, error) {
 	dir := corev1.HostPathDirectory
 	volumes := []corev1.Volume{
 		{Name: "relay", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: runDir, Type: &dir}}},
 	}
-	mounts := []corev1.VolumeMount{{Name: "relay", MountPath: RelayDir, ReadOnly: true}}
+	mounts := []corev1.VolumeMount{{Name: "relay", MountPath: sandbox.RelayDir, ReadOnly: true}}
 	if len(spec.Tmpfs) > 1 {
 		return nil, nil, errors.New("create pod: one tmpfs at most")
 	}
@@ -612,10 +610,10 @@ const kubeNodeAnnotation = "io.github.bridge-mcp/node"
 
 // nodePlan is what the bridge does on the node for one pod.
 type nodePlan struct {
-	Dir   string      `json:"dir"`
-	Tmpfs int64       `json:"tmpfs,omitempty"`
-	Data  []DataMount `json:"data,omitempty"`
-	Pids  int64       `json:"pids,omitempty"`
+	Dir   string              `json:"dir"`
+	Tmpfs int64               `json:"tmpfs,omitempty"`
+	Data  []sandbox.DataMount `json:"data,omitempty"`
+	Pids  int64               `json:"pids,omitempty"`
 }
 
 // tmpfsSize is the size= of the spec's tmpfs options (0 when none).
@@ -645,7 +643,7 @@ func parseUser(u string) (int64, int64, error) {
 func ptrTo[T any](v T) *T { return &v }
 
 // prepare makes the pod's node mounts.
-func (k *Kubernetes) prepare(plan nodePlan) (err error) {
+func (k *Client) prepare(plan nodePlan) (err error) {
 	if err := os.Mkdir(plan.Dir, 0o711); err != nil && !os.IsExist(err) {
 		return fmt.Errorf("making the pod's node folder: %w", err)
 	}
@@ -678,7 +676,7 @@ func (k *Kubernetes) prepare(plan nodePlan) (err error) {
 
 // undo removes the pod's node mounts and folder; what cannot be removed
 // is an error.
-func (k *Kubernetes) undo(plan nodePlan) error {
+func (k *Client) undo(plan nodePlan) error {
 	if plan.Dir == "" || !strings.HasSuffix(plan.Dir, ".node") {
 		return nil
 	}
@@ -704,13 +702,13 @@ func (k *Kubernetes) undo(plan nodePlan) error {
 // runner is running, then sets its pids limit. A pod that cannot start
 // (its image missing, no room on the node) fails with the reason the
 // cluster gives.
-func (k *Kubernetes) Start(ctx context.Context, id string) error {
+func (k *Client) Start(ctx context.Context, id string) error {
 	k.mu.Lock()
 	pod, ok := k.pending[id]
 	delete(k.pending, id)
 	k.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("start pod %s: %w", id, ErrNotFound)
+		return fmt.Errorf("start pod %s: %w", id, sandbox.ErrNotFound)
 	}
 	plan := planOf(pod)
 	if err := k.prepare(plan); err != nil {
@@ -778,7 +776,7 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 			}
 			return k.wrapPod(err, "deleting the rejected", id)
 		}
-		if err := k.watchPod(ctx, id, "", func(*corev1.Pod) (bool, error) { return false, nil }); !errors.Is(err, ErrNotFound) {
+		if err := k.watchPod(ctx, id, "", func(*corev1.Pod) (bool, error) { return false, nil }); !errors.Is(err, sandbox.ErrNotFound) {
 			if ctx.Err() == nil {
 				return fmt.Errorf("pod %s: node %s had no room for it (%s), and removing it to try again failed: %w", id, k.node, noRoom, err)
 			}
@@ -796,7 +794,7 @@ func (k *Kubernetes) Start(ctx context.Context, id string) error {
 // startTimedOut is Start's error when its ctx ended: that the node had no
 // room for the pod when it rejected it (noRoom, its latest reason) within
 // the start timeout, else err.
-func (k *Kubernetes) startTimedOut(id, noRoom string, err error) error {
+func (k *Client) startTimedOut(id, noRoom string, err error) error {
 	if noRoom == "" {
 		return err
 	}
@@ -806,7 +804,7 @@ func (k *Kubernetes) startTimedOut(id, noRoom string, err error) error {
 // runnerRunning finishes Start once the pod's runner container cid runs (or,
 // with cid "", has ended): it keeps the pod's uid for Confirm, sets the
 // pids limit and detaches the node's mounts.
-func (k *Kubernetes) runnerRunning(id string, uid types.UID, cid string, plan nodePlan) error {
+func (k *Client) runnerRunning(id string, uid types.UID, cid string, plan nodePlan) error {
 	k.mu.Lock()
 	k.uids[id] = uid
 	k.mu.Unlock()
@@ -864,18 +862,18 @@ func runnerStatus(p *corev1.Pod) *corev1.ContainerStatus {
 
 // waitingError is nil while a waiting container may still start, and says
 // why when it cannot.
-func (k *Kubernetes) waitingError(p *corev1.Pod, w *corev1.ContainerStateWaiting) error {
+func (k *Client) waitingError(p *corev1.Pod, w *corev1.ContainerStateWaiting) error {
 	switch w.Reason {
 	case "", "ContainerCreating", "PodInitializing":
 		return nil
 	case "ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName":
-		return fmt.Errorf("%w: pod %s: %s: %s", ErrImageNotFound, p.Name, w.Reason, w.Message)
+		return fmt.Errorf("%w: pod %s: %s: %s", sandbox.ErrImageNotFound, p.Name, w.Reason, w.Message)
 	}
 	return fmt.Errorf("pod %s cannot start: %s: %s%s", p.Name, w.Reason, w.Message, k.eventsOf(p.Name))
 }
 
 // eventsOf summarises the pod's warning events (": events: ..."), or "".
-func (k *Kubernetes) eventsOf(name string) string {
+func (k *Client) eventsOf(name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	evs, err := k.api.Events(ctx, k.ns, metav1.ListOptions{
@@ -898,7 +896,7 @@ func (k *Kubernetes) eventsOf(name string) string {
 // watchPod calls fn with the pod as it is at rv and at each change after,
 // until fn says done or fails, or ctx ends. A pod that is deleted fails
 // with ErrNotFound.
-func (k *Kubernetes) watchPod(ctx context.Context, name, rv string, fn func(*corev1.Pod) (bool, error)) error {
+func (k *Client) watchPod(ctx context.Context, name, rv string, fn func(*corev1.Pod) (bool, error)) error {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	for {
 		if rv == "" {
@@ -930,7 +928,7 @@ func (k *Kubernetes) watchPod(ctx context.Context, name, rv string, fn func(*cor
 					}
 					switch ev.Type {
 					case watch.Deleted:
-						return true, fmt.Errorf("pod %s: %w", name, ErrNotFound)
+						return true, fmt.Errorf("pod %s: %w", name, sandbox.ErrNotFound)
 					case watch.Error:
 						rv = "" // expired: read it afresh
 						return false, nil
@@ -958,8 +956,8 @@ func (k *Kubernetes) watchPod(ctx context.Context, name, rv string, fn func(*cor
 }
 
 // Wait blocks until the runner's container has ended, or the pod is gone.
-func (k *Kubernetes) Wait(ctx context.Context, id string) (ExitState, error) {
-	var st ExitState
+func (k *Client) Wait(ctx context.Context, id string) (sandbox.ExitState, error) {
+	var st sandbox.ExitState
 	err := k.watchPod(ctx, id, "", func(p *corev1.Pod) (bool, error) {
 		if s := runnerStatus(p); s != nil && s.State.Terminated != nil {
 			st.ExitCode = int(s.State.Terminated.ExitCode)
@@ -972,16 +970,16 @@ func (k *Kubernetes) Wait(ctx context.Context, id string) (ExitState, error) {
 		}
 		return false, nil
 	})
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, sandbox.ErrNotFound) {
 		// Deleted (killed): it is gone, as a killed container is.
-		return ExitState{ExitCode: 137}, nil
+		return sandbox.ExitState{ExitCode: 137}, nil
 	}
 	return st, err
 }
 
 // Kill deletes the pod, which the kubelet stops within its one second of
 // grace. A pod that is gone is not an error.
-func (k *Kubernetes) Kill(ctx context.Context, id string) error {
+func (k *Client) Kill(ctx context.Context, id string) error {
 	err := k.api.DeletePod(ctx, k.ns, id, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(1))})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return k.wrapPod(err, "deleting", id)
@@ -992,7 +990,7 @@ func (k *Kubernetes) Kill(ctx context.Context, id string) error {
 // Remove deletes the pod, waits until the kubelet has stopped it and the
 // API has let it go, and undoes its node mounts. A pod that is gone is
 // not an error.
-func (k *Kubernetes) Remove(ctx context.Context, id string) error {
+func (k *Client) Remove(ctx context.Context, id string) error {
 	k.mu.Lock()
 	pending, wasPending := k.pending[id]
 	delete(k.pending, id)
@@ -1027,7 +1025,7 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 		return k.wrapPod(err, "deleting", id)
 	}
 	err = k.watchPod(ctx, id, "", func(*corev1.Pod) (bool, error) { return false, nil })
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		return err
 	}
 	if err := k.undo(plan); err != nil {
@@ -1038,7 +1036,7 @@ func (k *Kubernetes) Remove(ctx context.Context, id string) error {
 }
 
 // forget drops what the engine kept of a pod it removed.
-func (k *Kubernetes) forget(id string) {
+func (k *Client) forget(id string) {
 	k.mu.Lock()
 	delete(k.started, id)
 	delete(k.uids, id)
@@ -1051,12 +1049,12 @@ func (k *Kubernetes) forget(id string) {
 // the socket is admitted only to the pod of its name, which this pod
 // holds while it exists. A pod that connects after this one was deleted
 // and another took its name is that other pod: its uid differs.
-func (k *Kubernetes) Confirm(ctx context.Context, id string) error {
+func (k *Client) Confirm(ctx context.Context, id string) error {
 	k.mu.Lock()
 	uid, ok := k.uids[id]
 	k.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("pod %s: %w", id, ErrNotFound)
+		return fmt.Errorf("pod %s: %w", id, sandbox.ErrNotFound)
 	}
 	p, err := k.api.Pod(ctx, k.ns, id)
 	if err != nil {
@@ -1069,7 +1067,7 @@ func (k *Kubernetes) Confirm(ctx context.Context, id string) error {
 }
 
 // Logs returns the tail of the runner container's output.
-func (k *Kubernetes) Logs(ctx context.Context, id string, limit int) (string, error) {
+func (k *Client) Logs(ctx context.Context, id string, limit int) (string, error) {
 	tail := int64(200)
 	b, err := k.api.PodLogs(ctx, k.ns, id, &corev1.PodLogOptions{Container: kubeContainer, TailLines: &tail})
 	if err != nil {
@@ -1082,7 +1080,7 @@ func (k *Kubernetes) Logs(ctx context.Context, id string, limit int) (string, er
 }
 
 // List returns the run pods that carry all the given labels.
-func (k *Kubernetes) List(ctx context.Context, want map[string]string) ([]ContainerInfo, error) {
+func (k *Client) List(ctx context.Context, want map[string]string) ([]sandbox.ContainerInfo, error) {
 	sel := labels.Set{}
 	for key, v := range want {
 		if kubeLabelValue.MatchString(v) && len(v) <= 63 {
@@ -1094,25 +1092,25 @@ func (k *Kubernetes) List(ctx context.Context, want map[string]string) ([]Contai
 	if err != nil {
 		return nil, k.wrap(err, "listing pods")
 	}
-	out := make([]ContainerInfo, 0, len(pods.Items))
+	out := make([]sandbox.ContainerInfo, 0, len(pods.Items))
 	for _, p := range pods.Items {
 		l := map[string]string{}
 		if err := json.Unmarshal([]byte(p.Annotations[kubeLabelsAnnotation]), &l); err != nil {
 			l = p.Labels
 		}
-		out = append(out, ContainerInfo{ID: p.Name, Labels: l})
+		out = append(out, sandbox.ContainerInfo{ID: p.Name, Labels: l})
 	}
-	return matchLabels(out, want), nil
+	return engines.MatchLabels(out, want), nil
 }
 
 // wrap turns a client error into one a user can act on.
-func (k *Kubernetes) wrap(err error, doing string) error {
+func (k *Client) wrap(err error, doing string) error {
 	switch {
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("%s: %w: the bridge's identity (%s) lacks a permission it needs: apply deploy/kubernetes/rbac.yaml, or see `bridge doctor --runtime kubernetes`",
 			doing, err, k.source)
 	case apierrors.IsUnauthorized(err):
-		return fmt.Errorf("%w: %s: %v: the credentials of %s were refused", ErrEngineUnreachable, doing, err, k.source)
+		return fmt.Errorf("%w: %s: %v: the credentials of %s were refused", sandbox.ErrEngineUnreachable, doing, err, k.source)
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("%s: %w", doing, err)
 	}
@@ -1120,13 +1118,13 @@ func (k *Kubernetes) wrap(err error, doing string) error {
 	if errors.As(err, &status) {
 		return fmt.Errorf("%s: %w", doing, err)
 	}
-	return fmt.Errorf("%w: %s: the API server at %s (%s): %v", ErrEngineUnreachable, doing, k.host, k.source, err)
+	return fmt.Errorf("%w: %s: the API server at %s (%s): %v", sandbox.ErrEngineUnreachable, doing, k.host, k.source, err)
 }
 
 // wrapPod is wrap for one pod; a pod that is gone wraps ErrNotFound.
-func (k *Kubernetes) wrapPod(err error, doing, id string) error {
+func (k *Client) wrapPod(err error, doing, id string) error {
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s pod %s: %w", doing, id, ErrNotFound)
+		return fmt.Errorf("%s pod %s: %w", doing, id, sandbox.ErrNotFound)
 	}
 	return k.wrap(err, doing+" pod "+id)
 }
@@ -1195,7 +1193,7 @@ func KubeDangerousPermissions() []KubePermission {
 
 // Missing asks the API server which of KubePermissions the bridge's
 // identity lacks (SelfSubjectAccessReview).
-func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
+func (k *Client) Missing(ctx context.Context) ([]KubePermission, error) {
 	return k.review(ctx, KubePermissions(), false)
 }
 
@@ -1203,7 +1201,7 @@ func (k *Kubernetes) Missing(ctx context.Context) ([]KubePermission, error) {
 // identity holds, though it needs none of them; in a pod, creating pods in
 // its own namespace too (the admission policy holds only the run
 // namespace's).
-func (k *Kubernetes) Extra(ctx context.Context) ([]KubePermission, error) {
+func (k *Client) Extra(ctx context.Context) ([]KubePermission, error) {
 	perms := KubeDangerousPermissions()
 	if k.ownNS != "" && k.ownNS != k.ns {
 		perms = append(perms, KubePermission{Verb: "create", Resource: "pods", Namespace: k.ownNS,
@@ -1214,7 +1212,7 @@ func (k *Kubernetes) Extra(ctx context.Context) ([]KubePermission, error) {
 
 // review returns those of perms whose SelfSubjectAccessReview says
 // allowed (or, with allowed false, not allowed).
-func (k *Kubernetes) review(ctx context.Context, perms []KubePermission, allowed bool) ([]KubePermission, error) {
+func (k *Client) review(ctx context.Context, perms []KubePermission, allowed bool) ([]KubePermission, error) {
 	var out []KubePermission
 	for _, p := range perms {
 		attr := &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package sandbox
+package kubernetes
 
 import "errors"
 
@@ -15,4 +15,3 @@ func (linuxNode) unmount(string) error                { return nil }
 func (linuxNode) setPids(string, string, int64) error { return errNotLinux }
 func (linuxNode) canSetPids() (bool, string)          { return false, errNotLinux.Error() }
 func localCgroupVersion() string                      { return "" }
-func removeNodeDir(dir string) error                  { return errNotLinux }

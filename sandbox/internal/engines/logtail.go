@@ -1,9 +1,9 @@
-package sandbox
+package engines
 
 import "unicode/utf8"
 
 // logTail keeps the last limit bytes written to it, in at most 2*limit
-// bytes of memory and amortised linear time: what [Runtime.Logs] returns of a
+// bytes of memory and amortised linear time: what [sandbox.Runtime.Logs] returns of a
 // container's own output, however much of it there is.
 type logTail struct {
 	limit int
@@ -12,7 +12,7 @@ type logTail struct {
 	cut bool
 }
 
-func newLogTail(limit int) *logTail { return &logTail{limit: max(limit, 0)} }
+func NewLogTail(limit int) *logTail { return &logTail{limit: max(limit, 0)} }
 
 // Write implements io.Writer; it never fails.
 func (t *logTail) Write(p []byte) (int, error) {

@@ -1,11 +1,11 @@
-package sandbox
+package engines
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"time"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 // droppedLimits picks, from the warnings an engine attaches to a container
@@ -32,26 +32,18 @@ func droppedLimits(warnings []string) []string {
 	return out
 }
 
-// removeTimeout bounds the removal of a container refused after its create.
-const removeTimeout = 30 * time.Second
-
-// refuseDroppedLimits fails closed on an engine that created a container
+// RefuseDroppedLimits fails closed on an engine that created a container
 // without some of its limits: when the create warnings say a limit was
 // dropped, it removes the container id (with remove, under a context that
 // outlives ctx's cancellation) and returns an error wrapping
 // ErrLimitsNotEnforced that names the warnings. It returns nil when no
 // warning says so. doing describes the create ("creating container NAME").
-func refuseDroppedLimits(ctx context.Context, remove func(context.Context, string) error, doing, id string, warnings []string) error {
+func RefuseDroppedLimits(ctx context.Context, remove func(context.Context, string) error, doing, id string, warnings []string) error {
 	dropped := droppedLimits(warnings)
 	if len(dropped) == 0 {
 		return nil
 	}
 	err := fmt.Errorf("%s: the engine dropped resource limits (%s): %w",
-		doing, strings.Join(dropped, "; "), ErrLimitsNotEnforced)
-	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-	defer cancel()
-	if rmErr := remove(rmCtx, id); rmErr != nil {
-		return errors.Join(err, fmt.Errorf("removing the refused container %s: %w", id, rmErr))
-	}
-	return err
+		doing, strings.Join(dropped, "; "), sandbox.ErrLimitsNotEnforced)
+	return RemoveRefused(ctx, remove, id, err)
 }

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"archive/tar"
@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/internal/engines"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
@@ -25,18 +27,18 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
-// Docker is the [Runtime] backed by the Docker Engine API. It also speaks to
+// Docker is the [sandbox.Runtime] backed by the Docker Engine API. It also speaks to
 // Podman's Docker-compatible socket. It never runs the docker CLI.
-type Docker struct {
+type Client struct {
 	cli    *client.Client
 	host   string
 	podman bool // the socket is Podman's Docker-compatible API
 	// seccomp is the bridge's seccomp profile as a file, for Podman's
 	// Docker-compatible API, which reads the option as a path.
-	seccomp seccompFile
+	seccomp engines.SeccompFile
 }
 
-var _ Runtime = (*Docker)(nil)
+var _ sandbox.Runtime = (*Client)(nil)
 
 // DefaultDockerHost is the socket tried when neither a host nor
 // $DOCKER_HOST is given.
@@ -51,7 +53,7 @@ const dockerPingTimeout = 10 * time.Second
 // negotiated with the engine. An engine that does not answer a ping yields
 // an error wrapping ErrEngineUnreachable; a socket that refuses this user,
 // an *AccessError.
-func NewDocker(ctx context.Context, host string) (*Docker, error) {
+func New(ctx context.Context, host string) (*Client, error) {
 	opts := []client.Opt{client.WithAPIVersionNegotiation()}
 	if host == "" {
 		host = os.Getenv(client.EnvOverrideHost)
@@ -69,7 +71,7 @@ func NewDocker(ctx context.Context, host string) (*Docker, error) {
 	cli, err := client.NewClientWithOpts(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: invalid Docker host %q: %w; %s",
-			ErrEngineUnreachable, host, err, dockerUnreachableHint(host))
+			sandbox.ErrEngineUnreachable, host, err, dockerUnreachableHint(host))
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, dockerPingTimeout)
@@ -84,10 +86,10 @@ func NewDocker(ctx context.Context, host string) (*Docker, error) {
 			return nil, ae
 		}
 		return nil, fmt.Errorf("%w: no Docker API answered at %s: %w; %s",
-			ErrEngineUnreachable, host, err, dockerUnreachableHint(host))
+			sandbox.ErrEngineUnreachable, host, err, dockerUnreachableHint(host))
 	}
 	cli.NegotiateAPIVersionPing(ping)
-	d := &Docker{cli: cli, host: host}
+	d := &Client{cli: cli, host: host}
 	if ver, err := cli.ServerVersion(pctx); err == nil {
 		for _, c := range ver.Components {
 			if strings.Contains(strings.ToLower(c.Name), "podman") {
@@ -103,16 +105,16 @@ func NewDocker(ctx context.Context, host string) (*Docker, error) {
 // itself; Podman's Docker-compatible API takes a path on its host, so
 // there the bridge writes the file, which the service can read only when
 // it runs on this machine.
-func (d *Docker) seccompOpt() (string, error) {
+func (d *Client) seccompOpt() (string, error) {
 	if !d.podman {
-		return "seccomp=" + string(seccompProfile()), nil
+		return "seccomp=" + string(engines.SeccompProfile()), nil
 	}
 	if !strings.HasPrefix(d.host, "unix://") {
 		return "", fmt.Errorf("the Podman service at %s answers the Docker API, and reads a seccomp profile only "+
 			"as a file on its own machine: the bridge runs no container without its own profile; "+
 			"use the podman backend, or a Podman socket on this machine", d.host)
 	}
-	path, err := d.seccomp.get()
+	path, err := d.seccomp.Get()
 	if err != nil {
 		return "", err
 	}
@@ -121,7 +123,7 @@ func (d *Docker) seccompOpt() (string, error) {
 
 // IsPodman reports whether the socket is Podman's Docker-compatible API
 // rather than Docker Engine's.
-func (d *Docker) IsPodman() bool { return d.podman }
+func (d *Client) IsPodman() bool { return d.podman }
 
 // dockerUnreachableHint says what to do when the engine at host does not answer.
 func dockerUnreachableHint(host string) string {
@@ -141,29 +143,29 @@ func dockerUnreachableHint(host string) string {
 // dockerDenied is the AccessError of a connection to host that the socket
 // refused this user, or nil. The client keeps the dial's errno in its
 // error chain (errConnectionFailed, *url.Error, *net.OpError).
-func dockerDenied(host string, err error) *AccessError {
+func dockerDenied(host string, err error) *sandbox.AccessError {
 	path, ok := strings.CutPrefix(host, "unix://")
 	if !ok || !errors.Is(err, fs.ErrPermission) {
 		return nil
 	}
-	return newAccessError(EngineDocker, path, err)
+	return sandbox.NewAccessError(sandbox.EngineDocker, path, err)
 }
 
-// Name implements [Runtime].
-func (d *Docker) Name() string { return "docker" }
+// Name implements [sandbox.Runtime].
+func (d *Client) Name() string { return "docker" }
 
-// Close implements [Runtime].
-func (d *Docker) Close() error { return d.cli.Close() }
+// Close implements [sandbox.Runtime].
+func (d *Client) Close() error { return d.cli.Close() }
 
-// Info implements [Runtime].
-func (d *Docker) Info(ctx context.Context) (EngineInfo, error) {
+// Info implements [sandbox.Runtime].
+func (d *Client) Info(ctx context.Context) (sandbox.EngineInfo, error) {
 	info, err := d.cli.Info(ctx)
 	if err != nil {
-		return EngineInfo{}, d.wrap(err, "read engine info")
+		return sandbox.EngineInfo{}, d.wrap(err, "read engine info")
 	}
 	ver, err := d.cli.ServerVersion(ctx)
 	if err != nil {
-		return EngineInfo{}, d.wrap(err, "read engine version")
+		return sandbox.EngineInfo{}, d.wrap(err, "read engine version")
 	}
 	rootless := false
 	for _, opt := range info.SecurityOptions {
@@ -182,14 +184,14 @@ func (d *Docker) Info(ctx context.Context) (EngineInfo, error) {
 	// Podman's Docker-compatible API lists every runtime of its
 	// containers.conf, installed or not, and ignores the one a container
 	// asks for: there, only the default counts.
-	var runtimes map[string]OCIRuntimeInfo
+	var runtimes map[string]sandbox.OCIRuntimeInfo
 	if !d.podman {
-		runtimes = make(map[string]OCIRuntimeInfo, len(info.Runtimes))
+		runtimes = make(map[string]sandbox.OCIRuntimeInfo, len(info.Runtimes))
 		for name, r := range info.Runtimes {
-			runtimes[name] = OCIRuntimeInfo{Path: r.Path, Args: r.Args}
+			runtimes[name] = sandbox.OCIRuntimeInfo{Path: r.Path, Args: r.Args}
 		}
 	}
-	return EngineInfo{
+	return sandbox.EngineInfo{
 		Name:          d.Name(),
 		Socket:        d.host,
 		Version:       version,
@@ -204,12 +206,12 @@ func (d *Docker) Info(ctx context.Context) (EngineInfo, error) {
 }
 
 // dockerEnforcement derives which limits hold from the engine's report.
-func dockerEnforcement(rootless bool, cgroup string, memory, swap, pids, cpu bool) Enforcement {
+func dockerEnforcement(rootless bool, cgroup string, memory, swap, pids, cpu bool) sandbox.Enforcement {
 	if rootless && cgroup == "1" {
-		return Enforcement{Reason: "a rootless engine on cgroup v1 cannot apply memory, pids or CPU limits: " +
+		return sandbox.Enforcement{Reason: "a rootless engine on cgroup v1 cannot apply memory, pids or CPU limits: " +
 			"run the engine rootful, or boot the host with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"}
 	}
-	e := Enforcement{Memory: memory && swap, Pids: pids, CPU: cpu}
+	e := sandbox.Enforcement{Memory: memory && swap, Pids: pids, CPU: cpu}
 	var why []string
 	if !memory {
 		why = append(why, "the memory cgroup controller is unavailable (enable it with cgroup_enable=memory on the kernel command line"+
@@ -235,16 +237,16 @@ func dockerRootlessHint(rootless bool) string {
 		"systemd's user@.service needs Delegate=memory pids cpu"
 }
 
-// ImageInfo implements [Runtime].
-func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
+// ImageInfo implements [sandbox.Runtime].
+func (d *Client) ImageInfo(ctx context.Context, ref string) (sandbox.ImageInfo, error) {
 	img, err := d.cli.ImageInspect(ctx, ref)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return ImageInfo{}, fmt.Errorf("%w: %s is not in the local image store of %s", ErrImageNotFound, ref, d.host)
+			return sandbox.ImageInfo{}, fmt.Errorf("%w: %s is not in the local image store of %s", sandbox.ErrImageNotFound, ref, d.host)
 		}
-		return ImageInfo{}, d.wrap(err, "inspect image "+ref)
+		return sandbox.ImageInfo{}, d.wrap(err, "inspect image "+ref)
 	}
-	out := ImageInfo{ID: img.ID, Size: img.Size}
+	out := sandbox.ImageInfo{ID: img.ID, Size: img.Size}
 	if img.Created != "" {
 		if t, err := time.Parse(time.RFC3339Nano, img.Created); err == nil {
 			out.Created = t
@@ -259,11 +261,11 @@ func (d *Docker) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	return out, nil
 }
 
-// BuildImage implements [Runtime]. It sends the build context as a tar
+// BuildImage implements [sandbox.Runtime]. It sends the build context as a tar
 // stream to Docker's classic builder (the one every Docker Engine has) and
 // writes the build's output as plain text. A failed step becomes the
 // returned error.
-func (d *Docker) BuildImage(ctx context.Context, opts BuildOptions) error {
+func (d *Client) BuildImage(ctx context.Context, opts sandbox.BuildOptions) error {
 	contextDir, dockerfile, tag, out := opts.ContextDir, opts.Dockerfile, opts.Tag, opts.Out
 	if out == nil {
 		out = io.Discard
@@ -417,7 +419,7 @@ func dockerTarDir(dir string, w io.Writer) error {
 
 // dockerConfig translates every field of spec into the Docker API's
 // container and host configuration.
-func dockerConfig(spec ContainerSpec) (*container.Config, *container.HostConfig) {
+func dockerConfig(spec sandbox.ContainerSpec) (*container.Config, *container.HostConfig) {
 	env := make([]string, 0, len(spec.Env))
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
@@ -524,7 +526,7 @@ const dockerDataMountOptions = "bind,ro,nosuid,nodev,noexec"
 // there). The volume goes with the container (Remove asks for
 // RemoveVolumes), and carries the container's labels. NoCopy: nothing of
 // the image is copied into it.
-func dockerDataMount(m DataMount, labels map[string]string) mount.Mount {
+func dockerDataMount(m sandbox.DataMount, labels map[string]string) mount.Mount {
 	return mount.Mount{
 		Type:   mount.TypeVolume,
 		Target: m.Path,
@@ -556,7 +558,7 @@ const podmanCompatDataMountOptions = "bind,ro,nosuid,nodev,noexec"
 // and the local driver's options of a data mount's volume are dropped
 // without a word (Podman 4.3: the container gets an empty, writable
 // volume), so data mounts are binds with Podman's own options instead.
-func podmanCompatConfig(spec ContainerSpec, hc *container.HostConfig) {
+func podmanCompatConfig(spec sandbox.ContainerSpec, hc *container.HostConfig) {
 	if len(spec.DataMounts) > 0 {
 		mounts := hc.Mounts[:0:0]
 		for _, m := range hc.Mounts {
@@ -591,15 +593,15 @@ func dockerClamp(v uint64) int64 {
 	return int64(v)
 }
 
-// Create implements [Runtime]. Data mounts are refused under gVisor (see
-// refuseGVisorDataMounts): asked for by name, or found after the create to
+// Create implements [sandbox.Runtime]. Data mounts are refused under gVisor (see
+// engines.RefuseGVisorDataMounts): asked for by name, or found after the create to
 // be the runtime the engine chose.
-func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error) {
+func (d *Client) Create(ctx context.Context, spec sandbox.ContainerSpec) (string, error) {
 	if len(spec.DataMounts) > 0 {
-		if runtimeName(spec.OCIRuntime) == OCIRuntimeRunsc {
-			return "", refuseGVisorDataMounts(ctx, d.Remove, "create container "+spec.Name, "")
+		if sandbox.OCIRuntimeName(spec.OCIRuntime) == sandbox.OCIRuntimeRunsc {
+			return "", engines.RefuseGVisorDataMounts(ctx, d.Remove, "create container "+spec.Name, "")
 		}
-		if err := checkDataMountHosts(spec.DataMounts); err != nil {
+		if err := engines.CheckDataMountHosts(spec.DataMounts); err != nil {
 			return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 		}
 	}
@@ -616,14 +618,14 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) && strings.Contains(strings.ToLower(err.Error()), "image") {
 			return "", fmt.Errorf("create container %s: %w: %s is not in the local image store of %s (%w)",
-				spec.Name, ErrImageNotFound, spec.Image, d.host, err)
+				spec.Name, sandbox.ErrImageNotFound, spec.Image, d.host, err)
 		}
 		return "", d.wrap(err, "create container "+spec.Name+" from "+spec.Image)
 	}
 	// The engine drops a limit it cannot apply with only a warning (e.g.
 	// no swap accounting, or Podman's compat API rootless on cgroup v1):
 	// never run a container without its limits.
-	if err := refuseDroppedLimits(ctx, d.Remove, "create container "+spec.Name, resp.ID, resp.Warnings); err != nil {
+	if err := engines.RefuseDroppedLimits(ctx, d.Remove, "create container "+spec.Name, resp.ID, resp.Warnings); err != nil {
 		return "", err
 	}
 	if spec.OCIRuntime != "" || len(spec.DataMounts) > 0 {
@@ -632,29 +634,24 @@ func (d *Docker) Create(ctx context.Context, spec ContainerSpec) (string, error)
 		if err != nil {
 			got = "unknown (" + err.Error() + ")"
 		}
-		if err := checkRuntimeOf(ctx, d.Remove, "create container "+spec.Name, resp.ID, spec.OCIRuntime, got); err != nil {
+		if err := engines.CheckRuntimeOf(ctx, d.Remove, "create container "+spec.Name, resp.ID, spec.OCIRuntime, got); err != nil {
 			return "", err
 		}
-		if len(spec.DataMounts) > 0 && runtimeName(got) != OCIRuntimeRunc && runtimeName(got) != "crun" {
+		if name := filepath.Base(got); len(spec.DataMounts) > 0 && name != sandbox.OCIRuntimeRunc && name != "crun" {
 			// Only a runtime that mounts the host's folder itself keeps its
 			// noexec; gVisor (or a runtime not known) does not.
-			if runtimeName(got) == OCIRuntimeRunsc {
-				return "", refuseGVisorDataMounts(ctx, d.Remove, "create container "+spec.Name, resp.ID)
+			if name == sandbox.OCIRuntimeRunsc {
+				return "", engines.RefuseGVisorDataMounts(ctx, d.Remove, "create container "+spec.Name, resp.ID)
 			}
 			err := fmt.Errorf("create container %s: the engine made the container with the OCI runtime %s, and the policy's mounts are held noexec only under runc or crun; no code was run", spec.Name, got)
-			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-			defer cancel()
-			if rmErr := d.Remove(rmCtx, resp.ID); rmErr != nil {
-				err = errors.Join(err, fmt.Errorf("removing the refused container %s: %w", resp.ID, rmErr))
-			}
-			return "", err
+			return "", engines.RemoveRefused(ctx, d.Remove, resp.ID, err)
 		}
 	}
 	return resp.ID, nil
 }
 
 // runtimeOf is the OCI runtime the engine made container id with.
-func (d *Docker) runtimeOf(ctx context.Context, id string) (string, error) {
+func (d *Client) runtimeOf(ctx context.Context, id string) (string, error) {
 	if d.podman {
 		// Podman's compat API says "oci" for every container, and runs
 		// each with the service's default runtime, which its version names.
@@ -663,7 +660,7 @@ func (d *Docker) runtimeOf(ctx context.Context, id string) (string, error) {
 			return "", d.wrap(err, "read engine version")
 		}
 		for _, c := range ver.Components {
-			if name, ok := strings.CutPrefix(c.Name, "OCI Runtime ("); ok {
+			if name, ok := strings.CutPrefix(c.Name, "OCI sandbox.Runtime ("); ok {
 				return strings.TrimSuffix(name, ")"), nil
 			}
 		}
@@ -679,44 +676,44 @@ func (d *Docker) runtimeOf(ctx context.Context, id string) (string, error) {
 	return insp.HostConfig.Runtime, nil
 }
 
-// Start implements [Runtime].
-func (d *Docker) Start(ctx context.Context, id string) error {
+// Start implements [sandbox.Runtime].
+func (d *Client) Start(ctx context.Context, id string) error {
 	if err := d.cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return d.wrapContainer(err, "start", id)
 	}
 	return nil
 }
 
-// Wait implements [Runtime]. A container that was never started counts as
+// Wait implements [sandbox.Runtime]. A container that was never started counts as
 // exited.
-func (d *Docker) Wait(ctx context.Context, id string) (ExitState, error) {
+func (d *Client) Wait(ctx context.Context, id string) (sandbox.ExitState, error) {
 	resC, errC := d.cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
 	select {
 	case res := <-resC:
 		if res.Error != nil && res.Error.Message != "" {
-			return ExitState{}, fmt.Errorf("wait for container %s: %s", id, res.Error.Message)
+			return sandbox.ExitState{}, fmt.Errorf("wait for container %s: %s", id, res.Error.Message)
 		}
 	case err := <-errC:
 		if ctx.Err() != nil {
-			return ExitState{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+			return sandbox.ExitState{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
 		}
-		return ExitState{}, d.wrapContainer(err, "wait for", id)
+		return sandbox.ExitState{}, d.wrapContainer(err, "wait for", id)
 	case <-ctx.Done():
-		return ExitState{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		return sandbox.ExitState{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
 	}
 	// The wait response lacks the OOM flag; the container's state has both.
 	insp, err := d.cli.ContainerInspect(ctx, id)
 	if err != nil {
-		return ExitState{}, d.wrapContainer(err, "inspect", id)
+		return sandbox.ExitState{}, d.wrapContainer(err, "inspect", id)
 	}
 	if insp.State == nil {
-		return ExitState{}, fmt.Errorf("inspect container %s: the engine reported no state", id)
+		return sandbox.ExitState{}, fmt.Errorf("inspect container %s: the engine reported no state", id)
 	}
-	return ExitState{ExitCode: insp.State.ExitCode, OOMKilled: insp.State.OOMKilled}, nil
+	return sandbox.ExitState{ExitCode: insp.State.ExitCode, OOMKilled: insp.State.OOMKilled}, nil
 }
 
-// Kill implements [Runtime].
-func (d *Docker) Kill(ctx context.Context, id string) error {
+// Kill implements [sandbox.Runtime].
+func (d *Client) Kill(ctx context.Context, id string) error {
 	err := d.cli.ContainerKill(ctx, id, "KILL")
 	if err == nil || cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) || dockerNotRunning(err) {
 		return nil
@@ -732,8 +729,8 @@ func dockerNotRunning(err error) bool {
 		strings.Contains(msg, "no such container")
 }
 
-// Remove implements [Runtime].
-func (d *Docker) Remove(ctx context.Context, id string) error {
+// Remove implements [sandbox.Runtime].
+func (d *Client) Remove(ctx context.Context, id string) error {
 	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	for i := 0; err != nil && exitingRace(err) && i < 10; i++ {
 		// A forced remove of a container that is exiting just then fails:
@@ -764,8 +761,8 @@ func exitingRace(err error) bool {
 		(strings.Contains(msg, "Could not kill running container") && strings.Contains(msg, "is not running"))
 }
 
-// Logs implements [Runtime].
-func (d *Docker) Logs(ctx context.Context, id string, limit int) (string, error) {
+// Logs implements [sandbox.Runtime].
+func (d *Client) Logs(ctx context.Context, id string, limit int) (string, error) {
 	if limit <= 0 {
 		return "", nil
 	}
@@ -774,15 +771,15 @@ func (d *Docker) Logs(ctx context.Context, id string, limit int) (string, error)
 		return "", d.wrapContainer(err, "read logs of", id)
 	}
 	defer rc.Close()
-	t := newLogTail(limit)
+	t := engines.NewLogTail(limit)
 	if _, err := stdcopy.StdCopy(t, t, rc); err != nil {
 		return "", fmt.Errorf("read logs of container %s: %w", id, err)
 	}
 	return t.String(), nil
 }
 
-// List implements [Runtime].
-func (d *Docker) List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error) {
+// List implements [sandbox.Runtime].
+func (d *Client) List(ctx context.Context, labels map[string]string) ([]sandbox.ContainerInfo, error) {
 	f := filters.NewArgs()
 	for k, v := range labels {
 		f.Add("label", k+"="+v)
@@ -791,30 +788,30 @@ func (d *Docker) List(ctx context.Context, labels map[string]string) ([]Containe
 	if err != nil {
 		return nil, d.wrap(err, "list containers")
 	}
-	out := make([]ContainerInfo, 0, len(cs))
+	out := make([]sandbox.ContainerInfo, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, ContainerInfo{ID: c.ID, Labels: c.Labels})
+		out = append(out, sandbox.ContainerInfo{ID: c.ID, Labels: c.Labels})
 	}
-	return matchLabels(out, labels), nil
+	return engines.MatchLabels(out, labels), nil
 }
 
 // wrap adds what was being done and, when the engine stopped answering,
 // ErrEngineUnreachable with what to do about it.
-func (d *Docker) wrap(err error, doing string) error {
+func (d *Client) wrap(err error, doing string) error {
 	if client.IsErrConnectionFailed(err) {
 		if ae := dockerDenied(d.host, err); ae != nil {
 			return fmt.Errorf("%s: %w", doing, ae)
 		}
-		return fmt.Errorf("%s: %w at %s: %w; %s", doing, ErrEngineUnreachable, d.host, err, dockerUnreachableHint(d.host))
+		return fmt.Errorf("%s: %w at %s: %w; %s", doing, sandbox.ErrEngineUnreachable, d.host, err, dockerUnreachableHint(d.host))
 	}
 	return fmt.Errorf("%s: %w", doing, err)
 }
 
 // wrapContainer is wrap for an operation on one container; a container the
 // engine does not know yields ErrNotFound.
-func (d *Docker) wrapContainer(err error, doing, id string) error {
+func (d *Client) wrapContainer(err error, doing, id string) error {
 	if cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("%s container %s: %w: %w", doing, id, ErrNotFound, err)
+		return fmt.Errorf("%s container %s: %w: %w", doing, id, sandbox.ErrNotFound, err)
 	}
 	return d.wrap(err, doing+" container "+id)
 }

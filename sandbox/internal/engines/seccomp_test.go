@@ -1,4 +1,4 @@
-package sandbox
+package engines
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ func TestSeccompProfile(t *testing.T) {
 			Includes map[string]any   `json:"includes"`
 		} `json:"syscalls"`
 	}
-	if err := json.Unmarshal(seccompProfile(), &prof); err != nil {
+	if err := json.Unmarshal(SeccompProfile(), &prof); err != nil {
 		t.Fatal(err)
 	}
 	if prof.DefaultAction != "SCMP_ACT_ERRNO" || prof.DefaultErrnoRet != errnoENOSYS || len(prof.ArchMap) == 0 {
@@ -79,16 +79,16 @@ func TestSeccompProfile(t *testing.T) {
 // The profile is written once, named by its content, private to the user.
 func TestSeccompProfileFile(t *testing.T) {
 	dir := t.TempDir() + "/runs"
-	p1, err := seccompProfileFile(dir)
+	p1, err := SeccompProfileFile(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := seccompProfileFile(dir)
+	p2, err := SeccompProfileFile(dir)
 	if err != nil || p1 != p2 {
 		t.Fatalf("%s, %s, %v", p1, p2, err)
 	}
 	b, err := os.ReadFile(p1)
-	if err != nil || string(b) != string(seccompProfile()) {
+	if err != nil || string(b) != string(SeccompProfile()) {
 		t.Fatalf("the file is not the profile: %v", err)
 	}
 	fi, err := os.Stat(dir)

@@ -1,4 +1,4 @@
-package sandbox
+package podman
 
 import (
 	"errors"
@@ -7,15 +7,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-func testPodmanSpec(t *testing.T) (ContainerSpec, *specgen.SpecGenerator) {
+func testPodmanSpec(t *testing.T) (sandbox.ContainerSpec, *specgen.SpecGenerator) {
 	t.Helper()
-	l := DefaultLimits()
+	l := sandbox.DefaultLimits()
 	l.CPUs = 1.5
-	cs := NewSpec("run42", "localhost/bridge-runner:test", "/var/run/bridge/run42", "tok-xyz", l)
+	cs := sandbox.NewSpec("run42", "localhost/bridge-runner:test", "/var/run/bridge/run42", "tok-xyz", l)
 	return cs, podmanSpec(cs)
 }
 
@@ -35,7 +36,7 @@ func podmanIsFalse(p *bool) bool { return p != nil && !*p }
 
 func TestPodmanSpecHardening(t *testing.T) {
 	cs, s := testPodmanSpec(t)
-	l := DefaultLimits()
+	l := sandbox.DefaultLimits()
 
 	tests := []struct {
 		name  string
@@ -69,7 +70,7 @@ func TestPodmanSpecHardening(t *testing.T) {
 			return nil
 		}},
 		{"env", func(t *testing.T) error {
-			want := map[string]string{EnvRelaySocket: RelaySocket, EnvRelayToken: "tok-xyz", "HOME": TmpDir, "LANG": "C.UTF-8"}
+			want := map[string]string{EnvRelaySocket: sandbox.RelaySocket, EnvRelayToken: "tok-xyz", "HOME": sandbox.TmpDir, "LANG": "C.UTF-8"}
 			for k, v := range want {
 				if s.Env[k] != v {
 					return fmt.Errorf("env %s=%q, want %q", k, s.Env[k], v)
@@ -93,13 +94,13 @@ func TestPodmanSpecHardening(t *testing.T) {
 			return nil
 		}},
 		{"labels", func(t *testing.T) error {
-			if s.Labels[LabelManaged] != "true" || s.Labels[LabelRunID] != "run42" {
+			if s.Labels[sandbox.LabelManaged] != "true" || s.Labels[sandbox.LabelRunID] != "run42" {
 				return fmt.Errorf("labels %v", s.Labels)
 			}
 			return nil
 		}},
 		{"workdir", func(t *testing.T) error {
-			if s.WorkDir != TmpDir {
+			if s.WorkDir != sandbox.TmpDir {
 				return fmt.Errorf("workdir %q", s.WorkDir)
 			}
 			return nil
@@ -179,8 +180,8 @@ func TestPodmanSpecHardening(t *testing.T) {
 		}},
 		{"cpu quota and period", func(t *testing.T) error {
 			c := s.ResourceLimits.CPU
-			if c == nil || c.Quota == nil || c.Period == nil || *c.Quota != 150_000 || *c.Period != CPUPeriod {
-				return fmt.Errorf("cpu %+v, want quota 150000 period %d", c, CPUPeriod)
+			if c == nil || c.Quota == nil || c.Period == nil || *c.Quota != 150_000 || *c.Period != sandbox.CPUPeriod {
+				return fmt.Errorf("cpu %+v, want quota 150000 period %d", c, sandbox.CPUPeriod)
 			}
 			return nil
 		}},
@@ -195,8 +196,8 @@ func TestPodmanSpecHardening(t *testing.T) {
 			return nil
 		}},
 		{"tmpfs at /tmp with the spec's options", func(t *testing.T) error {
-			m := podmanFindMount(t, s, TmpDir)
-			want := strings.Split(cs.Tmpfs[TmpDir], ",")
+			m := podmanFindMount(t, s, sandbox.TmpDir)
+			want := strings.Split(cs.Tmpfs[sandbox.TmpDir], ",")
 			if m.Type != "tmpfs" || !slices.Equal(m.Options, want) {
 				return fmt.Errorf("tmpfs mount %+v, want options %v", m, want)
 			}
@@ -208,7 +209,7 @@ func TestPodmanSpecHardening(t *testing.T) {
 			return nil
 		}},
 		{"relay dir bind-mounted read-only", func(t *testing.T) error {
-			m := podmanFindMount(t, s, RelayDir)
+			m := podmanFindMount(t, s, sandbox.RelayDir)
 			if m.Type != "bind" || m.Source != "/var/run/bridge/run42" {
 				return fmt.Errorf("relay mount %+v", m)
 			}
@@ -224,7 +225,7 @@ func TestPodmanSpecHardening(t *testing.T) {
 		}},
 		{"only the expected mounts", func(t *testing.T) error {
 			if len(s.Mounts) != 2 {
-				return fmt.Errorf("mounts %+v, want /tmp and %s only", s.Mounts, RelayDir)
+				return fmt.Errorf("mounts %+v, want /tmp and %s only", s.Mounts, sandbox.RelayDir)
 			}
 			return nil
 		}},
@@ -254,7 +255,7 @@ func TestPodmanSpecHardening(t *testing.T) {
 }
 
 func TestPodmanSpecOmitsUnsetFields(t *testing.T) {
-	s := podmanSpec(ContainerSpec{Image: "img"})
+	s := podmanSpec(sandbox.ContainerSpec{Image: "img"})
 	switch {
 	case s.ResourceLimits != nil:
 		t.Errorf("resource limits %+v for a spec without limits", s.ResourceLimits)
@@ -270,7 +271,7 @@ func TestPodmanSpecOmitsUnsetFields(t *testing.T) {
 }
 
 func TestPodmanSpecReadWriteBind(t *testing.T) {
-	s := podmanSpec(ContainerSpec{Image: "img", Mounts: []Mount{{Source: "/a", Target: "/b"}}})
+	s := podmanSpec(sandbox.ContainerSpec{Image: "img", Mounts: []sandbox.Mount{{Source: "/a", Target: "/b"}}})
 	m := podmanFindMount(t, s, "/b")
 	if slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "rw") {
 		t.Errorf("rw bind options %v", m.Options)
@@ -300,19 +301,19 @@ func TestPodmanEnforcement(t *testing.T) {
 		rootless    bool
 		cgroup      string
 		controllers []string
-		want        Enforcement
+		want        sandbox.Enforcement
 		reason      []string // substrings of Reason
 	}{
-		{name: "rootful v1", cgroup: "1", controllers: all, want: Enforcement{Memory: true, Pids: true, CPU: true}},
-		{name: "rootful v2", cgroup: "2", controllers: []string{"cpu", "memory", "pids"}, want: Enforcement{Memory: true, Pids: true, CPU: true}},
+		{name: "rootful v1", cgroup: "1", controllers: all, want: sandbox.Enforcement{Memory: true, Pids: true, CPU: true}},
+		{name: "rootful v2", cgroup: "2", controllers: []string{"cpu", "memory", "pids"}, want: sandbox.Enforcement{Memory: true, Pids: true, CPU: true}},
 		{name: "rootless v1", rootless: true, cgroup: "1", controllers: all,
 			reason: []string{"rootless Podman on cgroup v1", "rootful", "systemd.unified_cgroup_hierarchy=1"}},
 		{name: "rootless v2 delegated", rootless: true, cgroup: "2", controllers: []string{"memory", "pids", "cpu"},
-			want: Enforcement{Memory: true, Pids: true, CPU: true}},
+			want: sandbox.Enforcement{Memory: true, Pids: true, CPU: true}},
 		{name: "rootless v2 default delegation", rootless: true, cgroup: "2", controllers: []string{"memory", "pids"},
-			want: Enforcement{Memory: true, Pids: true}, reason: []string{"cpu", "Delegate="}},
+			want: sandbox.Enforcement{Memory: true, Pids: true}, reason: []string{"cpu", "Delegate="}},
 		{name: "rootful v1 without pids", cgroup: "1", controllers: []string{"cpu", "memory"},
-			want: Enforcement{Memory: true, CPU: true}, reason: []string{"pids"}},
+			want: sandbox.Enforcement{Memory: true, CPU: true}, reason: []string{"pids"}},
 		{name: "unknown cgroup version", cgroup: "", controllers: all, reason: []string{"unknown cgroup version"}},
 	}
 	for _, tt := range tests {
@@ -337,8 +338,8 @@ func TestPodmanEnforcement(t *testing.T) {
 
 func TestPodmanUnreachableError(t *testing.T) {
 	err := podmanUnreachable("unix:///run/podman/podman.sock", "/run/podman/podman.sock", errors.New("dial unix: no such file"))
-	if !errors.Is(err, ErrEngineUnreachable) {
-		t.Fatal("does not wrap ErrEngineUnreachable")
+	if !errors.Is(err, sandbox.ErrEngineUnreachable) {
+		t.Fatal("does not wrap sandbox.ErrEngineUnreachable")
 	}
 	for _, s := range []string{"/run/podman/podman.sock", "podman system service --time=0 unix:///run/podman/podman.sock", "bridge doctor"} {
 		if !strings.Contains(err.Error(), s) {

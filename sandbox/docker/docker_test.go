@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"archive/tar"
@@ -13,20 +13,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 )
 
-func testDockerSpec(t *testing.T) (ContainerSpec, Limits) {
+func testDockerSpec(t *testing.T) (sandbox.ContainerSpec, sandbox.Limits) {
 	t.Helper()
-	l := DefaultLimits()
+	l := sandbox.DefaultLimits()
 	l.Memory = 256 << 20
 	l.CPUs = 1.5
 	l.Pids = 64
 	l.TmpfsSize = 32 << 20
 	l.NoFile = 512
 	l.NProc = 2048
-	return NewSpec("run1", "bridge-runner:test", "/tmp/bridge-run1", "tok", l), l
+	return sandbox.NewSpec("run1", "bridge-runner:test", "/tmp/bridge-run1", "tok", l), l
 }
 
 func TestDockerConfigHardening(t *testing.T) {
@@ -43,13 +44,13 @@ func TestDockerConfigHardening(t *testing.T) {
 				slices.Equal([]string(cfg.Entrypoint), []string{"python3"})
 		}},
 		{"user nobody", func(*testing.T) bool { return cfg.User == "65534:65534" }},
-		{"workdir", func(*testing.T) bool { return cfg.WorkingDir == TmpDir }},
-		{"env relay socket", func(*testing.T) bool { return slices.Contains(cfg.Env, EnvRelaySocket+"="+RelaySocket) }},
-		{"env token", func(*testing.T) bool { return slices.Contains(cfg.Env, EnvRelayToken+"=tok") }},
+		{"workdir", func(*testing.T) bool { return cfg.WorkingDir == sandbox.TmpDir }},
+		{"env relay socket", func(*testing.T) bool { return slices.Contains(cfg.Env, sandbox.EnvRelaySocket+"="+sandbox.RelaySocket) }},
+		{"env token", func(*testing.T) bool { return slices.Contains(cfg.Env, sandbox.EnvRelayToken+"=tok") }},
 		{"env home", func(*testing.T) bool { return slices.Contains(cfg.Env, "HOME=/tmp") }},
 		{"env count", func(*testing.T) bool { return len(cfg.Env) == len(spec.Env) }},
-		{"label managed", func(*testing.T) bool { return cfg.Labels[LabelManaged] == "true" }},
-		{"label run id", func(*testing.T) bool { return cfg.Labels[LabelRunID] == "run1" }},
+		{"label managed", func(*testing.T) bool { return cfg.Labels[sandbox.LabelManaged] == "true" }},
+		{"label run id", func(*testing.T) bool { return cfg.Labels[sandbox.LabelRunID] == "run1" }},
 		{"network disabled", func(*testing.T) bool { return cfg.NetworkDisabled }},
 		{"network none", func(*testing.T) bool { return hc.NetworkMode == "none" && hc.NetworkMode.IsNone() }},
 		{"read-only root", func(*testing.T) bool { return hc.ReadonlyRootfs }},
@@ -67,13 +68,13 @@ func TestDockerConfigHardening(t *testing.T) {
 		}},
 		{"memory", func(*testing.T) bool { return hc.Memory == l.Memory }},
 		{"no swap", func(*testing.T) bool { return hc.MemorySwap == hc.Memory }},
-		{"cpu quota", func(*testing.T) bool { return hc.CPUQuota == 150_000 && hc.CPUPeriod == CPUPeriod }},
+		{"cpu quota", func(*testing.T) bool { return hc.CPUQuota == 150_000 && hc.CPUPeriod == sandbox.CPUPeriod }},
 		{"no nano cpus (conflicts with quota)", func(*testing.T) bool { return hc.NanoCPUs == 0 }},
 		{"pids", func(*testing.T) bool { return hc.PidsLimit != nil && *hc.PidsLimit == 64 }},
 		{"ulimit nofile", func(*testing.T) bool { return hasUlimit(hc, "nofile", 512) }},
 		{"ulimit nproc", func(*testing.T) bool { return hasUlimit(hc, "nproc", 2048) }},
 		{"tmpfs /tmp", func(*testing.T) bool {
-			opts := hc.Tmpfs[TmpDir]
+			opts := hc.Tmpfs[sandbox.TmpDir]
 			for _, want := range []string{"rw", "noexec", "nosuid", "nodev", "size=33554432", "mode=1777"} {
 				if !slices.Contains(strings.Split(opts, ","), want) {
 					return false
@@ -83,7 +84,7 @@ func TestDockerConfigHardening(t *testing.T) {
 		}},
 		{"run dir bind mount read-only", func(*testing.T) bool {
 			return len(hc.Mounts) == 1 && hc.Mounts[0] == mount.Mount{
-				Type: mount.TypeBind, Source: "/tmp/bridge-run1", Target: RelayDir, ReadOnly: true,
+				Type: mount.TypeBind, Source: "/tmp/bridge-run1", Target: sandbox.RelayDir, ReadOnly: true,
 			}
 		}},
 		{"no legacy binds", func(*testing.T) bool { return len(hc.Binds) == 0 }},
@@ -160,7 +161,7 @@ func TestDockerConfigCopies(t *testing.T) {
 func TestDockerConfigEmptySpec(t *testing.T) {
 	// A spec with the hardening flags off must not grow any on its own, and
 	// must not panic on nil maps.
-	cfg, hc := dockerConfig(ContainerSpec{Image: "x"})
+	cfg, hc := dockerConfig(sandbox.ContainerSpec{Image: "x"})
 	if hc.NetworkMode != "" || hc.ReadonlyRootfs || len(hc.CapDrop) > 0 || len(hc.SecurityOpt) > 0 ||
 		hc.PidsLimit != nil || cfg.NetworkDisabled || len(hc.Mounts) > 0 {
 		t.Errorf("unexpected options for an empty spec: %s %s", toJSON(t, cfg), toJSON(t, hc))
@@ -304,7 +305,7 @@ func TestPodmanCompatConfig(t *testing.T) {
 	tests := []struct{ dir, want string }{
 		{"/run", podmanCompatTmpfs},
 		{"/var/tmp", podmanCompatTmpfs},
-		{TmpDir, spec.Tmpfs[TmpDir]},
+		{sandbox.TmpDir, spec.Tmpfs[sandbox.TmpDir]},
 	}
 	for _, tc := range tests {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -332,7 +333,7 @@ func TestPodmanCompatConfig(t *testing.T) {
 
 func TestExitingRace(t *testing.T) {
 	for msg, want := range map[string]bool{
-		"Error response from daemon: Could not kill running container f3ed, cannot remove - Container f3ed is not running":              true,
+		"Error response from daemon: Could not kill running container f3ed, cannot remove - sandbox.Container f3ed is not running":      true,
 		"cannot remove container 1c3b as it could not be stopped: sending SIGKILL to container 1c3b: container state improper: stopped": true,
 		"Error response from daemon: No such container: f3ed":                                                                           false,
 		"Error response from daemon: Could not kill running container f3ed, cannot remove - permission denied":                          false,

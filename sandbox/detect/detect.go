@@ -1,4 +1,4 @@
-package sandbox
+package detect
 
 import (
 	"context"
@@ -10,14 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/docker"
+	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
+	"github.com/bridge-mcp/bridge/sandbox/podman"
 	"github.com/rs/zerolog"
-)
-
-// Engine names accepted by Open.
-const (
-	EngineAuto   = "auto"
-	EnginePodman = "podman"
-	EngineDocker = "docker"
 )
 
 // Candidate is one engine socket Open may try.
@@ -35,26 +32,26 @@ type Candidate struct {
 func Candidates(engine string, getenv func(string) string) ([]Candidate, error) {
 	var podman, docker []Candidate
 	if h := getenv("CONTAINER_HOST"); h != "" {
-		podman = append(podman, Candidate{EnginePodman, h, "$CONTAINER_HOST"})
+		podman = append(podman, Candidate{sandbox.EnginePodman, h, "$CONTAINER_HOST"})
 	}
 	if d := getenv("XDG_RUNTIME_DIR"); d != "" {
-		podman = append(podman, Candidate{EnginePodman, "unix://" + filepath.Join(d, "podman", "podman.sock"), "rootless Podman socket"})
+		podman = append(podman, Candidate{sandbox.EnginePodman, "unix://" + filepath.Join(d, "podman", "podman.sock"), "rootless Podman socket"})
 	}
-	podman = append(podman, Candidate{EnginePodman, "unix:///run/podman/podman.sock", "rootful Podman socket"})
+	podman = append(podman, Candidate{sandbox.EnginePodman, "unix:///run/podman/podman.sock", "rootful Podman socket"})
 	if h := getenv("DOCKER_HOST"); h != "" {
-		docker = append(docker, Candidate{EngineDocker, h, "$DOCKER_HOST"})
+		docker = append(docker, Candidate{sandbox.EngineDocker, h, "$DOCKER_HOST"})
 	} else {
-		docker = append(docker, Candidate{EngineDocker, "unix:///var/run/docker.sock", "default Docker socket"})
+		docker = append(docker, Candidate{sandbox.EngineDocker, "unix:///var/run/docker.sock", "default Docker socket"})
 	}
 	var all []Candidate
 	switch engine {
-	case EngineAuto, "":
+	case sandbox.EngineAuto, "":
 		all = append(podman, docker...)
-	case EnginePodman:
+	case sandbox.EnginePodman:
 		all = podman
-	case EngineDocker:
+	case sandbox.EngineDocker:
 		all = docker
-	case EngineKubernetes:
+	case sandbox.EngineKubernetes:
 		// Never chosen by auto: a cluster is used only when asked for.
 		all = kubeCandidates(getenv)
 	default:
@@ -74,43 +71,43 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 }
 
 // Connect opens the engine behind one candidate.
-func Connect(ctx context.Context, c Candidate) (Runtime, error) {
+func Connect(ctx context.Context, c Candidate) (sandbox.Runtime, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if p, ok := strings.CutPrefix(c.URI, "unix://"); ok {
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrPermission) {
 			// A directory on the way is closed to this user.
-			return nil, newAccessError(c.Engine, p, err)
+			return nil, sandbox.NewAccessError(c.Engine, p, err)
 		} else if err != nil {
-			return nil, fmt.Errorf("%w: no %s socket at %s", ErrEngineUnreachable, c.Engine, p)
+			return nil, fmt.Errorf("%w: no %s socket at %s", sandbox.ErrEngineUnreachable, c.Engine, p)
 		}
 	}
 	switch c.Engine {
-	case EnginePodman:
-		return NewPodman(ctx, c.URI)
-	case EngineDocker:
-		return NewDocker(ctx, c.URI)
-	case EngineKubernetes:
-		return NewKubernetes(ctx, strings.TrimPrefix(c.URI, "kubeconfig:"))
+	case sandbox.EnginePodman:
+		return podman.New(ctx, c.URI)
+	case sandbox.EngineDocker:
+		return docker.New(ctx, c.URI)
+	case sandbox.EngineKubernetes:
+		return kubernetes.New(ctx, strings.TrimPrefix(c.URI, "kubeconfig:"))
 	}
 	return nil, fmt.Errorf("unknown engine %q", c.Engine)
 }
 
 // Open connects to the first reachable engine among Candidates(engine) and
 // logs which one it picked and why.
-func Open(ctx context.Context, engine string, log zerolog.Logger) (Runtime, error) {
+func Open(ctx context.Context, engine string, log zerolog.Logger) (sandbox.Runtime, error) {
 	return OpenFor(ctx, engine, "", log)
 }
 
 // OpenFor is Open for containers that must run with ociRuntime (see
-// [ExecutorOptions.OCIRuntime]): an engine that cannot run it is passed over
+// [sandbox.ExecutorOptions.OCIRuntime]): an engine that cannot run it is passed over
 // like one that does not answer. When none can, the error wraps
 // ErrOCIRuntime and says what each engine would need. Else, when a socket
 // refused this user, it wraps ErrEngineDenied (and ErrEngineUnreachable),
 // so that the permission problem comes first and not "start the engine".
 // The error also wraps each candidate's.
-func OpenFor(ctx context.Context, engine, ociRuntime string, log zerolog.Logger) (Runtime, error) {
-	if err := CheckOCIRuntime(ociRuntime); err != nil {
+func OpenFor(ctx context.Context, engine, ociRuntime string, log zerolog.Logger) (sandbox.Runtime, error) {
+	if err := sandbox.CheckOCIRuntime(ociRuntime); err != nil {
 		return nil, err
 	}
 	cands, err := Candidates(engine, os.Getenv)
@@ -121,17 +118,17 @@ func OpenFor(ctx context.Context, engine, ociRuntime string, log zerolog.Logger)
 }
 
 // openFirst is OpenFor on the candidates given.
-func openFirst(ctx context.Context, cands []Candidate, ociRuntime string, log zerolog.Logger) (Runtime, error) {
+func openFirst(ctx context.Context, cands []Candidate, ociRuntime string, log zerolog.Logger) (sandbox.Runtime, error) {
 	var tried []string
 	errs := []error{nil} // the sentinel goes first
 	var runtimeErr error
 	denied := false
 	for _, c := range cands {
 		rt, err := Connect(ctx, c)
-		if err == nil && ociRuntime != "" && ociRuntime != OCIRuntimeDefault {
-			var info EngineInfo
+		if err == nil && ociRuntime != "" && ociRuntime != sandbox.OCIRuntimeDefault {
+			var info sandbox.EngineInfo
 			if info, err = rt.Info(ctx); err == nil {
-				if _, _, err = ResolveOCIRuntime(info, ociRuntime); err != nil {
+				if _, _, err = sandbox.ResolveOCIRuntime(info, ociRuntime); err != nil {
 					runtimeErr = err
 				}
 			}
@@ -143,18 +140,18 @@ func openFirst(ctx context.Context, cands []Candidate, ociRuntime string, log ze
 			log.Debug().Err(err).Str("engine", c.Engine).Str("socket", c.URI).Msg("engine not usable")
 			tried = append(tried, fmt.Sprintf("%s at %s (%s): %v", c.Engine, c.URI, c.Why, err))
 			errs = append(errs, err)
-			denied = denied || errors.Is(err, ErrEngineDenied)
+			denied = denied || errors.Is(err, sandbox.ErrEngineDenied)
 			continue
 		}
 		log.Info().Str("engine", c.Engine).Str("socket", c.URI).Str("why", c.Why+" answered first").Msg("container engine selected")
 		return rt, nil
 	}
-	errs[0] = ErrEngineUnreachable
+	errs[0] = sandbox.ErrEngineUnreachable
 	switch {
 	case runtimeErr != nil:
-		errs[0] = ErrOCIRuntime
+		errs[0] = sandbox.ErrOCIRuntime
 	case denied:
-		errs[0] = ErrEngineDenied
+		errs[0] = sandbox.ErrEngineDenied
 	}
 	return nil, &openError{
 		msg:  fmt.Sprintf("%v: tried\n  %s\nrun `bridge doctor` for what to fix", errs[0], strings.Join(tried, "\n  ")),
@@ -171,18 +168,6 @@ type openError struct {
 
 func (e *openError) Error() string   { return e.msg }
 func (e *openError) Unwrap() []error { return e.errs }
-
-// OtherEngine is the engine that is not engine: EngineDocker for
-// EnginePodman and the other way round; "" for any other name.
-func OtherEngine(engine string) string {
-	switch engine {
-	case EnginePodman:
-		return EngineDocker
-	case EngineDocker:
-		return EnginePodman
-	}
-	return ""
-}
 
 // HasImage reports whether the first engine among Candidates(engine) that
 // answers holds image in its local store. It is for hints on a failure
@@ -212,15 +197,15 @@ func HasImage(ctx context.Context, engine, image string) bool {
 func kubeCandidates(getenv func(string) string) []Candidate {
 	var out []Candidate
 	if getenv("KUBERNETES_SERVICE_HOST") != "" {
-		out = append(out, Candidate{EngineKubernetes, "in-cluster", "the pod's service account"})
+		out = append(out, Candidate{sandbox.EngineKubernetes, "in-cluster", "the pod's service account"})
 	}
 	if k := getenv("KUBECONFIG"); k != "" {
 		if strings.Contains(k, string(filepath.ListSeparator)) {
 			k = "" // a list: client-go's own loading rules merge it
 		}
-		out = append(out, Candidate{EngineKubernetes, "kubeconfig:" + k, "$KUBECONFIG"})
+		out = append(out, Candidate{sandbox.EngineKubernetes, "kubeconfig:" + k, "$KUBECONFIG"})
 	} else if h := getenv("HOME"); h != "" {
-		out = append(out, Candidate{EngineKubernetes, "kubeconfig:" + filepath.Join(h, ".kube", "config"), "~/.kube/config"})
+		out = append(out, Candidate{sandbox.EngineKubernetes, "kubeconfig:" + filepath.Join(h, ".kube", "config"), "~/.kube/config"})
 	}
 	return out
 }

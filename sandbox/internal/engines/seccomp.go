@@ -1,4 +1,4 @@
-package sandbox
+package engines
 
 import (
 	"crypto/sha256"
@@ -10,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/bridge-mcp/bridge/internal/paths"
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 // Every container the bridge starts runs under the bridge's own seccomp
@@ -165,8 +168,8 @@ type (
 	}
 )
 
-// seccompProfile returns the bridge's own profile, as JSON.
-func seccompProfile() []byte {
+// SeccompProfile returns the bridge's own profile, as JSON.
+func SeccompProfile() []byte {
 	allow := func(names ...string) seccompRule { return seccompRule{Names: names, Action: "SCMP_ACT_ALLOW"} }
 	arches := func(r seccompRule, a ...string) seccompRule { r.Includes = &seccompFilter{Arches: a}; return r }
 	rules := []seccompRule{
@@ -195,12 +198,12 @@ func seccompProfile() []byte {
 	return b
 }
 
-// seccompProfileFile writes the bridge's profile into dir (private to the
+// SeccompProfileFile writes the bridge's profile into dir (private to the
 // bridge's user; the engine's service, root or this user, reads it) and
 // returns its path. The file is named by its content, so every run and
 // every bridge of this user shares it.
-func seccompProfileFile(dir string) (string, error) {
-	prof := seccompProfile()
+func SeccompProfileFile(dir string) (string, error) {
+	prof := SeccompProfile()
 	sum := sha256.Sum256(prof)
 	path := filepath.Join(dir, "seccomp-"+hex.EncodeToString(sum[:8])+".json")
 	if b, err := os.ReadFile(path); err == nil && string(b) == string(prof) {
@@ -208,7 +211,7 @@ func seccompProfileFile(dir string) (string, error) {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}
-	if err := ensurePrivateDir(dir); err != nil {
+	if err := paths.EnsurePrivateDir(dir); err != nil {
 		return "", err
 	}
 	tmp, err := os.CreateTemp(dir, ".seccomp-*")
@@ -230,15 +233,15 @@ func seccompProfileFile(dir string) (string, error) {
 	return path, os.Rename(tmp.Name(), path)
 }
 
-// seccompFile is the bridge's profile as a file, written on first use and
+// SeccompFile is the bridge's profile as a file, written on first use and
 // again should it go missing, for an engine that reads it by path.
-type seccompFile struct {
+type SeccompFile struct {
 	mu   sync.Mutex
 	path string
 }
 
-// get returns the file's path.
-func (f *seccompFile) get() (string, error) {
+// Get returns the file's path.
+func (f *SeccompFile) Get() (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.path != "" {
@@ -246,7 +249,7 @@ func (f *seccompFile) get() (string, error) {
 			return f.path, nil
 		}
 	}
-	path, err := seccompProfileFile(DefaultRunRoot())
+	path, err := SeccompProfileFile(sandbox.DefaultRunRoot())
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package podman
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/internal/engines"
 	buildahDefine "github.com/containers/buildah/define"
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
@@ -30,7 +32,7 @@ import (
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-var _ Runtime = (*Podman)(nil)
+var _ sandbox.Runtime = (*Client)(nil)
 
 // podmanLogSizeMax caps the log file conmon keeps for a container's own
 // stdout and stderr. When it is full conmon truncates it and goes on, so a
@@ -42,9 +44,9 @@ const podmanLogSizeMax = 1 << 20
 // host's name or the container id shows through.
 const podmanHostname = "sandbox"
 
-// Podman is the [Runtime] backed by the Podman REST API (libpod endpoints),
+// Podman is the [sandbox.Runtime] backed by the Podman REST API (libpod endpoints),
 // driven through the v5 bindings. It never runs the podman CLI.
-type Podman struct {
+type Client struct {
 	// conn carries the bindings connection as context values. It is never
 	// cancelled: each call merges it with the caller's context (see call).
 	conn context.Context
@@ -59,7 +61,7 @@ type Podman struct {
 	// mistake our own SIGKILL for the OOM killer's.
 	killed sync.Map
 	// seccomp is the bridge's seccomp profile as a file (seccomp.go).
-	seccomp seccompFile
+	seccomp engines.SeccompFile
 }
 
 // NewPodman connects to the Podman API service at socketURI, e.g.
@@ -67,7 +69,7 @@ type Podman struct {
 // "unix:///run/user/1000/podman/podman.sock" (rootless). A socket that
 // cannot be reached returns an error wrapping ErrEngineUnreachable; one that
 // refuses this user, an *AccessError.
-func NewPodman(ctx context.Context, socketURI string) (*Podman, error) {
+func New(ctx context.Context, socketURI string) (*Client, error) {
 	path := podmanSocketPath(socketURI)
 	conn, err := bindings.NewConnection(ctx, socketURI)
 	if err != nil {
@@ -78,7 +80,7 @@ func NewPodman(ctx context.Context, socketURI string) (*Podman, error) {
 	}
 	// Keep the connection's values but not the cancellation of the ctx it
 	// was made with: NewPodman's ctx may end long before the Podman does.
-	return &Podman{
+	return &Client{
 		conn:          context.WithoutCancel(conn),
 		uri:           socketURI,
 		path:          path,
@@ -105,12 +107,14 @@ type podmanUnreachableError struct {
 	cause error
 }
 
-func (e *podmanUnreachableError) Error() string   { return e.msg }
-func (e *podmanUnreachableError) Unwrap() []error { return []error{ErrEngineUnreachable, e.cause} }
+func (e *podmanUnreachableError) Error() string { return e.msg }
+func (e *podmanUnreachableError) Unwrap() []error {
+	return []error{sandbox.ErrEngineUnreachable, e.cause}
+}
 
 func podmanUnreachable(uri, path string, cause error) error {
 	if errors.Is(cause, fs.ErrPermission) && path != uri {
-		return newAccessError(EnginePodman, path, cause)
+		return sandbox.NewAccessError(sandbox.EnginePodman, path, cause)
 	}
 	return &podmanUnreachableError{
 		msg: fmt.Sprintf("podman API socket not reachable at %s: start it with `podman system service --time=0 %s` "+
@@ -135,7 +139,7 @@ func (c podmanConnCtx) Value(key any) any {
 }
 
 // call returns the context to hand to the bindings for one call made under ctx.
-func (p *Podman) call(ctx context.Context) context.Context {
+func (p *Client) call(ctx context.Context) context.Context {
 	return podmanConnCtx{Context: ctx, conn: p.conn}
 }
 
@@ -165,7 +169,7 @@ func podmanAPICause(err error) string {
 
 // wrap adds what is needed to act on an error from the bindings: the
 // operation, and ErrEngineUnreachable when the socket could not be dialled.
-func (p *Podman) wrap(ctx context.Context, op string, err error) error {
+func (p *Client) wrap(ctx context.Context, op string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("podman: %s: %w (%v)", op, ctxErr, err)
 	}
@@ -176,16 +180,16 @@ func (p *Podman) wrap(ctx context.Context, op string, err error) error {
 	return fmt.Errorf("podman: %s: %w", op, err)
 }
 
-// Name implements [Runtime].
-func (p *Podman) Name() string { return "podman" }
+// Name implements [sandbox.Runtime].
+func (p *Client) Name() string { return "podman" }
 
-// Info implements [Runtime].
-func (p *Podman) Info(ctx context.Context) (EngineInfo, error) {
+// Info implements [sandbox.Runtime].
+func (p *Client) Info(ctx context.Context) (sandbox.EngineInfo, error) {
 	info, err := system.Info(p.call(ctx), nil)
 	if err != nil {
-		return EngineInfo{}, p.wrap(ctx, "reading engine info", err)
+		return sandbox.EngineInfo{}, p.wrap(ctx, "reading engine info", err)
 	}
-	ei := EngineInfo{
+	ei := sandbox.EngineInfo{
 		Name:       p.Name(),
 		Socket:     p.uri,
 		Version:    info.Version.Version,
@@ -196,7 +200,7 @@ func (p *Podman) Info(ctx context.Context) (EngineInfo, error) {
 		ei.Rootless = h.Security.Rootless
 		ei.CgroupVersion = strings.TrimPrefix(h.CgroupsVersion, "v")
 		if h.OCIRuntime != nil {
-			ei.OCIRuntime = runtimeName(h.OCIRuntime.Name)
+			ei.OCIRuntime = sandbox.OCIRuntimeName(h.OCIRuntime.Name)
 		}
 		controllers = h.CgroupControllers
 	}
@@ -205,17 +209,17 @@ func (p *Podman) Info(ctx context.Context) (EngineInfo, error) {
 }
 
 // podmanEnforcement says which limits Podman applies given how it runs.
-func podmanEnforcement(rootless bool, cgroupVersion string, controllers []string) Enforcement {
+func podmanEnforcement(rootless bool, cgroupVersion string, controllers []string) sandbox.Enforcement {
 	if rootless && cgroupVersion == "1" {
-		return Enforcement{Reason: "rootless Podman on cgroup v1 ignores memory, pids and CPU limits " +
+		return sandbox.Enforcement{Reason: "rootless Podman on cgroup v1 ignores memory, pids and CPU limits " +
 			"(the kernel gives unprivileged users no cgroup delegation): run Podman rootful, " +
 			"or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"}
 	}
 	if cgroupVersion != "1" && cgroupVersion != "2" {
-		return Enforcement{Reason: fmt.Sprintf("podman reported an unknown cgroup version %q, so no limit can be "+
+		return sandbox.Enforcement{Reason: fmt.Sprintf("podman reported an unknown cgroup version %q, so no limit can be "+
 			"assumed to hold: check `podman info` (host.cgroupVersion) or run `bridge doctor`", cgroupVersion)}
 	}
-	e := Enforcement{
+	e := sandbox.Enforcement{
 		Memory: slices.Contains(controllers, "memory"),
 		Pids:   slices.Contains(controllers, "pids"),
 		CPU:    slices.Contains(controllers, "cpu"),
@@ -249,19 +253,19 @@ func podmanEnforcement(rootless bool, cgroupVersion string, controllers []string
 	return e
 }
 
-// ImageInfo implements [Runtime].
-func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
+// ImageInfo implements [sandbox.Runtime].
+func (p *Client) ImageInfo(ctx context.Context, ref string) (sandbox.ImageInfo, error) {
 	img, err := images.GetImage(p.call(ctx), ref, nil)
 	if err != nil {
 		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
-			return ImageInfo{}, fmt.Errorf("podman: %w: %s is not in the local storage of %s", ErrImageNotFound, ref, p.path)
+			return sandbox.ImageInfo{}, fmt.Errorf("podman: %w: %s is not in the local storage of %s", sandbox.ErrImageNotFound, ref, p.path)
 		}
-		return ImageInfo{}, p.wrap(ctx, fmt.Sprintf("inspecting image %q", ref), err)
+		return sandbox.ImageInfo{}, p.wrap(ctx, fmt.Sprintf("inspecting image %q", ref), err)
 	}
 	if img == nil || img.ImageData == nil {
-		return ImageInfo{}, fmt.Errorf("podman: inspecting image %q: empty answer from the service", ref)
+		return sandbox.ImageInfo{}, fmt.Errorf("podman: inspecting image %q: empty answer from the service", ref)
 	}
-	ii := ImageInfo{ID: img.ID, Size: img.Size, Labels: img.Labels}
+	ii := sandbox.ImageInfo{ID: img.ID, Size: img.Size, Labels: img.Labels}
 	if img.Created != nil {
 		ii.Created = *img.Created
 	}
@@ -271,9 +275,9 @@ func (p *Podman) ImageInfo(ctx context.Context, ref string) (ImageInfo, error) {
 	return ii, nil
 }
 
-// BuildImage implements [Runtime]. The build context is sent as a tarball, so
+// BuildImage implements [sandbox.Runtime]. The build context is sent as a tarball, so
 // opts.ContextDir is any directory on this machine.
-func (p *Podman) BuildImage(ctx context.Context, bo BuildOptions) error {
+func (p *Client) BuildImage(ctx context.Context, bo sandbox.BuildOptions) error {
 	contextDir, dockerfile, tag, out := bo.ContextDir, bo.Dockerfile, bo.Tag, bo.Out
 	dir, err := filepath.Abs(contextDir)
 	if err != nil {
@@ -316,19 +320,19 @@ func (p *Podman) BuildImage(ctx context.Context, bo BuildOptions) error {
 	return nil
 }
 
-// Create implements [Runtime].
-func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
+// Create implements [sandbox.Runtime].
+func (p *Client) Create(ctx context.Context, cs sandbox.ContainerSpec) (string, error) {
 	for _, m := range cs.Mounts {
 		if _, err := os.Stat(m.Source); err != nil {
 			return "", fmt.Errorf("podman: bind mount source for %s: %w", m.Target, err)
 		}
 	}
-	if err := checkDataMountHosts(cs.DataMounts); err != nil {
+	if err := engines.CheckDataMountHosts(cs.DataMounts); err != nil {
 		return "", fmt.Errorf("podman: creating container %s: %w", cs.Name, err)
 	}
 	s := podmanSpec(cs)
 	// The bridge's own seccomp profile (seccomp.go).
-	prof, err := p.seccomp.get()
+	prof, err := p.seccomp.Get()
 	if err != nil {
 		return "", fmt.Errorf("podman: %w", err)
 	}
@@ -340,13 +344,13 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 	if err != nil {
 		if podmanAPICode(err) == http.StatusNotFound || podmanAPICause(err) == "image not known" {
 			return "", fmt.Errorf("podman: creating container %s: %w: %s is not in the local storage of %s",
-				cs.Name, ErrImageNotFound, cs.Image, p.path)
+				cs.Name, sandbox.ErrImageNotFound, cs.Image, p.path)
 		}
 		return "", p.wrap(ctx, fmt.Sprintf("creating container %s from image %q", cs.Name, cs.Image), err)
 	}
 	// The service drops a limit it cannot apply with only a warning (e.g.
 	// rootless on cgroup v1): never run a container without its limits.
-	if err := refuseDroppedLimits(ctx, p.Remove, "podman: creating container "+cs.Name, resp.ID, resp.Warnings); err != nil {
+	if err := engines.RefuseDroppedLimits(ctx, p.Remove, "podman: creating container "+cs.Name, resp.ID, resp.Warnings); err != nil {
 		return "", err
 	}
 	if cs.OCIRuntime != "" {
@@ -358,7 +362,7 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 		} else if data != nil {
 			got = data.OCIRuntime
 		}
-		if err := checkRuntimeOf(ctx, p.Remove, "podman: creating container "+cs.Name, resp.ID, cs.OCIRuntime, got); err != nil {
+		if err := engines.CheckRuntimeOf(ctx, p.Remove, "podman: creating container "+cs.Name, resp.ID, cs.OCIRuntime, got); err != nil {
 			return "", err
 		}
 	}
@@ -367,7 +371,7 @@ func (p *Podman) Create(ctx context.Context, cs ContainerSpec) (string, error) {
 
 // podmanSpec translates every field of cs into a SpecGenerator. It is pure,
 // so tests can check each hardening option without an engine.
-func podmanSpec(cs ContainerSpec) *specgen.SpecGenerator {
+func podmanSpec(cs sandbox.ContainerSpec) *specgen.SpecGenerator {
 	s := specgen.NewSpecGenerator(cs.Image, false)
 	s.RawImageName = cs.Image
 	s.Name = cs.Name
@@ -512,24 +516,24 @@ func podmanDataMountOptions() []string { return []string{"bind", "ro", "nosuid",
 
 func podmanPtr[T any](v T) *T { return &v }
 
-// Start implements [Runtime].
-func (p *Podman) Start(ctx context.Context, id string) error {
+// Start implements [sandbox.Runtime].
+func (p *Client) Start(ctx context.Context, id string) error {
 	if err := containers.Start(p.call(ctx), id, nil); err != nil {
 		if podmanAPICode(err) == http.StatusNotFound {
-			return fmt.Errorf("podman: starting container %s: %w", id, ErrNotFound)
+			return fmt.Errorf("podman: starting container %s: %w", id, sandbox.ErrNotFound)
 		}
 		return p.wrap(ctx, "starting container "+id, err)
 	}
 	return nil
 }
 
-// Wait implements [Runtime]. It returns as soon as ctx ends, even while the
+// Wait implements [sandbox.Runtime]. It returns as soon as ctx ends, even while the
 // bindings are still retrying.
 // podmanWaitInterval is how often the Podman service checks a waited-on
 // container's state.
 const podmanWaitInterval = "20ms"
 
-func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
+func (p *Client) Wait(ctx context.Context, id string) (sandbox.ExitState, error) {
 	type result struct {
 		code int32
 		err  error
@@ -545,19 +549,19 @@ func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
 	select {
 	case r = <-done:
 	case <-ctx.Done():
-		return ExitState{}, fmt.Errorf("podman: waiting for container %s: %w", id, ctx.Err())
+		return sandbox.ExitState{}, fmt.Errorf("podman: waiting for container %s: %w", id, ctx.Err())
 	}
 	if r.err != nil {
 		if podmanAPICode(r.err) == http.StatusNotFound {
-			return ExitState{}, fmt.Errorf("podman: waiting for container %s: %w", id, ErrNotFound)
+			return sandbox.ExitState{}, fmt.Errorf("podman: waiting for container %s: %w", id, sandbox.ErrNotFound)
 		}
-		return ExitState{}, p.wrap(ctx, "waiting for container "+id, r.err)
+		return sandbox.ExitState{}, p.wrap(ctx, "waiting for container "+id, r.err)
 	}
-	st := ExitState{ExitCode: int(r.code)}
+	st := sandbox.ExitState{ExitCode: int(r.code)}
 	data, err := containers.Inspect(p.call(ctx), id, nil)
 	if err != nil {
 		if podmanAPICode(err) == http.StatusNotFound {
-			return st, fmt.Errorf("podman: inspecting exited container %s: %w", id, ErrNotFound)
+			return st, fmt.Errorf("podman: inspecting exited container %s: %w", id, sandbox.ErrNotFound)
 		}
 		return st, p.wrap(ctx, "inspecting exited container "+id, err)
 	}
@@ -580,8 +584,8 @@ func (p *Podman) Wait(ctx context.Context, id string) (ExitState, error) {
 	return st, nil
 }
 
-// Kill implements [Runtime].
-func (p *Podman) Kill(ctx context.Context, id string) error {
+// Kill implements [sandbox.Runtime].
+func (p *Client) Kill(ctx context.Context, id string) error {
 	p.killed.Store(id, struct{}{})
 	err := containers.Kill(p.call(ctx), id, &containers.KillOptions{Signal: podmanPtr("SIGKILL")})
 	switch code := podmanAPICode(err); {
@@ -593,8 +597,8 @@ func (p *Podman) Kill(ctx context.Context, id string) error {
 	return p.wrap(ctx, "killing container "+id, err)
 }
 
-// Remove implements [Runtime].
-func (p *Podman) Remove(ctx context.Context, id string) error {
+// Remove implements [sandbox.Runtime].
+func (p *Client) Remove(ctx context.Context, id string) error {
 	defer p.killed.Delete(id)
 	// Podman 4.x refuses a forced remove while the container is between
 	// running and stopped ("could not be stopped ... container state
@@ -614,7 +618,7 @@ func (p *Podman) Remove(ctx context.Context, id string) error {
 	}
 }
 
-func (p *Podman) remove(ctx context.Context, id string) error {
+func (p *Client) remove(ctx context.Context, id string) error {
 	reports, err := containers.Remove(p.call(ctx), id, &containers.RemoveOptions{
 		Force:   podmanPtr(true),
 		Volumes: podmanPtr(true),
@@ -637,8 +641,8 @@ func (p *Podman) remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// Logs implements [Runtime].
-func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error) {
+// Logs implements [sandbox.Runtime].
+func (p *Client) Logs(ctx context.Context, id string, limit int) (string, error) {
 	if limit <= 0 {
 		return "", nil
 	}
@@ -656,21 +660,21 @@ func (p *Podman) Logs(ctx context.Context, id string, limit int) (string, error)
 		errc <- containers.Logs(p.call(ctx), id, opts, frames, frames)
 		close(frames)
 	}()
-	tail := newLogTail(limit)
+	tail := engines.NewLogTail(limit)
 	for f := range frames {
 		_, _ = tail.WriteString(f)
 	}
 	if err := <-errc; err != nil {
 		if podmanAPICode(err) == http.StatusNotFound {
-			return "", fmt.Errorf("podman: reading logs of container %s: %w", id, ErrNotFound)
+			return "", fmt.Errorf("podman: reading logs of container %s: %w", id, sandbox.ErrNotFound)
 		}
 		return "", p.wrap(ctx, "reading logs of container "+id, err)
 	}
 	return tail.String(), nil
 }
 
-// List implements [Runtime].
-func (p *Podman) List(ctx context.Context, labels map[string]string) ([]ContainerInfo, error) {
+// List implements [sandbox.Runtime].
+func (p *Client) List(ctx context.Context, labels map[string]string) ([]sandbox.ContainerInfo, error) {
 	filters := map[string][]string{}
 	for k, v := range labels {
 		filters["label"] = append(filters["label"], k+"="+v)
@@ -680,18 +684,18 @@ func (p *Podman) List(ctx context.Context, labels map[string]string) ([]Containe
 	if err != nil {
 		return nil, p.wrap(ctx, "listing containers", err)
 	}
-	out := make([]ContainerInfo, 0, len(list))
+	out := make([]sandbox.ContainerInfo, 0, len(list))
 	for _, c := range list {
-		out = append(out, ContainerInfo{ID: c.ID, Labels: c.Labels})
+		out = append(out, sandbox.ContainerInfo{ID: c.ID, Labels: c.Labels})
 	}
 	// The filter is the service's; check again, so a service that ORs
 	// label filters cannot hand back someone else's container.
-	return matchLabels(out, labels), nil
+	return engines.MatchLabels(out, labels), nil
 }
 
-// Close implements [Runtime]. It drops idle connections to the service; the
+// Close implements [sandbox.Runtime]. It drops idle connections to the service; the
 // Podman must not be used afterwards.
-func (p *Podman) Close() error {
+func (p *Client) Close() error {
 	if c, err := bindings.GetClient(p.conn); err == nil && c.Client != nil {
 		c.Client.CloseIdleConnections()
 	}
