@@ -50,6 +50,39 @@ func validateDataMounts(ms []DataMount) error {
 	return nil
 }
 
+// createScanEntries is how many entries of each mount's folder are looked
+// at for FIFOs when a container is made: a few milliseconds at most, so a
+// large folder is checked in full only when the policy is read.
+const createScanEntries = 10_000
+
+// CheckDataMountHosts fails when a data mount's host folder is gone, no
+// longer a folder, or no longer the folder the policy resolved (a symlink
+// now stands somewhere on its path, which the engine would follow): the
+// policy checked it at load, but folders come and go, and the engines' own
+// errors for this say little. It also fails when the folder now holds a
+// FIFO (looking at createScanEntries entries).
+func CheckDataMountHosts(ms []DataMount) error {
+	for _, m := range ms {
+		if r, err := filepath.EvalSymlinks(m.Host); err == nil && r != m.Host {
+			return fmt.Errorf("the policy's mount %s → %s: the path now leads through a symlink to %s, not to the folder the policy checked: fix the path on the host, or reload the policy", m.Host, m.Path, r)
+		}
+		fi, err := os.Stat(m.Host)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("the policy's mount %s → %s: the host folder no longer exists: recreate it, or remove the mount from the policy", m.Host, m.Path)
+		case err != nil:
+			return fmt.Errorf("the policy's mount %s → %s: %w", m.Host, m.Path, err)
+		case !fi.IsDir():
+			return fmt.Errorf("the policy's mount %s → %s: the host path is no longer a folder: fix it, or remove the mount from the policy", m.Host, m.Path)
+		}
+		if s := paths.Special(m.Host, createScanEntries); s.NFIFOs > 0 {
+			return fmt.Errorf("the policy's mount %s → %s now holds %d FIFO(s) (%s): code could write through one to whatever host process reads it; no container was made: remove them, or mount a folder without them",
+				m.Host, m.Path, s.NFIFOs, strings.Join(s.FIFOs, ", "))
+		}
+	}
+	return nil
+}
+
 // statDataMounts stats each mount's host folder (nil where that fails),
 // to tell later whether it is still the folder a container mounted.
 func statDataMounts(ms []DataMount) []os.FileInfo {

@@ -181,37 +181,6 @@ func TestForGVisor(t *testing.T) {
 	}
 }
 
-func TestCheckRuntimeOf(t *testing.T) {
-	for _, tt := range []struct {
-		want, got string
-		refused   bool
-	}{
-		{"", "runc", false},
-		{"runsc", "runsc", false},
-		{"runsc", "/usr/bin/runsc", false},
-		{"runsc", "runc", true},
-		{"runc", "runsc", true},
-		{"runsc", "", true},
-		{"runsc", "unknown (inspect failed)", true},
-	} {
-		var removed []string
-		remove := func(_ context.Context, id string) error { removed = append(removed, id); return nil }
-		err := checkRuntimeOf(context.Background(), remove, "create container x", "c1", tt.want, tt.got)
-		if (err != nil) != tt.refused || (len(removed) == 1) != tt.refused {
-			t.Errorf("want %q, got %q: err %v, removed %v", tt.want, tt.got, err, removed)
-		}
-		if err != nil && (!errors.Is(err, ErrOCIRuntime) || !strings.Contains(err.Error(), "no code was run")) {
-			t.Errorf("err = %v", err)
-		}
-	}
-	// A removal that fails is reported too.
-	err := checkRuntimeOf(context.Background(), func(context.Context, string) error { return errors.New("engine gone") },
-		"create container x", "c1", "runsc", "runc")
-	if !errors.Is(err, ErrOCIRuntime) || !strings.Contains(err.Error(), "engine gone") {
-		t.Errorf("err = %v", err)
-	}
-}
-
 // The Executor asks for the runtime in every spec, adapts the spec to
 // gVisor, and refuses an engine that cannot run the runtime before any
 // container exists.

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,7 @@ func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, e
 		return "", createErr
 	}
 	// As the engines' backends do (Docker.Create, Podman.Create).
-	if err := checkDataMountHosts(spec.DataMounts); err != nil {
+	if err := CheckDataMountHosts(spec.DataMounts); err != nil {
 		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 	}
 	cut := f.createSlow
@@ -210,7 +211,14 @@ func (f *fakeRuntime) List(_ context.Context, labels map[string]string) ([]Conta
 	for id, c := range f.containers {
 		cs = append(cs, ContainerInfo{ID: id, Labels: c.spec.Labels})
 	}
-	return matchLabels(cs, labels), nil
+	return slices.DeleteFunc(cs, func(c ContainerInfo) bool {
+		for k, v := range labels {
+			if c.Labels[k] != v {
+				return true
+			}
+		}
+		return false
+	}), nil
 }
 
 // newTestExecutor returns an Executor on rt whose run root is checked to be

@@ -3,6 +3,8 @@ package detect
 import (
 	"strings"
 	"testing"
+
+	"github.com/bridge-mcp/bridge/sandbox"
 )
 
 func TestCandidates(t *testing.T) {
@@ -43,5 +45,25 @@ func TestCandidates(t *testing.T) {
 	}
 	if _, err := Candidates("lxc", env()); err == nil || !strings.Contains(err.Error(), "auto, podman, docker or kubernetes") {
 		t.Errorf("unknown engine: err = %v", err)
+	}
+}
+
+func TestKubeCandidates(t *testing.T) {
+	env := map[string]string{"KUBECONFIG": "/etc/k.conf", "HOME": "/home/u"}
+	cs, err := Candidates(sandbox.EngineKubernetes, func(k string) string { return env[k] })
+	if err != nil || len(cs) != 1 || cs[0].URI != "kubeconfig:/etc/k.conf" {
+		t.Fatalf("%+v %v", cs, err)
+	}
+	env = map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOME": "/home/u"}
+	cs, _ = Candidates(sandbox.EngineKubernetes, func(k string) string { return env[k] })
+	if len(cs) != 2 || cs[0].URI != "in-cluster" || cs[1].URI != "kubeconfig:/home/u/.kube/config" {
+		t.Fatalf("%+v", cs)
+	}
+	// auto never picks a cluster.
+	cs, _ = Candidates(sandbox.EngineAuto, func(k string) string { return env[k] })
+	for _, c := range cs {
+		if c.Engine == sandbox.EngineKubernetes {
+			t.Fatalf("auto tries %+v", c)
+		}
 	}
 }

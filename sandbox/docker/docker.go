@@ -601,7 +601,7 @@ func (d *Client) Create(ctx context.Context, spec sandbox.ContainerSpec) (string
 		if sandbox.OCIRuntimeName(spec.OCIRuntime) == sandbox.OCIRuntimeRunsc {
 			return "", engines.RefuseGVisorDataMounts(ctx, d.Remove, "create container "+spec.Name, "")
 		}
-		if err := engines.CheckDataMountHosts(spec.DataMounts); err != nil {
+		if err := sandbox.CheckDataMountHosts(spec.DataMounts); err != nil {
 			return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 		}
 	}
@@ -660,7 +660,7 @@ func (d *Client) runtimeOf(ctx context.Context, id string) (string, error) {
 			return "", d.wrap(err, "read engine version")
 		}
 		for _, c := range ver.Components {
-			if name, ok := strings.CutPrefix(c.Name, "OCI sandbox.Runtime ("); ok {
+			if name, ok := strings.CutPrefix(c.Name, "OCI Runtime ("); ok {
 				return strings.TrimSuffix(name, ")"), nil
 			}
 		}

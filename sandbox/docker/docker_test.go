@@ -333,7 +333,7 @@ func TestPodmanCompatConfig(t *testing.T) {
 
 func TestExitingRace(t *testing.T) {
 	for msg, want := range map[string]bool{
-		"Error response from daemon: Could not kill running container f3ed, cannot remove - sandbox.Container f3ed is not running":      true,
+		"Error response from daemon: Could not kill running container f3ed, cannot remove - Container f3ed is not running":              true,
 		"cannot remove container 1c3b as it could not be stopped: sending SIGKILL to container 1c3b: container state improper: stopped": true,
 		"Error response from daemon: No such container: f3ed":                                                                           false,
 		"Error response from daemon: Could not kill running container f3ed, cannot remove - permission denied":                          false,
@@ -341,5 +341,62 @@ func TestExitingRace(t *testing.T) {
 		if got := exitingRace(errors.New(msg)); got != want {
 			t.Errorf("exitingRace(%q) = %v, want %v", msg, got, want)
 		}
+	}
+}
+
+// Docker: an anonymous local volume that binds the folder with every
+// option, nothing copied into it.
+func TestDockerConfigDataMounts(t *testing.T) {
+	spec, _ := testDockerSpec(t)
+	spec.DataMounts = []sandbox.DataMount{{Host: "/srv/sales", Path: "/data/sales"}, {Host: "/srv/x y", Path: "/data/in/x"}}
+	_, hc := dockerConfig(spec)
+	var got []mount.Mount
+	for _, m := range hc.Mounts {
+		if m.Type == mount.TypeVolume {
+			got = append(got, m)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("volume mounts %+v", hc.Mounts)
+	}
+	for i, m := range got {
+		dm := spec.DataMounts[i]
+		vo := m.VolumeOptions
+		switch {
+		case m.Target != dm.Path || m.Source != "" || m.ReadOnly:
+			// Docker 20.10 refuses ReadOnly on an anonymous volume; the
+			// volume's own mount is read-only, and the container's copies it.
+			t.Errorf("mount %+v for %+v: want an anonymous volume at %s", m, dm, dm.Path)
+		case vo == nil || !vo.NoCopy || vo.DriverConfig == nil || vo.DriverConfig.Name != "local":
+			t.Errorf("volume options %+v: want the local driver, nocopy", vo)
+		case !reflect.DeepEqual(vo.DriverConfig.Options, map[string]string{"type": "none", "device": dm.Host, "o": "bind,ro,nosuid,nodev,noexec"}):
+			t.Errorf("driver options %v", vo.DriverConfig.Options)
+		case vo.Labels[sandbox.LabelManaged] != "true" || vo.Labels[sandbox.LabelRunID] != "run1":
+			t.Errorf("volume labels %v", vo.Labels)
+		}
+	}
+	// The relay's mount stays a bind mount.
+	if hc.Mounts[0].Type != mount.TypeBind || hc.Mounts[0].Target != sandbox.RelayDir {
+		t.Errorf("first mount %+v", hc.Mounts[0])
+	}
+}
+
+// Podman's Docker-compatible API drops a volume's driver options without a
+// word: there, data mounts are binds with Podman's own options.
+func TestPodmanCompatDataMounts(t *testing.T) {
+	spec, _ := testDockerSpec(t)
+	spec.DataMounts = []sandbox.DataMount{{Host: "/srv/sales", Path: "/data/sales"}}
+	_, hc := dockerConfig(spec)
+	podmanCompatConfig(spec, hc)
+	for _, m := range hc.Mounts {
+		if m.Type == mount.TypeVolume {
+			t.Errorf("a volume mount left: %+v", m)
+		}
+	}
+	if len(hc.Mounts) != 1 || hc.Mounts[0].Target != sandbox.RelayDir {
+		t.Errorf("mounts %+v: want the relay's alone", hc.Mounts)
+	}
+	if !slices.Equal(hc.Binds, []string{"/srv/sales:/data/sales:bind,ro,nosuid,nodev,noexec"}) {
+		t.Errorf("binds %q", hc.Binds)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/bridge-mcp/bridge/sandbox/internal/nodefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,7 +59,7 @@ func TestLinuxNodeMounts(t *testing.T) {
 		t.Errorf("writing past the tmpfs size: %v", err)
 	}
 	// A dead bridge's node folder: detached first, the user's file kept.
-	if err := removeNodeDir(dir); err != nil {
+	if err := nodefs.RemoveDir(dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(src, "a.csv")); err != nil {

@@ -509,7 +509,7 @@ func (k *Client) podFor(spec sandbox.ContainerSpec) (*corev1.Pod, error) {
 				SecurityContext: &corev1.SecurityContext{
 					RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &yes,
 					ReadOnlyRootFilesystem: &yes, AllowPrivilegeEscalation: &no, Privileged: &no,
-					Capabilities:           &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile: seccomp,
 				},
 				VolumeMounts:             mounts,

@@ -367,11 +367,11 @@ func TestKubeLifecycle(t *testing.T) {
 	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
 		t.Fatalf("the node folder is still there once the pod started: %v", err)
 	}
-	list, err := k.List(ctx, map[string]string{LabelManaged: "true", LabelOwner: spec.Labels[sandbox.LabelOwner]})
+	list, err := k.List(ctx, map[string]string{sandbox.LabelManaged: "true", sandbox.LabelOwner: spec.Labels[sandbox.LabelOwner]})
 	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Labels[sandbox.LabelOwner] != spec.Labels[sandbox.LabelOwner] {
 		t.Fatalf("list: %+v %v", list, err)
 	}
-	if list, _ := k.List(ctx, map[string]string{LabelOwner: "someone/else"}); len(list) != 0 {
+	if list, _ := k.List(ctx, map[string]string{sandbox.LabelOwner: "someone/else"}); len(list) != 0 {
 		t.Fatalf("list of another owner: %+v", list)
 	}
 
@@ -421,7 +421,7 @@ func TestKubeImageNeverPulled(t *testing.T) {
 	spec := kubeSpec(t)
 	id, _ := k.Create(ctx, spec)
 	kubelet(t, cs, id, corev1.ContainerStatus{Name: kubeContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
-		Reason: "ErrImageNeverPull", Message: `sandbox.Container image "bridge-runner:abc" is not present with pull policy of Never`}}})
+		Reason: "ErrImageNeverPull", Message: `Container image "bridge-runner:abc" is not present with pull policy of Never`}}})
 	err := k.Start(ctx, id)
 	if !errors.Is(err, sandbox.ErrImageNotFound) || !strings.Contains(err.Error(), "not present") {
 		t.Fatalf("start: %v", err)
@@ -495,26 +495,6 @@ func TestNormalizeImageRef(t *testing.T) {
 	} {
 		if got := normalizeImageRef(in); got != want {
 			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
-}
-
-func TestKubeCandidates(t *testing.T) {
-	env := map[string]string{"KUBECONFIG": "/etc/k.conf", "HOME": "/home/u"}
-	cs, err := Candidates(sandbox.EngineKubernetes, func(k string) string { return env[k] })
-	if err != nil || len(cs) != 1 || cs[0].URI != "kubeconfig:/etc/k.conf" {
-		t.Fatalf("%+v %v", cs, err)
-	}
-	env = map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOME": "/home/u"}
-	cs, _ = Candidates(sandbox.EngineKubernetes, func(k string) string { return env[k] })
-	if len(cs) != 2 || cs[0].URI != "in-cluster" || cs[1].URI != "kubeconfig:/home/u/.kube/config" {
-		t.Fatalf("%+v", cs)
-	}
-	// auto never picks a cluster.
-	cs, _ = Candidates(sandbox.EngineAuto, func(k string) string { return env[k] })
-	for _, c := range cs {
-		if c.Engine == sandbox.EngineKubernetes {
-			t.Fatalf("auto tries %+v", c)
 		}
 	}
 }
@@ -680,9 +660,9 @@ func TestKubeReapsEarlierBridgePods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mk("old", "node-a", map[string]string{LabelManaged: "true", LabelBridgePod: "uid-1"})
-	mk("mine", "node-a", map[string]string{LabelManaged: "true", LabelBridgePod: "uid-2"})
-	mk("host-bridge", "node-a", map[string]string{LabelManaged: "true"})
+	mk("old", "node-a", map[string]string{sandbox.LabelManaged: "true", LabelBridgePod: "uid-1"})
+	mk("mine", "node-a", map[string]string{sandbox.LabelManaged: "true", LabelBridgePod: "uid-2"})
+	mk("host-bridge", "node-a", map[string]string{sandbox.LabelManaged: "true"})
 	k.podUID = "uid-2"
 	if err := k.reapBridgePods(ctx); err != nil {
 		t.Fatal(err)

@@ -327,7 +327,7 @@ func (p *Client) Create(ctx context.Context, cs sandbox.ContainerSpec) (string, 
 			return "", fmt.Errorf("podman: bind mount source for %s: %w", m.Target, err)
 		}
 	}
-	if err := engines.CheckDataMountHosts(cs.DataMounts); err != nil {
+	if err := sandbox.CheckDataMountHosts(cs.DataMounts); err != nil {
 		return "", fmt.Errorf("podman: creating container %s: %w", cs.Name, err)
 	}
 	s := podmanSpec(cs)

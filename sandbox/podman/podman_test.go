@@ -70,7 +70,7 @@ func TestPodmanSpecHardening(t *testing.T) {
 			return nil
 		}},
 		{"env", func(t *testing.T) error {
-			want := map[string]string{EnvRelaySocket: sandbox.RelaySocket, EnvRelayToken: "tok-xyz", "HOME": sandbox.TmpDir, "LANG": "C.UTF-8"}
+			want := map[string]string{sandbox.EnvRelaySocket: sandbox.RelaySocket, sandbox.EnvRelayToken: "tok-xyz", "HOME": sandbox.TmpDir, "LANG": "C.UTF-8"}
 			for k, v := range want {
 				if s.Env[k] != v {
 					return fmt.Errorf("env %s=%q, want %q", k, s.Env[k], v)
@@ -339,7 +339,7 @@ func TestPodmanEnforcement(t *testing.T) {
 func TestPodmanUnreachableError(t *testing.T) {
 	err := podmanUnreachable("unix:///run/podman/podman.sock", "/run/podman/podman.sock", errors.New("dial unix: no such file"))
 	if !errors.Is(err, sandbox.ErrEngineUnreachable) {
-		t.Fatal("does not wrap sandbox.ErrEngineUnreachable")
+		t.Fatal("does not wrap ErrEngineUnreachable")
 	}
 	for _, s := range []string{"/run/podman/podman.sock", "podman system service --time=0 unix:///run/podman/podman.sock", "bridge doctor"} {
 		if !strings.Contains(err.Error(), s) {
@@ -357,5 +357,29 @@ func TestPodmanSocketPath(t *testing.T) {
 		if got := podmanSocketPath(uri); got != want {
 			t.Errorf("podmanSocketPath(%q) = %q, want %q", uri, got, want)
 		}
+	}
+}
+
+// Podman: a bind mount, not recursive, with every option.
+func TestPodmanSpecDataMounts(t *testing.T) {
+	cs, _ := testPodmanSpec(t)
+	cs.DataMounts = []sandbox.DataMount{{Host: "/srv/sales", Path: "/data/sales"}}
+	s := podmanSpec(cs)
+	m := podmanFindMount(t, s, "/data/sales")
+	if m.Type != "bind" || m.Source != "/srv/sales" {
+		t.Errorf("mount %+v", m)
+	}
+	for _, o := range []string{"bind", "ro", "nosuid", "nodev", "noexec"} {
+		if !slices.Contains(m.Options, o) {
+			t.Errorf("options %v lack %s", m.Options, o)
+		}
+	}
+	for _, o := range []string{"rbind", "rw", "exec", "suid", "dev"} {
+		if slices.Contains(m.Options, o) {
+			t.Errorf("options %v hold %s", m.Options, o)
+		}
+	}
+	if err := s.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
 	}
 }

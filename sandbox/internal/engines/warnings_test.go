@@ -71,7 +71,7 @@ func TestRefuseDroppedLimits(t *testing.T) {
 	warn := "Your kernel does not support pids limit capabilities or the cgroup is not mounted. PIDs limit discarded."
 	err := RefuseDroppedLimits(ctx, remove, "create container c1", "id1", []string{"something harmless", warn})
 	if !errors.Is(err, sandbox.ErrLimitsNotEnforced) {
-		t.Fatalf("err = %v, want sandbox.ErrLimitsNotEnforced", err)
+		t.Fatalf("err = %v, want ErrLimitsNotEnforced", err)
 	}
 	for _, s := range []string{"create container c1", warn} {
 		if !strings.Contains(err.Error(), s) {
@@ -88,6 +88,6 @@ func TestRefuseDroppedLimits(t *testing.T) {
 	rmErr = errors.New("engine gone")
 	err = RefuseDroppedLimits(ctx, remove, "create container c2", "id2", []string{warn})
 	if !errors.Is(err, sandbox.ErrLimitsNotEnforced) || !errors.Is(err, rmErr) || !strings.Contains(err.Error(), "id2") {
-		t.Errorf("err = %v, want sandbox.ErrLimitsNotEnforced and the removal's error naming id2", err)
+		t.Errorf("err = %v, want ErrLimitsNotEnforced and the removal's error naming id2", err)
 	}
 }
