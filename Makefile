@@ -259,7 +259,7 @@ endef
 # Every fuzz target, as PACKAGE:TARGET. Their seed corpora live in each
 # package's testdata/fuzz/TARGET (and in f.Add calls); `make test` fuzzes
 # each for TEST_FUZZTIME, `make fuzz` for FUZZTIME.
-FUZZ_TARGETS := ./internal/relay:FuzzDecode ./internal/relay:FuzzReadObject ./policy:FuzzParse ./policy:FuzzGlob ./proxy:FuzzServersConfig ./internal/artifacts:FuzzSanitiseName ./internal/artifacts:FuzzParseURI ./internal/tokenize:FuzzTokenize ./proxy/catalog:FuzzResultShape ./bridge/transport:FuzzScanID
+FUZZ_TARGETS := ./internal/relay:FuzzDecode ./internal/relay:FuzzReadObject ./policy:FuzzParse ./policy:FuzzGlob ./proxy:FuzzServersConfig ./bridge/artifacts:FuzzSanitiseName ./bridge/artifacts:FuzzParseURI ./internal/tokenize:FuzzTokenize ./proxy/catalog:FuzzResultShape ./bridge/transport:FuzzScanID
 
 # Go 1.26's fuzz coordinator can end a run at the -fuzztime deadline with a
 # bare "context deadline exceeded" and no failing input (go.dev/issue/75804,

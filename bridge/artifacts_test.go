@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
-	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/bridge/artifacts"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 

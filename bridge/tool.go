@@ -14,7 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/bridge/artifacts"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"

@@ -17,8 +17,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/bridge-mcp/bridge/internal/doctor"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/doctor"
+	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
 )
 
 // bridgeCLI runs the bridge binary and returns its stdout, stderr and exit code.
@@ -46,7 +47,7 @@ func engineEnv(e *engine) []string {
 		return []string{"DOCKER_HOST=" + e.cand.URI}
 	case sandbox.EngineKubernetes:
 		var env []string
-		for _, k := range []string{"KUBECONFIG", sandbox.EnvKubeNode, sandbox.EnvKubeNamespace, sandbox.EnvKubeletDir} {
+		for _, k := range []string{"KUBECONFIG", kubernetes.EnvNode, kubernetes.EnvNamespace, kubernetes.EnvKubeletDir} {
 			if v := os.Getenv(k); v != "" {
 				env = append(env, k+"="+v)
 			}

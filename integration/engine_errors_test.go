@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-mcp/bridge/internal/doctor"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
 // need skips t, or fails it in CI, when a prerequisite is missing.

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-mcp/bridge/internal/doctor"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/detect"
+	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
 // gvisorProbe runs in the sandbox and reports what the code sees, as JSON.
@@ -50,7 +51,7 @@ print(json.dumps(out))
 type gvisorEngine struct {
 	name string
 	rt   sandbox.Runtime
-	cand sandbox.Candidate
+	cand detect.Candidate
 	must bool
 }
 
@@ -72,8 +73,8 @@ func gvisorEngines(t testing.TB) []gvisorEngine {
 			if uri == "" {
 				uri = "unix:///run/podman/podman-runsc.sock"
 			}
-			c := sandbox.Candidate{Engine: sandbox.EnginePodman, URI: uri, Why: "test"}
-			rt, err := sandbox.Connect(context.Background(), c)
+			c := detect.Candidate{Engine: sandbox.EnginePodman, URI: uri, Why: "test"}
+			rt, err := detect.Connect(context.Background(), c)
 			if err != nil {
 				if must("podman") {
 					t.Errorf("podman-runsc: %v (integration/env/setup.sh starts this service)", err)
@@ -296,7 +297,7 @@ func BenchmarkRunGVisor(b *testing.B) {
 }
 
 // envFor points the CLI at the candidate's socket.
-func envFor(c sandbox.Candidate) string {
+func envFor(c detect.Candidate) string {
 	if c.Engine == sandbox.EngineDocker {
 		return "DOCKER_HOST=" + c.URI
 	}

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/bridge-mcp/bridge/images"
-	"github.com/bridge-mcp/bridge/internal/doctor"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
 // needImage fails (CI) or skips the test when e does not hold image:

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
 )
 
 // kubeStolenTokenEntersNoRun: the DaemonSet's identity may not exec,
@@ -21,13 +21,13 @@ func kubeStolenTokenEntersNoRun(t *testing.T) {
 	for _, p := range []string{"create pods exec", "get pods exec", "create pods attach", "create pods portforward",
 		"update pods ephemeralcontainers", "patch pods ephemeralcontainers", "patch pods", "update pods", "get secrets", "list secrets"} {
 		f := strings.Fields(p)
-		args := []string{"auth", "can-i", f[0], f[1], "-n", sandbox.DefaultKubeNamespace}
+		args := []string{"auth", "can-i", f[0], f[1], "-n", kubernetes.DefaultNamespace}
 		if len(f) == 3 {
 			args = append(args, "--subresource="+f[2])
 		}
 		out, _ := as("", args...)
 		if strings.TrimSpace(out) != "no" {
-			t.Errorf("the bridge's identity may %s in %s: %s", p, sandbox.DefaultKubeNamespace, out)
+			t.Errorf("the bridge's identity may %s in %s: %s", p, kubernetes.DefaultNamespace, out)
 		}
 	}
 	// doctor's JSON, read as any client of it would.
@@ -97,12 +97,12 @@ subjects: [{kind: ServiceAccount, name: bridge, namespace: bridge-system}]
 		"the bridge's identity": as,
 		"the cluster's admin":   func(stdin string, args ...string) (string, error) { return kubectl(t, stdin, args...) },
 	} {
-		out, err := run("", "-n", sandbox.DefaultKubeNamespace, "exec", pods[0].name, "--", "true")
+		out, err := run("", "-n", kubernetes.DefaultNamespace, "exec", pods[0].name, "--", "true")
 		if err == nil || !strings.Contains(out, "bridge-run-pods-sealed") {
 			t.Errorf("%s exec into run pod %s: %v\n%s", who, pods[0].name, err, out)
 		}
 	}
-	out, err := as("", "-n", sandbox.DefaultKubeNamespace, "debug", pods[0].name, "--image="+imageName(), "--", "true")
+	out, err := as("", "-n", kubernetes.DefaultNamespace, "debug", pods[0].name, "--image="+imageName(), "--", "true")
 	if err == nil || !strings.Contains(out, "bridge-run-pods-sealed") {
 		t.Errorf("an ephemeral container added to run pod %s: %v\n%s", pods[0].name, err, out)
 	}

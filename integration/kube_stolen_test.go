@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -29,7 +29,7 @@ clusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]
 users: [{name: u, user: {token: %q}}]
 contexts: [{name: x, context: {cluster: c, user: u, namespace: %s}}]
 current-context: x
-`, server, ca, token, sandbox.DefaultKubeNamespace)
+`, server, ca, token, kubernetes.DefaultNamespace)
 	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -87,17 +87,17 @@ func thiefOutcome(t *testing.T, name string) string {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
-		phase, err := kubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "get", "pod", name, "-o", "jsonpath={.status.phase}")
+		phase, err := kubectl(t, "", "-n", kubernetes.DefaultNamespace, "get", "pod", name, "-o", "jsonpath={.status.phase}")
 		if err != nil && strings.Contains(phase, "NotFound") {
 			return "(no output: the pod was deleted before it ran)"
 		}
 		if phase == "Succeeded" || phase == "Failed" {
-			out, _ := kubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "logs", name)
+			out, _ := kubectl(t, "", "-n", kubernetes.DefaultNamespace, "logs", name)
 			return out
 		}
-		evs, _ := kubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "get", "events", "--field-selector", "involvedObject.name="+name, "-o", "jsonpath={.items[*].reason}")
+		evs, _ := kubectl(t, "", "-n", kubernetes.DefaultNamespace, "get", "events", "--field-selector", "involvedObject.name="+name, "-o", "jsonpath={.items[*].reason}")
 		if strings.Contains(evs, "FailedMount") {
-			msg, _ := kubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "get", "events", "--field-selector", "involvedObject.name="+name+",reason=FailedMount", "-o", "jsonpath={.items[0].message}")
+			msg, _ := kubectl(t, "", "-n", kubernetes.DefaultNamespace, "get", "events", "--field-selector", "involvedObject.name="+name+",reason=FailedMount", "-o", "jsonpath={.items[0].message}")
 			return "(no output: FailedMount: " + msg + ")"
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -141,7 +141,7 @@ func kubeStolenTokenReadsNoRun(t *testing.T, cs *mcp.ClientSession) {
 			out, err := as(thiefPod(name, p.tmp), "create", "-f", "-")
 			if err == nil {
 				t.Errorf("a pod %s mounting run pod %s's /tmp was admitted; it read %q", name, p.name, thiefOutcome(t, name))
-				kubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "delete", "pod", name, "--grace-period=0", "--force", "--wait=true")
+				kubectl(t, "", "-n", kubernetes.DefaultNamespace, "delete", "pod", name, "--grace-period=0", "--force", "--wait=true")
 			} else if !strings.Contains(out, "bridge-run-pods") {
 				t.Errorf("a pod mounting run pod %s's /tmp was refused, but not by the admission policy: %s", p.name, out)
 			}
@@ -163,5 +163,5 @@ func kubeStolenTokenReadsNoRun(t *testing.T, cs *mcp.ClientSession) {
 	} else if !strings.Contains(out, "bridge-run-pods") {
 		t.Errorf("a pod with the deleted run's name: %v\n%s", err, out)
 	}
-	kubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "delete", "pod", victim.name, "--grace-period=0", "--force", "--ignore-not-found", "--wait=true")
+	kubectl(t, "", "-n", kubernetes.DefaultNamespace, "delete", "pod", victim.name, "--grace-period=0", "--force", "--ignore-not-found", "--wait=true")
 }

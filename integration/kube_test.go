@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -76,7 +77,7 @@ func mustKubectl(t *testing.T, stdin string, args ...string) string {
 func TestKubeDaemonSet(t *testing.T) {
 	kubeEngine(t)
 	root := repoRoot()
-	kubeletDir := os.Getenv(sandbox.EnvKubeletDir)
+	kubeletDir := os.Getenv(kubernetes.EnvKubeletDir)
 	if kubeletDir == "" {
 		t.Fatal("BRIDGE_KUBELET_DIR is not set (kube.env sets it)")
 	}
@@ -220,11 +221,11 @@ data:
 			t.Errorf("deleting what the test applied: %v\n%s", err, out)
 		}
 		// The run namespace went with it; the cluster's other tests use it.
-		defer kubectl(t, "", "create", "namespace", sandbox.DefaultKubeNamespace)
+		defer kubectl(t, "", "create", "namespace", kubernetes.DefaultNamespace)
 		// The run pods go with the bridge's drain; nothing may be left.
 		deadline := time.Now().Add(60 * time.Second)
 		for time.Now().Before(deadline) {
-			out, _ := kubectl(t, "", "get", "pods", "-n", sandbox.DefaultKubeNamespace, "-o", "name")
+			out, _ := kubectl(t, "", "get", "pods", "-n", kubernetes.DefaultNamespace, "-o", "name")
 			if strings.TrimSpace(out) == "" {
 				return
 			}
@@ -286,7 +287,7 @@ except OSError as e:
 
 	// The run pods are the DaemonSet bridge's: labelled with its pod.
 	bridgePod := strings.TrimSpace(mustKubectl(t, "", "-n", "bridge-system", "get", "pods", "-l", "app.kubernetes.io/name=bridge", "-o", "jsonpath={.items[0].metadata.uid}"))
-	labelled := mustKubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "get", "pods", "-l", sandbox.LabelBridgePod+"="+bridgePod, "-o", "name")
+	labelled := mustKubectl(t, "", "-n", kubernetes.DefaultNamespace, "get", "pods", "-l", kubernetes.LabelBridgePod+"="+bridgePod, "-o", "name")
 	if strings.TrimSpace(labelled) == "" {
 		t.Fatalf("no run pod (the pool's ready one) is labelled with the bridge pod %s", bridgePod)
 	}
@@ -340,7 +341,7 @@ spec:
 	mustKubectl(t, "", "-n", "bridge-system", "rollout", "status", "daemonset/bridge", "--timeout=120s")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		left := mustKubectl(t, "", "-n", sandbox.DefaultKubeNamespace, "get", "pods", "-l", sandbox.LabelBridgePod+"="+bridgePod, "-o", "name")
+		left := mustKubectl(t, "", "-n", kubernetes.DefaultNamespace, "get", "pods", "-l", kubernetes.LabelBridgePod+"="+bridgePod, "-o", "name")
 		if strings.TrimSpace(left) == "" {
 			break
 		}

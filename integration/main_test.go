@@ -26,12 +26,13 @@ import (
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/integration/testupstream"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/detect"
 )
 
 // engine is one engine under test.
 type engine struct {
 	name string // docker, podman, podman-rootless
-	cand sandbox.Candidate
+	cand detect.Candidate
 	rt   sandbox.Runtime
 	// enforced is whether the engine enforces memory/pids/cpu limits.
 	enforced bool
@@ -199,7 +200,7 @@ func setup(ctx context.Context) (suite, error) {
 		if err != nil {
 			return s, err
 		}
-		rt, err := sandbox.Connect(ctx, c)
+		rt, err := detect.Connect(ctx, c)
 		if err != nil {
 			s.problems = append(s.problems, fmt.Sprintf("%s: %v", name, err))
 			continue
@@ -233,32 +234,32 @@ func setup(ctx context.Context) (suite, error) {
 }
 
 // candidate maps a test engine name to its socket.
-func candidate(name string) (sandbox.Candidate, error) {
+func candidate(name string) (detect.Candidate, error) {
 	switch name {
 	case "docker":
 		host := os.Getenv("DOCKER_HOST")
 		if host == "" {
 			host = "unix:///var/run/docker.sock"
 		}
-		return sandbox.Candidate{Engine: sandbox.EngineDocker, URI: host, Why: "test"}, nil
+		return detect.Candidate{Engine: sandbox.EngineDocker, URI: host, Why: "test"}, nil
 	case "podman":
-		return sandbox.Candidate{Engine: sandbox.EnginePodman, URI: "unix:///run/podman/podman.sock", Why: "test"}, nil
+		return detect.Candidate{Engine: sandbox.EnginePodman, URI: "unix:///run/podman/podman.sock", Why: "test"}, nil
 	case "podman-rootless":
 		d := os.Getenv("XDG_RUNTIME_DIR")
 		if d == "" {
-			return sandbox.Candidate{}, fmt.Errorf("podman-rootless needs XDG_RUNTIME_DIR")
+			return detect.Candidate{}, fmt.Errorf("podman-rootless needs XDG_RUNTIME_DIR")
 		}
-		return sandbox.Candidate{Engine: sandbox.EnginePodman, URI: "unix://" + filepath.Join(d, "podman", "podman.sock"), Why: "test"}, nil
+		return detect.Candidate{Engine: sandbox.EnginePodman, URI: "unix://" + filepath.Join(d, "podman", "podman.sock"), Why: "test"}, nil
 	case "kubernetes":
 		// The test cluster of integration/kube (make kube-up): its
 		// kube.env says where, and the bridges the tests start inherit it.
 		k := os.Getenv("KUBECONFIG")
 		if k == "" {
-			return sandbox.Candidate{}, fmt.Errorf("kubernetes needs KUBECONFIG: run `make kube-up` and source /run/bridge-test/kube.env")
+			return detect.Candidate{}, fmt.Errorf("kubernetes needs KUBECONFIG: run `make kube-up` and source /run/bridge-test/kube.env")
 		}
-		return sandbox.Candidate{Engine: sandbox.EngineKubernetes, URI: "kubeconfig:" + k, Why: "test"}, nil
+		return detect.Candidate{Engine: sandbox.EngineKubernetes, URI: "kubeconfig:" + k, Why: "test"}, nil
 	}
-	return sandbox.Candidate{}, fmt.Errorf("unknown engine %q in BRIDGE_TEST_ENGINES (want docker, podman, podman-rootless, kubernetes)", name)
+	return detect.Candidate{}, fmt.Errorf("unknown engine %q in BRIDGE_TEST_ENGINES (want docker, podman, podman-rootless, kubernetes)", name)
 }
 
 // buildBridge builds cmd/bridge from this tree, or takes BRIDGE_TEST_BIN

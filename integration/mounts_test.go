@@ -23,6 +23,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/docker"
 )
 
 // mountProbe runs inside the sandbox and reports, as JSON, what the code
@@ -227,7 +228,7 @@ func TestMountsGVisor(t *testing.T) {
 		t.Run("docker", func(t *testing.T) {
 			host := os.Getenv("DOCKER_HOST")
 			if host == "" {
-				host = sandbox.DefaultDockerHost
+				host = docker.DefaultHost
 			}
 			_, stderr, code := bridgeCLI(t, []string{"DOCKER_HOST=" + host}, mountProbe, "run", "--policy", policyFile, "--runtime", "docker", "-")
 			if code != 125 || !strings.Contains(stderr, "data mounts cannot be held noexec under gVisor on Docker") || !strings.Contains(stderr, "no code was run") {

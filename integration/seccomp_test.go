@@ -9,6 +9,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/docker"
 )
 
 // userNSKeyringsCode tries what the bridge's seccomp profile refuses: a
@@ -71,7 +72,7 @@ func TestSeccompEveryBackend(t *testing.T) {
 			return
 		}
 		t.Run("Docker API on Podman", func(t *testing.T) {
-			d, err := sandbox.NewDocker(context.Background(), e.cand.URI)
+			d, err := docker.New(context.Background(), e.cand.URI)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/bridge-mcp/bridge/internal/doctor"
 	"github.com/bridge-mcp/bridge/internal/units"
+	"github.com/bridge-mcp/bridge/sandbox/doctor"
 )
 
 func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {

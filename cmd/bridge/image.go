@@ -9,7 +9,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/policy"
-	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/detect"
 )
 
 const imageUsage = `Usage:
@@ -128,7 +128,7 @@ func cmdImage(ctx context.Context, e *env, args []string) (int, error) {
 		if err != nil {
 			return exitUsage, usagef("%v", err)
 		}
-		rt, err := sandbox.Open(ctx, p.Sandbox.Engine, e.log)
+		rt, err := detect.Open(ctx, p.Sandbox.Engine, e.log)
 		if err != nil {
 			return exitBridge, err
 		}

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/bridge/artifacts"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/sandbox"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-mcp/bridge/internal/artifacts"
+	"github.com/bridge-mcp/bridge/bridge/artifacts"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 

@@ -23,6 +23,7 @@ import (
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/detect"
 )
 
 // policyReloadInterval is how often serve checks the policy file for
@@ -260,7 +261,7 @@ func startProblems(ctx context.Context, e *env, p *policy.Policy, offline bool) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rt, err := sandbox.Open(ctx, p.Sandbox.Engine, zerolog.Nop())
+	rt, err := detect.Open(ctx, p.Sandbox.Engine, zerolog.Nop())
 	if err != nil {
 		fmt.Fprintf(e.stderr, "note: the runner image %s was not checked: no engine reached (`bridge doctor` says why)\n", image)
 		return out

@@ -13,6 +13,7 @@ import (
 	"github.com/bridge-mcp/bridge/internal/tracing"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/detect"
 )
 
 // What serve and run both wire, in one place: the code's tools (the
@@ -59,6 +60,7 @@ func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, m
 func wireEngine(pol *policy.Policy, image string, tools sandbox.ToolHandler, store *policy.Store, pool bool, log zerolog.Logger) *sandbox.Engine {
 	opts := sandbox.EngineOptions{
 		Name: pol.Sandbox.Engine,
+		Open: detect.OpenFor,
 		Executor: sandbox.ExecutorOptions{Image: image, ImageHint: missingImageHint(hasImage),
 			AllowUnenforcedLimits: !pol.Sandbox.RequireEnforcedLimits, OCIRuntime: pol.Sandbox.OCIRuntime, Tools: tools},
 		Logger: log,
@@ -100,7 +102,7 @@ func missingImageHint(has func(engine, image string) bool) func(image, engine st
 	}
 }
 
-// hasImage reports whether engine holds image (sandbox.HasImage).
+// hasImage reports whether engine holds image (detect.HasImage).
 func hasImage(engine, image string) bool {
-	return sandbox.HasImage(context.Background(), engine, image)
+	return detect.HasImage(context.Background(), engine, image)
 }

@@ -40,16 +40,16 @@ type Client struct {
 
 var _ sandbox.Runtime = (*Client)(nil)
 
-// DefaultDockerHost is the socket tried when neither a host nor
+// DefaultHost is the socket tried when neither a host nor
 // $DOCKER_HOST is given.
-const DefaultDockerHost = "unix:///var/run/docker.sock"
+const DefaultHost = "unix:///var/run/docker.sock"
 
 // dockerPingTimeout bounds the reachability check in NewDocker.
 const dockerPingTimeout = 10 * time.Second
 
 // NewDocker connects to the Docker API at host ("unix:///var/run/docker.sock",
 // "tcp://host:2376", or Podman's "unix:///run/podman/podman.sock"). An empty
-// host means $DOCKER_HOST, else DefaultDockerHost. The API version is
+// host means $DOCKER_HOST, else DefaultHost. The API version is
 // negotiated with the engine. An engine that does not answer a ping yields
 // an error wrapping ErrEngineUnreachable; a socket that refuses this user,
 // an *AccessError.
@@ -64,7 +64,7 @@ func New(ctx context.Context, host string) (*Client, error) {
 		}
 	}
 	if host == "" {
-		host = DefaultDockerHost
+		host = DefaultHost
 	}
 	opts = append(opts, client.WithHost(host))
 

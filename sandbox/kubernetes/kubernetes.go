@@ -31,26 +31,26 @@ import (
 
 // Environment variables the Kubernetes engine reads.
 const (
-	// EnvKubeNamespace is the namespace of the run pods (DefaultKubeNamespace).
-	EnvKubeNamespace = "BRIDGE_KUBE_NAMESPACE"
-	// EnvKubeNode is the node the run pods are pinned to: the bridge's own.
+	// EnvNamespace is the namespace of the run pods (DefaultNamespace).
+	EnvNamespace = "BRIDGE_KUBE_NAMESPACE"
+	// EnvNode is the node the run pods are pinned to: the bridge's own.
 	// NODE_NAME (the DaemonSet's downward API) is read when it is unset,
 	// then the host's name.
-	EnvKubeNode = "BRIDGE_KUBE_NODE"
+	EnvNode = "BRIDGE_KUBE_NODE"
 	// EnvKubeletDir is the kubelet's root directory (/var/lib/kubelet),
 	// where the bridge installs its seccomp profile for the pods.
 	EnvKubeletDir = "BRIDGE_KUBELET_DIR"
-	// EnvKubePodUID is the uid of the bridge's own pod (the DaemonSet's
+	// EnvPodUID is the uid of the bridge's own pod (the DaemonSet's
 	// downward API): its run pods carry it, and at start it removes the
 	// run pods on its node that a bridge pod before it left.
-	EnvKubePodUID = "BRIDGE_KUBE_POD_UID"
+	EnvPodUID = "BRIDGE_KUBE_POD_UID"
 )
 
 // LabelBridgePod is the uid of the bridge pod that made a run pod.
 const LabelBridgePod = "io.github.bridge-mcp.bridge-pod"
 
-// DefaultKubeNamespace is where run pods go unless EnvKubeNamespace says.
-const DefaultKubeNamespace = "bridge-runs"
+// DefaultNamespace is where run pods go unless EnvNamespace says.
+const DefaultNamespace = "bridge-runs"
 
 // kubeLabelsAnnotation holds every label of a run pod as JSON: Kubernetes
 // label values cannot hold all of the bridge's (LabelOwner has slashes).
@@ -200,11 +200,11 @@ func (k *Client) reapBridgePods(ctx context.Context) error {
 
 // newKubernetes is the engine over a client, for NewKubernetes and tests.
 func newClient(api kubeAPI, source, host string, n nodeOps) *Client {
-	ns := os.Getenv(EnvKubeNamespace)
+	ns := os.Getenv(EnvNamespace)
 	if ns == "" {
-		ns = DefaultKubeNamespace
+		ns = DefaultNamespace
 	}
-	node := os.Getenv(EnvKubeNode)
+	node := os.Getenv(EnvNode)
 	if node == "" {
 		node = os.Getenv("NODE_NAME")
 	}
@@ -213,7 +213,7 @@ func newClient(api kubeAPI, source, host string, n nodeOps) *Client {
 			node = strings.ToLower(h)
 		}
 	}
-	return &Client{api: api, ns: ns, node: node, podUID: os.Getenv(EnvKubePodUID), source: source, host: host, nodeOps: n,
+	return &Client{api: api, ns: ns, node: node, podUID: os.Getenv(EnvPodUID), source: source, host: host, nodeOps: n,
 		pending: map[string]*corev1.Pod{}, started: map[string]nodePlan{}, uids: map[string]types.UID{}, seccompWhy: "no kubelet directory to install the bridge's profile in"}
 }
 
@@ -225,14 +225,14 @@ func (k *Client) check(ctx context.Context) error {
 	if _, err := k.api.Node(ctx, k.node); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: the cluster at %s has no node %q: the bridge runs its pods on its own node; set %s (or NODE_NAME) to its name",
-				sandbox.ErrEngineUnreachable, k.host, k.node, EnvKubeNode)
+				sandbox.ErrEngineUnreachable, k.host, k.node, EnvNode)
 		}
 		return k.wrap(err, "reading node "+k.node)
 	}
 	if err := k.api.Namespace(ctx, k.ns); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: the cluster at %s has no namespace %q for the run pods: create it (deploy/kubernetes has it), or set %s",
-				sandbox.ErrEngineUnreachable, k.host, k.ns, EnvKubeNamespace)
+				sandbox.ErrEngineUnreachable, k.host, k.ns, EnvNamespace)
 		}
 		if !apierrors.IsForbidden(err) { // the bridge need not read namespaces
 			return k.wrap(err, "reading namespace "+k.ns)
@@ -1129,8 +1129,8 @@ func (k *Client) wrapPod(err error, doing, id string) error {
 	return k.wrap(err, doing+" pod "+id)
 }
 
-// KubePermission is one thing the bridge asks the API server to do.
-type KubePermission struct {
+// Permission is one thing the bridge asks the API server to do.
+type Permission struct {
 	Verb, Resource, Subresource string
 	// Group is the resource's API group ("" for the core group).
 	Group string
@@ -1147,11 +1147,11 @@ type KubePermission struct {
 	Why string
 }
 
-// KubePermissions are what the engine needs: its pods' life, their logs
+// Permissions are what the engine needs: its pods' life, their logs
 // and events in the run namespace; the node it runs on; RuntimeClasses
 // (optional: for gVisor).
-func KubePermissions() []KubePermission {
-	return []KubePermission{
+func Permissions() []Permission {
+	return []Permission{
 		{Verb: "create", Resource: "pods"}, {Verb: "get", Resource: "pods"}, {Verb: "list", Resource: "pods"},
 		{Verb: "watch", Resource: "pods"}, {Verb: "delete", Resource: "pods"},
 		{Verb: "get", Resource: "pods", Subresource: "log"},
@@ -1161,12 +1161,12 @@ func KubePermissions() []KubePermission {
 	}
 }
 
-// KubeDangerousPermissions are permissions the bridge never uses that
+// DangerousPermissions are permissions the bridge never uses that
 // would let whoever holds its identity into the runs, the node or the
 // cluster: `bridge doctor` warns of each the identity holds.
-func KubeDangerousPermissions() []KubePermission {
+func DangerousPermissions() []Permission {
 	const enter = "a way into every live run pod"
-	return []KubePermission{
+	return []Permission{
 		{Verb: "create", Resource: "pods", Subresource: "exec", Why: enter},
 		{Verb: "get", Resource: "pods", Subresource: "exec", Why: enter},
 		{Verb: "create", Resource: "pods", Subresource: "attach", Why: enter},
@@ -1191,20 +1191,20 @@ func KubeDangerousPermissions() []KubePermission {
 	}
 }
 
-// Missing asks the API server which of KubePermissions the bridge's
+// Missing asks the API server which of Permissions the bridge's
 // identity lacks (SelfSubjectAccessReview).
-func (k *Client) Missing(ctx context.Context) ([]KubePermission, error) {
-	return k.review(ctx, KubePermissions(), false)
+func (k *Client) Missing(ctx context.Context) ([]Permission, error) {
+	return k.review(ctx, Permissions(), false)
 }
 
-// Extra asks the API server which of KubeDangerousPermissions the bridge's
+// Extra asks the API server which of DangerousPermissions the bridge's
 // identity holds, though it needs none of them; in a pod, creating pods in
 // its own namespace too (the admission policy holds only the run
 // namespace's).
-func (k *Client) Extra(ctx context.Context) ([]KubePermission, error) {
-	perms := KubeDangerousPermissions()
+func (k *Client) Extra(ctx context.Context) ([]Permission, error) {
+	perms := DangerousPermissions()
 	if k.ownNS != "" && k.ownNS != k.ns {
-		perms = append(perms, KubePermission{Verb: "create", Resource: "pods", Namespace: k.ownNS,
+		perms = append(perms, Permission{Verb: "create", Resource: "pods", Namespace: k.ownNS,
 			Why: "pods beside the bridge, where the admission policy does not look"})
 	}
 	return k.review(ctx, perms, true)
@@ -1212,8 +1212,8 @@ func (k *Client) Extra(ctx context.Context) ([]KubePermission, error) {
 
 // review returns those of perms whose SelfSubjectAccessReview says
 // allowed (or, with allowed false, not allowed).
-func (k *Client) review(ctx context.Context, perms []KubePermission, allowed bool) ([]KubePermission, error) {
-	var out []KubePermission
+func (k *Client) review(ctx context.Context, perms []Permission, allowed bool) ([]Permission, error) {
+	var out []Permission
 	for _, p := range perms {
 		attr := &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource}
 		switch {
@@ -1234,7 +1234,7 @@ func (k *Client) review(ctx context.Context, perms []KubePermission, allowed boo
 	return out, nil
 }
 
-func (p KubePermission) String() string {
+func (p Permission) String() string {
 	r := p.Resource
 	if p.Subresource != "" {
 		r += "/" + p.Subresource
@@ -1248,7 +1248,7 @@ func (p KubePermission) String() string {
 	return p.Verb + " " + r
 }
 
-// clusterScoped says whether a resource KubePermission names belongs to
+// clusterScoped says whether a resource Permission names belongs to
 // no namespace.
 func clusterScoped(resource string) bool {
 	switch resource {

@@ -54,8 +54,8 @@ func (n *fakeNode) log() string {
 
 func newFakeKube(t *testing.T, objs ...any) (*Client, *fake.Clientset, *fakeNode) {
 	t.Helper()
-	t.Setenv(EnvKubeNode, "node-a")
-	t.Setenv(EnvKubeNamespace, "runs")
+	t.Setenv(EnvNode, "node-a")
+	t.Setenv(EnvNamespace, "runs")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}, Status: corev1.NodeStatus{
 		Images: []corev1.ContainerImage{{Names: []string{"docker.io/library/bridge-runner:abc", "sha256:1"}, SizeBytes: 99}},
 	}}

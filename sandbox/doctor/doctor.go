@@ -24,6 +24,8 @@ import (
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/detect"
+	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
 )
 
 //go:embed smoke.py
@@ -127,7 +129,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := sandbox.CheckOCIRuntime(opts.OCIRuntime); err != nil {
 		return Report{}, err
 	}
-	cands, err := sandbox.Candidates(opts.Engine, opts.Getenv)
+	cands, err := detect.Candidates(opts.Engine, opts.Getenv)
 	if err != nil {
 		return Report{}, err
 	}
@@ -140,7 +142,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
-func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineReport {
+func checkEngine(ctx context.Context, c detect.Candidate, opts Options) EngineReport {
 	er := EngineReport{Engine: c.Engine, Socket: c.URI, Source: c.Why, Image: opts.Image}
 	add := func(name string, ok bool, detail, hint string) bool {
 		if ok {
@@ -153,7 +155,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		er.Checks = append(er.Checks, unreachableCheck(c, err))
 		return er
 	}
-	rt, err := sandbox.Connect(ctx, c)
+	rt, err := detect.Connect(ctx, c)
 	if err != nil {
 		return unreachable(err)
 	}
@@ -180,7 +182,7 @@ func checkEngine(ctx context.Context, c sandbox.Candidate, opts Options) EngineR
 		// Informational: what bridges running now hold on this engine.
 		add("bridge_containers", true, fmt.Sprintf("%d container(s) of bridges on this engine, %d of them started ahead of time by a warm pool (pool.size in the policy)", len(cs), pooled), "")
 	}
-	if k, ok := rt.(*sandbox.Kubernetes); ok {
+	if k, ok := rt.(*kubernetes.Client); ok {
 		kubeChecks(ctx, k, add, func(c Check) { er.Checks = append(er.Checks, c) })
 	}
 	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
@@ -532,7 +534,7 @@ func enforcementDetail(e sandbox.Enforcement) string {
 // unreachableCheck is the failed "reachable" check of an engine that could
 // not be used: a socket that refused this user says what would let the
 // user in, since starting the engine would not help; else how to start it.
-func unreachableCheck(c sandbox.Candidate, err error) Check {
+func unreachableCheck(c detect.Candidate, err error) Check {
 	var denied *sandbox.AccessError
 	if errors.As(err, &denied) {
 		return Check{Name: "reachable", Detail: denied.Problem(), Hint: denied.Hint}
@@ -540,7 +542,7 @@ func unreachableCheck(c sandbox.Candidate, err error) Check {
 	return Check{Name: "reachable", Detail: err.Error(), Hint: startHint(c)}
 }
 
-func startHint(c sandbox.Candidate) string {
+func startHint(c detect.Candidate) string {
 	path := strings.TrimPrefix(c.URI, "unix://")
 	switch {
 	case c.Engine == sandbox.EngineDocker:
@@ -595,7 +597,7 @@ func WriteText(w io.Writer, rep Report) {
 // namespace its pods go to, the permissions of its identity (and, with
 // warn, those it holds beyond its needs), and the seccomp profile its pods
 // get.
-func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string, ok bool, detail, hint string) bool, warn func(Check)) {
+func kubeChecks(ctx context.Context, k *kubernetes.Client, add func(name string, ok bool, detail, hint string) bool, warn func(Check)) {
 	add("kubernetes_node", true, fmt.Sprintf("run pods go to node %s, namespace %s", k.Node(), k.Namespace()), "")
 	missing, err := k.Missing(ctx)
 	switch {
@@ -611,7 +613,7 @@ func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string
 			}
 		}
 		var all []string
-		for _, p := range sandbox.KubePermissions() {
+		for _, p := range kubernetes.Permissions() {
 			all = append(all, p.String())
 		}
 		detail := "may " + strings.Join(all, ", ")
@@ -630,10 +632,10 @@ func kubeChecks(ctx context.Context, k *sandbox.Kubernetes, add func(name string
 
 // kubeExtraCheck warns of the permissions the bridge's identity holds that
 // it never uses and that would let a stolen token into the runs, the node
-// or the cluster (sandbox.KubeDangerousPermissions). It is only a warning:
+// or the cluster (kubernetes.DangerousPermissions). It is only a warning:
 // the bridge works, but its identity is worth more than it needs to be.
 // No check (false) when the API server does not answer.
-func kubeExtraCheck(ctx context.Context, k *sandbox.Kubernetes) (Check, bool) {
+func kubeExtraCheck(ctx context.Context, k *kubernetes.Client) (Check, bool) {
 	extra, err := k.Extra(ctx)
 	if err != nil {
 		return Check{}, false

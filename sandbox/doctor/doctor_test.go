@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/detect"
 )
 
 func ptr(s string) *string { return &s }
@@ -248,7 +249,7 @@ func TestWriteTextWarning(t *testing.T) {
 // A socket that refuses this user gets its own fix, not "start the engine":
 // also when the refusal comes wrapped, as from Info.
 func TestUnreachableCheck(t *testing.T) {
-	c := sandbox.Candidate{Engine: sandbox.EngineDocker, URI: "unix:///var/run/docker.sock", Why: "default Docker socket"}
+	c := detect.Candidate{Engine: sandbox.EngineDocker, URI: "unix:///var/run/docker.sock", Why: "default Docker socket"}
 	denied := &sandbox.AccessError{Engine: sandbox.EngineDocker, Socket: "/var/run/docker.sock", Who: "root:docker, mode 0660",
 		Hint: "add yourself to the `docker` group", Err: errors.New("connect: permission denied")}
 	for _, tt := range []struct {
