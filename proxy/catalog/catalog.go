@@ -131,99 +131,132 @@ func New(tools []Tool) *Catalog {
 		exact:    make(map[string][]int32, 2*len(tools)),
 		terms:    make(map[string]int32),
 	}
-
-	// termCounts is one term's count in each field of one tool.
-	type termCounts struct {
-		term   int32
-		counts [numFields]uint16
-	}
-	type docStats struct {
-		lens  [numFields]int
-		terms []termCounts
-	}
-	var (
-		docs    []docStats
-		df      []int
-		fields  [numFields][]string
-		scratch = make(map[int32]int) // term id -> index into the doc's terms
-		sumLens [numFields]float64
-	)
+	ix := indexer{scratch: make(map[int32]int)}
 	for _, t := range tools {
-		key := toolKey{t.Server, t.Name}
-		if _, dup := c.byName[key]; dup {
+		if !c.addTool(t) {
 			continue
 		}
-		doc := int32(len(c.tools))
-		c.byName[key] = int(doc)
-		c.tools = append(c.tools, t)
-		c.byServer[t.Server] = append(c.byServer[t.Server], t)
-		for _, k := range [...]string{strings.ToLower(t.Name), strings.ToLower(t.Server + "." + t.Name)} {
-			if ids := c.exact[k]; len(ids) == 0 || ids[len(ids)-1] != doc {
-				c.exact[k] = append(ids, doc)
-			}
-		}
-
 		names, descs := schemaProperties(t.InputSchema)
 		c.params = append(c.params, names)
+		ix.tokenize(t, names, descs)
+		ix.count(c)
+	}
+	c.index(&ix)
+	slices.Sort(c.vocab) // term ids stay as assigned in c.terms
+	return c
+}
 
-		for f := range fields {
-			fields[f] = fields[f][:0]
+// addTool adds t, as New builds c, to the tools, by server and by name,
+// and to the exact names it answers to. It is false, and adds nothing,
+// when t's server and name repeat an earlier tool's.
+func (c *Catalog) addTool(t Tool) bool {
+	key := toolKey{t.Server, t.Name}
+	if _, dup := c.byName[key]; dup {
+		return false
+	}
+	doc := int32(len(c.tools))
+	c.byName[key] = int(doc)
+	c.tools = append(c.tools, t)
+	c.byServer[t.Server] = append(c.byServer[t.Server], t)
+	for _, k := range [...]string{strings.ToLower(t.Name), strings.ToLower(t.Server + "." + t.Name)} {
+		if ids := c.exact[k]; len(ids) == 0 || ids[len(ids)-1] != doc {
+			c.exact[k] = append(ids, doc)
 		}
-		fields[fieldName] = appendTokens(fields[fieldName], t.Name)
-		fields[fieldTitle] = appendTokens(fields[fieldTitle], t.Title)
-		fields[fieldServer] = appendTokens(fields[fieldServer], t.Server)
-		fields[fieldDesc] = appendTokens(fields[fieldDesc], t.Description)
-		for _, n := range names {
-			fields[fieldParamName] = appendTokens(fields[fieldParamName], n)
-		}
-		for _, d := range descs {
-			fields[fieldParamDesc] = appendTokens(fields[fieldParamDesc], d)
-		}
+	}
+	return true
+}
 
-		var ds docStats
-		clear(scratch)
-		for f, toks := range fields {
-			ds.lens[f] = len(toks)
-			sumLens[f] += float64(len(toks))
-			for _, tok := range toks {
-				id, ok := c.terms[tok]
-				if !ok {
-					id = int32(len(c.vocab))
-					c.terms[tok] = id
-					c.vocab = append(c.vocab, tok)
-					df = append(df, 0)
-				}
-				i, ok := scratch[id]
-				if !ok {
-					i = len(ds.terms)
-					scratch[id] = i
-					ds.terms = append(ds.terms, termCounts{term: id})
-					df[id]++
-				}
-				if ds.terms[i].counts[f] < math.MaxUint16 {
-					ds.terms[i].counts[f]++
-				}
+// termCounts is one term's count in each field of one tool.
+type termCounts struct {
+	term   int32
+	counts [numFields]uint16
+}
+
+// docStats is what New counts of one tool: its fields' lengths, in
+// tokens, and the count of each of its terms.
+type docStats struct {
+	lens  [numFields]int
+	terms []termCounts
+}
+
+// indexer is what New gathers, one tool after another, to score the
+// terms once it has seen every tool.
+type indexer struct {
+	docs    []docStats
+	df      []int               // per term id, the tools that have it
+	fields  [numFields][]string // the tokens of the tool being counted
+	scratch map[int32]int       // term id -> index into the tool's terms
+	sumLens [numFields]float64  // per field, the sum of the tools' lengths
+}
+
+// tokenize sets ix.fields to the tokens of t's fields, with names and
+// descs the names and descriptions of its parameters.
+func (ix *indexer) tokenize(t Tool, names, descs []string) {
+	for f := range ix.fields {
+		ix.fields[f] = ix.fields[f][:0]
+	}
+	ix.fields[fieldName] = appendTokens(ix.fields[fieldName], t.Name)
+	ix.fields[fieldTitle] = appendTokens(ix.fields[fieldTitle], t.Title)
+	ix.fields[fieldServer] = appendTokens(ix.fields[fieldServer], t.Server)
+	ix.fields[fieldDesc] = appendTokens(ix.fields[fieldDesc], t.Description)
+	for _, n := range names {
+		ix.fields[fieldParamName] = appendTokens(ix.fields[fieldParamName], n)
+	}
+	for _, d := range descs {
+		ix.fields[fieldParamDesc] = appendTokens(ix.fields[fieldParamDesc], d)
+	}
+}
+
+// count counts the tokens in ix.fields as the next tool's, giving each
+// term c has not seen yet the next term id.
+func (ix *indexer) count(c *Catalog) {
+	var ds docStats
+	clear(ix.scratch)
+	for f, toks := range ix.fields {
+		ds.lens[f] = len(toks)
+		ix.sumLens[f] += float64(len(toks))
+		for _, tok := range toks {
+			id, ok := c.terms[tok]
+			if !ok {
+				id = int32(len(c.vocab))
+				c.terms[tok] = id
+				c.vocab = append(c.vocab, tok)
+				ix.df = append(ix.df, 0)
+			}
+			i, ok := ix.scratch[id]
+			if !ok {
+				i = len(ds.terms)
+				ix.scratch[id] = i
+				ds.terms = append(ds.terms, termCounts{term: id})
+				ix.df[id]++
+			}
+			if ds.terms[i].counts[f] < math.MaxUint16 {
+				ds.terms[i].counts[f]++
 			}
 		}
-		docs = append(docs, ds)
 	}
+	ix.docs = append(ix.docs, ds)
+}
 
-	n := float64(len(docs))
+// index sets each term's IDF and its postings, with their saturated
+// BM25F term frequencies, from what ix counted of every tool.
+func (c *Catalog) index(ix *indexer) {
+	n := float64(len(ix.docs))
 	var avgLens [numFields]float64
 	for f := range avgLens {
 		if n > 0 {
-			avgLens[f] = sumLens[f] / n
+			avgLens[f] = ix.sumLens[f] / n
 		}
 	}
 	c.idf = make([]float64, len(c.vocab))
-	for id, d := range df {
+	for id, d := range ix.df {
 		c.idf[id] = math.Log(1 + (n-float64(d)+0.5)/(float64(d)+0.5))
 	}
 	c.postings = make([][]posting, len(c.vocab))
-	for id, d := range df {
+	for id, d := range ix.df {
 		c.postings[id] = make([]posting, 0, d)
 	}
-	for doc, ds := range docs {
+	for doc, ds := range ix.docs {
 		var norm [numFields]float64
 		for f := range norm {
 			if avgLens[f] > 0 {
@@ -238,9 +271,6 @@ func New(tools []Tool) *Catalog {
 			c.postings[tc.term] = append(c.postings[tc.term], posting{doc: int32(doc), sat: tf / (bm25K1 + tf)})
 		}
 	}
-	slices.Sort(c.vocab) // term ids stay as assigned in c.terms
-
-	return c
 }
 
 // Tools returns the tools of server in input order, or nil if it has none.
