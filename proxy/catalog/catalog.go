@@ -336,6 +336,26 @@ func (c *Catalog) Search(query string, limit int) []SearchHit {
 		qterms = qterms[:searchMaxTerms]
 	}
 
+	scores := c.scores(qterms)
+	for _, doc := range exact {
+		scores[doc] = -1 - scores[doc] // marks it, keeping its score
+	}
+	hits := c.topHits(scores, limit)
+	if len(hits) == 0 {
+		return nil
+	}
+	out := make([]SearchHit, len(hits))
+	for i, h := range hits {
+		out[i] = SearchHit{Tool: c.tools[h.doc], Score: h.score, Params: slices.Clone(c.params[h.doc])}
+	}
+	return out
+}
+
+// scores is each tool's BM25F score for the query terms qterms, each
+// distinct term counted once. A term in no tool, of at least 3 letters,
+// counts at prefixFactor through the terms it is a prefix of
+// (prefixScores).
+func (c *Catalog) scores(qterms []string) []float64 {
 	scores := make([]float64, len(c.tools))
 	var best map[int32]float64
 	seen := make(map[string]bool, len(qterms))
@@ -354,82 +374,90 @@ func (c *Catalog) Search(query string, limit int) []SearchHit {
 		if utf8.RuneCountInString(t) < 3 {
 			continue
 		}
+		// One map for every prefix of the query, made at the first.
 		if best == nil {
 			best = make(map[int32]float64)
 		} else {
 			clear(best)
 		}
-		expanded := 0
-		for j := sort.SearchStrings(c.vocab, t); j < len(c.vocab) && strings.HasPrefix(c.vocab[j], t) && expanded < maxPrefixTerms; j++ {
-			id := c.terms[c.vocab[j]]
-			idf := c.idf[id]
-			for _, p := range c.postings[id] {
-				if s := idf * p.sat; s > best[p.doc] {
-					best[p.doc] = s
-				}
-			}
-			expanded++
-		}
+		c.prefixScores(t, best)
 		for doc, s := range best {
 			scores[doc] += prefixFactor * s
 		}
 	}
+	return scores
+}
 
-	for _, doc := range exact {
-		scores[doc] = -1 - scores[doc] // marks it, keeping its score
+// prefixScores sets best, per tool, to the best score of the indexed
+// terms that begin with prefix (the first maxPrefixTerms of them).
+func (c *Catalog) prefixScores(prefix string, best map[int32]float64) {
+	expanded := 0
+	for j := sort.SearchStrings(c.vocab, prefix); j < len(c.vocab) && strings.HasPrefix(c.vocab[j], prefix) && expanded < maxPrefixTerms; j++ {
+		id := c.terms[c.vocab[j]]
+		idf := c.idf[id]
+		for _, p := range c.postings[id] {
+			if s := idf * p.sat; s > best[p.doc] {
+				best[p.doc] = s
+			}
+		}
+		expanded++
 	}
+}
+
+// hit is a tool Search may return: doc, an index into [Catalog].tools,
+// whether the query named it exactly, and its score.
+type hit struct {
+	doc   int32
+	exact bool
+	score float64
+}
+
+// better says whether a goes before b: a tool the query named before one
+// it did not, then the higher score, then by server and tool name.
+func (c *Catalog) better(a, b hit) bool {
+	if a.exact != b.exact {
+		return a.exact
+	}
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	ta, tb := &c.tools[a.doc], &c.tools[b.doc]
+	if ta.Server != tb.Server {
+		return ta.Server < tb.Server
+	}
+	return ta.Name < tb.Name
+}
+
+// topHits returns the best limit hits of scores, best first, none of a tool
+// that scored 0. A negative score, -1 - s, marks a tool the query named
+// exactly: its hit scores s plus the best score of the others.
+func (c *Catalog) topHits(scores []float64, limit int) []hit {
 	var top float64
 	for _, s := range scores {
 		top = max(top, s)
 	}
-
 	// Keep the best limit hits in a sorted slice.
-	type cand struct {
-		doc   int32
-		exact bool
-		score float64
-	}
-	better := func(a, b cand) bool {
-		if a.exact != b.exact {
-			return a.exact
-		}
-		if a.score != b.score {
-			return a.score > b.score
-		}
-		ta, tb := &c.tools[a.doc], &c.tools[b.doc]
-		if ta.Server != tb.Server {
-			return ta.Server < tb.Server
-		}
-		return ta.Name < tb.Name
-	}
-	hits := make([]cand, 0, limit+1)
+	hits := make([]hit, 0, limit+1)
 	for doc, s := range scores {
-		var h cand
+		var h hit
 		switch {
 		case s > 0:
-			h = cand{doc: int32(doc), score: s}
+			h = hit{doc: int32(doc), score: s}
 		case s < 0:
-			h = cand{doc: int32(doc), exact: true, score: -1 - s + top}
+			h = hit{doc: int32(doc), exact: true, score: -1 - s + top}
 		default:
 			continue
 		}
-		if len(hits) == limit && !better(h, hits[limit-1]) {
+		if len(hits) == limit && !c.better(h, hits[limit-1]) {
 			continue
 		}
-		i := sort.Search(len(hits), func(i int) bool { return better(h, hits[i]) })
+		i := sort.Search(len(hits), func(i int) bool { return c.better(h, hits[i]) })
 		hits = slices.Insert(hits, i, h)
 		if len(hits) > limit {
 			hits = hits[:limit]
 		}
 	}
-	if len(hits) == 0 {
-		return nil
-	}
-	out := make([]SearchHit, len(hits))
-	for i, h := range hits {
-		out[i] = SearchHit{Tool: c.tools[h.doc], Score: h.score, Params: slices.Clone(c.params[h.doc])}
-	}
-	return out
+	return hits
 }
 
 // schemaProperties returns the names of the properties of a JSON schema, in
