@@ -499,17 +499,8 @@ func (l *loader) loadEntry(file, name, path string, raw json.RawMessage) entry {
 	failed := func() bool { return len(l.errs) > nerr }
 	fail := func(p, format string, args ...any) { l.fail(file, name, p, nil, format, args...) }
 
-	if msg := checkName(name); msg != "" {
-		fail(path, "%s", msg)
-		return e
-	}
-	if k := kind(raw); k != "object" {
-		fail(path, "want an object, got %s", k)
-		return e
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		fail(path, "cannot decode: %v", err)
+	fields, ok := entryFields(name, path, raw, fail)
+	if !ok {
 		return e
 	}
 	d := decoder{fail: fail}
@@ -526,84 +517,18 @@ func (l *loader) loadEntry(file, name, path string, raw json.RawMessage) entry {
 			return e
 		}
 	}
-	for _, k := range sortedKeys(fields) {
-		if slices.Contains(entryKeys(), k) {
-			continue
-		}
-		if want := suggest.Key(k, entryKeys()); want != "" {
-			l.warn(file, name, "unknown key %q ignored; did you mean %q?", k, want)
-		} else {
-			l.warn(file, name, "unknown key %q ignored", k)
-		}
-	}
+	l.warnUnknownKeys(file, name, fields)
 
 	c := &e.cfg
-	typ := d.str(fields["type"], path+".type")
-	c.Command = d.str(fields["command"], path+".command")
-	c.Args = d.strings(fields["args"], path+".args")
-	c.Env = d.stringMap(fields["env"], path+".env")
-	c.Cwd = d.str(fields["cwd"], path+".cwd")
-	c.URL = d.str(fields["url"], path+".url")
-	c.Headers = d.stringMap(fields["headers"], path+".headers")
+	typ := decodeEntry(c, d, fields, path)
 	if failed() {
 		return e
 	}
-
-	switch typ {
-	case TypeStdio, TypeSSE:
-		c.Type = typ
-	case TypeHTTP, "streamable-http", "streamableHttp":
-		c.Type = TypeHTTP
-	case "":
-		switch {
-		case c.Command != "" && c.URL != "":
-			fail(path, `has both a command and a url: set "type" to "stdio", "http" or "sse"`)
-			return e
-		case c.URL != "":
-			c.Type = TypeHTTP
-		case c.Command != "":
-			c.Type = TypeStdio
-		default:
-			fail(path, `needs a "command" (a stdio server) or a "url" (an http or sse server)`)
-			return e
-		}
-	default:
-		fail(path+".type", "%q is not a known type: want stdio, http or sse", typ)
+	if !setType(c, typ, path, fail) {
 		return e
 	}
-
-	// Fields of the other transport are dropped, with a warning, and are
-	// neither expanded nor checked.
-	ignored := func(key string, set bool) {
-		if set {
-			l.warn(file, name, "%q is ignored for %s server", key, withArticle(c.Type))
-		}
-	}
-	if c.Type == TypeStdio {
-		ignored("url", c.URL != "")
-		ignored("headers", len(c.Headers) > 0)
-		c.URL, c.Headers = "", nil
-	} else {
-		ignored("command", c.Command != "")
-		ignored("args", len(c.Args) > 0)
-		ignored("env", len(c.Env) > 0)
-		ignored("cwd", c.Cwd != "")
-		c.Command, c.Args, c.Env, c.Cwd = "", nil, nil, ""
-	}
-
-	x := expander{getenv: l.opts.Getenv, fail: fail}
-	c.Command = x.expand(c.Command, path+".command")
-	for i := range c.Args {
-		c.Args[i] = x.expand(c.Args[i], fmt.Sprintf("%s.args[%d]", path, i))
-	}
-	for _, k := range sortedKeys(c.Env) {
-		c.Env[k] = x.expand(c.Env[k], joinPath(path+".env", k))
-	}
-	c.Cwd = x.expand(c.Cwd, path+".cwd")
-	c.URL = x.expand(c.URL, path+".url")
-	for _, k := range sortedKeys(c.Headers) {
-		c.Headers[k] = x.expand(c.Headers[k], joinPath(path+".headers", k))
-	}
+	l.dropOtherTransport(file, name, c)
+	expandEntry(c, expander{getenv: l.opts.Getenv, fail: fail}, path)
 	if failed() {
 		return e
 	}
@@ -624,6 +549,120 @@ func (l *loader) loadEntry(file, name, path string, raw json.RawMessage) entry {
 	}
 	e.state = stateOK
 	return e
+}
+
+// entryFields checks a server's name and decodes its entry into its keys.
+// ok is false, the failure recorded, when the name is not one or the entry
+// is not a JSON object.
+func entryFields(name, path string, raw json.RawMessage, fail func(p, format string, args ...any)) (fields map[string]json.RawMessage, ok bool) {
+	if msg := checkName(name); msg != "" {
+		fail(path, "%s", msg)
+		return nil, false
+	}
+	if k := kind(raw); k != "object" {
+		fail(path, "want an object, got %s", k)
+		return nil, false
+	}
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		fail(path, "cannot decode: %v", err)
+		return nil, false
+	}
+	return fields, true
+}
+
+// warnUnknownKeys warns of each key of an entry that is none of
+// entryKeys, naming the one it most likely misspells.
+func (l *loader) warnUnknownKeys(file, name string, fields map[string]json.RawMessage) {
+	for _, k := range sortedKeys(fields) {
+		if slices.Contains(entryKeys(), k) {
+			continue
+		}
+		if want := suggest.Key(k, entryKeys()); want != "" {
+			l.warn(file, name, "unknown key %q ignored; did you mean %q?", k, want)
+		} else {
+			l.warn(file, name, "unknown key %q ignored", k)
+		}
+	}
+}
+
+// decodeEntry decodes an entry's values into c, as written (not yet
+// expanded), and returns its "type".
+func decodeEntry(c *ServerConfig, d decoder, fields map[string]json.RawMessage, path string) (typ string) {
+	typ = d.str(fields["type"], path+".type")
+	c.Command = d.str(fields["command"], path+".command")
+	c.Args = d.strings(fields["args"], path+".args")
+	c.Env = d.stringMap(fields["env"], path+".env")
+	c.Cwd = d.str(fields["cwd"], path+".cwd")
+	c.URL = d.str(fields["url"], path+".url")
+	c.Headers = d.stringMap(fields["headers"], path+".headers")
+	return typ
+}
+
+// setType sets c's transport from the entry's "type", or, when it has
+// none, from whether it has a command or a url. It is false, the failure
+// recorded, when the type is unknown or neither or both say.
+func setType(c *ServerConfig, typ, path string, fail func(p, format string, args ...any)) bool {
+	switch typ {
+	case TypeStdio, TypeSSE:
+		c.Type = typ
+	case TypeHTTP, "streamable-http", "streamableHttp":
+		c.Type = TypeHTTP
+	case "":
+		switch {
+		case c.Command != "" && c.URL != "":
+			fail(path, `has both a command and a url: set "type" to "stdio", "http" or "sse"`)
+			return false
+		case c.URL != "":
+			c.Type = TypeHTTP
+		case c.Command != "":
+			c.Type = TypeStdio
+		default:
+			fail(path, `needs a "command" (a stdio server) or a "url" (an http or sse server)`)
+			return false
+		}
+	default:
+		fail(path+".type", "%q is not a known type: want stdio, http or sse", typ)
+		return false
+	}
+	return true
+}
+
+// dropOtherTransport drops the fields of the transport c does not use,
+// with a warning for each one set: they are neither expanded nor checked.
+func (l *loader) dropOtherTransport(file, name string, c *ServerConfig) {
+	ignored := func(key string, set bool) {
+		if set {
+			l.warn(file, name, "%q is ignored for %s server", key, withArticle(c.Type))
+		}
+	}
+	if c.Type == TypeStdio {
+		ignored("url", c.URL != "")
+		ignored("headers", len(c.Headers) > 0)
+		c.URL, c.Headers = "", nil
+	} else {
+		ignored("command", c.Command != "")
+		ignored("args", len(c.Args) > 0)
+		ignored("env", len(c.Env) > 0)
+		ignored("cwd", c.Cwd != "")
+		c.Command, c.Args, c.Env, c.Cwd = "", nil, nil, ""
+	}
+}
+
+// expandEntry expands the ${VAR} references in each of c's values; x
+// records the failures.
+func expandEntry(c *ServerConfig, x expander, path string) {
+	c.Command = x.expand(c.Command, path+".command")
+	for i := range c.Args {
+		c.Args[i] = x.expand(c.Args[i], fmt.Sprintf("%s.args[%d]", path, i))
+	}
+	for _, k := range sortedKeys(c.Env) {
+		c.Env[k] = x.expand(c.Env[k], joinPath(path+".env", k))
+	}
+	c.Cwd = x.expand(c.Cwd, path+".cwd")
+	c.URL = x.expand(c.URL, path+".url")
+	for _, k := range sortedKeys(c.Headers) {
+		c.Headers[k] = x.expand(c.Headers[k], joinPath(path+".headers", k))
+	}
 }
 
 // withArticle is "a stdio", "an http" or "an sse".

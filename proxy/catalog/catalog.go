@@ -131,99 +131,132 @@ func New(tools []Tool) *Catalog {
 		exact:    make(map[string][]int32, 2*len(tools)),
 		terms:    make(map[string]int32),
 	}
-
-	// termCounts is one term's count in each field of one tool.
-	type termCounts struct {
-		term   int32
-		counts [numFields]uint16
-	}
-	type docStats struct {
-		lens  [numFields]int
-		terms []termCounts
-	}
-	var (
-		docs    []docStats
-		df      []int
-		fields  [numFields][]string
-		scratch = make(map[int32]int) // term id -> index into the doc's terms
-		sumLens [numFields]float64
-	)
+	ix := indexer{scratch: make(map[int32]int)}
 	for _, t := range tools {
-		key := toolKey{t.Server, t.Name}
-		if _, dup := c.byName[key]; dup {
+		if !c.addTool(t) {
 			continue
 		}
-		doc := int32(len(c.tools))
-		c.byName[key] = int(doc)
-		c.tools = append(c.tools, t)
-		c.byServer[t.Server] = append(c.byServer[t.Server], t)
-		for _, k := range [...]string{strings.ToLower(t.Name), strings.ToLower(t.Server + "." + t.Name)} {
-			if ids := c.exact[k]; len(ids) == 0 || ids[len(ids)-1] != doc {
-				c.exact[k] = append(ids, doc)
-			}
-		}
-
 		names, descs := schemaProperties(t.InputSchema)
 		c.params = append(c.params, names)
+		ix.tokenize(t, names, descs)
+		ix.count(c)
+	}
+	c.index(&ix)
+	slices.Sort(c.vocab) // term ids stay as assigned in c.terms
+	return c
+}
 
-		for f := range fields {
-			fields[f] = fields[f][:0]
+// addTool adds t, as New builds c, to the tools, by server and by name,
+// and to the exact names it answers to. It is false, and adds nothing,
+// when t's server and name repeat an earlier tool's.
+func (c *Catalog) addTool(t Tool) bool {
+	key := toolKey{t.Server, t.Name}
+	if _, dup := c.byName[key]; dup {
+		return false
+	}
+	doc := int32(len(c.tools))
+	c.byName[key] = int(doc)
+	c.tools = append(c.tools, t)
+	c.byServer[t.Server] = append(c.byServer[t.Server], t)
+	for _, k := range [...]string{strings.ToLower(t.Name), strings.ToLower(t.Server + "." + t.Name)} {
+		if ids := c.exact[k]; len(ids) == 0 || ids[len(ids)-1] != doc {
+			c.exact[k] = append(ids, doc)
 		}
-		fields[fieldName] = appendTokens(fields[fieldName], t.Name)
-		fields[fieldTitle] = appendTokens(fields[fieldTitle], t.Title)
-		fields[fieldServer] = appendTokens(fields[fieldServer], t.Server)
-		fields[fieldDesc] = appendTokens(fields[fieldDesc], t.Description)
-		for _, n := range names {
-			fields[fieldParamName] = appendTokens(fields[fieldParamName], n)
-		}
-		for _, d := range descs {
-			fields[fieldParamDesc] = appendTokens(fields[fieldParamDesc], d)
-		}
+	}
+	return true
+}
 
-		var ds docStats
-		clear(scratch)
-		for f, toks := range fields {
-			ds.lens[f] = len(toks)
-			sumLens[f] += float64(len(toks))
-			for _, tok := range toks {
-				id, ok := c.terms[tok]
-				if !ok {
-					id = int32(len(c.vocab))
-					c.terms[tok] = id
-					c.vocab = append(c.vocab, tok)
-					df = append(df, 0)
-				}
-				i, ok := scratch[id]
-				if !ok {
-					i = len(ds.terms)
-					scratch[id] = i
-					ds.terms = append(ds.terms, termCounts{term: id})
-					df[id]++
-				}
-				if ds.terms[i].counts[f] < math.MaxUint16 {
-					ds.terms[i].counts[f]++
-				}
+// termCounts is one term's count in each field of one tool.
+type termCounts struct {
+	term   int32
+	counts [numFields]uint16
+}
+
+// docStats is what New counts of one tool: its fields' lengths, in
+// tokens, and the count of each of its terms.
+type docStats struct {
+	lens  [numFields]int
+	terms []termCounts
+}
+
+// indexer is what New gathers, one tool after another, to score the
+// terms once it has seen every tool.
+type indexer struct {
+	docs    []docStats
+	df      []int               // per term id, the tools that have it
+	fields  [numFields][]string // the tokens of the tool being counted
+	scratch map[int32]int       // term id -> index into the tool's terms
+	sumLens [numFields]float64  // per field, the sum of the tools' lengths
+}
+
+// tokenize sets ix.fields to the tokens of t's fields, with names and
+// descs the names and descriptions of its parameters.
+func (ix *indexer) tokenize(t Tool, names, descs []string) {
+	for f := range ix.fields {
+		ix.fields[f] = ix.fields[f][:0]
+	}
+	ix.fields[fieldName] = appendTokens(ix.fields[fieldName], t.Name)
+	ix.fields[fieldTitle] = appendTokens(ix.fields[fieldTitle], t.Title)
+	ix.fields[fieldServer] = appendTokens(ix.fields[fieldServer], t.Server)
+	ix.fields[fieldDesc] = appendTokens(ix.fields[fieldDesc], t.Description)
+	for _, n := range names {
+		ix.fields[fieldParamName] = appendTokens(ix.fields[fieldParamName], n)
+	}
+	for _, d := range descs {
+		ix.fields[fieldParamDesc] = appendTokens(ix.fields[fieldParamDesc], d)
+	}
+}
+
+// count counts the tokens in ix.fields as the next tool's, giving each
+// term c has not seen yet the next term id.
+func (ix *indexer) count(c *Catalog) {
+	var ds docStats
+	clear(ix.scratch)
+	for f, toks := range ix.fields {
+		ds.lens[f] = len(toks)
+		ix.sumLens[f] += float64(len(toks))
+		for _, tok := range toks {
+			id, ok := c.terms[tok]
+			if !ok {
+				id = int32(len(c.vocab))
+				c.terms[tok] = id
+				c.vocab = append(c.vocab, tok)
+				ix.df = append(ix.df, 0)
+			}
+			i, ok := ix.scratch[id]
+			if !ok {
+				i = len(ds.terms)
+				ix.scratch[id] = i
+				ds.terms = append(ds.terms, termCounts{term: id})
+				ix.df[id]++
+			}
+			if ds.terms[i].counts[f] < math.MaxUint16 {
+				ds.terms[i].counts[f]++
 			}
 		}
-		docs = append(docs, ds)
 	}
+	ix.docs = append(ix.docs, ds)
+}
 
-	n := float64(len(docs))
+// index sets each term's IDF and its postings, with their saturated
+// BM25F term frequencies, from what ix counted of every tool.
+func (c *Catalog) index(ix *indexer) {
+	n := float64(len(ix.docs))
 	var avgLens [numFields]float64
 	for f := range avgLens {
 		if n > 0 {
-			avgLens[f] = sumLens[f] / n
+			avgLens[f] = ix.sumLens[f] / n
 		}
 	}
 	c.idf = make([]float64, len(c.vocab))
-	for id, d := range df {
+	for id, d := range ix.df {
 		c.idf[id] = math.Log(1 + (n-float64(d)+0.5)/(float64(d)+0.5))
 	}
 	c.postings = make([][]posting, len(c.vocab))
-	for id, d := range df {
+	for id, d := range ix.df {
 		c.postings[id] = make([]posting, 0, d)
 	}
-	for doc, ds := range docs {
+	for doc, ds := range ix.docs {
 		var norm [numFields]float64
 		for f := range norm {
 			if avgLens[f] > 0 {
@@ -238,9 +271,6 @@ func New(tools []Tool) *Catalog {
 			c.postings[tc.term] = append(c.postings[tc.term], posting{doc: int32(doc), sat: tf / (bm25K1 + tf)})
 		}
 	}
-	slices.Sort(c.vocab) // term ids stay as assigned in c.terms
-
-	return c
 }
 
 // Tools returns the tools of server in input order, or nil if it has none.
@@ -306,6 +336,26 @@ func (c *Catalog) Search(query string, limit int) []SearchHit {
 		qterms = qterms[:searchMaxTerms]
 	}
 
+	scores := c.scores(qterms)
+	for _, doc := range exact {
+		scores[doc] = -1 - scores[doc] // marks it, keeping its score
+	}
+	hits := c.topHits(scores, limit)
+	if len(hits) == 0 {
+		return nil
+	}
+	out := make([]SearchHit, len(hits))
+	for i, h := range hits {
+		out[i] = SearchHit{Tool: c.tools[h.doc], Score: h.score, Params: slices.Clone(c.params[h.doc])}
+	}
+	return out
+}
+
+// scores is each tool's BM25F score for the query terms qterms, each
+// distinct term counted once. A term in no tool, of at least 3 letters,
+// counts at prefixFactor through the terms it is a prefix of
+// (prefixScores).
+func (c *Catalog) scores(qterms []string) []float64 {
 	scores := make([]float64, len(c.tools))
 	var best map[int32]float64
 	seen := make(map[string]bool, len(qterms))
@@ -324,82 +374,90 @@ func (c *Catalog) Search(query string, limit int) []SearchHit {
 		if utf8.RuneCountInString(t) < 3 {
 			continue
 		}
+		// One map for every prefix of the query, made at the first.
 		if best == nil {
 			best = make(map[int32]float64)
 		} else {
 			clear(best)
 		}
-		expanded := 0
-		for j := sort.SearchStrings(c.vocab, t); j < len(c.vocab) && strings.HasPrefix(c.vocab[j], t) && expanded < maxPrefixTerms; j++ {
-			id := c.terms[c.vocab[j]]
-			idf := c.idf[id]
-			for _, p := range c.postings[id] {
-				if s := idf * p.sat; s > best[p.doc] {
-					best[p.doc] = s
-				}
-			}
-			expanded++
-		}
+		c.prefixScores(t, best)
 		for doc, s := range best {
 			scores[doc] += prefixFactor * s
 		}
 	}
+	return scores
+}
 
-	for _, doc := range exact {
-		scores[doc] = -1 - scores[doc] // marks it, keeping its score
+// prefixScores sets best, per tool, to the best score of the indexed
+// terms that begin with prefix (the first maxPrefixTerms of them).
+func (c *Catalog) prefixScores(prefix string, best map[int32]float64) {
+	expanded := 0
+	for j := sort.SearchStrings(c.vocab, prefix); j < len(c.vocab) && strings.HasPrefix(c.vocab[j], prefix) && expanded < maxPrefixTerms; j++ {
+		id := c.terms[c.vocab[j]]
+		idf := c.idf[id]
+		for _, p := range c.postings[id] {
+			if s := idf * p.sat; s > best[p.doc] {
+				best[p.doc] = s
+			}
+		}
+		expanded++
 	}
+}
+
+// hit is a tool Search may return: doc, an index into [Catalog].tools,
+// whether the query named it exactly, and its score.
+type hit struct {
+	doc   int32
+	exact bool
+	score float64
+}
+
+// better says whether a goes before b: a tool the query named before one
+// it did not, then the higher score, then by server and tool name.
+func (c *Catalog) better(a, b hit) bool {
+	if a.exact != b.exact {
+		return a.exact
+	}
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	ta, tb := &c.tools[a.doc], &c.tools[b.doc]
+	if ta.Server != tb.Server {
+		return ta.Server < tb.Server
+	}
+	return ta.Name < tb.Name
+}
+
+// topHits returns the best limit hits of scores, best first, none of a tool
+// that scored 0. A negative score, -1 - s, marks a tool the query named
+// exactly: its hit scores s plus the best score of the others.
+func (c *Catalog) topHits(scores []float64, limit int) []hit {
 	var top float64
 	for _, s := range scores {
 		top = max(top, s)
 	}
-
 	// Keep the best limit hits in a sorted slice.
-	type cand struct {
-		doc   int32
-		exact bool
-		score float64
-	}
-	better := func(a, b cand) bool {
-		if a.exact != b.exact {
-			return a.exact
-		}
-		if a.score != b.score {
-			return a.score > b.score
-		}
-		ta, tb := &c.tools[a.doc], &c.tools[b.doc]
-		if ta.Server != tb.Server {
-			return ta.Server < tb.Server
-		}
-		return ta.Name < tb.Name
-	}
-	hits := make([]cand, 0, limit+1)
+	hits := make([]hit, 0, limit+1)
 	for doc, s := range scores {
-		var h cand
+		var h hit
 		switch {
 		case s > 0:
-			h = cand{doc: int32(doc), score: s}
+			h = hit{doc: int32(doc), score: s}
 		case s < 0:
-			h = cand{doc: int32(doc), exact: true, score: -1 - s + top}
+			h = hit{doc: int32(doc), exact: true, score: -1 - s + top}
 		default:
 			continue
 		}
-		if len(hits) == limit && !better(h, hits[limit-1]) {
+		if len(hits) == limit && !c.better(h, hits[limit-1]) {
 			continue
 		}
-		i := sort.Search(len(hits), func(i int) bool { return better(h, hits[i]) })
+		i := sort.Search(len(hits), func(i int) bool { return c.better(h, hits[i]) })
 		hits = slices.Insert(hits, i, h)
 		if len(hits) > limit {
 			hits = hits[:limit]
 		}
 	}
-	if len(hits) == 0 {
-		return nil
-	}
-	out := make([]SearchHit, len(hits))
-	for i, h := range hits {
-		out[i] = SearchHit{Tool: c.tools[h.doc], Score: h.score, Params: slices.Clone(c.params[h.doc])}
-	}
-	return out
+	return hits
 }
 
 // schemaProperties returns the names of the properties of a JSON schema, in

@@ -142,69 +142,113 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
+// checkEngine checks one candidate engine, from its socket to a smoke run
+// in the runner image. It stops at the first failure that leaves nothing
+// further to check.
 func checkEngine(ctx context.Context, c detect.Candidate, opts Options) EngineReport {
 	er := EngineReport{Engine: c.Engine, Socket: c.URI, Source: c.Why, Image: opts.Image}
-	add := func(name string, ok bool, detail, hint string) bool {
-		if ok {
-			hint = ""
-		}
-		er.Checks = append(er.Checks, Check{Name: name, OK: ok, Detail: detail, Hint: hint})
-		return ok
-	}
-	unreachable := func(err error) EngineReport {
-		er.Checks = append(er.Checks, unreachableCheck(c, err))
-		return er
-	}
 	rt, err := detect.Connect(ctx, c)
 	if err != nil {
-		return unreachable(err)
+		er.addCheck(unreachableCheck(c, err))
+		return er
 	}
 	defer rt.Close()
 	er.Reachable = true
 	info, err := rt.Info(ctx)
 	if err != nil {
-		return unreachable(err)
+		er.addCheck(unreachableCheck(c, err))
+		return er
 	}
 	er.Info = &info
+	limitsOK, ok := er.checkSetup(ctx, rt, info, opts)
+	if !ok {
+		return er
+	}
+	proto, ok := er.checkImage(ctx, rt, c.Engine, opts)
+	if !ok {
+		return er
+	}
+	limits := smokeLimits()
+	res, ociRuntime, ok := er.runSmoke(ctx, rt, c.Engine, proto, limits, opts)
+	if !ok {
+		return er
+	}
+	safe, inside := er.smokeChecks(res.Stdout, ociRuntime, c.Engine, info.Enforce, limits, opts.Image)
+	er.Usable = safe && ((limitsOK && inside) || opts.AllowUnenforcedLimits)
+	return er
+}
+
+// add records a check and says whether it passed. A check that passed
+// needs no hint, so its hint is dropped.
+func (er *EngineReport) add(name string, ok bool, detail, hint string) bool {
+	if ok {
+		hint = ""
+	}
+	er.Checks = append(er.Checks, Check{Name: name, OK: ok, Detail: detail, Hint: hint})
+	return ok
+}
+
+// addCheck records a check made elsewhere as it is.
+func (er *EngineReport) addCheck(c Check) {
+	er.Checks = append(er.Checks, c)
+}
+
+// checkSetup records what the engine says of itself: its version and mode,
+// the bridges' containers on it, the kubernetes engine's own checks,
+// whether it can enforce the limits (limitsOK) and whether it could run
+// gVisor. ok is false when gVisor was asked for and cannot run: there is
+// nothing further to check then.
+func (er *EngineReport) checkSetup(ctx context.Context, rt sandbox.Runtime, info sandbox.EngineInfo, opts Options) (limitsOK, ok bool) {
 	mode := "rootful"
 	if info.Rootless {
 		mode = "rootless"
 	}
-	add("reachable", true, fmt.Sprintf("%s %s (API %s), %s, cgroup v%s, OCI runtime %s",
+	er.add("reachable", true, fmt.Sprintf("%s %s (API %s), %s, cgroup v%s, OCI runtime %s",
 		info.Name, info.Version, info.APIVersion, mode, info.CgroupVersion, info.OCIRuntime), "")
-	if cs, err := rt.List(ctx, map[string]string{sandbox.LabelManaged: "true"}); err == nil {
-		pooled := 0
-		for _, c := range cs {
-			if c.Labels[sandbox.LabelPooled] == "true" {
-				pooled++
-			}
-		}
-		// Informational: what bridges running now hold on this engine.
-		add("bridge_containers", true, fmt.Sprintf("%d container(s) of bridges on this engine, %d of them started ahead of time by a warm pool (pool.size in the policy)", len(cs), pooled), "")
-	}
+	er.countBridgeContainers(ctx, rt)
 	if k, ok := rt.(*kubernetes.Client); ok {
-		kubeChecks(ctx, k, add, func(c Check) { er.Checks = append(er.Checks, c) })
+		kubeChecks(ctx, k, er.add, er.addCheck)
 	}
-	limitsOK := add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
+	limitsOK = er.add("limits_enforceable", info.Enforce.All(), enforcementDetail(info.Enforce),
 		enforceHint(info.Enforce.Reason)+"; or accept that with --allow-unenforced-limits")
 	gv := gvisorCheck(info, opts.LookPath)
 	if opts.OCIRuntime == sandbox.OCIRuntimeRunsc {
-		if !add(gv.Name, gv.OK, gv.Detail, gv.Hint) {
-			return er
-		}
-	} else {
-		gv.Optional = !gv.OK
-		er.Checks = append(er.Checks, gv)
+		return limitsOK, er.add(gv.Name, gv.OK, gv.Detail, gv.Hint)
 	}
+	gv.Optional = !gv.OK
+	er.addCheck(gv)
+	return limitsOK, true
+}
 
+// countBridgeContainers records, for information, what bridges running now
+// hold on this engine. Nothing is recorded when the engine cannot list them.
+func (er *EngineReport) countBridgeContainers(ctx context.Context, rt sandbox.Runtime) {
+	cs, err := rt.List(ctx, map[string]string{sandbox.LabelManaged: "true"})
+	if err != nil {
+		return
+	}
+	pooled := 0
+	for _, c := range cs {
+		if c.Labels[sandbox.LabelPooled] == "true" {
+			pooled++
+		}
+	}
+	er.add("bridge_containers", true, fmt.Sprintf("%d container(s) of bridges on this engine, %d of them started ahead of time by a warm pool (pool.size in the policy)", len(cs), pooled), "")
+}
+
+// checkImage records whether the runner image is there and whether its
+// label says it holds a runner, and returns the relay protocol that label
+// names. ok is false when there is no image, or no runner in it: a run
+// there could only fail.
+func (er *EngineReport) checkImage(ctx context.Context, rt sandbox.Runtime, engine string, opts Options) (proto string, ok bool) {
 	img, err := rt.ImageInfo(ctx, opts.Image)
 	if err != nil {
-		hint := images.MissingHint(opts.Image, c.Engine)
+		hint := images.MissingHint(opts.Image, engine)
 		if !errors.Is(err, sandbox.ErrImageNotFound) {
 			hint = "the engine could not inspect images; check its log"
 		}
-		add("image", false, err.Error(), hint)
-		return er
+		er.add("image", false, err.Error(), hint)
+		return "", false
 	}
 	er.Variant = img.Labels[images.LabelVariant]
 	variant := ""
@@ -215,21 +259,28 @@ func checkEngine(ctx context.Context, c detect.Candidate, opts Options) EngineRe
 	if img.Created.IsZero() {
 		built = "" // the Kubernetes API does not say
 	}
-	add("image", true, fmt.Sprintf("%s (%s%d MB%s)", opts.Image, variant, img.Size>>20, built), "")
+	er.add("image", true, fmt.Sprintf("%s (%s%d MB%s)", opts.Image, variant, img.Size>>20, built), "")
 	// The runner: its label says it is there and which protocol it speaks;
-	// the smoke run below proves it. An image without the label has no
+	// the smoke run proves it. An image without the label has no
 	// runner, and a run in it could only fail.
 	proto, labelled := img.Labels[images.LabelProtocol]
-	want := strconv.Itoa(relay.Version)
-	if !labelled && c.Engine == sandbox.EngineKubernetes {
+	if !labelled && engine == sandbox.EngineKubernetes {
 		// The API shows no image's labels: the smoke run proves the runner.
-		proto, labelled = want, true
+		proto, labelled = strconv.Itoa(relay.Version), true
 	}
 	if !labelled {
-		add("runner", false, fmt.Sprintf("%s has no bridge runner (label %s missing)", opts.Image, images.LabelProtocol), images.NoRunnerHint())
-		return er
+		er.add("runner", false, fmt.Sprintf("%s has no bridge runner (label %s missing)", opts.Image, images.LabelProtocol), images.NoRunnerHint())
+		return "", false
 	}
+	return proto, true
+}
 
+// runSmoke runs smoke.py in the runner image under limits and records the
+// runner and relay checks that the run proves; proto is the protocol the
+// image's label names. It returns the run's result and the OCI runtime the
+// engine ran it with. ok is false when the code did not run, with the
+// reason recorded.
+func (er *EngineReport) runSmoke(ctx context.Context, rt sandbox.Runtime, engine, proto string, limits sandbox.Limits, opts Options) (res sandbox.Result, ociRuntime string, ok bool) {
 	// The smoke run: allowed on an engine that cannot enforce limits, so
 	// that doctor can still report what does hold there.
 	ex, err := sandbox.NewExecutor(ctx, rt, sandbox.ExecutorOptions{
@@ -240,65 +291,76 @@ func checkEngine(ctx context.Context, c detect.Candidate, opts Options) EngineRe
 		if errors.Is(err, sandbox.ErrOCIRuntime) {
 			hint = "the error says what to set up"
 		}
-		add("smoke_run", false, err.Error(), hint)
-		return er
+		er.add("smoke_run", false, err.Error(), hint)
+		return sandbox.Result{}, "", false
 	}
-	limits := smokeLimits()
-	res, err := ex.Run(ctx, sandbox.Request{Code: smokeCode, Limits: limits})
+	want := strconv.Itoa(relay.Version)
+	res, err = ex.Run(ctx, sandbox.Request{Code: smokeCode, Limits: limits})
 	if err == nil && res.Status != sandbox.StatusOK {
 		err = fmt.Errorf("status %s: %s %s", res.Status, res.Message, res.Stderr)
 	}
 	if err != nil {
-		hint := images.RebuildHint(opts.Image, c.Engine)
+		hint := images.RebuildHint(opts.Image, engine)
 		if proto != want {
-			add("runner", false, fmt.Sprintf("%s's runner speaks relay protocol %s (its label %s), this bridge speaks %s", opts.Image, proto, images.LabelProtocol, want), hint)
+			er.add("runner", false, fmt.Sprintf("%s's runner speaks relay protocol %s (its label %s), this bridge speaks %s", opts.Image, proto, images.LabelProtocol, want), hint)
 		}
-		add("smoke_run", false, err.Error(), "run `bridge run -` with a one-line script to see more; or "+hint)
-		return er
+		er.add("smoke_run", false, err.Error(), "run `bridge run -` with a one-line script to see more; or "+hint)
+		return res, "", false
 	}
 	er.SmokeMS = res.Duration.Milliseconds()
 	er.Python = res.Python
 	// The runner said hello in this bridge's protocol, or the run would
 	// have failed: a label that says otherwise is only wrong.
 	if proto == want {
-		add("runner", true, fmt.Sprintf("relay protocol %s (label %s)", proto, images.LabelProtocol), "")
+		er.add("runner", true, fmt.Sprintf("relay protocol %s (label %s)", proto, images.LabelProtocol), "")
 	} else {
-		add("runner", true, fmt.Sprintf("relay protocol %s (the runner said so; its label %s says %s)", want, images.LabelProtocol, proto), "")
+		er.add("runner", true, fmt.Sprintf("relay protocol %s (the runner said so; its label %s says %s)", want, images.LabelProtocol, proto), "")
 	}
-	add("relay", true, fmt.Sprintf("runner connected and ran code (Python %s); whole run %d ms", res.Python, er.SmokeMS), "")
-	var smoke struct {
-		Checks map[string]struct {
-			OK     bool   `json:"ok"`
-			Detail string `json:"detail"`
-		} `json:"checks"`
-		Limits cgroupLimits `json:"limits"`
-		Kernel struct {
-			GVisor bool   `json:"gvisor"`
-			Detail string `json:"detail"`
-		} `json:"kernel"`
-		Packages []Package `json:"packages"`
-	}
-	if err := json.Unmarshal([]byte(res.Stdout), &smoke); err != nil {
-		add("smoke_run", false, "unreadable smoke output: "+err.Error(), images.RebuildHint(opts.Image, c.Engine))
-		return er
+	er.add("relay", true, fmt.Sprintf("runner connected and ran code (Python %s); whole run %d ms", res.Python, er.SmokeMS), "")
+	return res, ex.OCIRuntime(), true
+}
+
+// smokeOutput is what smoke.py prints: its hardening checks, the limits it
+// read, the kernel it met and the notable packages it found.
+type smokeOutput struct {
+	Checks map[string]struct {
+		OK     bool   `json:"ok"`
+		Detail string `json:"detail"`
+	} `json:"checks"`
+	Limits cgroupLimits `json:"limits"`
+	Kernel struct {
+		GVisor bool   `json:"gvisor"`
+		Detail string `json:"detail"`
+	} `json:"kernel"`
+	Packages []Package `json:"packages"`
+}
+
+// smokeChecks records what the smoke run found inside, from its stdout:
+// the kernel it met under ociRuntime, the hardening and the limits it was
+// given. safe says the kernel and the hardening hold, inside that the
+// limits do; both are false when the output cannot be read.
+func (er *EngineReport) smokeChecks(stdout, ociRuntime, engine string, enforce sandbox.Enforcement, limits sandbox.Limits, image string) (safe, inside bool) {
+	var smoke smokeOutput
+	if err := json.Unmarshal([]byte(stdout), &smoke); err != nil {
+		er.add("smoke_run", false, "unreadable smoke output: "+err.Error(), images.RebuildHint(image, engine))
+		return false, false
 	}
 	er.Packages = smoke.Packages
 	// The runtime the engine names is the one the code met.
-	wantGVisor := ex.OCIRuntime() == sandbox.OCIRuntimeRunsc
-	safe := add("kernel", smoke.Kernel.GVisor == wantGVisor,
-		fmt.Sprintf("OCI runtime %s; the code sees %s", ex.OCIRuntime(), smoke.Kernel.Detail),
+	wantGVisor := ociRuntime == sandbox.OCIRuntimeRunsc
+	safe = er.add("kernel", smoke.Kernel.GVisor == wantGVisor,
+		fmt.Sprintf("OCI runtime %s; the code sees %s", ociRuntime, smoke.Kernel.Detail),
 		fmt.Sprintf("the engine says it runs containers with %s, but the code did not meet that kernel: "+
-			"check the engine's runtime configuration, and report `bridge doctor --json`", ex.OCIRuntime()))
+			"check the engine's runtime configuration, and report `bridge doctor --json`", ociRuntime))
 	for _, name := range []string{"network", "read_only_root", "uid", "capabilities", "no_new_privs", "seccomp", "unix_sockets", "tmpfs"} {
 		s, ok := smoke.Checks[name]
-		safe = add(name, ok && s.OK, s.Detail, hardeningHint(name, c.Engine)) && safe
+		safe = er.add(name, ok && s.OK, s.Detail, hardeningHint(name, engine)) && safe
 	}
-	inside := true
-	for _, lc := range limitChecks(info.Enforce, smoke.Limits, limits) {
-		inside = add(lc.Name, lc.OK, lc.Detail, lc.Hint) && inside
+	inside = true
+	for _, lc := range limitChecks(enforce, smoke.Limits, limits) {
+		inside = er.add(lc.Name, lc.OK, lc.Detail, lc.Hint) && inside
 	}
-	er.Usable = safe && ((limitsOK && inside) || opts.AllowUnenforcedLimits)
-	return er
+	return safe, inside
 }
 
 // cgroupLimits is what the smoke run read of its limits: under runc
