@@ -398,11 +398,19 @@ func podmanSpec(cs sandbox.ContainerSpec) *specgen.SpecGenerator {
 	}
 	s.WorkDir = cs.WorkDir
 
-	// Hygiene that holds for every container: nothing of the host's
-	// environment, proxy settings, hostname or cgroup paths leaks in;
-	// private pid, ipc and uts namespaces even if containers.conf says
-	// otherwise; the image cannot add writable volumes; a stop is an
-	// immediate SIGKILL; the log file is capped.
+	podmanHygiene(s)
+	podmanHardening(s, cs)
+	s.ResourceLimits, s.Rlimits = podmanResources(cs)
+	s.Mounts = podmanMounts(cs)
+	return s
+}
+
+// podmanHygiene sets what holds for every container: nothing of the host's
+// environment, proxy settings, hostname or cgroup paths leaks in; private
+// pid, ipc and uts namespaces even if containers.conf says otherwise; the
+// image cannot add writable volumes; a stop is an immediate SIGKILL; the
+// log file is capped.
+func podmanHygiene(s *specgen.SpecGenerator) {
 	s.EnvHost = podmanPtr(false)
 	s.HTTPProxy = podmanPtr(false)
 	s.Hostname = podmanHostname
@@ -423,7 +431,10 @@ func podmanSpec(cs sandbox.ContainerSpec) *specgen.SpecGenerator {
 	s.Stdin = podmanPtr(false)
 	s.StopTimeout = podmanPtr(uint(0))
 	s.LogConfiguration = &specgen.LogConfig{Driver: "k8s-file", Size: podmanLogSizeMax}
+}
 
+// podmanHardening applies the spec's hardening switches.
+func podmanHardening(s *specgen.SpecGenerator, cs sandbox.ContainerSpec) {
 	if cs.NetworkNone {
 		s.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
 	}
@@ -442,7 +453,11 @@ func podmanSpec(cs sandbox.ContainerSpec) *specgen.SpecGenerator {
 	if cs.Init {
 		s.Init = podmanPtr(true)
 	}
+}
 
+// podmanResources are the spec's cgroup limits (nil when it sets none) and
+// its rlimits.
+func podmanResources(cs sandbox.ContainerSpec) (*spec.LinuxResources, []spec.POSIXRlimit) {
 	var res spec.LinuxResources
 	if cs.Memory > 0 || cs.MemorySwap > 0 {
 		res.Memory = &spec.LinuxMemory{}
@@ -465,16 +480,23 @@ func podmanSpec(cs sandbox.ContainerSpec) *specgen.SpecGenerator {
 	if cs.Pids > 0 {
 		res.Pids = &spec.LinuxPids{Limit: cs.Pids}
 	}
+	var out *spec.LinuxResources
 	if res.Memory != nil || res.CPU != nil || res.Pids != nil {
-		s.ResourceLimits = &res
+		out = &res
 	}
+	var rlimits []spec.POSIXRlimit
 	for _, r := range cs.Rlimits {
 		// Short names: the service prefixes RLIMIT_ and upper-cases.
 		name := strings.ToLower(strings.TrimPrefix(strings.ToUpper(r.Name), "RLIMIT_"))
-		s.Rlimits = append(s.Rlimits, spec.POSIXRlimit{Type: name, Soft: r.Soft, Hard: r.Hard})
+		rlimits = append(rlimits, spec.POSIXRlimit{Type: name, Soft: r.Soft, Hard: r.Hard})
 	}
+	return out, rlimits
+}
 
-	// Tmpfs mounts in a stable order.
+// podmanMounts are the spec's tmpfs (in a stable order), bind and data
+// mounts.
+func podmanMounts(cs sandbox.ContainerSpec) []spec.Mount {
+	var mounts []spec.Mount
 	targets := make([]string, 0, len(cs.Tmpfs))
 	for t := range cs.Tmpfs {
 		targets = append(targets, t)
@@ -487,7 +509,7 @@ func podmanSpec(cs sandbox.ContainerSpec) *specgen.SpecGenerator {
 				opts = append(opts, o)
 			}
 		}
-		s.Mounts = append(s.Mounts, spec.Mount{Destination: t, Type: "tmpfs", Source: "tmpfs", Options: opts})
+		mounts = append(mounts, spec.Mount{Destination: t, Type: "tmpfs", Source: "tmpfs", Options: opts})
 	}
 	for _, m := range cs.Mounts {
 		// nosuid, nodev and noexec: a bind mount brings data (the relay
@@ -498,12 +520,12 @@ func podmanSpec(cs sandbox.ContainerSpec) *specgen.SpecGenerator {
 		} else {
 			opts = append(opts, "rw")
 		}
-		s.Mounts = append(s.Mounts, spec.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
+		mounts = append(mounts, spec.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: opts})
 	}
 	for _, m := range cs.DataMounts {
-		s.Mounts = append(s.Mounts, spec.Mount{Destination: m.Path, Type: "bind", Source: m.Host, Options: podmanDataMountOptions()})
+		mounts = append(mounts, spec.Mount{Destination: m.Path, Type: "bind", Source: m.Host, Options: podmanDataMountOptions()})
 	}
-	return s
+	return mounts
 }
 
 // podmanDataMountOptions are the options of a data mount: read-only,
