@@ -12,7 +12,7 @@ import (
 
 // Sandbox are the limits of each run and of the bridge's runs together.
 type Sandbox struct {
-	Engine string // "auto", "podman" or "docker"; default "auto"
+	Engine string // "auto", "podman", "docker" or "kubernetes"; default "auto"
 	// OCIRuntime is the runtime every container runs with: "default" (the
 	// engine's), "runc", or "runsc" (gVisor). Default "default".
 	OCIRuntime string

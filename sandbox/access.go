@@ -16,7 +16,7 @@ const rootlessPodmanHint = "use rootless Podman (`systemctl --user enable --now 
 // failed with EACCES or EPERM. It wraps ErrEngineDenied, ErrEngineUnreachable
 // and the cause.
 type AccessError struct {
-	Engine string // EnginePodman or EngineDocker
+	Engine string // EnginePodman or EngineDocker: a cluster has no socket
 	Socket string // the socket's path
 	// Who says who may use the socket, as its owner, group and mode show
 	// ("root:docker, mode 0660"); "" when they cannot be read.

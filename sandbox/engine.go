@@ -29,7 +29,7 @@ type EngineOptions struct {
 	Logger zerolog.Logger
 }
 
-// Engine is the container engine the runs go to, opened on first use (a
+// Engine is where runs go: the container engine ([Runtime]) opened on first use (a
 // bridge answers its client at once even when no engine runs; the call
 // that needs one says what is wrong), with its [Executor] and warm pool, and
 // opened again after it went away: an Acquire or an Exec that fails

@@ -1,10 +1,15 @@
 // Package sandbox runs untrusted Python in fresh, hardened, network-less
-// containers: the engines, behind the [Containers] and [Images] interfaces
-// (docker.go, podman.go), opened in one place (engine.go, detect.go); the
-// hardened container spec (spec.go, seccomp.go); and a run's life, an
-// [Instance] acquired (a container started for it, instance.go, or a warm
-// one of the pool, pool.go), its runner served over the relay socket
-// within the run's host budget (conn.go, budget.go), and removed.
+// containers, and links no engine: an engine is a [Runtime] (the
+// [Containers] and [Images] interfaces, runtime.go) that a package of its
+// own implements (sandbox/docker, sandbox/podman, sandbox/kubernetes) and
+// sandbox/detect opens, given to an [Engine] by whoever wires the bridge
+// (engine.go: opened on first use, with its executor and pool). The core
+// holds the hardened container spec (spec.go), the OCI runtimes
+// (ociruntime.go), and a run's life: an [Instance] acquired (a container
+// started for it, instance.go, or a warm one of the pool, pool.go), its
+// runner served over the relay socket within the run's host budget
+// (conn.go, budget.go), and removed (removals.go; a dead bridge's
+// leftovers, reap.go).
 package sandbox
 
 import (
@@ -35,8 +40,15 @@ func OtherEngine(engine string) string {
 	return ""
 }
 
-// Runtime is one container engine, as the bridge opens it: the containers
-// it runs ([Containers]) and the images it holds ([Images]). Implementations
+// Runtime is one container engine's API as the bridge opened it (a Docker
+// or Podman socket, a Kubernetes cluster): the containers it runs
+// ([Containers]) and the images it holds ([Images]). The packages
+// sandbox/docker, sandbox/podman and sandbox/kubernetes implement it, and
+// sandbox/detect opens the one that answers. Two neighbours bear close
+// names: an [Engine] is not a Runtime but what opens one on first use (and
+// again after it went away) and runs code on it, with its executor and
+// pool; an OCI runtime ([ExecutorOptions.OCIRuntime]: runc, crun, runsc)
+// is the program the engine starts each container with. Implementations
 // talk to the engine's API, never to its CLI. All methods are safe for
 // concurrent use.
 type Runtime interface {
@@ -50,7 +62,8 @@ type Runtime interface {
 // enforce, whether an image is there to run, and a container's life from
 // create to remove. An [Executor] needs this much of an engine.
 type Containers interface {
-	// Name is "podman" or "docker".
+	// Name is the engine's: EngineDocker, EnginePodman or
+	// EngineKubernetes (or a test's own).
 	Name() string
 	// Info describes the engine and what it can enforce.
 	Info(ctx context.Context) (EngineInfo, error)
@@ -78,7 +91,8 @@ type Containers interface {
 // Images is the part of an engine that holds images: package images
 // builds the runner images with it.
 type Images interface {
-	// Name is "podman" or "docker".
+	// Name is the engine's: EngineDocker, EnginePodman or
+	// EngineKubernetes (or a test's own).
 	Name() string
 	// ImageInfo reports whether ref exists locally. A missing image returns
 	// ErrImageNotFound.

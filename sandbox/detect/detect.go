@@ -1,3 +1,10 @@
+// Package detect finds the container engine that answers and opens it: the
+// one package that knows every engine (sandbox/docker, sandbox/podman,
+// sandbox/kubernetes). "auto" tries $CONTAINER_HOST, rootless then rootful
+// Podman, then $DOCKER_HOST or Docker's socket; a Kubernetes cluster is
+// used only when asked for. A socket that refuses this user is explained
+// by its owner and mode ([sandbox.AccessError]) rather than as an engine
+// that does not run.
 package detect
 
 import (
@@ -17,16 +24,17 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Candidate is one engine socket Open may try.
+// Candidate is one place Open may find an engine: a socket, or a
+// Kubernetes configuration.
 type Candidate struct {
-	Engine string // EnginePodman or EngineDocker
+	Engine string // EnginePodman, EngineDocker or EngineKubernetes
 	URI    string // unix:///path
 	// Why says where the URI came from, for logs and doctor.
 	Why string
 }
 
-// Candidates lists the sockets to try for engine ("auto", "podman" or
-// "docker"), in order: $CONTAINER_HOST, rootless Podman
+// Candidates lists the places to try for engine ("auto", "podman",
+// "docker" or "kubernetes"; see kubeCandidates for a cluster), in order: $CONTAINER_HOST, rootless Podman
 // ($XDG_RUNTIME_DIR/podman/podman.sock), rootful Podman
 // (/run/podman/podman.sock), then $DOCKER_HOST or /var/run/docker.sock.
 func Candidates(engine string, getenv func(string) string) ([]Candidate, error) {

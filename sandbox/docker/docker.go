@@ -1,3 +1,8 @@
+// Package docker is the Docker engine: a [sandbox.Runtime] over the Docker
+// Engine API (github.com/docker/docker/client), the hardened container
+// spec as Docker's config and host config, and image builds from a tar of
+// the build context. It also drives Podman's Docker-compatible socket,
+// where that API differs (podmanCompat*).
 package docker
 
 import (
@@ -27,8 +32,8 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
-// Docker is the [sandbox.Runtime] backed by the Docker Engine API. It also speaks to
-// Podman's Docker-compatible socket. It never runs the docker CLI.
+// Client is the [sandbox.Runtime] backed by the Docker Engine API. It also
+// speaks to Podman's Docker-compatible socket. It never runs the docker CLI.
 type Client struct {
 	cli    *client.Client
 	host   string

@@ -33,7 +33,8 @@ var smokeCode string
 
 // Options configure a check.
 type Options struct {
-	// Engine is auto (check every candidate socket), podman or docker.
+	// Engine is auto (check every Podman and Docker socket), podman,
+	// docker or kubernetes.
 	Engine string
 	// Image is the runner image to look for and smoke-test.
 	Image string

@@ -1,3 +1,9 @@
+// Package kubernetes is the Kubernetes engine: a [sandbox.Runtime] that
+// runs each container as a pod on the bridge's own node (kubernetes.go),
+// over a small API client of its own (kubeapi.go: client-go's REST client
+// with only the groups it needs), doing on the node what a pod spec cannot
+// say (kubenode_linux.go: /tmp as a noexec tmpfs, data mounts cloned
+// read-only before they are attached, the pids limit in the pod's cgroup).
 package kubernetes
 
 import (
@@ -59,12 +65,12 @@ const kubeLabelsAnnotation = "io.github.bridge-mcp/labels"
 // kubeContainer is the name of the runner's container in its pod.
 const kubeContainer = "runner"
 
-// Kubernetes is the engine that runs each container as a pod, pinned to
+// Client is the engine that runs each container as a pod, pinned to
 // the node the bridge runs on: the run folder with the relay socket, /tmp
 // and the data mounts reach the pod as hostPath volumes, so the socket is
 // still the only way out. It needs the bridge on the node, as root there
 // for what only the node can do: /tmp as a noexec tmpfs and the data
-// mounts read-only, nosuid, nodev and noexec (node.go), and the pids
+// mounts read-only, nosuid, nodev and noexec (kubenode_linux.go), and the pids
 // limit in the pod's cgroup.
 type Client struct {
 	api    kubeAPI

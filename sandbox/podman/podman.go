@@ -1,3 +1,7 @@
+// Package podman is the Podman engine: a [sandbox.Runtime] over Podman's
+// libpod REST API through its v5 bindings
+// (github.com/containers/podman/v5/pkg/bindings), the hardened container
+// spec as a specgen.SpecGenerator, and image builds.
 package podman
 
 import (
@@ -44,8 +48,8 @@ const podmanLogSizeMax = 1 << 20
 // host's name or the container id shows through.
 const podmanHostname = "sandbox"
 
-// Podman is the [sandbox.Runtime] backed by the Podman REST API (libpod endpoints),
-// driven through the v5 bindings. It never runs the podman CLI.
+// Client is the [sandbox.Runtime] backed by the Podman REST API (libpod
+// endpoints), driven through the v5 bindings. It never runs the podman CLI.
 type Client struct {
 	// conn carries the bindings connection as context values. It is never
 	// cancelled: each call merges it with the caller's context (see call).
