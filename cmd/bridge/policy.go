@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -298,11 +297,11 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	t := policy.Tool{Server: server, Name: tool}
 	note := "the tool's annotations were not read (--offline): MCP defaults assumed"
 	if !*offline {
-		ann, err := readAnnotations(ctx, e, &uf, p.Budgets.CallTimeout, server, tool)
+		read, err := readTool(ctx, e, &uf, p.Budgets.CallTimeout, server, tool)
 		if err != nil {
 			note = fmt.Sprintf("the tool's annotations could not be read (%v): MCP defaults assumed", err)
 		} else {
-			t.Annotations, note = ann, ""
+			t, note = read, ""
 		}
 	}
 	if note != "" {
@@ -321,10 +320,11 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	return 0, nil
 }
 
-// readAnnotations starts server (from the servers config) and returns
-// tool's annotations.
-func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, callTimeout time.Duration, server, tool string) (policy.ToolAnnotations, error) {
-	var none policy.ToolAnnotations
+// readTool starts server (from the servers config) and returns what the
+// gate would decide on for its tool: proxy.CatalogToolPolicy, the gate's
+// own rule, so that explain judges the tool as the gate does.
+func readTool(ctx context.Context, e *env, uf *upstreamFlags, callTimeout time.Duration, server, tool string) (policy.Tool, error) {
+	var none policy.Tool
 	cfg, err := uf.loadServers(e, "", e.log)
 	if err != nil {
 		return none, err
@@ -358,19 +358,7 @@ func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, callTimeout
 		}
 		return none, fmt.Errorf("server %q has no tool %q", server, tool)
 	}
-	var a struct {
-		ReadOnlyHint    *bool `json:"readOnlyHint"`
-		DestructiveHint *bool `json:"destructiveHint"`
-		IdempotentHint  *bool `json:"idempotentHint"`
-		OpenWorldHint   *bool `json:"openWorldHint"`
-	}
-	if len(t.Annotations) > 0 {
-		if err := json.Unmarshal(t.Annotations, &a); err != nil {
-			return none, err
-		}
-	}
-	return policy.ToolAnnotations{ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
-		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}, nil
+	return proxy.CatalogToolPolicy(t)
 }
 
 // remoteProxyPolicy refuses a policy whose tool rules or budgets would not
