@@ -191,13 +191,7 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 			continue
 		}
 		names[[2]string{server, tool}] = t.Name
-		ct := catalog.Tool{Server: server, Name: tool, Title: t.Title, Description: t.Description}
-		ct.InputSchema = rawJSON(t.InputSchema)
-		ct.OutputSchema = rawJSON(t.OutputSchema)
-		if t.Annotations != nil {
-			ct.Annotations = rawJSON(t.Annotations)
-		}
-		tools = append(tools, ct)
+		tools = append(tools, catalogTool(server, tool, t))
 	}
 	// The servers resource comes second: listing tools connected them.
 	res, err := c.sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: ServersURI})
@@ -215,6 +209,18 @@ func (c *Client) fetch(ctx context.Context, gen uint64) (*snapshot, error) {
 		}
 	}
 	return &snapshot{gen: gen, at: time.Now(), catalog: catalog.New(tools), servers: servers, names: names, complete: complete}, nil
+}
+
+// catalogTool is the catalog's entry of server's tool, listed by the
+// proxy as t.
+func catalogTool(server, tool string, t *mcp.Tool) catalog.Tool {
+	ct := catalog.Tool{Server: server, Name: tool, Title: t.Title, Description: t.Description}
+	ct.InputSchema = rawJSON(t.InputSchema)
+	ct.OutputSchema = rawJSON(t.OutputSchema)
+	if t.Annotations != nil {
+		ct.Annotations = rawJSON(t.Annotations)
+	}
+	return ct
 }
 
 func rawJSON(v any) json.RawMessage {

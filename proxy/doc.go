@@ -13,6 +13,9 @@
 //     servers and the policy, and the bridge://servers resource;
 //   - gate*.go: one call through the policy (run, budgets, rules, the
 //     human's answer, rates, tokenization) to its server, audited;
+//   - toolpolicy.go: what the policy decides on for a tool, from its MCP
+//     definition: the gate's one rule, which `bridge policy explain` uses
+//     too;
 //   - client*.go: the bridge's side, with its cached catalog, calling a
 //     proxy in its own process directly;
 //   - redact.go: secrets kept out of errors and logs.

@@ -203,7 +203,7 @@ func (p *Proxy) checked(server, tool string) (pt policy.Tool, toolChanged, srvCh
 	}
 	pt = policy.Tool{Server: server, Name: tool}
 	if def, ok := p.defs[name]; ok && p.known[name] == [2]string{server, tool} {
-		pt = toolPolicy(server, def)
+		pt = ToolPolicy(server, def)
 	}
 	if pn, ok := p.pins[name]; ok {
 		toolChanged = pn.changed

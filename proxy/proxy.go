@@ -299,18 +299,6 @@ func (p *Proxy) resync() {
 	}
 }
 
-// toolPolicy is what the policy needs to know of an upstream tool.
-func toolPolicy(server string, t *mcp.Tool) policy.Tool {
-	pt := policy.Tool{Server: server, Name: t.Name}
-	if a := t.Annotations; a != nil {
-		pt.Annotations.ReadOnlyHint = &a.ReadOnlyHint
-		pt.Annotations.DestructiveHint = a.DestructiveHint
-		pt.Annotations.IdempotentHint = &a.IdempotentHint
-		pt.Annotations.OpenWorldHint = a.OpenWorldHint
-	}
-	return pt
-}
-
 // refreshServer is called when a server's tools may have changed. A burst
 // of changes makes one refresh at a time, plus at most one more after it.
 func (p *Proxy) refreshServer(name string) {
@@ -419,7 +407,7 @@ func (p *Proxy) sync(server string, tools []*mcp.Tool, gen uint64) {
 		// check: never on one no pin was checked against.
 		drift := p.pinOrCheck(name, t)
 		p.defs[name] = t
-		if pol != nil && !pol.Decide(toolPolicy(server, t)).Listed() {
+		if pol != nil && !pol.Decide(ToolPolicy(server, t)).Listed() {
 			continue // denied tools are not listed
 		}
 		if pol != nil && pol.Tools.OnChange == policy.Deny && (drift != "" || p.changedServer(server) != "") {

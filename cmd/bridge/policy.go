@@ -2,177 +2,22 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"os/signal"
-	"path/filepath"
-	"reflect"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
-	"github.com/bridge-mcp/bridge/bridge/toolhost"
-	"github.com/bridge-mcp/bridge/images"
-	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/proxy"
 	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/detect"
 )
 
-// policyReloadInterval is how often serve checks the policy file for
-// changes.
-const policyReloadInterval = time.Second
-
-// defaultPolicyPath is where the policy is read from when --policy is not
-// given: $XDG_CONFIG_HOME/bridge/policy.yaml, ~/.config/bridge/policy.yaml.
-func defaultPolicyPath() string {
-	dir := os.Getenv("XDG_CONFIG_HOME")
-	if !filepath.IsAbs(dir) {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		dir = filepath.Join(home, ".config")
-	}
-	return filepath.Join(dir, "bridge", "policy.yaml")
-}
-
-// defaultPolicyFile is the policy file at the default location, or "" when
-// there is none. A location this user may not look into is none too, with
-// a warning: that file would be this user's own configuration, which the
-// user could remove anyway; an operator's policy is given with --policy.
-func defaultPolicyFile(e *env) string {
-	path := defaultPolicyPath()
-	if path == "" {
-		return ""
-	}
-	_, err := os.Stat(path)
-	switch {
-	case err == nil:
-		return path
-	case errors.Is(err, fs.ErrNotExist):
-	default:
-		e.log.Warn().Err(err).Msg("policy: cannot look for the policy file at its default place; the built-in defaults apply (give one with --policy)")
-	}
-	return ""
-}
-
-// loadPolicy returns the policy to run with and its file ("" for none):
-// the file of --policy, else the one at the default location if there is
-// one, else the built-in defaults. The settings (flags) replace the
-// defaults, or tighten a file's policy and are refused where they would
-// loosen it. check, if not nil, judges the file's policy before the
-// settings apply.
-func loadPolicy(e *env, path string, settings []policy.Setting, check func(*policy.Policy) error) (*policy.Policy, string, error) {
-	if path == "" {
-		if path = defaultPolicyFile(e); path == "" {
-			p, err := policy.Default().With(settings, policy.Replace)
-			if err != nil {
-				return nil, "", usagef("%v", err)
-			}
-			return p, "", nil
-		}
-	}
-	file, err := policy.Load(path)
-	if err != nil {
-		return nil, "", err
-	}
-	if check != nil {
-		if err := check(file); err != nil {
-			return nil, "", err
-		}
-	}
-	p, err := file.With(settings, policy.Tighten)
-	if err != nil {
-		return nil, "", usagef("%v", err)
-	}
-	return p, path, nil
-}
-
-// adjuster is what a reloaded policy goes through (policy.Store.Adjust):
-// check, then the command line's settings, which yield where the new file
-// is stricter.
-func adjuster(settings []policy.Setting, check func(*policy.Policy) error) func(*policy.Policy) (*policy.Policy, error) {
-	return func(p *policy.Policy) (*policy.Policy, error) {
-		if check != nil {
-			if err := check(p); err != nil {
-				return nil, err
-			}
-		}
-		return p.With(settings, policy.Cap)
-	}
-}
-
-// runPolicy is loadPolicy for the commands that run code (serve, run):
-// it also checks the sandbox limits and that a remote proxy could apply the
-// policy, and names the runner image (runnerImage).
-func runPolicy(e *env, path, proxyURL string, settings []policy.Setting) (p *policy.Policy, file string, limits sandbox.Limits, image string, err error) {
-	p, file, err = loadPolicy(e, path, settings, func(p *policy.Policy) error { return remoteProxyPolicy(proxyURL, p) })
-	if err != nil {
-		return nil, "", limits, "", err
-	}
-	limits = bridge.LimitsFrom(p)
-	if err := limits.Validate(); err != nil {
-		return nil, "", limits, "", usagef("%v", err)
-	}
-	for _, w := range mountWarnings(p) {
-		e.log.Warn().Msg("policy: " + w)
-	}
-	return p, file, limits, runnerImage(p), nil
-}
-
-// runnerImage is the image p runs code in: sandbox.image, or when that is
-// empty the image this binary builds for sandbox.variant.
-func runnerImage(p *policy.Policy) string {
-	if p.Sandbox.Image != "" {
-		return p.Sandbox.Image
-	}
-	return images.NameOf(p.Sandbox.Variant)
-}
-
-// openStore puts p in force, reloads it when its file changes or on
-// SIGHUP, until ctx ends; each reloaded policy goes through adjust.
-func openStore(ctx context.Context, p *policy.Policy, path string, adjust func(*policy.Policy) (*policy.Policy, error), log zerolog.Logger) (*policy.Store, error) {
-	store, err := policy.NewStore(p, path, log)
-	if err != nil {
-		return nil, err
-	}
-	store.Adjust(adjust)
-	// SIGHUP reloads (and reopens the audit file); with no policy file it
-	// only says so: it must never end the bridge.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	if path == "" {
-		log.Info().Msg("policy: the built-in defaults (no policy file; see docs/policy.md)")
-	} else {
-		log.Info().Str("policy", path).Msg("policy: in force")
-		go store.Watch(ctx, policyReloadInterval)
-	}
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				if path == "" {
-					log.Info().Msg("policy: SIGHUP, but there is no policy file to reload")
-					continue
-				}
-				log.Info().Str("policy", path).Msg("policy: SIGHUP, reloading")
-				_, _ = store.ReloadNow()
-			}
-		}
-	}()
-	return store, nil
-}
+// `bridge policy check` and `bridge policy explain`. Loading the policy,
+// which every command does, is policyload.go.
 
 func cmdPolicy(ctx context.Context, e *env, args []string) (int, error) {
 	const usage = "Usage:\n  bridge policy check [FILE]                      validate a policy and print it, every default filled in\n" +
@@ -299,11 +144,11 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	t := policy.Tool{Server: server, Name: tool}
 	note := "the tool's annotations were not read (--offline): MCP defaults assumed"
 	if !*offline {
-		ann, err := readAnnotations(ctx, e, &uf, p.Budgets.CallTimeout, server, tool)
+		read, err := readTool(ctx, e, &uf, p.Budgets.CallTimeout, server, tool)
 		if err != nil {
 			note = fmt.Sprintf("the tool's annotations could not be read (%v): MCP defaults assumed", err)
 		} else {
-			t.Annotations, note = ann, ""
+			t, note = read, ""
 		}
 	}
 	if note != "" {
@@ -322,10 +167,11 @@ func policyExplain(ctx context.Context, e *env, args []string) (int, error) {
 	return 0, nil
 }
 
-// readAnnotations starts server (from the servers config) and returns
-// tool's annotations.
-func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, callTimeout time.Duration, server, tool string) (policy.ToolAnnotations, error) {
-	var none policy.ToolAnnotations
+// readTool starts server (from the servers config) and returns what the
+// gate would decide on for its tool: proxy.CatalogToolPolicy, the gate's
+// own rule, so that explain judges the tool as the gate does.
+func readTool(ctx context.Context, e *env, uf *upstreamFlags, callTimeout time.Duration, server, tool string) (policy.Tool, error) {
+	var none policy.Tool
 	cfg, err := uf.loadServers(e, "", e.log)
 	if err != nil {
 		return none, err
@@ -359,59 +205,5 @@ func readAnnotations(ctx context.Context, e *env, uf *upstreamFlags, callTimeout
 		}
 		return none, fmt.Errorf("server %q has no tool %q", server, tool)
 	}
-	var a struct {
-		ReadOnlyHint    *bool `json:"readOnlyHint"`
-		DestructiveHint *bool `json:"destructiveHint"`
-		IdempotentHint  *bool `json:"idempotentHint"`
-		OpenWorldHint   *bool `json:"openWorldHint"`
-	}
-	if len(t.Annotations) > 0 {
-		if err := json.Unmarshal(t.Annotations, &a); err != nil {
-			return none, err
-		}
-	}
-	return policy.ToolAnnotations{ReadOnlyHint: a.ReadOnlyHint, DestructiveHint: a.DestructiveHint,
-		IdempotentHint: a.IdempotentHint, OpenWorldHint: a.OpenWorldHint}, nil
-}
-
-// remoteProxyPolicy refuses a policy whose tool rules or budgets would not
-// apply: with --proxy-url the remote proxy decides tool calls under its own
-// policy, and a rule given here must never be silently ignored.
-func remoteProxyPolicy(proxyURL string, p *policy.Policy) error {
-	if proxyURL == "" {
-		return nil
-	}
-	d := policy.Default()
-	if !reflect.DeepEqual(p.Tools, d.Tools) || !reflect.DeepEqual(p.Budgets, d.Budgets) {
-		return usagef("the policy %s sets tools or budgets, but with --proxy-url the remote proxy decides tool calls under its own policy: give those sections to `bridge proxy --policy` instead", p.Source)
-	}
-	return nil
-}
-
-// withSkills answers the code's skill operations from the skills folder of
-// the policy in force, and passes the rest to tools.
-func withSkills(tools sandbox.ToolHandler, store *policy.Store, runs *toolhost.Runs, m *metrics.Metrics, log zerolog.Logger) sandbox.ToolHandler {
-	var audit toolhost.SkillAuditor = store
-	if m != nil {
-		audit = countedSkills{store, m}
-	}
-	return toolhost.WithSkills(tools, toolhost.SkillsOptions{
-		Runs: runs,
-		// The policy in force now, not the one the run is pinned to: turning
-		// saving off applies to runs already going.
-		Config: func(string) policy.Skills { return store.Current().Policy.Skills },
-		Audit:  audit,
-		Logger: log,
-	})
-}
-
-// countedSkills audits skill saves and counts them in the metrics.
-type countedSkills struct {
-	*policy.Store
-	m *metrics.Metrics
-}
-
-func (c countedSkills) SkillSave(runID, client, name string, bytes int, outcome, kind, why string) {
-	c.Store.SkillSave(runID, client, name, bytes, outcome, kind, why)
-	c.m.SkillSave(outcome)
+	return proxy.CatalogToolPolicy(t)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/metrics"
+	"github.com/bridge-mcp/bridge/internal/tracing"
 	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
@@ -26,39 +27,33 @@ import (
 // runs in flight to be cancelled and their containers removed.
 const shutdownBudget = 5 * time.Second
 
+// serveFlags are serve's flags, parsed and checked.
+type serveFlags struct {
+	httpAddr, metricsAddr, debugAddr, policyPath string
+	settings                                     settingFlags
+	upstreams                                    upstreamFlags
+	tracing                                      tracingFlags
+	drainTimeout                                 time.Duration
+}
+
+// serveParts are what serve opens, in this order, and makes its MCP
+// server of; cmdServe closes them in the reverse order when it ends.
+type serveParts struct {
+	pol    *policy.Policy
+	limits sandbox.Limits
+	image  string // the runner image
+	store  *policy.Store
+	tp     *tracing.Provider
+	m      *metrics.Metrics // nil: nothing serves metrics
+	tools  hostTools
+	files  *artifacts.Store // nil: no artifacts.dir
+	eng    *sandbox.Engine
+}
+
+// cmdServe is `bridge serve`: its flags, then its parts (serveParts),
+// then its MCP server, served until it is done.
 func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
-	fs := newFlagSet(e, "serve", "[flags]", "Serves MCP with one tool, run_python, over stdio (default) or streamable\n"+
-		"HTTP (--http). Register it in your agent: see docs/clients.md. Stdout carries\n"+
-		"only the protocol; logs go to stderr.")
-	httpAddr := fs.String("http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8808) instead of stdio;\nbeyond loopback a bearer token is required: $BRIDGE_HTTP_TOKEN, or one is generated and logged once")
-	var sf settingFlags
-	sf.engine(fs)
-	sf.limits(fs)
-	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds (a `duration`)"
-	sf.add(fs, "max-timeout", "sandbox.max_timeout", "largest timeout_seconds a call may ask for (a `duration`)")
-	sf.add(fs, "max-concurrent", "sandbox.max_concurrent", "`number` of runs at once")
-	sf.add(fs, "queue", "sandbox.queue", "`number` of calls that may wait for a free slot; more get a busy error")
-	var uf upstreamFlags
-	uf.register(fs, true)
-	sf.callTimeout(fs)
-	policyPath := fs.String("policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\n"+
-		"it is reloaded when it changes and on SIGHUP; with a policy file, the sandbox flags may only tighten it")
-	metricsAddr := metricsFlag(fs)
-	drainFlagValue := drainFlag(fs, "the runs in flight (with --http; under stdio 0 unless given)")
-	debugAddr := fs.String("debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds, pool, tool-call times) and /debug/pprof/NAME at `ADDR`, loopback only")
-	var tf tracingFlags
-	tf.register(fs)
-	args, err := parseFlags(fs, args)
-	if err != nil {
-		return exitUsage, err
-	}
-	if err := uf.check(); err != nil {
-		return exitUsage, err
-	}
-	if len(args) != 0 {
-		return exitUsage, usagef("takes no arguments, got %s", quoteArgs(args))
-	}
-	drainTimeout, err := drainTimeoutOf(fs, *drainFlagValue, *httpAddr == "")
+	f, err := parseServeFlags(e, args)
 	if err != nil {
 		return exitUsage, err
 	}
@@ -66,101 +61,176 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	if os.Getenv("BRIDGE_LOG_LEVEL") == "" {
 		log = log.Level(zerolog.InfoLevel)
 	}
-
-	// The policy: the file's, tightened by the flags above, or the
-	// defaults they replace.
-	check := func(p *policy.Policy) error { return remoteProxyPolicy(uf.proxyURL, p) }
-	pol, polPath, limits, runnerImage, err := runPolicy(e, *policyPath, uf.proxyURL, sf.set)
-	if err != nil {
+	var p serveParts
+	if err := p.openPolicy(ctx, e, f, log); err != nil {
 		return exitUsage, err
 	}
-	// A reload must not bring in what this bridge could not apply, and the
-	// flags go on tightening it.
-	store, err := openStore(ctx, pol, polPath, adjuster(sf.set, check), log)
-	if err != nil {
-		return exitUsage, err
-	}
-	defer store.Close()
+	defer p.store.Close()
 
 	// Spans go out in batches; what is queued at exit is flushed, within
 	// a bound of its own, after the shutdown.
-	tp, err := tf.open(ctx, "bridge", log)
-	if err != nil {
+	if p.tp, err = f.tracing.open(ctx, "bridge", log); err != nil {
 		return exitUsage, err
 	}
 	defer func() {
-		if err := tp.Shutdown(ctx); err != nil {
+		if err := p.tp.Shutdown(ctx); err != nil {
 			log.Warn().Err(err).Msg("tracing")
 		}
 	}()
 
-	// Upstream servers start on first use, not now.
-	selfURL := ""
-	if *httpAddr != "" {
-		selfURL = "http://" + *httpAddr
+	// Upstream servers start on first use, not now. Metrics are counted
+	// when something serves them: /metrics of --http, or --metrics-addr.
+	if f.httpAddr != "" || f.metricsAddr != "" {
+		p.m = metrics.New(versionString())
 	}
-	// Metrics are counted when something serves them: /metrics of --http,
-	// or --metrics-addr.
-	var m *metrics.Metrics
-	if *httpAddr != "" || *metricsAddr != "" {
-		m = metrics.New(versionString())
-	}
-	tools, err := wireTools(e, &uf, selfURL, store, m, tp, log)
-	if err != nil {
+	if p.tools, err = wireTools(e, &f.upstreams, f.selfURL(), p.store, p.m, p.tp, log); err != nil {
 		return exitUsage, err
 	}
-	defer tools.stop()
+	defer p.tools.stop()
 
+	if p.files, err = openArtifacts(p.pol, log); err != nil {
+		return exitUsage, err
+	}
+	if p.files != nil {
+		defer p.files.Close()
+	}
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
 	// what is wrong.
-	// Files returned by reference are kept in the policy's artifacts
-	// folder while the bridge runs (and until they expire).
-	var files *artifacts.Store
-	if a := pol.Artifacts; a.Dir != "" {
-		files, err = artifacts.OpenStore(artifacts.StoreOptions{Dir: a.Dir, Expiry: a.Expiry, MaxBytesKept: a.MaxBytesKept, Logger: log})
-		if err != nil {
-			return exitUsage, fmt.Errorf("artifacts.dir: %w", err)
-		}
-		defer files.Close()
+	p.eng = wireEngine(p.pol, p.image, p.tools.handler, p.store, true, log)
+	defer p.eng.Close(shutdownBudget)
+
+	srv, err := p.server(ctx, f, log)
+	if err != nil {
+		return exitUsage, err
 	}
-	eng := wireEngine(pol, runnerImage, tools.handler, store, true, log)
-	defer eng.Close(shutdownBudget)
-	if *debugAddr != "" {
-		if _, err := serveDebug(ctx, *debugAddr, debugSources{pool: eng.PoolStats, calls: tools.times}, log); err != nil {
-			return exitUsage, usagef("%v", err)
+	return serveUntilDone(ctx, e, srv, p.eng, p.how(f), log)
+}
+
+// parseServeFlags reads serve's command line.
+func parseServeFlags(e *env, args []string) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := newFlagSet(e, "serve", "[flags]", "Serves MCP with one tool, run_python, over stdio (default) or streamable\n"+
+		"HTTP (--http). Register it in your agent: see docs/clients.md. Stdout carries\n"+
+		"only the protocol; logs go to stderr.")
+	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8808) instead of stdio;\nbeyond loopback a bearer token is required: $BRIDGE_HTTP_TOKEN, or one is generated and logged once")
+	sf := &f.settings
+	sf.engine(fs)
+	sf.limits(fs)
+	fs.Lookup("timeout").Usage = "timeout of a call that gives no timeout_seconds (a `duration`)"
+	sf.add(fs, "max-timeout", "sandbox.max_timeout", "largest timeout_seconds a call may ask for (a `duration`)")
+	sf.add(fs, "max-concurrent", "sandbox.max_concurrent", "`number` of runs at once")
+	sf.add(fs, "queue", "sandbox.queue", "`number` of calls that may wait for a free slot; more get a busy error")
+	f.upstreams.register(fs, true)
+	sf.callTimeout(fs)
+	fs.StringVar(&f.policyPath, "policy", "", "the policy `FILE` (docs/policy.md); default "+defaultPolicyPath()+" if it exists;\n"+
+		"it is reloaded when it changes and on SIGHUP; with a policy file, the sandbox flags may only tighten it")
+	metricsAddr := metricsFlag(fs)
+	drainFlagValue := drainFlag(fs, "the runs in flight (with --http; under stdio 0 unless given)")
+	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve /debug/stats (goroutines, heap, RSS, fds, pool, tool-call times) and /debug/pprof/NAME at `ADDR`, loopback only")
+	f.tracing.register(fs)
+	args, err := parseFlags(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.upstreams.check(); err != nil {
+		return nil, err
+	}
+	if len(args) != 0 {
+		return nil, usagef("takes no arguments, got %s", quoteArgs(args))
+	}
+	if f.drainTimeout, err = drainTimeoutOf(fs, *drainFlagValue, f.httpAddr == ""); err != nil {
+		return nil, err
+	}
+	f.metricsAddr = *metricsAddr
+	return f, nil
+}
+
+// selfURL is the URL serve answers HTTP at, "" under stdio: an upstream
+// entry pointing at it is skipped.
+func (f *serveFlags) selfURL() string {
+	if f.httpAddr == "" {
+		return ""
+	}
+	return "http://" + f.httpAddr
+}
+
+// openPolicy puts in force the policy: the file's, tightened by the
+// flags, or the defaults they replace. A reload must not bring in what
+// this bridge could not apply, and the flags go on tightening it.
+func (p *serveParts) openPolicy(ctx context.Context, e *env, f *serveFlags, log zerolog.Logger) error {
+	check := func(pol *policy.Policy) error { return remoteProxyPolicy(f.upstreams.proxyURL, pol) }
+	pol, polPath, limits, image, err := runPolicy(e, f.policyPath, f.upstreams.proxyURL, f.settings.set)
+	if err != nil {
+		return err
+	}
+	store, err := openStore(ctx, pol, polPath, adjuster(f.settings.set, check), log)
+	if err != nil {
+		return err
+	}
+	p.pol, p.limits, p.image, p.store = pol, limits, image, store
+	return nil
+}
+
+// openArtifacts is where files returned by reference are kept while the
+// bridge runs (and until they expire): the policy's artifacts folder; nil
+// without one.
+func openArtifacts(pol *policy.Policy, log zerolog.Logger) (*artifacts.Store, error) {
+	a := pol.Artifacts
+	if a.Dir == "" {
+		return nil, nil
+	}
+	files, err := artifacts.OpenStore(artifacts.StoreOptions{Dir: a.Dir, Expiry: a.Expiry, MaxBytesKept: a.MaxBytesKept, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("artifacts.dir: %w", err)
+	}
+	return files, nil
+}
+
+// server is the MCP server of p's parts, with /debug at --debug-addr and
+// /metrics at --metrics-addr served from now on if asked for.
+func (p *serveParts) server(ctx context.Context, f *serveFlags, log zerolog.Logger) (*bridge.Server, error) {
+	if f.debugAddr != "" {
+		if _, err := serveDebug(ctx, f.debugAddr, debugSources{pool: p.eng.PoolStats, calls: p.tools.times}, log); err != nil {
+			return nil, usagef("%v", err)
 		}
 	}
+	pol := p.pol
 	srv, err := bridge.New(bridge.Options{
-		Instances:     eng,
-		Runs:          tools.runs,
-		Limits:        limits,
+		Instances:     p.eng,
+		Runs:          p.tools.runs,
+		Limits:        p.limits,
 		MaxTimeout:    pol.Sandbox.MaxTimeout,
 		MaxConcurrent: pol.Sandbox.MaxConcurrent,
 		QueueLength:   pol.Sandbox.Queue,
-		Policy:        store,
-		Store:         files,
+		Policy:        p.store,
+		Store:         p.files,
 		DataScience:   pol.Sandbox.Image == "" && pol.Sandbox.Variant == images.DataScience,
-		Metrics:       m,
-		Tracer:        tp.Tracer(scopeBridge),
+		Metrics:       p.m,
+		Tracer:        p.tp.Tracer(scopeBridge),
 		Version:       versionString(),
 		Logger:        log,
 	})
 	if err != nil {
-		return exitUsage, usagef("%v", err)
+		return nil, usagef("%v", err)
 	}
-	if m != nil {
-		m.Watch(serveState(srv, eng, store, tools.upstreams, files))
-		if err := serveMetricsAt(ctx, *metricsAddr, m, log); err != nil {
-			return exitUsage, err
+	if p.m != nil {
+		p.m.Watch(serveState(srv, p.eng, p.store, p.tools.upstreams, p.files))
+		if err := serveMetricsAt(ctx, f.metricsAddr, p.m, log); err != nil {
+			return nil, err
 		}
 	}
+	return srv, nil
+}
 
-	return serveUntilDone(ctx, e, srv, eng, serving{
-		warm: pol.Pool.Size > 0, httpAddr: *httpAddr, drainTimeout: drainTimeout, metrics: m, sessions: httpSessions(*httpAddr, store, m),
+// how is how serveUntilDone serves p's server, as f says.
+func (p *serveParts) how(f *serveFlags) serving {
+	pol, store := p.pol, p.store
+	return serving{
+		warm: pol.Pool.Size > 0, httpAddr: f.httpAddr, drainTimeout: f.drainTimeout, metrics: p.m, sessions: httpSessions(f.httpAddr, store, p.m),
 		pooled:     func() bool { return store.Current().Policy.Pool.Size > 0 },
 		maxRequest: transport.RequestLimit{Bytes: pol.Sandbox.MaxRequestBytes, Setting: "sandbox.max_request_bytes"},
-	}, log)
+	}
 }
 
 // DefaultDrainTimeout is how long `bridge serve --http` and `bridge proxy`
