@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/internal/engines"
+	"github.com/bridge-mcp/bridge/sandbox/internal/enginetest"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 )
@@ -33,70 +36,76 @@ func testDockerSpec(t *testing.T) (sandbox.ContainerSpec, sandbox.Limits) {
 func TestDockerConfigHardening(t *testing.T) {
 	spec, l := testDockerSpec(t)
 	cfg, hc := dockerConfig(spec)
-
-	tests := []struct {
-		name  string
-		check func(t *testing.T) bool
-	}{
-		{"image", func(*testing.T) bool { return cfg.Image == "bridge-runner:test" }},
-		{"command replaces the image's entrypoint", func(*testing.T) bool {
-			return slices.Equal(append([]string(cfg.Entrypoint), cfg.Cmd...), []string{"python3", "-I", "-B", "/opt/bridge/runner.py"}) &&
-				slices.Equal([]string(cfg.Entrypoint), []string{"python3"})
+	want := enginetest.Want
+	opts := strings.Split(hc.Tmpfs[sandbox.TmpDir], ",")
+	runsc := spec
+	runsc.OCIRuntime = "runsc"
+	_, hcRunsc := dockerConfig(runsc)
+	seccomp, seccompErr := (&Client{}).seccompOpt()
+	checks := []enginetest.Check{
+		{Property: enginetest.Image, Name: "", Holds: func() error {
+			cmd := append([]string(cfg.Entrypoint), cfg.Cmd...)
+			return want(cfg.Image == "bridge-runner:test" && slices.Equal(cmd, []string{"python3", "-I", "-B", "/opt/bridge/runner.py"}) &&
+				slices.Equal([]string(cfg.Entrypoint), []string{"python3"}), "image %q entrypoint %q cmd %q", cfg.Image, cfg.Entrypoint, cfg.Cmd)
 		}},
-		{"user nobody", func(*testing.T) bool { return cfg.User == "65534:65534" }},
-		{"workdir", func(*testing.T) bool { return cfg.WorkingDir == sandbox.TmpDir }},
-		{"env relay socket", func(*testing.T) bool { return slices.Contains(cfg.Env, sandbox.EnvRelaySocket+"="+sandbox.RelaySocket) }},
-		{"env token", func(*testing.T) bool { return slices.Contains(cfg.Env, sandbox.EnvRelayToken+"=tok") }},
-		{"env home", func(*testing.T) bool { return slices.Contains(cfg.Env, "HOME=/tmp") }},
-		{"env count", func(*testing.T) bool { return len(cfg.Env) == len(spec.Env) }},
-		{"label managed", func(*testing.T) bool { return cfg.Labels[sandbox.LabelManaged] == "true" }},
-		{"label run id", func(*testing.T) bool { return cfg.Labels[sandbox.LabelRunID] == "run1" }},
-		{"network disabled", func(*testing.T) bool { return cfg.NetworkDisabled }},
-		{"network none", func(*testing.T) bool { return hc.NetworkMode == "none" && hc.NetworkMode.IsNone() }},
-		{"read-only root", func(*testing.T) bool { return hc.ReadonlyRootfs }},
-		{"cap drop all", func(*testing.T) bool { return slices.Equal([]string(hc.CapDrop), []string{"ALL"}) }},
-		{"no cap add", func(*testing.T) bool { return len(hc.CapAdd) == 0 }},
-		{"no-new-privileges", func(*testing.T) bool { return slices.Contains(hc.SecurityOpt, "no-new-privileges") }},
-		{"not privileged", func(*testing.T) bool { return !hc.Privileged }},
-		{"init", func(*testing.T) bool { return hc.Init != nil && *hc.Init }},
-		{"engine's default runtime", func(*testing.T) bool { return hc.Runtime == "" }},
-		{"runtime asked for", func(*testing.T) bool {
-			s := spec
-			s.OCIRuntime = "runsc"
-			_, hc := dockerConfig(s)
-			return hc.Runtime == "runsc"
+		{Property: enginetest.Nobody, Name: "", Holds: func() error { return want(cfg.User == "65534:65534", "user %q", cfg.User) }},
+		{Property: enginetest.ReadOnlyRoot, Name: "", Holds: func() error { return want(hc.ReadonlyRootfs, "writable root") }},
+		{Property: enginetest.NoNetwork, Name: "", Holds: func() error {
+			return want(cfg.NetworkDisabled && hc.NetworkMode == "none" && hc.NetworkMode.IsNone(), "network %q disabled %v", hc.NetworkMode, cfg.NetworkDisabled)
 		}},
-		{"memory", func(*testing.T) bool { return hc.Memory == l.Memory }},
-		{"no swap", func(*testing.T) bool { return hc.MemorySwap == hc.Memory }},
-		{"cpu quota", func(*testing.T) bool { return hc.CPUQuota == 150_000 && hc.CPUPeriod == sandbox.CPUPeriod }},
-		{"no nano cpus (conflicts with quota)", func(*testing.T) bool { return hc.NanoCPUs == 0 }},
-		{"pids", func(*testing.T) bool { return hc.PidsLimit != nil && *hc.PidsLimit == 64 }},
-		{"ulimit nofile", func(*testing.T) bool { return hasUlimit(hc, "nofile", 512) }},
-		{"ulimit nproc", func(*testing.T) bool { return hasUlimit(hc, "nproc", 2048) }},
-		{"tmpfs /tmp", func(*testing.T) bool {
-			opts := hc.Tmpfs[sandbox.TmpDir]
-			for _, want := range []string{"rw", "noexec", "nosuid", "nodev", "size=33554432", "mode=1777"} {
-				if !slices.Contains(strings.Split(opts, ","), want) {
-					return false
+		{Property: enginetest.NoCapability, Name: "", Holds: func() error {
+			return want(slices.Equal([]string(hc.CapDrop), []string{"ALL"}) && len(hc.CapAdd) == 0, "drop %v add %v", hc.CapDrop, hc.CapAdd)
+		}},
+		{Property: enginetest.NoEscalation, Name: "", Holds: func() error {
+			return want(slices.Contains(hc.SecurityOpt, "no-new-privileges") && !hc.Privileged, "security options %v, privileged %v", hc.SecurityOpt, hc.Privileged)
+		}},
+		{Property: enginetest.Seccomp, Name: "the profile Create adds", Holds: func() error {
+			return want(seccompErr == nil && seccomp == "seccomp="+string(engines.SeccompProfile()), "seccomp option %.40q: %v", seccomp, seccompErr)
+		}},
+		{Property: enginetest.Memory, Name: "", Holds: func() error {
+			return want(hc.Memory == l.Memory && hc.MemorySwap == hc.Memory, "memory %d swap %d", hc.Memory, hc.MemorySwap)
+		}},
+		{Property: enginetest.CPU, Name: "quota, no nano CPUs (they conflict)", Holds: func() error {
+			return want(hc.CPUQuota == 150_000 && hc.CPUPeriod == sandbox.CPUPeriod && hc.NanoCPUs == 0, "quota %d period %d nano %d", hc.CPUQuota, hc.CPUPeriod, hc.NanoCPUs)
+		}},
+		{Property: enginetest.Pids, Name: "", Holds: func() error { return want(hc.PidsLimit != nil && *hc.PidsLimit == 64, "pids %v", hc.PidsLimit) }},
+		{Property: enginetest.Rlimits, Name: "", Holds: func() error {
+			return want(hasUlimit(hc, "nofile", 512) && hasUlimit(hc, "nproc", 2048), "ulimits %+v", hc.Ulimits)
+		}},
+		{Property: enginetest.TmpNoExec, Name: "", Holds: func() error {
+			for _, o := range []string{"rw", "noexec", "nosuid", "nodev", "size=33554432", "mode=1777"} {
+				if !slices.Contains(opts, o) {
+					return fmt.Errorf("/tmp options %v lack %s", opts, o)
 				}
 			}
-			return len(hc.Tmpfs) == 1
+			return nil
 		}},
-		{"run dir bind mount read-only", func(*testing.T) bool {
-			return len(hc.Mounts) == 1 && hc.Mounts[0] == mount.Mount{
+		{Property: enginetest.RelayReadOnly, Name: "", Holds: func() error {
+			return want(len(hc.Mounts) > 0 && hc.Mounts[0] == mount.Mount{
 				Type: mount.TypeBind, Source: "/tmp/bridge-run1", Target: sandbox.RelayDir, ReadOnly: true,
-			}
+			}, "mounts %+v", hc.Mounts)
 		}},
-		{"no legacy binds", func(*testing.T) bool { return len(hc.Binds) == 0 }},
-		{"log size capped", func(*testing.T) bool { return hc.LogConfig.Config["max-size"] != "" }},
-		{"not auto-removed (Wait inspects)", func(*testing.T) bool { return !hc.AutoRemove }},
+		{Property: enginetest.OnlyMounts, Name: "", Holds: func() error {
+			return want(len(hc.Mounts) == 1 && len(hc.Binds) == 0 && len(hc.Tmpfs) == 1, "mounts %+v binds %v tmpfs %v", hc.Mounts, hc.Binds, hc.Tmpfs)
+		}},
+		{Property: enginetest.Init, Name: "", Holds: func() error { return want(hc.Init != nil && *hc.Init, "init %v", hc.Init) }},
+		{Property: enginetest.Env, Name: "", Holds: func() error {
+			return want(slices.Contains(cfg.Env, sandbox.EnvRelaySocket+"="+sandbox.RelaySocket) && slices.Contains(cfg.Env, sandbox.EnvRelayToken+"=tok") &&
+				slices.Contains(cfg.Env, "HOME=/tmp") && len(cfg.Env) == len(spec.Env), "env %v", cfg.Env)
+		}},
+		{Property: enginetest.Labels, Name: "", Holds: func() error {
+			return want(cfg.Labels[sandbox.LabelManaged] == "true" && cfg.Labels[sandbox.LabelRunID] == "run1", "labels %v", cfg.Labels)
+		}},
+		{Property: enginetest.OCIRuntime, Name: "the engine's default, or the one asked for", Holds: func() error {
+			return want(hc.Runtime == "" && hcRunsc.Runtime == "runsc", "runtime %q, asked runsc: %q", hc.Runtime, hcRunsc.Runtime)
+		}},
+		{Property: "", Name: "workdir", Holds: func() error { return want(cfg.WorkingDir == sandbox.TmpDir, "workdir %q", cfg.WorkingDir) }},
+		{Property: "", Name: "log size capped", Holds: func() error { return want(hc.LogConfig.Config["max-size"] != "", "log config %v", hc.LogConfig) }},
+		{Property: "", Name: "not auto-removed (Wait inspects)", Holds: func() error { return want(!hc.AutoRemove, "auto-remove") }},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if !tc.check(t) {
-				t.Errorf("%s missing from the Docker config:\nconfig: %s\nhost config: %s", tc.name, toJSON(t, cfg), toJSON(t, hc))
-			}
-		})
+	enginetest.Hardening(t, "docker", checks, nil)
+	if t.Failed() {
+		t.Logf("config: %s\nhost config: %s", toJSON(t, cfg), toJSON(t, hc))
 	}
 }
 

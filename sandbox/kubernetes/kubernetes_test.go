@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/bridge-mcp/bridge/sandbox"
+	"github.com/bridge-mcp/bridge/sandbox/internal/enginetest"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -92,60 +94,62 @@ func TestKubePodIsHardened(t *testing.T) {
 	ps := pod.Spec
 	c := ps.Containers[0]
 	sc := c.SecurityContext
-	checks := map[string]bool{
-		"pinned to the node":         ps.NodeName == "node-a",
-		"never restarts":             ps.RestartPolicy == corev1.RestartPolicyNever,
-		"no service account token":   ps.AutomountServiceAccountToken != nil && !*ps.AutomountServiceAccountToken,
-		"no service links":           ps.EnableServiceLinks != nil && !*ps.EnableServiceLinks,
-		"an init reaps orphans":      ps.ShareProcessNamespace != nil && *ps.ShareProcessNamespace,
-		"no host namespaces":         !ps.HostNetwork && !ps.HostPID && !ps.HostIPC,
-		"pod runs as 65534":          *ps.SecurityContext.RunAsUser == 65534 && *ps.SecurityContext.RunAsGroup == 65534 && *ps.SecurityContext.RunAsNonRoot,
-		"container runs as 65534":    *sc.RunAsUser == 65534 && *sc.RunAsGroup == 65534 && *sc.RunAsNonRoot,
-		"read-only root":             *sc.ReadOnlyRootFilesystem,
-		"no privilege escalation":    !*sc.AllowPrivilegeEscalation && !*sc.Privileged,
-		"all capabilities dropped":   len(sc.Capabilities.Drop) == 1 && sc.Capabilities.Drop[0] == "ALL" && len(sc.Capabilities.Add) == 0,
-		"the bridge's seccomp":       sc.SeccompProfile.Type == corev1.SeccompProfileTypeLocalhost && *sc.SeccompProfile.LocalhostProfile == k.seccomp,
-		"never pulls":                c.ImagePullPolicy == corev1.PullNever,
-		"requests equal limits":      c.Resources.Requests.Memory().Value() == 512<<20 && c.Resources.Limits.Memory().Value() == 512<<20 && c.Resources.Limits.Cpu().MilliValue() == 1000 && c.Resources.Requests.Cpu().MilliValue() == 1000,
-		"rlimits go to the runner":   envOf(c, EnvRlimits) == "nofile=1024:1024,nproc=4096:4096",
-		"relay token in env":         envOf(c, sandbox.EnvRelayToken) == "tok",
-		"no IP sockets":              envOf(c, EnvNoInet) == "1",
-		"no API address":             envOf(c, EnvDrop) == "KUBERNETES_",
-		"the owner is an annotation": strings.Contains(pod.Annotations[kubeLabelsAnnotation], "pid:[4026531836]") && pod.Labels[sandbox.LabelOwner] == "",
-		"labels that fit are labels": pod.Labels[sandbox.LabelManaged] == "true" && pod.Labels[sandbox.LabelRunID] == "abc123",
-	}
-	for what, ok := range checks {
-		if !ok {
-			t.Errorf("%s: not so in %+v", what, pod)
-		}
-	}
 	mounts := map[string]corev1.VolumeMount{}
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m
 	}
 	vols := map[string]corev1.Volume{}
+	hostPaths := true
 	for _, v := range ps.Volumes {
 		vols[v.Name] = v
-		if v.HostPath == nil {
-			t.Errorf("volume %s is not a hostPath: %+v", v.Name, v)
+		hostPaths = hostPaths && v.HostPath != nil
+	}
+	hostPath := func(at string) string {
+		if v := vols[mounts[at].Name]; v.HostPath != nil {
+			return v.HostPath.Path
 		}
+		return ""
 	}
 	relay := spec.Mounts[0].Source
-	if m := mounts[sandbox.RelayDir]; !m.ReadOnly || vols[m.Name].HostPath.Path != relay {
-		t.Errorf("the run folder: %+v %+v", m, vols[m.Name])
-	}
-	if m := mounts[sandbox.TmpDir]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/tmp" {
-		t.Errorf("/tmp: %+v %+v", m, vols[m.Name])
-	}
-	if m := mounts["/data/sales"]; m.ReadOnly || vols[m.Name].HostPath.Path != nodeDir(relay)+"/data-0" {
-		t.Errorf("the data mount: %+v %+v", m, vols[m.Name])
-	}
-	if len(mounts) != 3 {
-		t.Errorf("mounts: %+v", mounts)
-	}
 	plan := planOf(pod)
-	if plan.Tmpfs != 64<<20 || plan.Pids != 128 || len(plan.Data) != 1 || plan.Dir != nodeDir(relay) {
-		t.Errorf("node plan %+v", plan)
+	res := c.Resources
+	is := func(p enginetest.Property, name string, ok bool) enginetest.Check {
+		return enginetest.Check{Property: p, Name: name, Holds: func() error { return enginetest.Want(ok, "not so") }}
+	}
+	checks := []enginetest.Check{
+		is(enginetest.Image, "", c.Image == spec.Image && slices.Equal(c.Command, spec.Command) && len(c.Args) == 0),
+		is(enginetest.Nobody, "pod runs as 65534", *ps.SecurityContext.RunAsUser == 65534 && *ps.SecurityContext.RunAsGroup == 65534 && *ps.SecurityContext.RunAsNonRoot),
+		is(enginetest.Nobody, "container runs as 65534", *sc.RunAsUser == 65534 && *sc.RunAsGroup == 65534 && *sc.RunAsNonRoot),
+		is(enginetest.ReadOnlyRoot, "", *sc.ReadOnlyRootFilesystem),
+		is(enginetest.NoNetwork, "no IP sockets, no host network", envOf(c, EnvNoInet) == "1" && !ps.HostNetwork),
+		is(enginetest.NoCapability, "", len(sc.Capabilities.Drop) == 1 && sc.Capabilities.Drop[0] == "ALL" && len(sc.Capabilities.Add) == 0),
+		is(enginetest.NoEscalation, "", !*sc.AllowPrivilegeEscalation && !*sc.Privileged),
+		is(enginetest.Seccomp, "", sc.SeccompProfile.Type == corev1.SeccompProfileTypeLocalhost && *sc.SeccompProfile.LocalhostProfile == k.seccomp),
+		is(enginetest.Memory, "memory: requests equal limits", res.Requests.Memory().Value() == 512<<20 && res.Limits.Memory().Value() == 512<<20),
+		is(enginetest.CPU, "CPU: requests equal limits", res.Limits.Cpu().MilliValue() == 1000 && res.Requests.Cpu().MilliValue() == 1000),
+		is(enginetest.Pids, "the node plan sets the runner's pids.max", plan.Pids == 128),
+		is(enginetest.Rlimits, "the runner lowers its own", envOf(c, EnvRlimits) == "nofile=1024:1024,nproc=4096:4096"),
+		is(enginetest.TmpNoExec, "the node plan mounts it (mountTmp: TestLinuxNodeMounts)", !mounts[sandbox.TmpDir].ReadOnly && hostPath(sandbox.TmpDir) == nodeDir(relay)+"/tmp" && plan.Tmpfs == 64<<20),
+		is(enginetest.RelayReadOnly, "", mounts[sandbox.RelayDir].ReadOnly && hostPath(sandbox.RelayDir) == relay),
+		is(enginetest.OnlyMounts, "", len(mounts) == 3 && hostPaths && hostPath("/data/sales") == nodeDir(relay)+"/data-0" && len(plan.Data) == 1 && plan.Dir == nodeDir(relay)),
+		is(enginetest.Init, "", ps.ShareProcessNamespace != nil && *ps.ShareProcessNamespace),
+		is(enginetest.Env, "relay token in env", envOf(c, sandbox.EnvRelayToken) == "tok"),
+		is(enginetest.Env, "no API address", envOf(c, EnvDrop) == "KUBERNETES_"),
+		is(enginetest.Env, "no service links", ps.EnableServiceLinks != nil && !*ps.EnableServiceLinks),
+		is(enginetest.Labels, "labels that fit are labels", pod.Labels[sandbox.LabelManaged] == "true" && pod.Labels[sandbox.LabelRunID] == "abc123"),
+		is("", "the owner is an annotation", strings.Contains(pod.Annotations[kubeLabelsAnnotation], "pid:[4026531836]") && pod.Labels[sandbox.LabelOwner] == ""),
+		is("", "pinned to the node", ps.NodeName == "node-a"),
+		is("", "never restarts", ps.RestartPolicy == corev1.RestartPolicyNever),
+		is("", "no service account token", ps.AutomountServiceAccountToken != nil && !*ps.AutomountServiceAccountToken),
+		is("", "no host namespaces", !ps.HostNetwork && !ps.HostPID && !ps.HostIPC),
+		is("", "never pulls", c.ImagePullPolicy == corev1.PullNever),
+		is("", "the data mount is the node's read-only clone", !mounts["/data/sales"].ReadOnly && hostPath("/data/sales") == nodeDir(relay)+"/data-0"),
+	}
+	enginetest.Hardening(t, "kubernetes", checks, map[enginetest.Property]string{
+		enginetest.OCIRuntime: "a RuntimeClass whose handler is runsc: TestKubeRuntimeClass",
+	})
+	if t.Failed() {
+		t.Logf("pod: %+v", pod)
 	}
 
 	k.seccomp = ""

@@ -6,6 +6,8 @@
 package enginetest
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -41,33 +43,52 @@ func Properties() []Property {
 		Memory, CPU, Pids, Rlimits, TmpNoExec, RelayReadOnly, OnlyMounts, Init, Env, Labels, OCIRuntime}
 }
 
-// Hardening holds one engine's container against the table: checks says,
-// for a property, whether the engine's spec has it (nil error); elsewhere
-// says, for a property the spec alone cannot show, where it is made true
-// and tested instead. Every property must be in exactly one of them.
-func Hardening(t *testing.T, engine string, checks map[Property]func() error, elsewhere map[Property]string) {
+// Check is one check of an engine's container spec: of a property of the
+// table, or ("" Property) of the engine's own.
+type Check struct {
+	Property Property
+	// Name names the check among the engine's (default: the property).
+	Name string
+	// Holds is nil when the spec holds the check, else says what it holds.
+	Holds func() error
+}
+
+// Want is nil when ok, else the error format says.
+func Want(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
+}
+
+// Hardening holds one engine's container against the table. checks are
+// the engine's checks of its spec; elsewhere says, for a property the
+// spec alone cannot show, where the engine makes it true and which test
+// shows it. Every property must be in exactly one of them.
+func Hardening(t *testing.T, engine string, checks []Check, elsewhere map[Property]string) {
 	t.Helper()
+	checked := map[Property]bool{}
+	for _, c := range checks {
+		if c.Property != "" && !slices.Contains(Properties(), c.Property) {
+			t.Errorf("%s: %q is no property of the table", engine, c.Property)
+		}
+		checked[c.Property] = true
+		name := cmp.Or(c.Name, string(c.Property))
+		t.Run(name, func(t *testing.T) {
+			if err := c.Holds(); err != nil {
+				t.Errorf("%s: %s: %v", engine, name, err)
+			}
+		})
+	}
 	for _, p := range Properties() {
-		check, checked := checks[p]
 		why, other := elsewhere[p]
 		switch {
-		case checked && other:
+		case checked[p] && other:
 			t.Errorf("%s: %q is both checked and said to be made true elsewhere (%s)", engine, p, why)
-		case !checked && !other:
-			t.Errorf("%s: nothing shows %q: check it in the spec, or say where it is made true", engine, p)
+		case !checked[p] && !other:
+			t.Errorf("%s: nothing shows %q: check it in the spec, or say where it is made true and tested", engine, p)
 		case other && why == "":
 			t.Errorf("%s: %q is made true elsewhere, but the test does not say where", engine, p)
-		case checked:
-			t.Run(string(p), func(t *testing.T) {
-				if err := check(); err != nil {
-					t.Errorf("%s: %s: %v", engine, p, err)
-				}
-			})
-		}
-	}
-	for p := range checks {
-		if !slices.Contains(Properties(), p) {
-			t.Errorf("%s: %q is no property of the table", engine, p)
 		}
 	}
 	for p := range elsewhere {
