@@ -18,9 +18,6 @@ import (
 	"time"
 
 	"github.com/bridge-mcp/bridge/sandbox"
-	"github.com/bridge-mcp/bridge/sandbox/docker"
-	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
-	"github.com/bridge-mcp/bridge/sandbox/podman"
 	"github.com/rs/zerolog"
 )
 
@@ -34,10 +31,15 @@ type Candidate struct {
 }
 
 // Candidates lists the places to try for engine ("auto", "podman",
-// "docker" or "kubernetes"; see kubeCandidates for a cluster), in order: $CONTAINER_HOST, rootless Podman
-// ($XDG_RUNTIME_DIR/podman/podman.sock), rootful Podman
-// (/run/podman/podman.sock), then $DOCKER_HOST or /var/run/docker.sock.
+// "docker" or "kubernetes"; see kubeCandidates for a cluster), in order:
+// $CONTAINER_HOST, rootless Podman ($XDG_RUNTIME_DIR/podman/podman.sock),
+// rootful Podman (/run/podman/podman.sock), then $DOCKER_HOST or
+// /var/run/docker.sock. An engine this binary was built without (see
+// built.go) is never tried, and asking for it is an error.
 func Candidates(engine string, getenv func(string) string) ([]Candidate, error) {
+	if engine != sandbox.EngineAuto && engine != "" && buildTag(engine) != "" && builtWith(engine) == nil {
+		return nil, errBuiltWithout(engine)
+	}
 	var podman, docker []Candidate
 	if h := getenv("CONTAINER_HOST"); h != "" {
 		podman = append(podman, Candidate{sandbox.EnginePodman, h, "$CONTAINER_HOST"})
@@ -70,7 +72,7 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 	seen := map[string]bool{}
 	var out []Candidate
 	for _, c := range all {
-		if !seen[c.URI] {
+		if builtWith(c.Engine) != nil && !seen[c.URI] {
 			seen[c.URI] = true
 			out = append(out, c)
 		}
@@ -90,13 +92,11 @@ func Connect(ctx context.Context, c Candidate) (sandbox.Runtime, error) {
 			return nil, fmt.Errorf("%w: no %s socket at %s", sandbox.ErrEngineUnreachable, c.Engine, p)
 		}
 	}
-	switch c.Engine {
-	case sandbox.EnginePodman:
-		return podman.New(ctx, c.URI)
-	case sandbox.EngineDocker:
-		return docker.New(ctx, c.URI)
-	case sandbox.EngineKubernetes:
-		return kubernetes.New(ctx, strings.TrimPrefix(c.URI, "kubeconfig:"))
+	if open := builtWith(c.Engine); open != nil {
+		return open(ctx, c.URI)
+	}
+	if buildTag(c.Engine) != "" {
+		return nil, errBuiltWithout(c.Engine)
 	}
 	return nil, fmt.Errorf("unknown engine %q", c.Engine)
 }
