@@ -288,17 +288,17 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	}
 }
 
-// confirmer is a Runtime that can tell whether a container's runner came
+// Confirmer is a [Runtime] that can tell whether a container's runner came
 // from the container it started: on Kubernetes, a pod's name (and so its
 // run folder) passes to another pod once it is deleted.
-type confirmer interface {
+type Confirmer interface {
 	Confirm(ctx context.Context, id string) error
 }
 
 // confirm closes a runner connection that did not come from the
 // container started for it.
 func (i *Container) confirm(ctx context.Context) error {
-	c, ok := i.e.rt.(confirmer)
+	c, ok := i.e.rt.(Confirmer)
 	if !ok {
 		return nil
 	}

@@ -101,6 +101,11 @@ type Client struct {
 	classes map[string]string
 }
 
+var (
+	_ sandbox.Runtime   = (*Client)(nil)
+	_ sandbox.Confirmer = (*Client)(nil)
+)
+
 // nodeOps is what the Kubernetes engine does on its node, outside the API.
 type nodeOps interface {
 	// mountTmp mounts a tmpfs of size bytes at dir: noexec, nosuid,
