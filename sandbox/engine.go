@@ -103,9 +103,9 @@ func NewEngine(opts EngineOptions) *Engine {
 // then starts filling). A failure is returned, and tried again by the
 // next Open or Acquire.
 func (e *Engine) Open(ctx context.Context) error {
-	o, err := e.get(ctx)
+	o, err := e.acquire(ctx)
 	if err == nil {
-		e.let(o)
+		e.release(o)
 	}
 	return err
 }
@@ -113,7 +113,7 @@ func (e *Engine) Open(ctx context.Context) error {
 // Acquire returns an [Instance] of limits l for the run runID: from the
 // warm pool when the engine has one, else a container started for it.
 func (e *Engine) Acquire(ctx context.Context, l Limits, runID string) (Instance, error) {
-	o, err := e.get(ctx)
+	o, err := e.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (e *Engine) Acquire(ctx context.Context, l Limits, runID string) (Instance,
 	}
 	if err != nil {
 		e.failed(o, err)
-		e.let(o)
+		e.release(o)
 		return nil, err
 	}
 	return &engineInstance{Instance: inst, e: e, o: o}, nil
@@ -140,9 +140,9 @@ func (e *Engine) Run(ctx context.Context, req Request) (Result, error) {
 // and when it no longer uses the engine's opening (Close).
 type engineInstance struct {
 	Instance
-	e   *Engine
-	o   *openEngine
-	let atomic.Bool // Close was called
+	e        *Engine
+	o        *openEngine
+	released atomic.Bool // Close was called
 }
 
 func (i *engineInstance) Exec(ctx context.Context, x ExecRequest) (Result, error) {
@@ -155,11 +155,11 @@ func (i *engineInstance) Exec(ctx context.Context, x ExecRequest) (Result, error
 
 // Close closes the instance, then lets go of its opening of the engine.
 func (i *engineInstance) Close(ctx context.Context) error {
-	if i.let.Swap(true) {
+	if i.released.Swap(true) {
 		return nil
 	}
 	err := i.Instance.Close(ctx)
-	i.e.let(i.o)
+	i.e.release(i.o)
 	return err
 }
 
@@ -181,8 +181,8 @@ func (e *Engine) failed(o *openEngine, err error) {
 	e.log.Warn().Err(err).Msg("the container engine went away: the next run opens it again")
 }
 
-// let gives up one use of o; the last use of a dropped one closes it.
-func (e *Engine) let(o *openEngine) {
+// release gives up one use of o; the last use of a dropped one closes it.
+func (e *Engine) release(o *openEngine) {
 	e.mu.Lock()
 	o.users--
 	last := o.users == 0 && o.dropped && !o.closing
@@ -195,8 +195,8 @@ func (e *Engine) let(o *openEngine) {
 	}
 }
 
-// get returns the open engine, opening it when there is none.
-func (e *Engine) get(ctx context.Context) (*openEngine, error) {
+// acquire returns the open engine, opening it when there is none.
+func (e *Engine) acquire(ctx context.Context) (*openEngine, error) {
 	select {
 	case e.opening <- struct{}{}:
 		defer func() { <-e.opening }()
@@ -302,7 +302,7 @@ func (e *Engine) Ready(ctx context.Context) error {
 		}
 		return ErrEngineOpening
 	}
-	defer e.let(o)
+	defer e.release(o)
 	if _, err := o.rt.ImageInfo(ctx, e.opts.Executor.Image); err != nil {
 		e.failed(o, err)
 		if errors.Is(err, ErrImageNotFound) {
