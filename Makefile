@@ -41,6 +41,8 @@ BUILD_TAGS := remote exclude_graphdriver_btrfs exclude_graphdriver_devicemapper 
 ALL_ENGINES := docker podman kubernetes
 ENGINES ?= $(ALL_ENGINES)
 BUILD_TAGS += $(addprefix bridge_no_,$(filter-out $(ENGINES),$(ALL_ENGINES)))
+# NO_ENGINE_TAGS build without any engine: lint holds those files to it.
+NO_ENGINE_TAGS = $(subst $(space),$(comma),$(BUILD_TAGS) $(addprefix bridge_no_,$(ALL_ENGINES)))
 empty :=
 space := $(empty) $(empty)
 comma := ,
@@ -128,8 +130,9 @@ lint:
 	unformatted=$$(find . -name '*.go' -not -path './.git/*' -not -path './$(BIN)/*' -not -path '*/node_modules/*' -print0 | xargs -0 -r gofmt -l); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-ed (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@echo "go vet without the engines (build tags bridge_no_*)"; \
-	$(GO) vet -tags=$(subst $(space),$(comma),$(BUILD_TAGS) $(addprefix bridge_no_,$(ALL_ENGINES))) ./sandbox/detect ./sandbox/doctor ./cmd/bridge
+	@echo "go vet and test without the engines (build tags bridge_no_*)"; \
+	$(GO) vet -tags=$(NO_ENGINE_TAGS) ./sandbox/detect ./sandbox/doctor ./cmd/bridge && \
+	$(GO) test -count=1 -tags=$(NO_ENGINE_TAGS) ./sandbox/detect ./sandbox/doctor
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 unit:

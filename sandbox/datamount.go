@@ -112,5 +112,5 @@ func (i *Container) mountsChanged() string {
 }
 
 // ErrDataMountsGVisor means the data mounts cannot be made noexec under
-// gVisor on this engine (see Docker.Create).
+// gVisor on this engine (see docker.Client.Create).
 var ErrDataMountsGVisor = errors.New("data mounts cannot be held noexec under gVisor on Docker")

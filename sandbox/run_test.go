@@ -86,7 +86,7 @@ func (f *fakeRuntime) Create(ctx context.Context, spec ContainerSpec) (string, e
 	if createErr != nil {
 		return "", createErr
 	}
-	// As the engines' backends do (Docker.Create, Podman.Create).
+	// As the engines' backends do (docker.Client.Create, podman.Client.Create).
 	if err := CheckDataMountHosts(spec.DataMounts); err != nil {
 		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 	}

@@ -1,3 +1,8 @@
+//go:build !bridge_no_docker && !bridge_no_podman && !bridge_no_kubernetes
+
+// The detection of every engine, as a build with all of them has it
+// (built_test.go: a build without some).
+
 package detect
 
 import (

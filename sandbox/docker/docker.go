@@ -49,10 +49,10 @@ var _ sandbox.Runtime = (*Client)(nil)
 // $DOCKER_HOST is given.
 const DefaultHost = "unix:///var/run/docker.sock"
 
-// dockerPingTimeout bounds the reachability check in NewDocker.
+// dockerPingTimeout bounds the reachability check in New.
 const dockerPingTimeout = 10 * time.Second
 
-// NewDocker connects to the Docker API at host ("unix:///var/run/docker.sock",
+// New connects to the Docker API at host ("unix:///var/run/docker.sock",
 // "tcp://host:2376", or Podman's "unix:///run/podman/podman.sock"). An empty
 // host means $DOCKER_HOST, else DefaultHost. The API version is
 // negotiated with the engine. An engine that does not answer a ping yields
@@ -106,7 +106,7 @@ func New(ctx context.Context, host string) (*Client, error) {
 }
 
 // seccompOpt is the security option that puts a container under the
-// bridge's own seccomp profile (seccomp.go). Docker takes the profile
+// bridge's own seccomp profile (sandbox/internal/engines/seccomp.go). Docker takes the profile
 // itself; Podman's Docker-compatible API takes a path on its host, so
 // there the bridge writes the file, which the service can read only when
 // it runs on this machine.
@@ -642,7 +642,7 @@ func (d *Client) Create(ctx context.Context, spec sandbox.ContainerSpec) (string
 		if err := engines.CheckRuntimeOf(ctx, d.Remove, "create container "+spec.Name, resp.ID, spec.OCIRuntime, got); err != nil {
 			return "", err
 		}
-		if name := filepath.Base(got); len(spec.DataMounts) > 0 && name != sandbox.OCIRuntimeRunc && name != "crun" {
+		if name := sandbox.OCIRuntimeName(got); len(spec.DataMounts) > 0 && name != sandbox.OCIRuntimeRunc && name != "crun" {
 			// Only a runtime that mounts the host's folder itself keeps its
 			// noexec; gVisor (or a runtime not known) does not.
 			if name == sandbox.OCIRuntimeRunsc {

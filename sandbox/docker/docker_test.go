@@ -43,36 +43,38 @@ func TestDockerConfigHardening(t *testing.T) {
 	_, hcRunsc := dockerConfig(runsc)
 	seccomp, seccompErr := (&Client{}).seccompOpt()
 	checks := []enginetest.Check{
-		{Property: enginetest.Image, Name: "", Holds: func() error {
+		{Property: enginetest.Image, Name: "", Holds: func(t *testing.T) error {
 			cmd := append([]string(cfg.Entrypoint), cfg.Cmd...)
 			return want(cfg.Image == "bridge-runner:test" && slices.Equal(cmd, []string{"python3", "-I", "-B", "/opt/bridge/runner.py"}) &&
 				slices.Equal([]string(cfg.Entrypoint), []string{"python3"}), "image %q entrypoint %q cmd %q", cfg.Image, cfg.Entrypoint, cfg.Cmd)
 		}},
-		{Property: enginetest.Nobody, Name: "", Holds: func() error { return want(cfg.User == "65534:65534", "user %q", cfg.User) }},
-		{Property: enginetest.ReadOnlyRoot, Name: "", Holds: func() error { return want(hc.ReadonlyRootfs, "writable root") }},
-		{Property: enginetest.NoNetwork, Name: "", Holds: func() error {
+		{Property: enginetest.Nobody, Name: "", Holds: func(t *testing.T) error { return want(cfg.User == "65534:65534", "user %q", cfg.User) }},
+		{Property: enginetest.ReadOnlyRoot, Name: "", Holds: func(t *testing.T) error { return want(hc.ReadonlyRootfs, "writable root") }},
+		{Property: enginetest.NoNetwork, Name: "", Holds: func(t *testing.T) error {
 			return want(cfg.NetworkDisabled && hc.NetworkMode == "none" && hc.NetworkMode.IsNone(), "network %q disabled %v", hc.NetworkMode, cfg.NetworkDisabled)
 		}},
-		{Property: enginetest.NoCapability, Name: "", Holds: func() error {
+		{Property: enginetest.NoCapability, Name: "", Holds: func(t *testing.T) error {
 			return want(slices.Equal([]string(hc.CapDrop), []string{"ALL"}) && len(hc.CapAdd) == 0, "drop %v add %v", hc.CapDrop, hc.CapAdd)
 		}},
-		{Property: enginetest.NoEscalation, Name: "", Holds: func() error {
+		{Property: enginetest.NoEscalation, Name: "", Holds: func(t *testing.T) error {
 			return want(slices.Contains(hc.SecurityOpt, "no-new-privileges") && !hc.Privileged, "security options %v, privileged %v", hc.SecurityOpt, hc.Privileged)
 		}},
-		{Property: enginetest.Seccomp, Name: "the profile Create adds", Holds: func() error {
+		{Property: enginetest.Seccomp, Name: "the profile Create adds", Holds: func(t *testing.T) error {
 			return want(seccompErr == nil && seccomp == "seccomp="+string(engines.SeccompProfile()), "seccomp option %.40q: %v", seccomp, seccompErr)
 		}},
-		{Property: enginetest.Memory, Name: "", Holds: func() error {
+		{Property: enginetest.Memory, Name: "", Holds: func(t *testing.T) error {
 			return want(hc.Memory == l.Memory && hc.MemorySwap == hc.Memory, "memory %d swap %d", hc.Memory, hc.MemorySwap)
 		}},
-		{Property: enginetest.CPU, Name: "quota, no nano CPUs (they conflict)", Holds: func() error {
+		{Property: enginetest.CPU, Name: "quota, no nano CPUs (they conflict)", Holds: func(t *testing.T) error {
 			return want(hc.CPUQuota == 150_000 && hc.CPUPeriod == sandbox.CPUPeriod && hc.NanoCPUs == 0, "quota %d period %d nano %d", hc.CPUQuota, hc.CPUPeriod, hc.NanoCPUs)
 		}},
-		{Property: enginetest.Pids, Name: "", Holds: func() error { return want(hc.PidsLimit != nil && *hc.PidsLimit == 64, "pids %v", hc.PidsLimit) }},
-		{Property: enginetest.Rlimits, Name: "", Holds: func() error {
+		{Property: enginetest.Pids, Name: "", Holds: func(t *testing.T) error {
+			return want(hc.PidsLimit != nil && *hc.PidsLimit == 64, "pids %v", hc.PidsLimit)
+		}},
+		{Property: enginetest.Rlimits, Name: "", Holds: func(t *testing.T) error {
 			return want(hasUlimit(hc, "nofile", 512) && hasUlimit(hc, "nproc", 2048), "ulimits %+v", hc.Ulimits)
 		}},
-		{Property: enginetest.TmpNoExec, Name: "", Holds: func() error {
+		{Property: enginetest.TmpNoExec, Name: "", Holds: func(t *testing.T) error {
 			for _, o := range []string{"rw", "noexec", "nosuid", "nodev", "size=33554432", "mode=1777"} {
 				if !slices.Contains(opts, o) {
 					return fmt.Errorf("/tmp options %v lack %s", opts, o)
@@ -80,28 +82,30 @@ func TestDockerConfigHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: enginetest.RelayReadOnly, Name: "", Holds: func() error {
+		{Property: enginetest.RelayReadOnly, Name: "", Holds: func(t *testing.T) error {
 			return want(len(hc.Mounts) > 0 && hc.Mounts[0] == mount.Mount{
 				Type: mount.TypeBind, Source: "/tmp/bridge-run1", Target: sandbox.RelayDir, ReadOnly: true,
 			}, "mounts %+v", hc.Mounts)
 		}},
-		{Property: enginetest.OnlyMounts, Name: "", Holds: func() error {
+		{Property: enginetest.OnlyMounts, Name: "", Holds: func(t *testing.T) error {
 			return want(len(hc.Mounts) == 1 && len(hc.Binds) == 0 && len(hc.Tmpfs) == 1, "mounts %+v binds %v tmpfs %v", hc.Mounts, hc.Binds, hc.Tmpfs)
 		}},
-		{Property: enginetest.Init, Name: "", Holds: func() error { return want(hc.Init != nil && *hc.Init, "init %v", hc.Init) }},
-		{Property: enginetest.Env, Name: "", Holds: func() error {
+		{Property: enginetest.Init, Name: "", Holds: func(t *testing.T) error { return want(hc.Init != nil && *hc.Init, "init %v", hc.Init) }},
+		{Property: enginetest.Env, Name: "", Holds: func(t *testing.T) error {
 			return want(slices.Contains(cfg.Env, sandbox.EnvRelaySocket+"="+sandbox.RelaySocket) && slices.Contains(cfg.Env, sandbox.EnvRelayToken+"=tok") &&
 				slices.Contains(cfg.Env, "HOME=/tmp") && len(cfg.Env) == len(spec.Env), "env %v", cfg.Env)
 		}},
-		{Property: enginetest.Labels, Name: "", Holds: func() error {
+		{Property: enginetest.Labels, Name: "", Holds: func(t *testing.T) error {
 			return want(cfg.Labels[sandbox.LabelManaged] == "true" && cfg.Labels[sandbox.LabelRunID] == "run1", "labels %v", cfg.Labels)
 		}},
-		{Property: enginetest.OCIRuntime, Name: "the engine's default, or the one asked for", Holds: func() error {
+		{Property: enginetest.OCIRuntime, Name: "the engine's default, or the one asked for", Holds: func(t *testing.T) error {
 			return want(hc.Runtime == "" && hcRunsc.Runtime == "runsc", "runtime %q, asked runsc: %q", hc.Runtime, hcRunsc.Runtime)
 		}},
-		{Property: "", Name: "workdir", Holds: func() error { return want(cfg.WorkingDir == sandbox.TmpDir, "workdir %q", cfg.WorkingDir) }},
-		{Property: "", Name: "log size capped", Holds: func() error { return want(hc.LogConfig.Config["max-size"] != "", "log config %v", hc.LogConfig) }},
-		{Property: "", Name: "not auto-removed (Wait inspects)", Holds: func() error { return want(!hc.AutoRemove, "auto-remove") }},
+		{Property: "", Name: "workdir", Holds: func(t *testing.T) error { return want(cfg.WorkingDir == sandbox.TmpDir, "workdir %q", cfg.WorkingDir) }},
+		{Property: "", Name: "log size capped", Holds: func(t *testing.T) error {
+			return want(hc.LogConfig.Config["max-size"] != "", "log config %v", hc.LogConfig)
+		}},
+		{Property: "", Name: "not auto-removed (Wait inspects)", Holds: func(t *testing.T) error { return want(!hc.AutoRemove, "auto-remove") }},
 	}
 	enginetest.Hardening(t, "docker", checks, nil)
 	if t.Failed() {

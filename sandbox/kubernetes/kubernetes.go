@@ -153,7 +153,7 @@ func kubeConfig(kubeconfig string) (*rest.Config, string, error) {
 	return cfg, why, nil
 }
 
-// NewKubernetes connects to the cluster kubeconfig names (see kubeConfig)
+// New connects to the cluster kubeconfig names (see kubeConfig)
 // and checks that the node the pods go to is there.
 func New(ctx context.Context, kubeconfig string) (*Client, error) {
 	cfg, why, err := kubeConfig(kubeconfig)
@@ -209,7 +209,7 @@ func (k *Client) reapBridgePods(ctx context.Context) error {
 	return nil
 }
 
-// newKubernetes is the engine over a client, for NewKubernetes and tests.
+// newClient is the engine over an API client, for New and tests.
 func newClient(api kubeAPI, source, host string, n nodeOps) *Client {
 	ns := os.Getenv(EnvNamespace)
 	if ns == "" {

@@ -114,7 +114,7 @@ func TestKubePodIsHardened(t *testing.T) {
 	plan := planOf(pod)
 	res := c.Resources
 	is := func(p enginetest.Property, name string, ok bool) enginetest.Check {
-		return enginetest.Check{Property: p, Name: name, Holds: func() error { return enginetest.Want(ok, "not so") }}
+		return enginetest.Check{Property: p, Name: name, Holds: func(*testing.T) error { return enginetest.Want(ok, "not so") }}
 	}
 	checks := []enginetest.Check{
 		is(enginetest.Image, "", c.Image == spec.Image && slices.Equal(c.Command, spec.Command) && len(c.Args) == 0),

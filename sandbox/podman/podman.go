@@ -64,11 +64,11 @@ type Client struct {
 	// killed holds the ids Kill was called for, so that Wait does not
 	// mistake our own SIGKILL for the OOM killer's.
 	killed sync.Map
-	// seccomp is the bridge's seccomp profile as a file (seccomp.go).
+	// seccomp is the bridge's seccomp profile as a file (sandbox/internal/engines).
 	seccomp engines.SeccompFile
 }
 
-// NewPodman connects to the Podman API service at socketURI, e.g.
+// New connects to the Podman API service at socketURI, e.g.
 // "unix:///run/podman/podman.sock" (rootful) or
 // "unix:///run/user/1000/podman/podman.sock" (rootless). A socket that
 // cannot be reached returns an error wrapping ErrEngineUnreachable; one that
@@ -83,7 +83,7 @@ func New(ctx context.Context, socketURI string) (*Client, error) {
 		return nil, podmanUnreachable(socketURI, path, err)
 	}
 	// Keep the connection's values but not the cancellation of the ctx it
-	// was made with: NewPodman's ctx may end long before the Podman does.
+	// was made with: New's ctx may end long before the Podman does.
 	return &Client{
 		conn:          context.WithoutCancel(conn),
 		uri:           socketURI,
@@ -335,7 +335,7 @@ func (p *Client) Create(ctx context.Context, cs sandbox.ContainerSpec) (string, 
 		return "", fmt.Errorf("podman: creating container %s: %w", cs.Name, err)
 	}
 	s := podmanSpec(cs)
-	// The bridge's own seccomp profile (seccomp.go).
+	// The bridge's own seccomp profile (sandbox/internal/engines).
 	prof, err := p.seccomp.Get()
 	if err != nil {
 		return "", fmt.Errorf("podman: %w", err)

@@ -40,19 +40,19 @@ func TestPodmanSpecHardening(t *testing.T) {
 	l := sandbox.DefaultLimits()
 
 	checks := []enginetest.Check{
-		{Property: enginetest.Image, Name: "image", Holds: func() error {
+		{Property: enginetest.Image, Name: "image", Holds: func(t *testing.T) error {
 			if s.Image != cs.Image || s.RawImageName != cs.Image {
 				return fmt.Errorf("image %q raw %q, want %q", s.Image, s.RawImageName, cs.Image)
 			}
 			return nil
 		}},
-		{Property: "", Name: "name", Holds: func() error {
+		{Property: "", Name: "name", Holds: func(t *testing.T) error {
 			if s.Name != "bridge-run-run42" {
 				return fmt.Errorf("name %q", s.Name)
 			}
 			return nil
 		}},
-		{Property: enginetest.OCIRuntime, Name: "runtime asked for", Holds: func() error {
+		{Property: enginetest.OCIRuntime, Name: "runtime asked for", Holds: func(t *testing.T) error {
 			c := cs
 			c.OCIRuntime = "runsc"
 			if s.OCIRuntime != "" || podmanSpec(c).OCIRuntime != "runsc" {
@@ -60,14 +60,14 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: enginetest.Image, Name: "command is exact, no image entrypoint", Holds: func() error {
+		{Property: enginetest.Image, Name: "command is exact, no image entrypoint", Holds: func(t *testing.T) error {
 			got := append(slices.Clone(s.Entrypoint), s.Command...)
 			if !slices.Equal(got, cs.Command) || len(s.Entrypoint) == 0 {
 				return fmt.Errorf("entrypoint %q command %q, want %q", s.Entrypoint, s.Command, cs.Command)
 			}
 			return nil
 		}},
-		{Property: enginetest.Env, Name: "env", Holds: func() error {
+		{Property: enginetest.Env, Name: "env", Holds: func(t *testing.T) error {
 			want := map[string]string{sandbox.EnvRelaySocket: sandbox.RelaySocket, sandbox.EnvRelayToken: "tok-xyz", "HOME": sandbox.TmpDir, "LANG": "C.UTF-8"}
 			for k, v := range want {
 				if s.Env[k] != v {
@@ -79,43 +79,43 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: enginetest.Env, Name: "no host env or proxy leaks", Holds: func() error {
+		{Property: enginetest.Env, Name: "no host env or proxy leaks", Holds: func(t *testing.T) error {
 			if !podmanIsFalse(s.EnvHost) || !podmanIsFalse(s.HTTPProxy) {
 				return fmt.Errorf("EnvHost %v HTTPProxy %v, want explicit false", s.EnvHost, s.HTTPProxy)
 			}
 			return nil
 		}},
-		{Property: enginetest.Nobody, Name: "user 65534", Holds: func() error {
+		{Property: enginetest.Nobody, Name: "user 65534", Holds: func(t *testing.T) error {
 			if s.User != "65534:65534" {
 				return fmt.Errorf("user %q", s.User)
 			}
 			return nil
 		}},
-		{Property: enginetest.Labels, Name: "labels", Holds: func() error {
+		{Property: enginetest.Labels, Name: "labels", Holds: func(t *testing.T) error {
 			if s.Labels[sandbox.LabelManaged] != "true" || s.Labels[sandbox.LabelRunID] != "run42" {
 				return fmt.Errorf("labels %v", s.Labels)
 			}
 			return nil
 		}},
-		{Property: "", Name: "workdir", Holds: func() error {
+		{Property: "", Name: "workdir", Holds: func(t *testing.T) error {
 			if s.WorkDir != sandbox.TmpDir {
 				return fmt.Errorf("workdir %q", s.WorkDir)
 			}
 			return nil
 		}},
-		{Property: enginetest.NoNetwork, Name: "network none", Holds: func() error {
+		{Property: enginetest.NoNetwork, Name: "network none", Holds: func(t *testing.T) error {
 			if s.NetNS.NSMode != specgen.NoNetwork {
 				return fmt.Errorf("netns %q", s.NetNS.NSMode)
 			}
 			return nil
 		}},
-		{Property: "", Name: "private uts with own hostname", Holds: func() error {
+		{Property: "", Name: "private uts with own hostname", Holds: func(t *testing.T) error {
 			if s.UtsNS.NSMode != specgen.Private || s.Hostname == "" {
 				return fmt.Errorf("utsns %q hostname %q", s.UtsNS.NSMode, s.Hostname)
 			}
 			return nil
 		}},
-		{Property: "", Name: "private pid, ipc and cgroup namespaces", Holds: func() error {
+		{Property: "", Name: "private pid, ipc and cgroup namespaces", Holds: func(t *testing.T) error {
 			for name, ns := range map[string]specgen.Namespace{"pid": s.PidNS, "ipc": s.IpcNS, "cgroup": s.CgroupNS} {
 				if ns.NSMode != specgen.Private {
 					return fmt.Errorf("%s namespace %q", name, ns.NSMode)
@@ -123,13 +123,13 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: "", Name: "resolv.conf from the image", Holds: func() error {
+		{Property: "", Name: "resolv.conf from the image", Holds: func(t *testing.T) error {
 			if !podmanIsTrue(s.UseImageResolvConf) {
 				return fmt.Errorf("UseImageResolvConf %v", s.UseImageResolvConf)
 			}
 			return nil
 		}},
-		{Property: enginetest.ReadOnlyRoot, Name: "read-only root without podman's writable tmpfs", Holds: func() error {
+		{Property: enginetest.ReadOnlyRoot, Name: "read-only root without podman's writable tmpfs", Holds: func(t *testing.T) error {
 			if !podmanIsTrue(s.ReadOnlyFilesystem) || !podmanIsFalse(s.ReadWriteTmpfs) {
 				return fmt.Errorf("ReadOnlyFilesystem %v ReadWriteTmpfs %v", s.ReadOnlyFilesystem, s.ReadWriteTmpfs)
 			}
@@ -138,52 +138,52 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: enginetest.NoCapability, Name: "cap drop all", Holds: func() error {
+		{Property: enginetest.NoCapability, Name: "cap drop all", Holds: func(t *testing.T) error {
 			if !slices.Equal(s.CapDrop, []string{"ALL"}) || len(s.CapAdd) != 0 {
 				return fmt.Errorf("capdrop %v capadd %v", s.CapDrop, s.CapAdd)
 			}
 			return nil
 		}},
-		{Property: enginetest.NoEscalation, Name: "not privileged", Holds: func() error {
+		{Property: enginetest.NoEscalation, Name: "not privileged", Holds: func(t *testing.T) error {
 			if !podmanIsFalse(s.Privileged) {
 				return fmt.Errorf("privileged %v", s.Privileged)
 			}
 			return nil
 		}},
-		{Property: enginetest.NoEscalation, Name: "no new privileges", Holds: func() error {
+		{Property: enginetest.NoEscalation, Name: "no new privileges", Holds: func(t *testing.T) error {
 			if !podmanIsTrue(s.NoNewPrivileges) {
 				return fmt.Errorf("no_new_privileges %v", s.NoNewPrivileges)
 			}
 			return nil
 		}},
-		{Property: enginetest.Init, Name: "init", Holds: func() error {
+		{Property: enginetest.Init, Name: "init", Holds: func(t *testing.T) error {
 			if !podmanIsTrue(s.Init) {
 				return fmt.Errorf("init %v", s.Init)
 			}
 			return nil
 		}},
-		{Property: enginetest.Memory, Name: "memory limit with equal swap", Holds: func() error {
+		{Property: enginetest.Memory, Name: "memory limit with equal swap", Holds: func(t *testing.T) error {
 			m := s.ResourceLimits.Memory
 			if m == nil || m.Limit == nil || m.Swap == nil || *m.Limit != l.Memory || *m.Swap != l.Memory {
 				return fmt.Errorf("memory %+v, want limit = swap = %d", m, l.Memory)
 			}
 			return nil
 		}},
-		{Property: enginetest.Pids, Name: "pids limit", Holds: func() error {
+		{Property: enginetest.Pids, Name: "pids limit", Holds: func(t *testing.T) error {
 			p := s.ResourceLimits.Pids
 			if p == nil || p.Limit != l.Pids {
 				return fmt.Errorf("pids %+v, want %d", p, l.Pids)
 			}
 			return nil
 		}},
-		{Property: enginetest.CPU, Name: "cpu quota and period", Holds: func() error {
+		{Property: enginetest.CPU, Name: "cpu quota and period", Holds: func(t *testing.T) error {
 			c := s.ResourceLimits.CPU
 			if c == nil || c.Quota == nil || c.Period == nil || *c.Quota != 150_000 || *c.Period != sandbox.CPUPeriod {
 				return fmt.Errorf("cpu %+v, want quota 150000 period %d", c, sandbox.CPUPeriod)
 			}
 			return nil
 		}},
-		{Property: enginetest.Rlimits, Name: "rlimits by short name", Holds: func() error {
+		{Property: enginetest.Rlimits, Name: "rlimits by short name", Holds: func(t *testing.T) error {
 			want := []spec.POSIXRlimit{
 				{Type: "nofile", Soft: l.NoFile, Hard: l.NoFile},
 				{Type: "nproc", Soft: l.NProc, Hard: l.NProc},
@@ -193,7 +193,7 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: enginetest.TmpNoExec, Name: "tmpfs at /tmp with the spec's options", Holds: func() error {
+		{Property: enginetest.TmpNoExec, Name: "tmpfs at /tmp with the spec's options", Holds: func(t *testing.T) error {
 			m := podmanFindMount(t, s, sandbox.TmpDir)
 			want := strings.Split(cs.Tmpfs[sandbox.TmpDir], ",")
 			if m.Type != "tmpfs" || !slices.Equal(m.Options, want) {
@@ -206,7 +206,7 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: enginetest.RelayReadOnly, Name: "relay dir bind-mounted read-only", Holds: func() error {
+		{Property: enginetest.RelayReadOnly, Name: "relay dir bind-mounted read-only", Holds: func(t *testing.T) error {
 			m := podmanFindMount(t, s, sandbox.RelayDir)
 			if m.Type != "bind" || m.Source != "/var/run/bridge/run42" {
 				return fmt.Errorf("relay mount %+v", m)
@@ -221,25 +221,25 @@ func TestPodmanSpecHardening(t *testing.T) {
 			}
 			return nil
 		}},
-		{Property: enginetest.OnlyMounts, Name: "only the expected mounts", Holds: func() error {
+		{Property: enginetest.OnlyMounts, Name: "only the expected mounts", Holds: func(t *testing.T) error {
 			if len(s.Mounts) != 2 {
 				return fmt.Errorf("mounts %+v, want /tmp and %s only", s.Mounts, sandbox.RelayDir)
 			}
 			return nil
 		}},
-		{Property: "", Name: "stop is an immediate kill", Holds: func() error {
+		{Property: "", Name: "stop is an immediate kill", Holds: func(t *testing.T) error {
 			if s.StopTimeout == nil || *s.StopTimeout != 0 {
 				return fmt.Errorf("stop timeout %v", s.StopTimeout)
 			}
 			return nil
 		}},
-		{Property: "", Name: "log size capped", Holds: func() error {
+		{Property: "", Name: "log size capped", Holds: func(t *testing.T) error {
 			if s.LogConfiguration == nil || s.LogConfiguration.Size <= 0 {
 				return fmt.Errorf("log configuration %+v", s.LogConfiguration)
 			}
 			return nil
 		}},
-		{Property: "", Name: "validates", Holds: func() error {
+		{Property: "", Name: "validates", Holds: func(t *testing.T) error {
 			return s.Validate()
 		}},
 	}

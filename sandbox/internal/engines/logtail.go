@@ -2,20 +2,21 @@ package engines
 
 import "unicode/utf8"
 
-// logTail keeps the last limit bytes written to it, in at most 2*limit
+// LogTail keeps the last limit bytes written to it, in at most 2*limit
 // bytes of memory and amortised linear time: what [sandbox.Runtime.Logs] returns of a
 // container's own output, however much of it there is.
-type logTail struct {
+type LogTail struct {
 	limit int
 	buf   []byte
 	// cut is set once bytes before those in buf were dropped.
 	cut bool
 }
 
-func NewLogTail(limit int) *logTail { return &logTail{limit: max(limit, 0)} }
+// NewLogTail returns a LogTail of limit bytes (0 when negative).
+func NewLogTail(limit int) *LogTail { return &LogTail{limit: max(limit, 0)} }
 
 // Write implements io.Writer; it never fails.
-func (t *logTail) Write(p []byte) (int, error) {
+func (t *LogTail) Write(p []byte) (int, error) {
 	n := len(p)
 	switch {
 	case n == 0:
@@ -34,14 +35,14 @@ func (t *logTail) Write(p []byte) (int, error) {
 }
 
 // WriteString is Write for a string.
-func (t *logTail) WriteString(s string) (int, error) {
+func (t *LogTail) WriteString(s string) (int, error) {
 	return t.Write([]byte(s))
 }
 
 // String returns the last limit bytes written. When earlier bytes were cut,
 // it starts at a character boundary: the continuation bytes of a UTF-8
 // sequence whose start was cut are dropped.
-func (t *logTail) String() string {
+func (t *LogTail) String() string {
 	b, cut := t.buf, t.cut
 	if len(b) > t.limit {
 		b, cut = b[len(b)-t.limit:], true

@@ -1,10 +1,10 @@
 package engines
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/bridge-mcp/bridge/sandbox"
@@ -44,20 +44,12 @@ func RefuseGVisorDataMounts(ctx context.Context, remove func(context.Context, st
 // per-container runtime): it removes the container and returns an error
 // wrapping [sandbox.ErrOCIRuntime]. got is the runtime the engine reports for it.
 func CheckRuntimeOf(ctx context.Context, remove func(context.Context, string) error, doing, id, want, got string) error {
-	if want == "" || filepath.Base(got) == want {
+	if want == "" || sandbox.OCIRuntimeName(got) == want {
 		return nil
 	}
 	err := fmt.Errorf("%s: %w: the engine made the container with the OCI runtime %s, not %s; "+
-		"no code was run (run `bridge doctor --oci-runtime %s`)", doing, sandbox.ErrOCIRuntime, orUnknown(got), want, want)
+		"no code was run (run `bridge doctor --oci-runtime %s`)", doing, sandbox.ErrOCIRuntime, cmp.Or(got, "an unnamed runtime"), want, want)
 	return RemoveRefused(ctx, remove, id, err)
-}
-
-// orUnknown is s, or "an unnamed runtime" when the engine did not say.
-func orUnknown(s string) string {
-	if s == "" {
-		return "an unnamed runtime"
-	}
-	return s
 }
 
 // MatchLabels keeps the containers that carry every label in want.

@@ -49,8 +49,9 @@ type Check struct {
 	Property Property
 	// Name names the check among the engine's (default: the property).
 	Name string
-	// Holds is nil when the spec holds the check, else says what it holds.
-	Holds func() error
+	// Holds is nil when the spec holds the check, else says what it holds;
+	// t is the check's own subtest.
+	Holds func(t *testing.T) error
 }
 
 // Want is nil when ok, else the error format says.
@@ -75,7 +76,7 @@ func Hardening(t *testing.T, engine string, checks []Check, elsewhere map[Proper
 		checked[c.Property] = true
 		name := cmp.Or(c.Name, string(c.Property))
 		t.Run(name, func(t *testing.T) {
-			if err := c.Holds(); err != nil {
+			if err := c.Holds(t); err != nil {
 				t.Errorf("%s: %s: %v", engine, name, err)
 			}
 		})
