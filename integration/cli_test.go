@@ -99,6 +99,7 @@ func TestCLIRun(t *testing.T) {
 }
 
 func TestCLIErrorsSayWhatToDo(t *testing.T) {
+	noEngine(t)
 	tests := []struct {
 		name     string
 		env      []string
@@ -399,7 +400,7 @@ func TestCLIPolicy(t *testing.T) {
 // and what it sets for the pool, sessions and skills; it said nothing when
 // there was no file.
 func TestDoctorShowsPolicyInForce(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("what doctor says of the policy in force"), func(t *testing.T, e *engine) {
 		config := t.TempDir()
 		env := append(engineEnv(e), "XDG_CONFIG_HOME="+config)
 		out, errOut, code := bridgeCLI(t, env, "", "doctor", "--runtime", e.cand.Engine)
@@ -560,7 +561,7 @@ func TestCLIRunscOnRuncPodman(t *testing.T) {
 // TestCLIRunIsAScript: bridge run runs a file as python3 would: the last
 // expression's value is not printed, as it is for run_python's cells.
 func TestCLIRunIsAScript(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("how `bridge run` runs a file"), func(t *testing.T, e *engine) {
 		env := append(engineEnv(e), "XDG_CONFIG_HOME="+t.TempDir())
 		args := []string{"run", "--runtime", e.cand.Engine, "-"}
 		if !e.enforced {
