@@ -229,7 +229,7 @@ for i in range(3):
 // goes on; remembering asks once a run; a client that cannot be asked
 // gets the fallback; the trace lists the calls with their decisions.
 func TestAsk(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("asking the human (a tools rule's ask)"), func(t *testing.T, e *engine) {
 		for _, c := range []struct{ name, version string }{{"result", ""}, {"in-call", "2025-11-25"}} {
 			t.Run(c.name, func(t *testing.T) {
 				servers, record := recordingServers(t)
@@ -384,8 +384,10 @@ mcp_tools.call("misbehave", "echo", message="z")
 // decline, no answer, and "remember for this run" asking once for three
 // calls.
 func TestAskTypeScriptClient(t *testing.T) {
+	scope := aboveEngine("asking the human through a TypeScript client")
+	runsOn(t, scope)
 	npm := npmPeers(t)
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		servers, record := recordingServers(t)
 		args, env := serveArgs(e)
 		args = append(withoutSandboxFlags(args), "--policy", askPolicy(t, e, ""), "--servers-config", servers)

@@ -162,13 +162,15 @@ func (b *benchTable) markdown() string {
 // when it runs, and docs/performance.md for what each row means.
 func TestBenchTable(t *testing.T) {
 	c := benchTableCounts(t)
+	scope := only("the table of docs/performance.md compares Docker and Podman, and their bare runs by their CLIs; "+
+		"the kubernetes engine's figures are TestBenchKubernetes's (make bench-kube)", kindDocker, kindPodman)
 	var names []string
-	for _, e := range testSuite.engines {
+	for _, e := range enginesFor(t, scope) {
 		names = append(names, e.name)
 	}
 	tab := newBenchTable(c, names)
 	started := time.Now()
-	forEachEngine(t, func(t *testing.T, e *engine) { benchEngine(t, e, c, tab) })
+	forEngines(t, scope, func(t *testing.T, e *engine) { benchEngine(t, e, c, tab) })
 	t.Run("tokens", func(t *testing.T) { benchTokens(t, tab) })
 
 	header := benchHeader(t, c, started)

@@ -44,7 +44,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 // the code bound) is refused as invalid naming sandbox.max_code_bytes,
 // and the bridge then still runs code; its peak RSS is reported.
 func TestRequestBounds(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("bounding what a client sends"), func(t *testing.T, e *engine) {
 		args, env := serveArgs(e)
 		cmd := exec.Command(testSuite.bridgeBin, args...)
 		cmd.Env = append(os.Environ(), env...)
@@ -133,7 +133,7 @@ func TestRequestBounds(t *testing.T) {
 // read the largest allowed file at once; the bridge's peak RSS is
 // reported and bounded.
 func TestArtifactReadBounds(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("bounding a stored file read back"), func(t *testing.T, e *engine) {
 		pol, store := artifactPolicy(t, e, "")
 		first, pid, addr := connectHTTPArgs(t, e, nil, "--policy", pol)
 		second, err := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil).
@@ -201,7 +201,7 @@ print("written")`
 // ended). The third run may take 20 s: before, it timed out waiting; the
 // hostile runs are cancelled only after it.
 func TestNoClientStarvesAnother(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("sharing the tool calls' capacity between clients"), func(t *testing.T, e *engine) {
 		servers, _ := recordingServers(t)
 		first, _, addr := connectHTTPArgs(t, e, nil, "--servers-config", servers)
 		connect := func(name string) *mcp.ClientSession {
@@ -270,7 +270,7 @@ print("attacker" in str(mcp_tools.search("echo a message", limit=10)))
 // so its new description, with instructions in it, never reaches the code
 // (serve, pool on).
 func TestRugPull(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("refusing a tool whose description changed"), func(t *testing.T, e *engine) {
 		servers, _ := recordingServers(t, "--rug-pull")
 		cs, _, _ := connectHTTPArgs(t, e, nil, "--servers-config", servers)
 		res, out := callRunPython(t, context.Background(), cs, rugPullCode, nil)
@@ -288,7 +288,7 @@ func TestRugPull(t *testing.T) {
 // changed on a server that now says otherwise; a serve pinned to the lock
 // (tools.lock_file) refuses that echo and calls the rest.
 func TestToolsLock(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("pinning the upstream tools to a lock file"), func(t *testing.T, e *engine) {
 		_, env := serveArgs(e)
 		lock := filepath.Join(t.TempDir(), "tools.lock")
 		reviewed, _ := recordingServers(t)

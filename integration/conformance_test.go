@@ -61,6 +61,8 @@ type conformanceCheck struct {
 // protocol does not depend on the engine, and the rootful pass already runs
 // the suite against the bridge on Docker and on Podman.
 func TestConformance(t *testing.T) {
+	scope := aboveEngine("the MCP protocol")
+	runsOn(t, scope)
 	if rootless() {
 		t.Skip("rootful pass only: the MCP protocol does not depend on the engine (the rootful pass runs the suite on Docker and Podman)")
 	}
@@ -100,7 +102,7 @@ func TestConformance(t *testing.T) {
 	}
 
 	t.Run("serve", func(t *testing.T) {
-		forEachEngine(t, func(t *testing.T, e *engine) {
+		forEngines(t, scope, func(t *testing.T, e *engine) {
 			cs, pid, addr := connectHTTPArgs(t, e, nil)
 			// As users run it: the built-in policy's warm pool fills.
 			deadline := time.Now().Add(60 * time.Second)

@@ -198,6 +198,7 @@ func docsRuleFor(text string) (int, docsRule) {
 }
 
 func TestDocsCommands(t *testing.T) {
+	noEngine(t)
 	if len(testSuite.engines) == 0 {
 		if ci() {
 			t.Fatal("no engine under test")
@@ -726,6 +727,7 @@ func docsLastLines(s string, n int) string {
 }
 
 func TestDocsShellCommands(t *testing.T) {
+	noEngine(t)
 	block := []string{
 		"# a full-line comment",
 		"",
@@ -763,6 +765,7 @@ func TestDocsShellCommands(t *testing.T) {
 // (as GitHub makes anchors). A link out of the repository (../shared, say)
 // fails: the repository must stand on its own.
 func TestDocsLinks(t *testing.T) {
+	noEngine(t)
 	root := repoRoot()
 	files := []string{filepath.Join(root, "README.md")}
 	entries, err := os.ReadDir(filepath.Join(root, "docs"))

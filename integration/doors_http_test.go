@@ -95,7 +95,7 @@ func checkDoors(t *testing.T, what string, addr string, paths ...string) {
 // --http (with --metrics-addr); the bridge still runs code for a client
 // that names it properly.
 func TestDoorsHTTPForeignHost(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("the HTTP transport's host check"), func(t *testing.T, e *engine) {
 		metricsAddr, debugAddr := freeLoopbackAddr(t), freeLoopbackAddr(t)
 		cs, _, addr := connectHTTPArgs(t, e, nil, "--policy", doorsPolicy(t, e, ""),
 			"--metrics-addr", metricsAddr, "--debug-addr", debugAddr)
@@ -298,8 +298,10 @@ func (c sessionCapCase) flood(t *testing.T) {
 // the proxy, a tool call), and the server's resident memory stays bounded:
 // a few KB a session, nothing for a refusal.
 func TestDoorsHTTPSessionCap(t *testing.T) {
+	scope := aboveEngine("the HTTP transports' session caps")
+	runsOn(t, scope)
 	const floodN = 6000
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		t.Run("serve", func(t *testing.T) {
 			pol := doorsPolicy(t, e, "http:\n  max_sessions: 1000\n  max_sessions_per_client: 1000\n")
 			cs, pid, addr := connectHTTPArgs(t, e, nil, "--policy", pol)

@@ -99,13 +99,15 @@ func doorsToolCallNames(spans []receivedSpan) []string {
 // "(unknown)" for the rest. It used to export the code's names as they
 // were, up to 256 bytes a call.
 func TestDoorsTraceNamesOnly(t *testing.T) {
+	scope := aboveEngine("what a run's trace names")
+	runsOn(t, scope)
 	for _, remote := range []bool{false, true} {
 		name := "in-process"
 		if remote {
 			name = "remote-proxy"
 		}
 		t.Run(name, func(t *testing.T) {
-			forEachEngine(t, func(t *testing.T, e *engine) {
+			forEngines(t, scope, func(t *testing.T, e *engine) {
 				recv := newOTLPReceiver(t)
 				t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 				servers, _ := recordingServers(t)
@@ -215,7 +217,7 @@ func auditRule(t *testing.T, path, tool, rule, decision string) bool {
 // refusal audited under tools.on_change and the change logged. It used to
 // be pinned only once allowed: listed, called, and nothing said.
 func TestDoorsDeniedToolLaundered(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("refusing a denied tool reached another way"), func(t *testing.T, e *engine) {
 		servers, record := recordingServers(t, "--launder")
 		policyFile, audit := doorsProxyPolicy(t, e, "tools:\n  default: deny\n  rules:\n    - annotations: {readOnlyHint: true}\n      action: allow\n")
 		br := startDoorsBridge(t, e, policyFile, "--servers-config", servers)
@@ -267,7 +269,7 @@ print("new text", any("note" in h.get("description", "").lower() for h in mcp_to
 // too, and the new process gets no call: it used to be decided on what
 // the bridge knew before, and sent.
 func TestDoorsServerTextPinned(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("pinning an upstream's instructions"), func(t *testing.T, e *engine) {
 		instructions := filepath.Join(t.TempDir(), "instructions.txt")
 		write := func(text string) {
 			if err := os.WriteFile(instructions, []byte(text), 0o644); err != nil {

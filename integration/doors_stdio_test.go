@@ -111,8 +111,10 @@ func oversizedClient(t *testing.T, npm string, megabytes int, args, env []string
 // second is answered and runs its code. The bridge's resident memory while
 // it reads the 12 MB line stays bounded (it never holds the line).
 func TestDoorsStdioOversizedRequest(t *testing.T) {
+	scope := aboveEngine("bounding a request over stdio")
+	runsOn(t, scope)
 	npm := npmPeers(t)
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 		writePoolPolicy(t, e, policyFile, 2, "")
 		debugAddr := freeLoopbackAddr(t)

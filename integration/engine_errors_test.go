@@ -106,9 +106,12 @@ func socketFix(t *testing.T, path string) string {
 // engines' sockets: it must say so, and what would let the user in, never
 // "start the engine", which runs already.
 func TestEngineDenied(t *testing.T) {
+	scope := only("the user is denied the engine's unix socket; the kubernetes engine is reached through a kubeconfig, "+
+		"whose credentials, not a socket's permissions, let a user in", kindDocker, kindPodman)
+	runsOn(t, scope)
 	name := unprivileged(t)
 	denied := map[string]string{} // engine -> its socket's path
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		path, ok := strings.CutPrefix(e.cand.URI, "unix://")
 		need(t, ok, "%s is not a unix socket", e.cand.URI)
 		if err := exec.Command("runuser", "-u", name, "--", "test", "-w", path).Run(); err == nil {
@@ -176,11 +179,18 @@ func TestEngineDenied(t *testing.T) {
 	})
 }
 
+// customImageHint is the rule of a test that a missing custom image's
+// hint does not send the user to `bridge image build`.
+func customImageHint() engineRule {
+	return except("on kubernetes every missing image gets one hint (images.MissingHint): build it beside the node "+
+		"with `bridge image build` and import it, which for a custom image is the advice this test forbids", kindKubernetes)
+}
+
 // TestImageMissingCustom: `bridge image build` cannot make an image of the
 // user's choice, so a missing one must not send the user there.
 func TestImageMissingCustom(t *testing.T) {
 	const image = "localhost/nope:1"
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, customImageHint(), func(t *testing.T, e *engine) {
 		want := image + " is not an image `bridge image build` makes"
 		_, errOut, code := bridgeCLI(t, engineEnv(e), "print(1)", "run", "--runtime", e.cand.Engine, "--image", image, "--allow-unenforced-limits", "-")
 		if code != 125 || !strings.Contains(errOut, want) || !strings.Contains(errOut, "drop --image") ||
@@ -198,6 +208,7 @@ func TestImageMissingCustom(t *testing.T) {
 // with `bridge image build`. The image is there on the engines under test,
 // so this runs against a Podman service with a store of its own, empty.
 func TestImageMissingBuiltIn(t *testing.T) {
+	noEngine(t)
 	if rootless() {
 		t.Skip("starts a rootful Podman service")
 	}

@@ -186,7 +186,8 @@ func TestFaultEngineRestart(t *testing.T) {
 	if rootless() {
 		t.Skip("restarting an engine needs root: the rootful run tests it on docker and podman")
 	}
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, except("engine.sh stops and starts the Docker and Podman daemons that setup.sh started; "+
+		"the test cluster's API server and kubelet are not an engine a test may stop under the bridge", kindKubernetes), func(t *testing.T, e *engine) {
 		needOwnEngine(t, e)
 		cs, pid, stderr, progress := coldBridge(t, e)
 		if out := mustRun(t, cs, "print(6*7)"); out != "42\n" {
@@ -245,11 +246,13 @@ func TestFaultContainerGoneFromOutside(t *testing.T) {
 // An upstream that floods its stderr, and a client that never reads the
 // bridge's: the bridge keeps serving, and the audit file keeps every record.
 func TestFaultStderrFloods(t *testing.T) {
+	scope := aboveEngine("an upstream that floods its stderr, and a client that never reads the bridge's")
+	runsOn(t, scope)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		dir := t.TempDir()
 		cfg := filepath.Join(dir, "servers.json")
 		// The upstream writes ~50 MB/s to its stderr while it serves.

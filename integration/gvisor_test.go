@@ -90,6 +90,11 @@ func gvisorEngines(t testing.TB) []gvisorEngine {
 	return out
 }
 
+// gvisorRule is where the gVisor tests run: where setup.sh set gVisor up.
+func gvisorRule() engineRule {
+	return only("gVisor is set up for Docker (a runtime called runsc) and a Podman service of its own; the test cluster has no RuntimeClass for runsc", kindDocker, kindPodman)
+}
+
 // TestGVisor runs the sandbox's isolation checks under gVisor (oci_runtime:
 // runsc) on every engine that runs it here, proves from inside that the
 // code met gVisor's kernel and not the host's, and checks that an engine
@@ -99,6 +104,7 @@ func TestGVisor(t *testing.T) {
 		t.Skip("rootless Podman runs runsc here (cgroup v1) only with --runtime-flag ignore-cgroups, which drops every " +
 			"limit, and from a service of its own that setup.sh does not start for the rootless user: gVisor is tested rootful only")
 	}
+	runsOn(t, gvisorRule())
 	engines := gvisorEngines(t)
 	if len(engines) == 0 {
 		if ci() {

@@ -137,6 +137,18 @@ func writeWheel(t *testing.T, dir, dist, version string, requires []string, file
 	return path
 }
 
+// imageBuilds is the rule of a test that builds an image on the engine.
+func imageBuilds() engineRule {
+	return except("the kubernetes engine builds no images (`bridge image build --runtime kubernetes` refuses): an image for a cluster is built with Docker or Podman beside its node and imported", kindKubernetes)
+}
+
+// imageLabels is the rule of a test of what doctor reads from an image's
+// labels (its runner, variant and packages).
+func imageLabels() engineRule {
+	return except("the Kubernetes API shows no image's labels (a node lists its images by name and size), "+
+		"so doctor reads neither the runner's label nor the variant and packages there: its smoke run proves the runner", kindKubernetes)
+}
+
 // removeImage removes image from e's store through the engine's CLI, as an
 // operator would; the test fails if it cannot.
 func removeImage(t *testing.T, e *engine, image string) {
@@ -180,7 +192,7 @@ func doctorReport(t *testing.T, e *engine, args ...string) (doctor.EngineReport,
 // --wheels, into a custom image that `bridge run --image` runs and doctor
 // lists the wheels of.
 func TestImageWheels(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, imageBuilds(), func(t *testing.T, e *engine) {
 		needImage(t, e, imageName())
 		dir := t.TempDir()
 		// A nonce in the code makes this run's image its own: removing it
@@ -238,6 +250,7 @@ func TestImageWheels(t *testing.T) {
 
 // What --apt and --wheels refuse, before reaching an engine.
 func TestImageBuildRefuses(t *testing.T) {
+	noEngine(t)
 	dir := t.TempDir()
 	empty := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "fake-1.0-py3-none-any.whl"), []byte("not a zip"), 0o644); err != nil {
@@ -266,7 +279,7 @@ func TestImageBuildRefuses(t *testing.T) {
 // doctor says which image each engine runs and the notable packages in it:
 // every one in the data-science variant, none in slim.
 func TestDoctorPackages(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, imageLabels(), func(t *testing.T, e *engine) {
 		image := images.NameOf(images.DataScience)
 		needImage(t, e, image)
 		er, text, code := doctorReport(t, e, "--variant", images.DataScience)
@@ -298,7 +311,7 @@ func TestDoctorPackages(t *testing.T) {
 // is built from) says so plainly, and how to build one that has it, rather
 // than fail a smoke run.
 func TestDoctorNoRunner(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, imageLabels(), func(t *testing.T, e *engine) {
 		base := "docker.io/library/debian:bookworm-slim"
 		if e.cand.Engine == sandbox.EngineDocker {
 			base = "debian:bookworm-slim"
@@ -329,7 +342,7 @@ func TestDoctorNoRunner(t *testing.T) {
 // their own is accepted as sandbox.image: it carries the runner (and its
 // label), so runs and doctor work in it.
 func TestImageFromRunner(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, imageBuilds(), func(t *testing.T, e *engine) {
 		needImage(t, e, imageName())
 		nonce := make([]byte, 6)
 		_, _ = rand.Read(nonce)
@@ -368,6 +381,7 @@ func TestImageFromRunner(t *testing.T) {
 // build, naming its tags; a wheel whose dependency is missing fails in
 // pip's step, and the hint is about the wheels, not apt's package names.
 func TestImageWheelsRefused(t *testing.T) {
+	runsOn(t, imageBuilds())
 	wrong := t.TempDir()
 	writeWheel(t, wrong, "bridgetest_dep", "1.0", nil, wheelFile{"bridgetest_dep/__init__.py", "VALUE = 41\n"})
 	if err := os.Rename(filepath.Join(wrong, "bridgetest_dep-1.0-py3-none-any.whl"),
@@ -379,7 +393,7 @@ func TestImageWheelsRefused(t *testing.T) {
 		!strings.Contains(errOut, "CPython 3.11") {
 		t.Fatalf("a cp312 wheel: exit %d\n%s", code, errOut)
 	}
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, imageBuilds(), func(t *testing.T, e *engine) {
 		needImage(t, e, imageName())
 		dir := t.TempDir()
 		writeWheel(t, dir, "bridgetest_lonely", "1.0", []string{"bridgetest-missing"}, wheelFile{"bridgetest_lonely/__init__.py", "X = 1\n"})

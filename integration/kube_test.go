@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/kubernetes"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -26,13 +25,7 @@ const kubeTestCPUs = "0.25"
 // kubernetes pass, where a missing cluster fails the suite).
 func kubeEngine(t *testing.T) *engine {
 	t.Helper()
-	for _, e := range testSuite.engines {
-		if e.cand.Engine == sandbox.EngineKubernetes {
-			return e
-		}
-	}
-	t.Skip("the kubernetes pass runs this (BRIDGE_TEST_ENGINES=kubernetes)")
-	return nil
+	return enginesFor(t, only("it deploys the bridge to the test cluster (make kube-up): the kubernetes pass runs it", kindKubernetes))[0]
 }
 
 // kubectl runs the test cluster's kubectl and returns its output.

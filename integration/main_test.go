@@ -2,10 +2,16 @@
 // container engines. `make integration` runs them after `make setup image`.
 //
 // Which engines: BRIDGE_TEST_ENGINES (comma-separated: docker, podman,
-// podman-rootless), default every reachable one. With CI=true a listed engine
-// that is unreachable, or has no runner image, fails the suite instead of
-// skipping it. BRIDGE_TEST_ROOTLESS=1 marks a run as the unprivileged user's:
-// only the rootless Podman engine is tested.
+// podman-rootless, kubernetes), default docker and podman. With CI=true a
+// listed engine that is unreachable, or has no runner image, fails the
+// suite instead of skipping it. BRIDGE_TEST_ROOTLESS=1 marks a run as the
+// unprivileged user's: only the rootless Podman engine is tested.
+//
+// Which tests run on which engine each test says, not the Makefile: each
+// pass of `make integration` (rootful, rootless, kubernetes) runs every
+// test, and a test states the kinds of engine it can run on (an
+// engineRule, or noEngine), skipping the others with the reason. So a new
+// test runs on every engine unless it says why not.
 package integration
 
 import (
@@ -16,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,7 +38,7 @@ import (
 
 // engine is one engine under test.
 type engine struct {
-	name string // docker, podman, podman-rootless
+	name string // docker, podman, podman-rootless, kubernetes
 	cand detect.Candidate
 	rt   sandbox.Runtime
 	// enforced is whether the engine enforces memory/pids/cpu limits.
@@ -41,6 +48,9 @@ type engine struct {
 // suite is what TestMain prepares for the tests.
 type suite struct {
 	engines []*engine
+	// wanted are the engines this pass tests (BRIDGE_TEST_ENGINES),
+	// reachable or not.
+	wanted []string
 	// bridgeBin is a bridge binary built from this tree.
 	bridgeBin string
 	// noServers is a servers file with no servers.
@@ -194,6 +204,7 @@ func setup(ctx context.Context) (suite, error) {
 	if v := os.Getenv("BRIDGE_TEST_ENGINES"); v != "" {
 		wanted = strings.Split(v, ",")
 	}
+	s.wanted = wanted
 	image := images.Name()
 	for _, name := range wanted {
 		c, err := candidate(name)
@@ -298,8 +309,34 @@ func repoRoot() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-// forEachEngine runs f as a subtest per engine under test.
+// forEachEngine runs f as a subtest per engine under test: the test runs
+// on every engine.
 func forEachEngine(t *testing.T, f func(t *testing.T, e *engine)) {
+	t.Helper()
+	forEngines(t, anyEngine(), f)
+}
+
+// forEngines runs f as a subtest per engine under test that r lets the
+// test run on, and skips it on the others with r's reason. A missing
+// engine fails the test in CI (the suite has already failed then); an
+// engine of a kind the test does not run on is a skip.
+func forEngines(t *testing.T, r engineRule, f func(t *testing.T, e *engine)) {
+	t.Helper()
+	runsOn(t, r)
+	for _, e := range testSuite.engines {
+		t.Run(e.name, func(t *testing.T) {
+			if !r.fits(e) {
+				t.Skip(r.reason())
+			}
+			f(t, e)
+		})
+	}
+}
+
+// runsOn skips t unless an engine under test is one r lets it run on, for
+// a test that picks its engines itself. Without any engine under test it
+// fails in CI, and skips elsewhere.
+func runsOn(t *testing.T, r engineRule) {
 	t.Helper()
 	if len(testSuite.engines) == 0 {
 		if ci() {
@@ -307,9 +344,114 @@ func forEachEngine(t *testing.T, f func(t *testing.T, e *engine)) {
 		}
 		t.Skip("no engine under test: run `make setup image`")
 	}
-	for _, e := range testSuite.engines {
-		t.Run(e.name, func(t *testing.T) { f(t, e) })
+	if !slices.ContainsFunc(testSuite.engines, r.fits) {
+		t.Skip(r.reason())
 	}
+}
+
+// enginesFor is the engines under test that r lets a test run on, for a
+// test that uses them all at once; it skips the test as runsOn does when
+// there is none.
+func enginesFor(t *testing.T, r engineRule) []*engine {
+	t.Helper()
+	runsOn(t, r)
+	var out []*engine
+	for _, e := range testSuite.engines {
+		if r.fits(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// A kind is what a test may need of an engine: its API, and what it
+// can be made to do. The rootless Podman engine is of kind podman; what
+// it cannot do as an unprivileged user a test checks by rootless() or
+// engine.enforced.
+type kind string
+
+const (
+	kindDocker     kind = "docker"
+	kindPodman     kind = "podman"
+	kindKubernetes kind = "kubernetes"
+)
+
+// kindOf is the kind of the engine a BRIDGE_TEST_ENGINES name tests.
+func kindOf(name string) kind {
+	if name == "podman-rootless" {
+		return kindPodman
+	}
+	return kind(name)
+}
+
+func (e *engine) kind() kind { return kindOf(e.name) }
+
+// An engineRule says which kinds of engine a test can run on, and why not
+// on the others. A test that uses the suite's engines states its rule
+// before it starts anything: forEachEngine (every kind), or forEngines,
+// runsOn or enginesFor with only, except or aboveEngine.
+type engineRule struct {
+	kinds []kind // the kinds the test runs on; nil: every kind
+	why   string // why it cannot run on the others
+}
+
+func anyEngine() engineRule { return engineRule{} }
+
+// only is the rule of a test that runs on engines of these kinds alone.
+func only(why string, kinds ...kind) engineRule {
+	return engineRule{kinds: kinds, why: why}
+}
+
+// except is the rule of a test that runs on every kind of engine but
+// these.
+func except(why string, kinds ...kind) engineRule {
+	rest := []kind{} // not nil, which means every kind
+	for _, k := range []kind{kindDocker, kindPodman, kindKubernetes} {
+		if !slices.Contains(kinds, k) {
+			rest = append(rest, k)
+		}
+	}
+	return engineRule{kinds: rest, why: why}
+}
+
+// aboveEngine is the rule of a test whose subject lies above the engine:
+// the MCP protocol and its transports, the proxy and its policy, metrics
+// and traces, what the runner prints. Which engine ran the code cannot
+// change what it checks, so the docker and podman passes run it, and the
+// kubernetes pass, whose runs take a second or more each, keeps to the
+// tests that depend on the engine, within CI's time (docs/testing.md).
+// subject names what the test checks.
+func aboveEngine(subject string) engineRule {
+	return except("above the engine ("+subject+"): the docker and podman passes test it; "+
+		"the kubernetes pass runs the tests that depend on the engine (docs/testing.md)", kindKubernetes)
+}
+
+func (r engineRule) fits(e *engine) bool {
+	return r.kinds == nil || slices.Contains(r.kinds, e.kind())
+}
+
+// reason is the skip message on an engine r does not fit.
+func (r engineRule) reason() string {
+	names := make([]string, len(r.kinds))
+	for i, k := range r.kinds {
+		names[i] = string(k)
+	}
+	return fmt.Sprintf("runs on %s only: %s", strings.Join(names, " and "), r.why)
+}
+
+// noEngine is the first line of a test that uses none of the suite's
+// engines (the CLI's flags and errors, the docs, the proxy on its own, an
+// engine the test starts itself): it runs in every pass that tests Docker
+// or Podman, and skips in a pass of the kubernetes engine alone, which
+// would run it again unchanged.
+func noEngine(t *testing.T) {
+	t.Helper()
+	for _, name := range testSuite.wanted {
+		if kindOf(name) != kindKubernetes {
+			return
+		}
+	}
+	t.Skip("uses no engine under test: runs in the docker/podman pass")
 }
 
 func imageName() string { return images.Name() }

@@ -184,11 +184,13 @@ func (p *promServer) await(t *testing.T, want map[string]float64) {
 // them; its alert rules load and are healthy; and 1,000 runs in sessions of
 // random names leave the label set as it was (no name is a label value).
 func TestMetricsPrometheus(t *testing.T) {
+	scope := aboveEngine("the metrics, their alert rules and dashboard")
+	runsOn(t, scope)
 	if rootless() {
 		t.Skip("metrics do not depend on the engine's mode; TestMetricsPrometheus runs in the rootful pass")
 	}
 	var labelsOnce atomic.Bool
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		npm := npmPeers(t)
 		servers := filepath.Join(t.TempDir(), "servers.json")
 		writeServers(t, servers, map[string]any{

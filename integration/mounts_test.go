@@ -211,6 +211,7 @@ func TestMountsGVisor(t *testing.T) {
 	if rootless() {
 		t.Skip("gVisor is set up for the rootful engines")
 	}
+	runsOn(t, gvisorRule())
 	engines := os.Getenv("BRIDGE_GVISOR")
 	if engines == "" {
 		if ci() {
@@ -267,10 +268,7 @@ func TestMountsGVisor(t *testing.T) {
 // TestMountsVolumeReaped: on Docker a data mount is an anonymous volume;
 // the reaper removes a dead bridge's container with its volumes.
 func TestMountsVolumeReaped(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
-		if e.cand.Engine != sandbox.EngineDocker {
-			t.Skip("only Docker mounts data through volumes")
-		}
+	forEngines(t, only("a data mount is a volume on Docker alone", kindDocker), func(t *testing.T, e *engine) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		sales, _ := mountedFolder(t)

@@ -43,7 +43,7 @@ func examplePolicyHome(t *testing.T, e *engine) (home, file string) {
 }
 
 func TestNewcomerExamplePolicyAndFlags(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("the CLI's flags under the example policy"), func(t *testing.T, e *engine) {
 		home, file := examplePolicyHome(t, e)
 		env := append(engineEnv(e), "XDG_CONFIG_HOME="+home)
 		script := filepath.Join(t.TempDir(), "script.py")
@@ -81,6 +81,7 @@ func TestNewcomerExamplePolicyAndFlags(t *testing.T) {
 }
 
 func TestNewcomerFlagErrors(t *testing.T) {
+	noEngine(t)
 	env := []string{"XDG_CONFIG_HOME=" + t.TempDir()}
 	for _, tc := range []struct {
 		args []string
@@ -103,6 +104,7 @@ func TestNewcomerFlagErrors(t *testing.T) {
 }
 
 func TestNewcomerHelpAndVersion(t *testing.T) {
+	noEngine(t)
 	env := []string{"XDG_CONFIG_HOME=" + t.TempDir()}
 	for _, args := range [][]string{{"policy", "-h"}, {"image", "--help"}, {"run", "-h"}, {"policy", "check", "-h"}} {
 		out, errOut, code := bridgeCLI(t, env, "", args...)
@@ -133,6 +135,7 @@ func TestNewcomerHelpAndVersion(t *testing.T) {
 
 // `bridge proxy` names the variable it reads its token from.
 func TestNewcomerProxyTokenLog(t *testing.T) {
+	noEngine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testSuite.bridgeBin, "proxy", "--http", "0.0.0.0:0", "--servers-config", testSuite.noServers)
@@ -195,7 +198,7 @@ func TestNewcomerPolicyCheck(t *testing.T) {
 		t.Errorf("policy check, unquoted *: exit %d\n%s", code, errOut)
 	}
 	// An image the engine does not have.
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, customImageHint(), func(t *testing.T, e *engine) {
 		file := filepath.Join(dir, "image-"+e.name+".yaml")
 		body := "version: 1\n" + sandboxSection(e) + "  image: localhost/nope:1\n"
 		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
@@ -218,6 +221,7 @@ func TestNewcomerPolicyCheck(t *testing.T) {
 
 // make install puts the binary, stamped with git describe, under PREFIX.
 func TestNewcomerMakeInstall(t *testing.T) {
+	noEngine(t)
 	if rootless() {
 		t.Skip("the rootless run has no toolchain; the rootful run covers make install")
 	}

@@ -96,9 +96,13 @@ df = pd.DataFrame({"city": ["Oslo", "Lima"], "temp": [3.5, 18.0]})`
 	seriesTable = "|  | temp |\n| --- | ---: |\n| 0 | 3.5 |\n| 1 | 18.0 |\n"
 )
 
+// notebookRule is where the notebook's tests run: they check what the
+// runner makes of the code's output, which no engine changes.
+func notebookRule() engineRule { return aboveEngine("the notebook's rendering in the runner") }
+
 // plt.show() sends each open figure back as a PNG image and closes it.
 func TestNotebookPltShow(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, notebookRule(), func(t *testing.T, e *engine) {
 		cs := notebookBridge(t, e, "datascience", "")
 		inRunAndSession(t, cs, notebookFrame, func(t *testing.T, call func(string) notebookRun) {
 			r := call("plt.figure(figsize=(4, 3), dpi=100)\nplt.plot(df['temp'])\nplt.figure(figsize=(2, 2), dpi=100)\nplt.bar(df['city'], df['temp'])\nplt.show()\nprint(plt.get_fignums())")
@@ -112,7 +116,7 @@ func TestNotebookPltShow(t *testing.T) {
 // A figure still open when the code ends comes back, as with Jupyter's
 // inline backend; in a session, with each call, and only once.
 func TestNotebookFigureLeftOpen(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, notebookRule(), func(t *testing.T, e *engine) {
 		cs := notebookBridge(t, e, "datascience", "")
 		inRunAndSession(t, cs, notebookFrame, func(t *testing.T, call func(string) notebookRun) {
 			r := call("fig, ax = plt.subplots(figsize=(3, 2), dpi=100)\nax.plot(df['temp'])\nprint('drawn')")
@@ -132,7 +136,7 @@ func TestNotebookFigureLeftOpen(t *testing.T) {
 // display(x, ...) shows a DataFrame as the Markdown table and other values
 // as their repr; so does IPython.display.display, the stand-in.
 func TestNotebookDisplay(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, notebookRule(), func(t *testing.T, e *engine) {
 		cs := notebookBridge(t, e, "datascience", "")
 		inRunAndSession(t, cs, notebookFrame, func(t *testing.T, call func(string) notebookRun) {
 			r := call("display(df, 'done')\nfrom IPython.display import display as d\nd(df['temp'], 42)\nfig, ax = plt.subplots(figsize=(2, 1), dpi=100)\ndisplay(ax)")
@@ -148,7 +152,7 @@ func TestNotebookDisplay(t *testing.T) {
 // trailing ';' show nothing; an expression that raises is an error with its
 // line.
 func TestNotebookLastExpression(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, notebookRule(), func(t *testing.T, e *engine) {
 		cs := notebookBridge(t, e, "datascience", "")
 		inRunAndSession(t, cs, notebookFrame+"\nx = 41", func(t *testing.T, call func(string) notebookRun) {
 			for _, c := range []struct{ code, stdout, images string }{
@@ -179,7 +183,7 @@ func TestNotebookLastExpression(t *testing.T) {
 // df.to_markdown() (tabulate) and df.style (Jinja2) work in the
 // data-science image.
 func TestNotebookToMarkdownAndStyle(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, notebookRule(), func(t *testing.T, e *engine) {
 		cs := notebookBridge(t, e, "datascience", "")
 		inRunAndSession(t, cs, notebookFrame, func(t *testing.T, call func(string) notebookRun) {
 			r := call("print(df.to_markdown())\nhtml = df.style.format(precision=1).to_html()\nprint(html.count('<td'), 'Oslo' in html, '18.0' in html)")
@@ -195,7 +199,7 @@ func TestNotebookToMarkdownAndStyle(t *testing.T) {
 // and lists the operator's mounts, the image variant and its packages; in
 // a fresh run it says that nothing is kept.
 func TestNotebookHelp(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, notebookRule(), func(t *testing.T, e *engine) {
 		sales, other := mountedFolder(t)
 		cs := notebookBridge(t, e, "datascience", "mounts:\n  - host: "+sales+"\n  - host: "+other+"\n    path: /data/other\n")
 		common := []string{
@@ -234,7 +238,7 @@ func TestNotebookHelp(t *testing.T) {
 // in a loop, gets back at most artifacts.max_files images, is told of the
 // rest, and the bridge answers within the run's time with its pool on.
 func TestNotebookFigureFlood(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, notebookRule(), func(t *testing.T, e *engine) {
 		cs := notebookBridge(t, e, "datascience", "artifacts:\n  max_files: 5\n")
 		for name, code := range map[string]string{
 			"left open": "import matplotlib.pyplot as plt\nfor i in range(300):\n    plt.figure(figsize=(1, 1), dpi=20)\nprint(len(plt.get_fignums()))",

@@ -29,7 +29,7 @@ import (
 //   - the code calling made-up servers and tools by the hundred through
 //     the runner's own relay connection: no label takes their names.
 func TestObservabilityHostile(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("metrics and tracing against hostile input"), func(t *testing.T, e *engine) {
 		// The collector that never answers.
 		var hung atomic.Int64
 		release := make(chan struct{})

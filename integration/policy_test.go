@@ -19,7 +19,7 @@ import (
 // upstream, budgets and rates trip at their numbers, every decision is
 // audited, and edits to the file apply to the next run (or are rejected).
 func TestPolicyEnforced(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("the tools policy"), func(t *testing.T, e *engine) {
 		dir := t.TempDir()
 		record := filepath.Join(dir, "calls.jsonl")
 		audit := filepath.Join(dir, "audit.jsonl")
@@ -215,7 +215,7 @@ func waitLog(t *testing.T, log *syncBuffer, s string) {
 // then one the policy denies gets back a trace of 100 calls that holds the
 // denied one (the allowed calls are cut first), and says what was cut.
 func TestPolicyTraceKeepsDenied(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("the tools policy's trace"), func(t *testing.T, e *engine) {
 		dir := t.TempDir()
 		servers := filepath.Join(dir, "servers.json")
 		self, err := os.Executable()

@@ -173,8 +173,10 @@ func inspectorCLI(t *testing.T, npm string, e *engine, method string, methodArgs
 // The MCP Inspector CLI, an independent client, lists bridge's one tool and
 // calls it over stdio.
 func TestInspectorCLI(t *testing.T) {
+	scope := aboveEngine("the MCP Inspector's view of the bridge")
+	runsOn(t, scope)
 	npm := npmPeers(t)
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		raw := inspectorCLI(t, npm, e, "tools/list")
 		var list struct {
 			Tools []struct {
@@ -250,6 +252,8 @@ func TestInspectorCLI(t *testing.T) {
 // (its newest; the most a client receives). The initialize result (server
 // info, instructions) is not part of it.
 func TestToolsListTokenBudget(t *testing.T) {
+	scope := aboveEngine("the size of tools/list")
+	runsOn(t, scope)
 	npm := npmPeers(t)
 	// Three real upstream servers with 30-odd tools between them: the
 	// agent's tools/list must not grow by a single token.
@@ -260,7 +264,7 @@ func TestToolsListTokenBudget(t *testing.T) {
 		"filesystem": map[string]any{"command": "node", "args": []string{filepath.Join(npm, "@modelcontextprotocol", "server-filesystem", "dist", "index.js"), u.fsRoot}},
 		"memory":     map[string]any{"command": "node", "args": []string{filepath.Join(npm, "@modelcontextprotocol", "server-memory", "dist", "index.js")}},
 	})
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		none := toolsListTokens(t, npm, e)
 		with3 := toolsListTokens(t, npm, e, "--servers-config", three)
 		if none != with3 {

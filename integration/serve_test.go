@@ -199,8 +199,17 @@ func exited(pid int) bool {
 	return i > 0 && len(s) > i+2 && s[i+2] == 'Z'
 }
 
+// forEachServe runs f per engine under test and per way a client connects
+// to bridge serve.
 func forEachServe(t *testing.T, f func(t *testing.T, e *engine, c serveClient)) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	t.Helper()
+	forServes(t, anyEngine(), f)
+}
+
+// forServes is forEachServe on the engines r lets the test run on.
+func forServes(t *testing.T, r engineRule, f func(t *testing.T, e *engine, c serveClient)) {
+	t.Helper()
+	forEngines(t, r, func(t *testing.T, e *engine) {
 		for _, c := range serveClients() {
 			t.Run(c.name, func(t *testing.T) { f(t, e, c) })
 		}
@@ -303,7 +312,7 @@ func TestServeBasics(t *testing.T) {
 }
 
 func TestServeProgress(t *testing.T) {
-	forEachServe(t, func(t *testing.T, e *engine, c serveClient) {
+	forServes(t, aboveEngine("progress notifications"), func(t *testing.T, e *engine, c serveClient) {
 		var mu sync.Mutex
 		var msgs []string
 		cs, _ := c.connect(t, e, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
@@ -421,6 +430,7 @@ func TestServeConcurrentCalls(t *testing.T) {
 // serve must answer initialize and tools/list at once without an engine;
 // a call then says what is wrong and where to look.
 func TestServeWithoutEngine(t *testing.T) {
+	noEngine(t)
 	cmd := exec.Command(testSuite.bridgeBin, "serve", "--runtime", "docker")
 	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix:///nonexistent/docker.sock")
 	start := time.Now()

@@ -212,7 +212,7 @@ threading.Thread(target=later, daemon=True).start()`, "session": "h"})
 // TestSessionsBelongToTheirClient: over HTTP, a second client naming the
 // first client's session gets a session of its own.
 func TestSessionsBelongToTheirClient(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("which client a session belongs to"), func(t *testing.T, e *engine) {
 		first, pid, addr := connectHTTPArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10m"))
 		second, err := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil).
 			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, nil)

@@ -93,7 +93,7 @@ for case, name in (("host_package", "numpy"), ("host_builtin", "len")):
 // writes nothing; of two runs saving one name at once one wins, whole; a
 // policy that turns saving off refuses it while imports still work.
 func TestSkills(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("skills, saved and imported through the tool host"), func(t *testing.T, e *engine) {
 		servers := misbehaveServers(t)
 		dir := filepath.Join(t.TempDir(), "skills")
 		pol := skillsPolicy(t, e, dir, "  overwrite: true\n")

@@ -31,7 +31,7 @@ for guess in ("jane.doe@example.com", "john.roe@example.com"):
 `
 
 func TestTokenize(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("tokenizing personal data in tool calls"), func(t *testing.T, e *engine) {
 		servers, record := recordingServers(t, "--fixture", "Write to jane.doe@example.com, call +44 20 7946 0958, pay DE89 3704 0044 0532 0130 00")
 		path := filepath.Join(t.TempDir(), "policy.yaml")
 		pol := "version: 1\n" + sandboxSection(e) + `tokenize:
@@ -87,6 +87,8 @@ func TestTokenize(t *testing.T) {
 // tokenize section), the proxy keeps the session's values for its calls
 // too: the bridge names them with each call (MetaVault).
 func TestTokenizeSession(t *testing.T) {
+	scope := aboveEngine("tokenizing personal data in a session's tool calls")
+	runsOn(t, scope)
 	const tokenize = `tokenize:
   results: [{server: misbehave, tool: echo}]
   restore: [{server: misbehave, tool: fail}]
@@ -97,7 +99,7 @@ func TestTokenizeSession(t *testing.T) {
 			name = "remote"
 		}
 		t.Run(name, func(t *testing.T) {
-			forEachEngine(t, func(t *testing.T, e *engine) {
+			forEngines(t, scope, func(t *testing.T, e *engine) {
 				servers, record := recordingServers(t)
 				dir := t.TempDir()
 				path := filepath.Join(dir, "policy.yaml")

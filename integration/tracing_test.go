@@ -166,6 +166,8 @@ func recordingProxy(t *testing.T, target string) (string, func() []string) {
 // upstream's HTTP requests carry the upstream span's traceparent. The
 // argument the code sent, and what the tool answered, are in no span.
 func TestTracing(t *testing.T) {
+	scope := aboveEngine("the traces of a call")
+	runsOn(t, scope)
 	npm := npmPeers(t)
 	httpURL := startEverythingHTTP(t, filepath.Join(npm, "@modelcontextprotocol", "server-everything", "dist", "index.js"))
 	upstreamURL, upstreamParents := recordingProxy(t, httpURL)
@@ -178,7 +180,7 @@ func TestTracing(t *testing.T) {
 			name = "remote-proxy"
 		}
 		t.Run(name, func(t *testing.T) {
-			forEachEngine(t, func(t *testing.T, e *engine) {
+			forEngines(t, scope, func(t *testing.T, e *engine) {
 				recv := newOTLPReceiver(t)
 				// The standard variables, inherited by serve and proxy.
 				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.URL)

@@ -13,6 +13,8 @@ import (
 // its stderr, with the secrets of its env redacted, and `bridge run` logs
 // the failed start once on its own stderr at its default level.
 func TestCLIRunUpstreamExitsAtStart(t *testing.T) {
+	scope := aboveEngine("an upstream that exits at start")
+	runsOn(t, scope)
 	dir := t.TempDir()
 	servers := filepath.Join(dir, "servers.json")
 	writeServers(t, servers, map[string]any{
@@ -28,7 +30,7 @@ try:
 except mcp_tools.UpstreamError as e:
     print("code saw:", e)
 `
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		policyFile := filepath.Join(dir, "policy-"+e.name+".yaml")
 		if err := os.WriteFile(policyFile, []byte("version: 1\n"+sandboxSection(e)), 0o644); err != nil {
 			t.Fatal(err)
@@ -65,6 +67,7 @@ except mcp_tools.UpstreamError as e:
 // whose servers key is misspelt stops the bridge with an error that names
 // the key it meant, instead of running with no servers.
 func TestCLIServersConfigMisspelt(t *testing.T) {
+	noEngine(t)
 	dir := t.TempDir()
 	servers := filepath.Join(dir, "servers.json")
 	if err := os.WriteFile(servers, []byte(`{"mcp_servers": {"gh": {"command": "gh-mcp"}}}`), 0o644); err != nil {

@@ -330,12 +330,14 @@ for server, tool in (("filesytem", "read_text_file"), ("filesystem", "raed_text_
 // TestSandboxAPIDocExamples runs every example of docs/sandbox-api.md and
 // compares what it prints with the text block that follows it.
 func TestSandboxAPIDocExamples(t *testing.T) {
+	scope := aboveEngine("the sandbox API's documented examples")
+	runsOn(t, scope)
 	examples := docExamples(t, filepath.Join("..", "docs", "sandbox-api.md"))
 	if len(examples) < 5 {
 		t.Fatalf("found %d examples in docs/sandbox-api.md", len(examples))
 	}
 	u := startUpstreams(t)
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		// The skills examples save into a folder of this engine's own.
 		pol := skillsPolicy(t, e, filepath.Join(t.TempDir(), "skills"), "")
 		cs, _, _ := connectStdioArgs(t, e, nil, "--servers-config", u.config, "--policy", pol)
@@ -463,6 +465,7 @@ func startProxyEnv(t *testing.T, config string, env []string, extra ...string) (
 // TestProxyWithInspector has an independent MCP client, the MCP Inspector
 // CLI, list and call the proxy's tools over streamable HTTP.
 func TestProxyWithInspector(t *testing.T) {
+	noEngine(t)
 	npm := npmPeers(t)
 	u := startUpstreams(t)
 	a, _ := startProxy(t, u.config)
@@ -539,6 +542,8 @@ print(mcp_tools.call("misbehave", "echo", message="tagged")["message"])
 // the same mcp_tools as serve does, and `bridge run --policy` denies what
 // the policy denies.
 func TestCLIRunWithUpstreams(t *testing.T) {
+	scope := aboveEngine("the upstreams and policy of `bridge run`")
+	runsOn(t, scope)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -559,7 +564,7 @@ try:
 except mcp_tools.ToolDeniedError as e:
     print("asked:", e)
 `
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, scope, func(t *testing.T, e *engine) {
 		policyFile := filepath.Join(dir, "policy-"+e.name+".yaml")
 		doc := "version: 1\n" + sandboxSection(e) + "tools:\n  rules:\n    - tool: crash\n      action: deny\n      reason: no crashing\n" +
 			"    - tool: fail\n      action: ask\n      reason: failing needs a human\n"
@@ -581,7 +586,7 @@ except mcp_tools.ToolDeniedError as e:
 // TestServeSIGHUP: SIGHUP reloads a policy file at once, and a bridge with
 // no policy file logs it and keeps serving.
 func TestServeSIGHUP(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, aboveEngine("reloading the policy on SIGHUP"), func(t *testing.T, e *engine) {
 		cs, pid, stderr := connectStdioArgs(t, e, nil)
 		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 			t.Fatal(err)
