@@ -306,9 +306,7 @@ func TestPoolShutdown(t *testing.T) {
 // with the error of a run that starts its own container; the stale ready
 // containers are discarded, and the pool recovers once the folder is back.
 func TestPoolMountDeleted(t *testing.T) {
-	forEngines(t, except("the kubernetes engine does not check a mount's host folder when it makes a pod, "+
-		"as Docker and Podman do (sandbox.checkDataMountHosts): a deleted folder fails the run as "+
-		"\"cloning FOLDER: no such file or directory\", not with the policy's message; a bug to fix in that engine", kindKubernetes), func(t *testing.T, e *engine) {
+	forEachEngine(t, func(t *testing.T, e *engine) {
 		sales, _ := mountedFolder(t)
 		cs, _, stderr, addr, _ := poolBridge(t, e, 2, "mounts:\n  - host: "+sales+"\n")
 		awaitPool(t, addr, 60*time.Second, "2 ready", func(s sandbox.PoolStats) bool { return s.Ready == 2 })

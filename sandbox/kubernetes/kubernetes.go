@@ -392,6 +392,11 @@ var kubeLabelValue = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0
 // Create builds the pod for spec; Start posts it (a pod runs as soon as it
 // exists). It refuses what a pod cannot hold as the spec asks.
 func (k *Client) Create(ctx context.Context, spec sandbox.ContainerSpec) (string, error) {
+	// As the other engines do: a mount's folder gone or replaced since the
+	// policy checked it is the policy's error, not the node's.
+	if err := sandbox.CheckDataMountHosts(spec.DataMounts); err != nil {
+		return "", fmt.Errorf("create pod for %s: %w", spec.Name, err)
+	}
 	pod, err := k.podFor(spec)
 	if err != nil {
 		return "", err

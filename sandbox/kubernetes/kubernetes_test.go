@@ -74,7 +74,11 @@ func kubeSpec(t *testing.T) sandbox.ContainerSpec {
 	t.Helper()
 	run := t.TempDir()
 	l := sandbox.DefaultLimits()
-	l.Mounts = []sandbox.DataMount{{Host: "/srv/sales", Path: "/data/sales"}}
+	sales := filepath.Join(run, "sales")
+	if err := os.Mkdir(sales, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l.Mounts = []sandbox.DataMount{{Host: sales, Path: "/data/sales"}}
 	spec := sandbox.NewSpec("abc123", "bridge-runner:abc", filepath.Join(run, "run-1"), "tok", l)
 	spec.Labels[sandbox.LabelOwner] = "host/boot/pid:[4026531836]/42/1234"
 	if err := os.Mkdir(filepath.Join(run, "run-1"), 0o755); err != nil {
@@ -365,7 +369,7 @@ func TestKubeLifecycle(t *testing.T) {
 	}
 	// Once the runner's container holds /tmp and the data mounts, the
 	// node's copies go: nothing on the node leads to them any more.
-	if got, want := n.log(), "tmpfs tmp; bind /srv/sales data-0; pids c0ffee; unmount data-0; unmount tmp"; got != want {
+	if got, want := n.log(), "tmpfs tmp; bind "+spec.DataMounts[0].Host+" data-0; pids c0ffee; unmount data-0; unmount tmp"; got != want {
 		t.Fatalf("node: %s, want %s", got, want)
 	}
 	if _, err := os.Stat(nodeDir(spec.Mounts[0].Source)); !os.IsNotExist(err) {
@@ -799,5 +803,23 @@ func TestKubeImageInfoFullList(t *testing.T) {
 	}
 	if _, err := k.ImageInfo(context.Background(), "bridge-runner:unlisted"); err != nil {
 		t.Fatalf("an unlisted image on a full list: %v", err)
+	}
+}
+
+// A mount's folder gone since the policy checked it fails the create with
+// the policy's message, as on the other engines, before any pod or node
+// mount is made.
+func TestKubeCreateChecksMountHosts(t *testing.T) {
+	k, cs, n := newFakeKube(t)
+	spec := kubeSpec(t)
+	if err := os.Remove(spec.DataMounts[0].Host); err != nil {
+		t.Fatal(err)
+	}
+	_, err := k.Create(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "the host folder no longer exists") {
+		t.Fatalf("create with the mount's folder gone: %v", err)
+	}
+	if pods, _ := cs.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{}); len(pods.Items) != 0 || n.log() != "" {
+		t.Errorf("made %d pods, node did %q", len(pods.Items), n.log())
 	}
 }
