@@ -45,6 +45,17 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	r = s.beginRun(ctx, req, a, rs, start)
 	defer r.end()
 	traceRun(ctx, r, a.session != "", len(a.code))
+	// The inputs are resolved before any container is touched: one the
+	// client may not read, or too much, refuses the call as it stands.
+	var snapPol *policy.Policy
+	if r.snap != nil {
+		snapPol = r.snap.Policy
+	}
+	inputs, err := s.resolveInputs(r.ctx, req, r.id, a.inputs, s.inputBounds(snapPol))
+	if err != nil {
+		return noteSessionEnded(failure(statusInvalid, "invalid arguments: "+err.Error(), start), resetNote(a, false))
+	}
+	r.exec.Inputs = inputs
 	var src Instances = s.opts.Instances
 	var sc *sessionCall
 	if a.session != "" {

@@ -60,7 +60,7 @@ func TestSessionArguments(t *testing.T) {
 		{map[string]any{"code": "x", "reset": true}, "pass the session's name"},
 		{map[string]any{"code": "x", "session": "a", "reset": "yes"}, "reset must be true or false"},
 		{map[string]any{"code": " ", "session": "a"}, "code is empty"},
-		{map[string]any{"code": "x", "sesion": "a"}, "takes only code, timeout_seconds, session and reset"},
+		{map[string]any{"code": "x", "sesion": "a"}, "takes only code, timeout_seconds, inputs, session and reset"},
 	} {
 		if _, out := call(t, cs, c.args); out.Status != statusInvalid || !strings.Contains(out.Message, c.want) {
 			t.Errorf("%v: %+v, want invalid with %q", c.args, out, c.want)

@@ -36,6 +36,9 @@ const (
 		"a fresh one per call unless calls share a session (reset:true ends it)."
 	descOutput = " Top-level await works. " +
 		"Returns what it prints (print only what you need) and files saved in /tmp/outputs."
+	// descInputs says how files get in: by value or by URI (an earlier
+	// result's bridge:// file, an upstream resource).
+	descInputs = " inputs [{path, text|base64|uri}] land read-only in /tmp/inputs."
 	// descDataScience is said when the image holds the datascience
 	// variant's packages (docs/images.md).
 	descDataScience = " numpy, pandas, matplotlib, scipy, sklearn installed; `mcp_tools.show(fig)` saves a chart."
@@ -65,6 +68,7 @@ func describe(ti toolInfo) string {
 		b.WriteString(descFresh)
 	}
 	b.WriteString(descOutput)
+	b.WriteString(descInputs)
 	if ti.dataScience {
 		b.WriteString(descDataScience)
 	}
@@ -93,7 +97,7 @@ const (
 // (the SDK emits them byte for byte). With sessions, it takes session
 // (its name's rule as a pattern) and reset too.
 func runPythonTool(ti toolInfo) *mcp.Tool {
-	props := fmt.Sprintf(`"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d}`, int(ti.maxTimeout/time.Second))
+	props := fmt.Sprintf(`"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d},"inputs":{"type":"array"}`, int(ti.maxTimeout/time.Second))
 	if ti.sessions {
 		pattern, _ := json.Marshal(sessionNameRule)
 		props += `,"session":{"type":"string","pattern":` + string(pattern) + `},"reset":{"type":"boolean"}`
@@ -152,6 +156,7 @@ type input struct {
 	TimeoutSeconds *json.RawMessage `json:"timeout_seconds"`
 	Session        *json.RawMessage `json:"session"`
 	Reset          *json.RawMessage `json:"reset"`
+	Inputs         *json.RawMessage `json:"inputs"`
 }
 
 // callArgs are a call's checked arguments.
@@ -164,6 +169,9 @@ type callArgs struct {
 	// resetEnded says that reset ended a session of that name before the
 	// code ran (resetNote).
 	resetEnded bool
+	// inputs are the files to put in /tmp/inputs, checked but not yet
+	// resolved (inputs.go).
+	inputs []inputSpec
 }
 
 // parseInput checks a call's arguments: the timeout is defTimeout unless
@@ -176,6 +184,11 @@ func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Dur
 	}
 	a = callArgs{code: code, timeout: timeout, asked: asked}
 	given := func(r *json.RawMessage) bool { return r != nil && string(*r) != "null" }
+	if given(in.Inputs) {
+		if a.inputs, err = parseInputs(*in.Inputs); err != nil {
+			return a, err
+		}
+	}
 	if (given(in.Session) || given(in.Reset)) && !sessions {
 		return a, errors.New("session and reset need sessions, which this bridge's policy does not enable (sessions.enabled); call without them: each call then runs in a fresh container")
 	}
@@ -195,6 +208,9 @@ func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Dur
 			return a, errors.New("reset ends a session: pass the session's name with it")
 		}
 	}
+	if a.reset && strings.TrimSpace(a.code) == "" && len(a.inputs) > 0 {
+		return a, errors.New("inputs go with code: a reset without code runs nothing to read them")
+	}
 	if strings.TrimSpace(a.code) == "" && !a.reset {
 		return a, errors.New("code is empty: pass the Python source to run")
 	}
@@ -206,9 +222,9 @@ func (s *Server) parseBase(raw json.RawMessage, defTimeout, maxTimeout time.Dura
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return "", 0, false, in, errors.New(`missing arguments: pass {"code": "<python source>"}`)
 	}
-	takes := "code and timeout_seconds"
+	takes := "code, timeout_seconds and inputs"
 	if sessions {
-		takes = "code, timeout_seconds, session and reset"
+		takes = "code, timeout_seconds, inputs, session and reset"
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

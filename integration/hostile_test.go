@@ -387,6 +387,16 @@ time.sleep(60)
 			check: protocolError("sent more than its 10 bytes"),
 		},
 		{
+			// put is the bridge's frame: from the runner's side it is a
+			// type the bridge does not read, not a way to write the host.
+			name: "put frame toward the bridge", timeout: 20,
+			code: relayCode(`
+relay.send({"type": "put", "id": 1, "path": "../../x", "size": 1})
+time.sleep(60)
+`),
+			check: protocolError(`unknown message type "put"`),
+		},
+		{
 			name: "file named out of the folder", timeout: 20,
 			code: relayCode(`
 relay.send({"type": "file", "id": 1, "name": "../../etc/passwd", "size": 1})

@@ -156,6 +156,15 @@ func (a *Auditor) SkillSave(runID, client, name string, bytes int, outcome, why 
 	ev.Send()
 }
 
+// Input records one file a call passed in: its path under /tmp/inputs,
+// its size, and where it came from ("text", "base64" or the URI); never
+// its content.
+func (a *Auditor) Input(runID, path string, size int64, source string) {
+	ev, done := a.event()
+	defer done()
+	ev.Str("event", "input").Str("run_id", runID).Str("path", path).Int64("bytes", size).Str("source", source).Send()
+}
+
 // RunStart records a run's start with the limits applied to it.
 func (a *Auditor) RunStart(runID, session string, gen int, s Sandbox, timeout time.Duration) {
 	ev, done := a.event()

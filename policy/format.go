@@ -92,6 +92,11 @@ func Format(p *Policy) string {
 	w(1, "max_bytes_read: %s", units.FormatSize(a.MaxBytesRead))
 	w(1, "expiry: %s", units.FormatDuration(a.Expiry))
 
+	w(0, "inputs:")
+	w(1, "max_files: %d", p.Inputs.MaxFiles)
+	w(1, "max_file_bytes: %s", units.FormatSize(p.Inputs.MaxFileBytes))
+	w(1, "max_bytes: %s", units.FormatSize(p.Inputs.MaxBytes))
+
 	t := &p.Tools
 	w(0, "tools:")
 	w(1, "servers: %s", formatList(t.Servers))

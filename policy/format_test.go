@@ -61,6 +61,10 @@ artifacts:
   max_bytes_kept: 1Gi
   max_bytes_read: 8Mi
   expiry: 1h
+inputs:
+  max_files: 20
+  max_file_bytes: 32Mi
+  max_bytes: 32Mi
 tools:
   servers: ["*"]
   default: allow
@@ -170,6 +174,10 @@ artifacts:
   max_bytes_kept: 1Gi
   max_bytes_read: 8Mi
   expiry: 1h
+inputs:
+  max_files: 20
+  max_file_bytes: 32Mi
+  max_bytes: 32Mi
 tools:
   servers: []
   default: deny

@@ -99,6 +99,7 @@ func Default() *Policy {
 		Sessions:  defaultSessions(),
 		Skills:    defaultSkills(),
 		Artifacts: defaultArtifacts(),
+		Inputs:    defaultInputs(),
 		Tokenize:  defaultTokenize(),
 		HTTP:      defaultHTTP(),
 		Tools: Tools{
@@ -176,7 +177,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "tools", "budgets", "tokenize", "audit", "http"}
+	topKeys = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "inputs", "tools", "budgets", "tokenize", "audit", "http"}
 )
 
 // sectionOf is, for each key of a section, the section: it turns "unknown
@@ -186,7 +187,7 @@ var sectionOf = func() map[string]string {
 	for _, s := range []struct {
 		name string
 		keys []string
-	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}, {"tokenize", tokenizeKeys}, {"http", httpKeys}} {
+	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"inputs", inputsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}, {"tokenize", tokenizeKeys}, {"http", httpKeys}} {
 		for _, k := range s.keys {
 			if _, ok := m[k]; !ok {
 				m[k] = s.name
@@ -378,6 +379,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.mounts(k, v, &pol.Mounts)
 		case "artifacts":
 			p.artifacts(k, v, &pol.Artifacts)
+		case "inputs":
+			p.inputs(k, v, &pol.Inputs)
 		case "tools":
 			p.tools(k, v, &pol.Tools)
 		case "budgets":

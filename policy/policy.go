@@ -27,10 +27,12 @@ type Policy struct {
 	// Mounts are the host folders every run reads, under DataDir.
 	Mounts    []Mount
 	Artifacts Artifacts
-	Tools     Tools
-	Budgets   Budgets
-	Tokenize  Tokenize
-	Audit     Audit
+	// Inputs bound the files a call passes in.
+	Inputs   Inputs
+	Tools    Tools
+	Budgets  Budgets
+	Tokenize Tokenize
+	Audit    Audit
 	// HTTP bounds the MCP sessions of serve --http and proxy --http.
 	HTTP HTTP
 

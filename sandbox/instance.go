@@ -339,6 +339,9 @@ type ExecRequest struct {
 	// cell: the value of its last expression is not shown, and figures
 	// left open do not come back.
 	Script bool
+	// Inputs are put in the sandbox's inputs folder before the code runs;
+	// one the runner cannot write fails the run before the code starts.
+	Inputs []InputFile
 }
 
 // Exec runs x.Code in the instance and reports how it ended. An instance
@@ -427,10 +430,19 @@ func (i *Container) handOver(ctx context.Context, x ExecRequest) (cancelled bool
 	// bounded, and cancelling ctx closes the connection.
 	conn := i.conn
 	unhook := context.AfterFunc(ctx, func() { conn.Close() })
-	err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Session: x.Session, Script: x.Script, Files: relay.FileLimits{
-		MaxFiles: x.Files.MaxFiles, MaxFileBytes: x.Files.MaxFileBytes, MaxBytes: x.Files.MaxBytes}}, i.e.opts.StartTimeout)
+	err = conn.putInputs(x.Inputs, i.e.opts.StartTimeout)
+	if err == nil {
+		err = conn.exec(relay.Exec{Code: x.Code, OutputLimit: x.OutputBytes, Session: x.Session, Script: x.Script, Inputs: len(x.Inputs),
+			Files: relay.FileLimits{MaxFiles: x.Files.MaxFiles, MaxFileBytes: x.Files.MaxFileBytes, MaxBytes: x.Files.MaxBytes}}, i.e.opts.StartTimeout)
+	}
 	if !unhook() || ctx.Err() != nil {
 		return true, nil
+	}
+	if errors.Is(err, errInputSource) {
+		// Not the sandbox's fault, and not to be retried elsewhere; the
+		// runner holds part of an input, so it runs nothing more.
+		conn.Close()
+		return false, err
 	}
 	if err != nil {
 		// The runner cannot run a frame it did not wholly receive.

@@ -40,7 +40,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NoReturn
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
 ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
 ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
@@ -61,6 +61,11 @@ ENV_DROP = "BRIDGE_ENV_DROP"
 # docs/protocol.md). BRIDGE_OUTPUTS set for the runner names another one
 # (for runs outside a container, as in tests).
 OUTPUTS_DIR = "/tmp/outputs"
+# Where the input files the bridge puts before an exec land, read-only
+# ("Files in"); BRIDGE_INPUTS names another folder, as BRIDGE_OUTPUTS does.
+INPUTS_DIR = "/tmp/inputs"
+ENV_INPUTS = "BRIDGE_INPUTS"
+PUT_TYPES = frozenset({"put", "put_data", "put_end"})
 # The runner's modules (and mcp_tools), beside this script.
 LIB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
 # matplotlib's font cache, built into the image: copied to MPLCONFIGDIR so
@@ -169,7 +174,7 @@ def is_int(value: object) -> bool:
 def check_exec(msg: dict[str, Any]) -> None:
     if msg["type"] != "exec":
         raise ProtocolError(f"expected an exec frame, got {msg['type']!r}")
-    check_fields(msg, {"version", "code", "output_limit", "files"}, frozenset({"session", "script"}))
+    check_fields(msg, {"version", "code", "output_limit", "files"}, frozenset({"session", "script", "inputs"}))
     if msg["version"] != PROTOCOL_VERSION or not is_int(msg["version"]):
         raise ProtocolError(f"exec speaks protocol version {msg['version']!r}, runner speaks {PROTOCOL_VERSION}")
     if not isinstance(msg["code"], str):
@@ -178,6 +183,8 @@ def check_exec(msg: dict[str, Any]) -> None:
         raise ProtocolError("exec.session is not a boolean")
     if not isinstance(msg.get("script", False), bool):
         raise ProtocolError("exec.script is not a boolean")
+    if not is_int(msg.get("inputs", 0)) or msg.get("inputs", 0) < 0:
+        raise ProtocolError("exec.inputs is not a non-negative integer")
     if not is_int(msg["output_limit"]) or msg["output_limit"] < 0:
         raise ProtocolError("exec.output_limit is not a non-negative integer")
     files = msg["files"]
@@ -333,6 +340,42 @@ class Relay:
         self._exec_ready = threading.Lock()
         self._exec_ready.acquire()
         self._main_ident = threading.main_thread().ident
+        # The input files of the next exec as their frames arrive (an
+        # Inputs of lib/mcp_tools/_runner_inputs.py, loaded at the first
+        # put), and why they could not be written, for that exec.
+        self._inputs: Any = None
+        self.input_error: str | None = None
+
+    def put(self, msg: dict[str, Any]) -> None:
+        """Takes a put, put_data or put_end frame: writes that input."""
+        if self._inputs is None:
+            import importlib.util
+
+            path = os.path.join(LIB_DIR, "mcp_tools", "_runner_inputs.py")
+            spec = importlib.util.spec_from_file_location("_bridge_runner_inputs", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._inputs_module = module
+            self._inputs = module.Inputs(os.environ.get(ENV_INPUTS) or INPUTS_DIR)
+        try:
+            self._inputs.handle(msg)
+        except self._inputs_module.ProtocolError as e:
+            raise ProtocolError(str(e)) from None
+
+    def end_inputs(self, msg: dict[str, Any]) -> None:
+        """The exec msg arrived: checks that it counts the inputs put before
+        it, and keeps why one could not be written (input_error)."""
+        announced = msg.get("inputs", 0)
+        if self._inputs is None:
+            if announced:
+                raise ProtocolError(f"exec says {announced} inputs, none were put")
+            self.input_error = None
+            return
+        inputs, self._inputs = self._inputs, None
+        try:
+            self.input_error = inputs.finish(announced)
+        except self._inputs_module.ProtocolError as e:
+            raise ProtocolError(str(e)) from None
 
     def owned_here(self) -> bool:
         """False in a child the code forked: it shares the socket but has no
@@ -442,7 +485,7 @@ class Relay:
         try:
             msg = self.recv()
             kind = msg["type"]
-            if kind == "exec" or kind == "interrupt":
+            if kind == "exec" or kind == "interrupt" or kind in PUT_TYPES:
                 self._control(msg)
                 return
             check_tool_result(msg)
@@ -551,9 +594,15 @@ class Relay:
                     return
 
     def _control(self, msg: dict[str, Any]) -> None:
-        """A session's frames from the bridge: the next exec (only between
-        two calls), or an interrupt (acted on only while code runs)."""
+        """A session's frames from the bridge: the next exec and the inputs
+        put before it (only between two calls), or an interrupt (acted on
+        only while code runs)."""
         with self._state_lock:
+            if msg["type"] in PUT_TYPES:
+                if not self._session or self._running or self._next_exec:
+                    raise ProtocolError(f"{msg['type']} while code runs, or outside a session")
+                self.put(msg)
+                return
             if msg["type"] == "interrupt":
                 check_fields(msg, set())
                 if self._running:
@@ -564,6 +613,7 @@ class Relay:
             check_exec(msg)
             if not self._session or self._running or self._next_exec:
                 raise ProtocolError("exec while code runs, or outside a session")
+            self.end_inputs(msg)
             self._next_exec.append(msg)
         self._exec_ready.release()
 
@@ -1292,7 +1342,11 @@ def main() -> NoReturn:
     install_notebook()
     try:
         msg = relay.recv()
+        while msg["type"] in PUT_TYPES:
+            relay.put(msg)
+            msg = relay.recv()
         check_exec(msg)
+        relay.end_inputs(msg)
     except (ConnectionClosed, OSError):
         die(EXIT_LOST, "relay closed the connection before exec (token or protocol version rejected?)")
     except ProtocolError as e:
@@ -1343,6 +1397,9 @@ def run_once(relay: Relay, msg: dict[str, Any], module: Any, filename: str, sess
     session an interrupt from the bridge raises KeyboardInterrupt in the
     code (the code may have replaced the handler: then it is the code's).
     Once the code has stopped, a late interrupt is ignored."""
+    if relay.input_error is not None:
+        # The code counts on its inputs: it does not run without them.
+        return Outcome(1, {"type": "InputError", "message": relay.input_error})
     capture = Capture(relay, msg["output_limit"])
     if session:
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)

@@ -11,9 +11,9 @@ Run from the repository root: python3 -m unittest discover -s images/runner -v
 from __future__ import annotations
 
 import base64
-import shutil
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -28,7 +28,7 @@ RUNNER = Path(__file__).with_name("runner.py")
 TOKEN = "test-token-0123456789"
 TIMEOUT = 20.0  # seconds for any one run
 MAX_FRAME = 16 << 20
-VERSION = 5
+VERSION = 6
 FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
 
 # The runner with its matplotlib cache in a test's temporary directory,
@@ -1637,6 +1637,105 @@ class NotebookTest(unittest.TestCase):
                 )
                 if shows:
                     self.assertTrue(_bridge_notebook.may_show_last(lines, code, {}), "skipped an expression")
+
+
+def put_frames(files: dict[str, bytes], piece: int = 1 << 20) -> bytes:
+    """The put, put_data and put_end frames of files, path → bytes."""
+    out = b""
+    for i, (path, data) in enumerate(files.items(), 1):
+        out += frame({"type": "put", "id": i, "path": path, "size": len(data)})
+        for at in range(0, len(data), piece):
+            out += frame({"type": "put_data", "id": i, "data": base64.b64encode(data[at : at + piece]).decode()})
+        out += frame({"type": "put_end", "id": i})
+    return out
+
+
+def with_inputs(files: dict[str, bytes], code: str, session: bool = False, announced: int | None = None) -> bytes:
+    """An exec of code preceded by the puts of files."""
+    msg = json.loads(exec_frame(code, session=session)[4:])
+    msg["inputs"] = len(files) if announced is None else announced
+    return put_frames(files) + frame(msg)
+
+
+class InputsTest(unittest.TestCase):
+    """Files in: put frames before exec land read-only in the inputs folder."""
+
+    def run_inputs(self, first: bytes, code: str = "", **kw: Any) -> Run:
+        tmp = tempfile.mkdtemp(prefix="bridge-runner-inputs-")
+        self.addCleanup(lambda: (subprocess.run(["chmod", "-R", "u+rwx", tmp]), shutil.rmtree(tmp, ignore_errors=True)))
+        self.inputs = os.path.join(tmp, "inputs")
+        return run(first=first, env={"BRIDGE_INPUTS": self.inputs, **kw.pop("env", {})}, **kw)
+
+    def test_files_land_read_only(self) -> None:
+        big = bytes(range(256)) * 9000  # over one 1 MiB piece: several put_data
+        code = (
+            "import os, stat\nroot = os.environ['BRIDGE_INPUTS']\n"
+            "print(open(os.path.join(root, 'a.txt')).read())\n"
+            "print(len(open(os.path.join(root, 'd/e/big.bin'), 'rb').read()))\n"
+            "print(oct(stat.S_IMODE(os.stat(os.path.join(root, 'a.txt')).st_mode)), oct(stat.S_IMODE(os.stat(os.path.join(root, 'd')).st_mode)))\n"
+            "try:\n    open(os.path.join(root, 'a.txt'), 'w')\nexcept PermissionError:\n    print('refused')\n"
+        )
+        r = self.run_inputs(with_inputs({"a.txt": b"hello", "d/e/big.bin": big, "empty": b""}, code))
+        self.assertEqual(r.exit["status"], "ok", r.diag + r.stderr)
+        # root writes whatever the mode says; the sandbox's uid does not.
+        refused = "" if os.geteuid() == 0 else "refused\n"
+        self.assertEqual(r.stdout, f"hello\n{len(big)}\n0o444 0o555\n{refused}")
+
+    def test_unwritable_input_fails_the_run_not_the_runner(self) -> None:
+        # A file where the inputs folder should be: the code does not run,
+        # and the exit says which input and why.
+        tmp = tempfile.mkdtemp(prefix="bridge-runner-inputs-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        blocker = os.path.join(tmp, "inputs")
+        with open(blocker, "w") as f:
+            f.write("x")
+        r = run(first=with_inputs({"a.txt": b"hello", "b.txt": b"more"}, "print('ran')"), env={"BRIDGE_INPUTS": blocker})
+        self.assertEqual(r.exit["status"], "error")
+        self.assertEqual(r.exit["error"]["type"], "InputError")
+        self.assertIn("a.txt could not be written", r.exit["error"]["message"])
+        self.assertEqual(r.stdout, "")
+
+    def test_protocol_errors(self) -> None:
+        cases = {
+            "wrong count": with_inputs({"a": b"x"}, "print(1)", announced=2),
+            "escaping path": put_frames({"../a": b"x"}) + exec_frame("print(1)"),
+            "absolute path": put_frames({"/etc/a": b"x"}) + exec_frame("print(1)"),
+            "data past size": frame({"type": "put", "id": 1, "path": "a", "size": 1})
+            + frame({"type": "put_data", "id": 1, "data": base64.b64encode(b"xy").decode()}),
+            "end before size": frame({"type": "put", "id": 1, "path": "a", "size": 2}) + frame({"type": "put_end", "id": 1}),
+            "extra key": frame({"type": "put", "id": 1, "path": "a", "size": 0, "mode": 7}),
+        }
+        for name, first in cases.items():
+            with self.subTest(name):
+                r = self.run_inputs(first)
+                self.assertEqual(r.returncode, 2, r.diag)
+                self.assertIn("relay protocol error", r.diag)
+                self.assertEqual(r.of_type("exit"), [])
+
+    def test_session_inputs_between_calls(self) -> None:
+        # A later call's inputs: a new file, and one of an earlier call's
+        # paths replaced; a symbolic link the code left is not followed.
+        calls = iter([
+            with_inputs({"a.txt": b"two", "n/b.txt": b"new"}, "print(open(root + '/a.txt').read(), open(root + '/n/b.txt').read())", session=True),
+            with_inputs({"link/x": b"evil"}, "print('ran')", session=True),
+        ])
+
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            host.session = True
+            if msg["type"] == "exit":
+                nxt = next(calls, None)
+                if nxt is None:
+                    host.close()
+                else:
+                    host.send_raw(nxt)
+
+        first = with_inputs({"a.txt": b"one"}, "import os\nroot = os.environ['BRIDGE_INPUTS']\nos.chmod(root, 0o755)\nos.symlink('/tmp', root + '/link')\nprint(open(root + '/a.txt').read())", session=True)
+        r = self.run_inputs(first, on_frame=on_frame)
+        exits = r.of_type("exit")
+        self.assertEqual([e["status"] for e in exits], ["ok", "ok", "error"], r.diag + r.stderr)
+        self.assertEqual(r.stdout, "one\ntwo new\n")
+        self.assertEqual(exits[2]["error"]["type"], "InputError")
+        self.assertIn("taken by something else", exits[2]["error"]["message"])
 
 
 class SessionTest(unittest.TestCase):

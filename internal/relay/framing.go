@@ -84,6 +84,30 @@ func (e *Encoder) Interrupt() error {
 	}{TypeInterrupt})
 }
 
+// Put announces an input file (docs/protocol.md, "Files in").
+func (e *Encoder) Put(m Put) error {
+	return e.write(struct {
+		Type string `json:"type"`
+		Put
+	}{TypePut, m})
+}
+
+// PutData sends the next piece of the input file being put.
+func (e *Encoder) PutData(m PutData) error {
+	return e.write(struct {
+		Type string `json:"type"`
+		PutData
+	}{TypePutData, m})
+}
+
+// PutEnd ends the input file being put.
+func (e *Encoder) PutEnd(m PutEnd) error {
+	return e.write(struct {
+		Type string `json:"type"`
+		PutEnd
+	}{TypePutEnd, m})
+}
+
 // ToolResult sends a tool_result message.
 func (e *Encoder) ToolResult(m ToolResult) error { return e.write(toolResultFrame(m)) }
 

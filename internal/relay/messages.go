@@ -17,6 +17,11 @@ const (
 	TypeFileData   = "file_data"
 	TypeFileEnd    = "file_end"
 	TypeFileSkip   = "file_skip"
+	// The bridge's frames that put a run's input files in the sandbox
+	// before its exec (docs/protocol.md, "Files in").
+	TypePut     = "put"
+	TypePutData = "put_data"
+	TypePutEnd  = "put_end"
 )
 
 // Hello is the runner's first message.
@@ -150,6 +155,26 @@ type FileLimits struct {
 	MaxBytes     int64 `json:"max_bytes"`
 }
 
+// Put announces one input file; its bytes follow in PutData frames (at
+// most MaxFilePiece each) and a PutEnd. Path is relative to the inputs
+// folder, checked as [File]'s Name is.
+type Put struct {
+	ID   int64  `json:"id"`
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// PutData is the next piece of the input file being put.
+type PutData struct {
+	ID   int64  `json:"id"`
+	Data []byte `json:"data"`
+}
+
+// PutEnd ends the input file being put.
+type PutEnd struct {
+	ID int64 `json:"id"`
+}
+
 // Exec hands the code to the runner.
 type Exec struct {
 	Version     int        `json:"version"`
@@ -163,6 +188,10 @@ type Exec struct {
 	// of its last expression is not shown, and figures left open do not
 	// come back (docs/protocol.md).
 	Script bool `json:"script,omitempty"`
+	// Inputs is how many input files were put before this exec; the
+	// runner checks it, and fails the run without running the code if one
+	// could not be written.
+	Inputs int `json:"inputs,omitempty"`
 }
 
 // ToolError is the error half of a [ToolResult].

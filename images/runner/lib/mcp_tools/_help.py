@@ -10,7 +10,8 @@ _HEAD = "bridge sandbox: you are Python {python} in {where}, uid {uid}; image {v
 _FRESH = """\
 - No network: sockets cannot reach anything.
 - The filesystem is read-only except /tmp ({tmp}), which is noexec and
-  vanishes when the run ends. Nothing is kept between calls.
+  vanishes when the run ends. Nothing is kept between calls. Files the call
+  passed in (inputs) are in /tmp/inputs, read-only.
 - Limits: memory {memory}, processes {pids}, CPU {cpu}; the call's timeout
   kills the container, keeping the output printed until then."""
 
@@ -18,7 +19,8 @@ _SESSION = """\
 - No network: sockets cannot reach anything.
 - A session: the variables, functions and imports of its earlier calls are
   here, and their files in /tmp ({tmp}, noexec; all else is read-only); files
-  of /tmp/outputs already sent come back again only if changed.
+  of /tmp/outputs already sent come back again only if changed; files calls
+  passed in (inputs) are in /tmp/inputs, read-only.
 - Limits: memory {memory}, processes {pids}, CPU {cpu}. The call's timeout (or
   cancellation) raises KeyboardInterrupt: code that stops within 3 s keeps the
   session and its state; code that goes on is killed with its container and
