@@ -16,6 +16,10 @@ type InputFile struct {
 	Path string
 	// Size is the file's size in bytes; Data must yield exactly that many.
 	Size int64
+	// Archive marks a tar of a session's /tmp, unpacked there rather than
+	// put under the inputs folder: a restored snapshot. Only the first
+	// input may be one.
+	Archive bool
 	// Open returns the file's bytes, read in order while the file is put
 	// and then closed. It may be called again: a pooled container found
 	// dead has the inputs put again in another.
@@ -26,7 +30,10 @@ type InputFile struct {
 // or two inputs of one path, before anything is sent.
 func CheckInputs(in []InputFile) error {
 	seen := make(map[string]bool, len(in))
-	for _, f := range in {
+	for n, f := range in {
+		if f.Archive && n > 0 {
+			return fmt.Errorf("input %q: only the first input may be an archive", f.Path)
+		}
 		if err := relay.CheckFileName(f.Path); err != nil {
 			return fmt.Errorf("input path %q: %w", f.Path, err)
 		}
@@ -57,7 +64,7 @@ func (c *runnerConn) putInputs(in []InputFile, timeout time.Duration) error {
 	for i, f := range in {
 		id := int64(i + 1)
 		_ = c.SetWriteDeadline(time.Now().Add(timeout))
-		if err := c.enc.Put(relay.Put{ID: id, Path: f.Path, Size: f.Size}); err != nil {
+		if err := c.enc.Put(relay.Put{ID: id, Path: f.Path, Size: f.Size, Archive: f.Archive}); err != nil {
 			return err
 		}
 		if err := c.putData(id, f, buf, timeout); err != nil {

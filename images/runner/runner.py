@@ -66,6 +66,10 @@ OUTPUTS_DIR = "/tmp/outputs"
 INPUTS_DIR = "/tmp/inputs"
 ENV_INPUTS = "BRIDGE_INPUTS"
 PUT_TYPES = frozenset({"put", "put_data", "put_end"})
+# What a session's snapshot packs, and a restore unpacks into: the run's
+# /tmp (BRIDGE_TMP names another folder, for tests).
+ENV_TMP = "BRIDGE_TMP"
+TMP_DIR = "/tmp"
 # The runner's modules (and mcp_tools), beside this script.
 LIB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
 # matplotlib's font cache, built into the image: copied to MPLCONFIGDIR so
@@ -349,14 +353,10 @@ class Relay:
     def put(self, msg: dict[str, Any]) -> None:
         """Takes a put, put_data or put_end frame: writes that input."""
         if self._inputs is None:
-            import importlib.util
-
-            path = os.path.join(LIB_DIR, "mcp_tools", "_runner_inputs.py")
-            spec = importlib.util.spec_from_file_location("_bridge_runner_inputs", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = load_lib("_runner_inputs")
             self._inputs_module = module
-            self._inputs = module.Inputs(os.environ.get(ENV_INPUTS) or INPUTS_DIR)
+            tmp = os.environ.get(ENV_TMP) or TMP_DIR
+            self._inputs = module.Inputs(os.environ.get(ENV_INPUTS) or INPUTS_DIR, lambda: load_lib("_runner_snapshot").Unpacker(tmp))
         try:
             self._inputs.handle(msg)
         except self._inputs_module.ProtocolError as e:
@@ -485,7 +485,7 @@ class Relay:
         try:
             msg = self.recv()
             kind = msg["type"]
-            if kind == "exec" or kind == "interrupt" or kind in PUT_TYPES:
+            if kind == "exec" or kind == "interrupt" or kind == "pack" or kind in PUT_TYPES:
                 self._control(msg)
                 return
             check_tool_result(msg)
@@ -598,9 +598,15 @@ class Relay:
         put before it (only between two calls), or an interrupt (acted on
         only while code runs)."""
         with self._state_lock:
-            if msg["type"] in PUT_TYPES:
+            if msg["type"] in PUT_TYPES or msg["type"] == "pack":
                 if not self._session or self._running or self._next_exec:
                     raise ProtocolError(f"{msg['type']} while code runs, or outside a session")
+                if msg["type"] == "pack":
+                    check_fields(msg, {"max_bytes"})
+                    if not is_int(msg["max_bytes"]) or msg["max_bytes"] < 0:
+                        raise ProtocolError("pack.max_bytes is not a non-negative integer")
+                    load_lib("_runner_snapshot").pack(self.send, os.environ.get(ENV_TMP) or TMP_DIR, msg["max_bytes"])
+                    return
                 self.put(msg)
                 return
             if msg["type"] == "interrupt":
@@ -1275,6 +1281,22 @@ def copy_mpl_cache() -> None:
             diag(f"copying matplotlib's cache: {e}")
     except OSError as e:
         diag(f"copying matplotlib's cache: {e}")
+
+
+def load_lib(name: str) -> Any:
+    """Loads lib/mcp_tools/NAME.py by its path (bytecode in the image): the
+    runner's own helpers, kept out of this script, which is compiled at
+    every start, and loaded only when needed."""
+    mod = sys.modules.get("_bridge" + name)
+    if mod is not None:
+        return mod
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_bridge" + name, os.path.join(LIB_DIR, "mcp_tools", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules[spec.name] = mod
+    return mod
 
 
 def send_files(relay: Relay, limits: dict[str, int], seen: dict[bytes, tuple[int, int]] | None = None) -> int:

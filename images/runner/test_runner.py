@@ -1738,6 +1738,120 @@ class InputsTest(unittest.TestCase):
         self.assertIn("taken by something else", exits[2]["error"]["message"])
 
 
+class SnapshotTest(unittest.TestCase):
+    """pack sends a session's /tmp as one tar file; a put with archive: true
+    before a new session's first exec unpacks one."""
+
+    def tmp(self) -> str:
+        d = tempfile.mkdtemp(prefix="bridge-runner-tmp-")
+        self.addCleanup(lambda: (subprocess.run(["chmod", "-R", "u+rwx", d]), shutil.rmtree(d, ignore_errors=True)))
+        return d
+
+    def pack_session(self, code: str, max_bytes: int) -> tuple[Run, bytes]:
+        """Runs code in a session, then asks for a pack: returns the run and
+        the tar's bytes."""
+        tmp = self.tmp()
+        got = bytearray()
+        packed = []
+
+        def on_frame(host: FakeHost, msg: dict) -> None:
+            host.session = True
+            if msg["type"] == "exit":
+                host.send({"type": "pack", "max_bytes": max_bytes})
+            elif msg["type"] == "file_data":
+                got.extend(base64.b64decode(msg["data"]))
+            elif msg["type"] in ("file_end", "file_skip"):
+                packed.append(msg)
+                host.close()
+
+        # The host checks the pack's file against the exec's file limits.
+        big = {"max_files": 20, "max_file_bytes": 64 << 20, "max_bytes": 64 << 20}
+        r = run(first=exec_frame(code, session=True, files=big), files=big, on_frame=on_frame, env={"BRIDGE_TMP": tmp})
+        self.assertEqual(len(packed), 1, r.diag)
+        return r, bytes(got)
+
+    def test_pack_and_unpack(self) -> None:
+        code = (
+            "import os\nt = os.environ['BRIDGE_TMP']\n"
+            "os.makedirs(t + '/work/deep', exist_ok=True)\n"
+            "open(t + '/work/deep/data.bin', 'wb').write(bytes(range(256)) * 5000)\n"
+            "open(t + '/work/empty', 'w').close()\n"
+            "os.symlink('deep/data.bin', t + '/work/link')\n"
+            "os.mkfifo(t + '/work/fifo')\n"
+            "os.chmod(t + '/work/deep/data.bin', 0o640)\n"
+        )
+        r, tar = self.pack_session(code, 64 << 20)
+        self.assertEqual([e["status"] for e in r.of_type("exit")], ["ok"], r.diag)
+        file = [f for f in r.frames if f["type"] == "file"][0]
+        self.assertEqual((file["name"], file["size"]), ("tmp.tar", len(tar)))
+        import io
+        import tarfile
+
+        with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
+            names = {m.name: m for m in tf.getmembers()}
+        self.assertIn("work/deep/data.bin", names)
+        self.assertEqual(names["work/deep/data.bin"].size, 256 * 5000)
+        self.assertEqual(names["work/link"].linkname, "deep/data.bin")
+        self.assertNotIn("work/fifo", names)  # not packed
+        # Restored into a new session's /tmp before its first exec.
+        tmp2 = self.tmp()
+        check = (
+            "import os, stat\nt = os.environ['BRIDGE_TMP']\n"
+            "d = open(t + '/work/deep/data.bin', 'rb').read()\n"
+            "print(len(d), d[:3] == bytes([0, 1, 2]), oct(stat.S_IMODE(os.stat(t + '/work/deep/data.bin').st_mode)), os.readlink(t + '/work/link'), os.path.getsize(t + '/work/empty'))\n"
+        )
+        msg = json.loads(exec_frame(check, session=True)[4:])
+        msg["inputs"] = 1
+        first = frame({"type": "put", "id": 1, "path": "tmp.tar", "size": len(tar), "archive": True})
+        for at in range(0, len(tar), 1 << 20):
+            first += frame({"type": "put_data", "id": 1, "data": base64.b64encode(tar[at : at + (1 << 20)]).decode()})
+        first += frame({"type": "put_end", "id": 1}) + frame(msg)
+
+        def hang_up(host: FakeHost, m: dict) -> None:
+            host.session = True
+            if m["type"] == "exit":
+                host.close()
+
+        r2 = run(first=first, on_frame=hang_up, env={"BRIDGE_TMP": tmp2, "BRIDGE_INPUTS": tmp2 + "/inputs"})
+        self.assertEqual(r2.exit["status"], "ok", r2.diag + r2.stderr)
+        self.assertEqual(r2.stdout, "1280000 True 0o640 deep/data.bin 0\n")
+
+    def test_pack_over_the_bound_is_skipped(self) -> None:
+        r, tar = self.pack_session("import os\nopen(os.environ['BRIDGE_TMP'] + '/big', 'wb').write(b'x' * 100000)", 50000)
+        skips = r.of_type("file_skip")
+        self.assertEqual(tar, b"")
+        self.assertEqual(len(skips), 1, r.frames)
+        self.assertEqual((skips[0]["name"], skips[0]["reason"]), ("tmp.tar", "too_large"))
+        self.assertGreater(skips[0]["size"], 100000)
+
+    def test_archive_escaping_tmp_fails_the_restore(self) -> None:
+        import io
+        import tarfile
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            ti = tarfile.TarInfo("../escaped")
+            ti.size = 1
+            tf.addfile(ti, io.BytesIO(b"x"))
+        tar = buf.getvalue()
+        tmp = self.tmp()
+        msg = json.loads(exec_frame("print('ran')", session=True)[4:])
+        msg["inputs"] = 1
+        first = frame({"type": "put", "id": 1, "path": "tmp.tar", "size": len(tar), "archive": True})
+        first += frame({"type": "put_data", "id": 1, "data": base64.b64encode(tar).decode()}) + frame({"type": "put_end", "id": 1}) + frame(msg)
+
+        def hang_up(host: FakeHost, m: dict) -> None:
+            host.session = True
+            if m["type"] == "exit":
+                host.close()
+
+        r = run(first=first, on_frame=hang_up, env={"BRIDGE_TMP": tmp + "/t", "BRIDGE_INPUTS": tmp + "/t/inputs"})
+        self.assertEqual(r.exit["error"]["type"], "InputError", r.diag)
+        self.assertIn("leaves /tmp", r.exit["error"]["message"])
+        self.assertFalse(os.path.exists(os.path.join(tmp, "escaped")))
+        self.assertEqual(r.stdout, "")
+
+
 class SessionTest(unittest.TestCase):
     """exec with session: one interpreter across calls (docs/protocol.md)."""
 

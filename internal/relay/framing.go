@@ -108,6 +108,14 @@ func (e *Encoder) PutEnd(m PutEnd) error {
 	}{TypePutEnd, m})
 }
 
+// Pack asks a session's runner for its /tmp as one tar file.
+func (e *Encoder) Pack(m Pack) error {
+	return e.write(struct {
+		Type string `json:"type"`
+		Pack
+	}{TypePack, m})
+}
+
 // ToolResult sends a tool_result message.
 func (e *Encoder) ToolResult(m ToolResult) error { return e.write(toolResultFrame(m)) }
 

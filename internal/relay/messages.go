@@ -22,6 +22,9 @@ const (
 	TypePut     = "put"
 	TypePutData = "put_data"
 	TypePutEnd  = "put_end"
+	// TypePack asks a session's runner, between two calls, for its /tmp as
+	// one tar file (docs/protocol.md, "Snapshots").
+	TypePack = "pack"
 )
 
 // Hello is the runner's first message.
@@ -162,7 +165,21 @@ type Put struct {
 	ID   int64  `json:"id"`
 	Path string `json:"path"`
 	Size int64  `json:"size"`
+	// Archive says the file is a tar of a session's /tmp to unpack there
+	// (a restored snapshot), not a file for the inputs folder; only the
+	// first put before an exec may be one.
+	Archive bool `json:"archive,omitempty"`
 }
+
+// Pack asks for the session's /tmp as one tar file of at most MaxBytes:
+// the runner answers with file, file_data and file_end frames, or a
+// file_skip too_large that says its size.
+type Pack struct {
+	MaxBytes int64 `json:"max_bytes"`
+}
+
+// PackName is the name of the file a pack is answered with.
+const PackName = "tmp.tar"
 
 // PutData is the next piece of the input file being put.
 type PutData struct {

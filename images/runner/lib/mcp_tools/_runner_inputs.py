@@ -55,8 +55,11 @@ def check_path(path):
 class Inputs:
     """The input files of one exec, as their frames arrive."""
 
-    def __init__(self, root):
+    def __init__(self, root, unpacker=None):
         self.root = root
+        # unpacker() makes what takes a put with archive: true (a restored
+        # session's /tmp, _runner_snapshot.Unpacker): feed(data), close().
+        self._unpacker = unpacker
         self.count = 0  # files announced
         self.error = None  # the first file that could not be written, why
         self._cur = None  # [id, path, size, written, fd or None]
@@ -79,6 +82,9 @@ class Inputs:
             raise ProtocolError(f"{msg['type']}.id is not a positive integer")
 
     def _put(self, msg):
+        archive = "archive" in msg
+        if archive and msg.pop("archive") is not True:
+            raise ProtocolError("put.archive must be true when given")
         self._fields(msg, {"type", "id", "path", "size"})
         if self._cur is not None:
             raise ProtocolError(f"put {msg['id']} before put {self._cur[0]} ended")
@@ -88,13 +94,18 @@ class Inputs:
         if not _is_int(msg["size"]) or msg["size"] < 0:
             raise ProtocolError("put.size is not a non-negative integer")
         self.count += 1
+        if archive:
+            if self.count != 1 or self._unpacker is None:
+                raise ProtocolError("only the first put before an exec may be an archive")
+            self._cur = [msg["id"], msg["path"], msg["size"], 0, None, self._unpacker()]
+            return
         fd = None
         if self.error is None:
             try:
                 fd = self._create(msg["path"])
             except OSError as e:
                 self._fail(msg["path"], e)
-        self._cur = [msg["id"], msg["path"], msg["size"], 0, fd]
+        self._cur = [msg["id"], msg["path"], msg["size"], 0, fd, None]
 
     def _data(self, msg):
         self._fields(msg, {"type", "id", "data"})
@@ -110,7 +121,9 @@ class Inputs:
         if not 1 <= len(data) <= FILE_PIECE or len(data) > cur[2] - cur[3]:
             raise ProtocolError(f"put_data of {len(data)} bytes for input {cur[0]}: more than announced, or not 1 to {FILE_PIECE}")
         cur[3] += len(data)
-        if cur[4] is not None:
+        if cur[5] is not None:
+            cur[5].feed(data)
+        elif cur[4] is not None:
             try:
                 view = memoryview(data)
                 while view:
@@ -127,7 +140,11 @@ class Inputs:
         if cur[3] != cur[2]:
             raise ProtocolError(f"put_end of input {cur[0]} after {cur[3]} of its {cur[2]} bytes")
         self._cur = None
-        if cur[4] is not None:
+        if cur[5] is not None:
+            why = cur[5].close()
+            if why is not None and self.error is None:
+                self.error = f"the snapshot could not be restored in /tmp: {why}"
+        elif cur[4] is not None:
             try:
                 os.fchmod(cur[4], _FILE_MODE)
             except OSError as e:
