@@ -17,6 +17,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+
+	"github.com/bridge-mcp/bridge/policy"
 )
 
 // clock is a settable clock for a Store.
@@ -929,5 +931,31 @@ func TestEntryJSON(t *testing.T) {
 	want := `{"owner":"local","label":"a","kind":"files","engine":"docker","size":3,"created":"2026-01-01T00:00:00Z","expires":"2026-01-08T00:00:00Z"}`
 	if string(data) != want {
 		t.Errorf("%s\nwant\n%s", data, want)
+	}
+}
+
+// Audit writes each event as a snapshot record, without content.
+func TestAudit(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	a, err := policy.OpenAuditor(policy.Audit{File: file}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	f := open(t, func(o *Options) { o.OnEvent = Audit(a); o.MaxCount = 1 })
+	f.save(t, "local", "a", "secret content")
+	f.save(t, "local", "b", "secret content")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 3 || strings.Contains(string(data), "secret") {
+		t.Fatalf("records:\n%s", data)
+	}
+	var rec map[string]any
+	json.Unmarshal([]byte(lines[1]), &rec)
+	if rec["event"] != "snapshot" || rec["action"] != "evicted" || rec["client"] != "local" || rec["label"] != "a" || rec["bytes"] != 14.0 || rec["kind"] != "files" {
+		t.Errorf("evicted: %v", rec)
 	}
 }
