@@ -165,6 +165,44 @@ func (a *Auditor) Input(runID, path string, size int64, source string) {
 	ev.Str("event", "input").Str("run_id", runID).Str("path", path).Int64("bytes", size).Str("source", source).Send()
 }
 
+// SnapshotRecord is the record of a session's snapshot saved, restored,
+// evicted, expired, removed or refused: whose, its label, kind and size;
+// never its content.
+type SnapshotRecord struct {
+	// Action is saved, restored, evicted (removed to make room for a
+	// newer one of the client), expired, removed or refused.
+	Action string
+	Owner  string // the client (principal) it belongs to
+	Label  string
+	Kind   string // files or memory
+	Bytes  int64
+	// RunID and Session are the call's that saved or restored it, when
+	// one did.
+	RunID, Session string
+	Reason         string // why, when the action has one
+}
+
+// Snapshot records a change of a session's snapshot.
+func (a *Auditor) Snapshot(r SnapshotRecord) {
+	ev, done := a.event()
+	defer done()
+	ev = ev.Str("event", "snapshot").Str("action", r.Action).Str("client", r.Owner).Str("label", r.Label)
+	if r.Kind != "" {
+		ev = ev.Str("kind", r.Kind)
+	}
+	ev = ev.Int64("bytes", r.Bytes)
+	if r.RunID != "" {
+		ev = ev.Str("run_id", r.RunID)
+	}
+	if r.Session != "" {
+		ev = ev.Str("session", r.Session)
+	}
+	if r.Reason != "" {
+		ev = ev.Str("reason", r.Reason)
+	}
+	ev.Send()
+}
+
 // RunStart records a run's start with the limits applied to it.
 func (a *Auditor) RunStart(runID, session string, gen int, s Sandbox, timeout time.Duration) {
 	ev, done := a.event()

@@ -62,6 +62,13 @@ func Format(p *Policy) string {
 	w(1, "max_lifetime: %s", units.FormatDuration(p.Sessions.MaxLifetime))
 	w(1, "max_calls: %d", p.Sessions.MaxCalls)
 
+	w(0, "snapshots:")
+	w(1, "enabled: %t", p.Snapshots.Enabled)
+	w(1, "dir: %s", strconv.Quote(p.Snapshots.Dir))
+	w(1, "max_count: %d", p.Snapshots.MaxCount)
+	w(1, "max_bytes: %s", units.FormatSize(p.Snapshots.MaxBytes))
+	w(1, "ttl: %s", units.FormatDuration(p.Snapshots.TTL))
+
 	w(0, "skills:")
 	w(1, "dir: %s", strconv.Quote(p.Skills.Dir))
 	w(1, "save: %t", p.Skills.Save)

@@ -43,6 +43,12 @@ sessions:
   idle_timeout: 10m
   max_lifetime: 1h
   max_calls: 200
+snapshots:
+  enabled: true
+  dir: ""
+  max_count: 20
+  max_bytes: 1Gi
+  ttl: 168h
 skills:
   dir: ""
   save: true
@@ -103,7 +109,7 @@ http:
 	got := Format(Default())
 	at := 0
 	var keys []string
-	for _, ks := range [][]string{{"version"}, sandboxKeys, {"mounts"}, artifactsKeys, toolsKeys, budgetsKeys, auditKeys, httpKeys} {
+	for _, ks := range [][]string{{"version"}, sandboxKeys, {"snapshots"}, snapshotsKeys, {"mounts"}, artifactsKeys, toolsKeys, budgetsKeys, auditKeys, httpKeys} {
 		keys = append(keys, ks...)
 	}
 	for _, k := range keys {
@@ -156,6 +162,12 @@ sessions:
   idle_timeout: 10m
   max_lifetime: 1h
   max_calls: 200
+snapshots:
+  enabled: true
+  dir: ""
+  max_count: 20
+  max_bytes: 1Gi
+  ttl: 168h
 skills:
   dir: ""
   save: true
@@ -447,6 +459,13 @@ func randomPolicy(rng *rand.Rand) *Policy {
 	}
 
 	p.Audit.File = pick("", "stderr", "/var/log/bridge/audit.jsonl", "/tmp/a b/\"q\".log")
+
+	sn := &p.Snapshots
+	sn.Enabled = rng.Intn(2) == 0
+	sn.Dir = pick("", "/var/tmp/bridge-snapshots", "/srv/s n/\"q\"")
+	sn.MaxCount = int(between(1, maxSnapshotsCount))
+	sn.MaxBytes = size(minSnapshotBytes, maxSnapshotBytes)
+	sn.TTL = time.Duration(between(int64(minSnapshotTTL), int64(maxSnapshotTTL)))
 
 	h := &p.HTTP
 	h.MaxSessions = int(between(1, maxHTTPSessions))

@@ -67,6 +67,7 @@ audit:
 		"version: 1\nmounts:\n  - host: /usr/share\n    path: /data/share\n  - {host: /usr/lib}\n",
 		"version: 1\nmounts: [{host: /proc}, {host: ~/x, path: /data/../etc}]\n",
 		"version: 1\nartifacts: {max_files: 3, dir: /var/tmp/bridge-art, by_reference: all, max_bytes_inline: 0, max_bytes_total: 12Mi, expiry: 2h}\n",
+		"version: 1\nsnapshots: {enabled: false, dir: ~/snaps, max_count: 1000, max_bytes: 1Ti, ttl: 1m}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -97,6 +97,7 @@ func Default() *Policy {
 		},
 		Pool:      defaultPool(),
 		Sessions:  defaultSessions(),
+		Snapshots: defaultSnapshots(),
 		Skills:    defaultSkills(),
 		Artifacts: defaultArtifacts(),
 		Inputs:    defaultInputs(),
@@ -177,7 +178,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys = []string{"version", "sandbox", "pool", "sessions", "skills", "mounts", "artifacts", "inputs", "tools", "budgets", "tokenize", "audit", "http"}
+	topKeys = []string{"version", "sandbox", "pool", "sessions", "snapshots", "skills", "mounts", "artifacts", "inputs", "tools", "budgets", "tokenize", "audit", "http"}
 )
 
 // sectionOf is, for each key of a section, the section: it turns "unknown
@@ -373,6 +374,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.pool(k, v, &pol.Pool)
 		case "sessions":
 			p.sessions(k, v, &pol.Sessions)
+		case "snapshots":
+			p.snapshots(k, v, &pol.Snapshots)
 		case "skills":
 			p.skills(k, v, &pol.Skills)
 		case "mounts":

@@ -102,7 +102,7 @@ func TestExampleFileIsTheDefault(t *testing.T) {
 	}
 	// The file sets every key explicitly (no key left to the defaults).
 	data, _ := os.ReadFile("../policy.example.yaml")
-	for _, keys := range [][]string{topKeys, sandboxKeys, artifactsKeys, toolsKeys, budgetsKeys, auditKeys, httpKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, snapshotsKeys, artifactsKeys, toolsKeys, budgetsKeys, auditKeys, httpKeys} {
 		for _, k := range keys {
 			if !regexp.MustCompile(`(?m)^ *` + k + `:`).Match(data) {
 				t.Errorf("policy.example.yaml does not set %s", k)
@@ -223,6 +223,12 @@ http:
   session_idle_timeout: 2m
   session_min_idle: 10s
 inputs: {max_files: 0, max_file_bytes: 1Gi, max_bytes: 16Gi}
+snapshots:
+  enabled: false
+  dir: /var/tmp/bridge-snapshots
+  max_count: 3
+  max_bytes: 10Mi
+  ttl: 36h
 `
 	src = strings.Replace(src, "budgets:\n", "  ask_fallback: allow\n  ask_timeout: 30s\n  ask_remember: connection\n  ask_max_per_run: 3\nbudgets:\n", 1)
 	p := mustParse(t, src)
@@ -254,6 +260,8 @@ inputs: {max_files: 0, max_file_bytes: 1Gi, max_bytes: 16Gi}
 			Restore:  []ToolMatch{{Server: "mail*", Tool: "send", Line: 80, Column: 7}}},
 		Audit: Audit{File: "/var/log/bridge/audit.jsonl"},
 		HTTP:  HTTP{MaxSessions: 50, MaxSessionsPerClient: 5, SessionIdleTimeout: 2 * time.Minute, SessionMinIdle: 10 * time.Second},
+
+		Snapshots: Snapshots{Enabled: false, Dir: artifactsDir(t, "/var/tmp/bridge-snapshots"), MaxCount: 3, MaxBytes: 10 << 20, TTL: 36 * time.Hour},
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", p, want)
@@ -308,8 +316,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http), got a string "hello"`}},
 		// The bounds of what a client sends.
 		{"code over request", "version: 1\nsandbox:\n  max_code_bytes: 8Mi\n", []string{"3:19: sandbox.max_code_bytes (8Mi) is more than sandbox.max_request_bytes (4Mi)"}},
 		{"request under code", "version: 1\nsandbox:\n  max_request_bytes: 512Ki\n", []string{"3:22: sandbox.max_code_bytes (1Mi) is more than sandbox.max_request_bytes (512Ki)"}},
@@ -335,6 +343,15 @@ func TestParseErrors(t *testing.T) {
 		{"skills save and read_only", "version: 1\nskills:\n  save: true\n  read_only: true\n", []string{"4:14: skills.save is true but skills.read_only is true"}},
 		{"skills unknown key", "version: 1\nskills:\n  folder: /x\n", []string{`3:3: unknown key "folder" in skills`}},
 		{"sessions enabled string", "version: 1\nsessions:\n  enabled: yes please\n", []string{"3:12: sessions.enabled"}},
+		{"snapshots dir relative", "version: 1\nsnapshots:\n  dir: snaps\n", []string{`3:8: snapshots.dir: "snaps" is a relative path: give an absolute path, or one starting with ~/`}},
+		{"snapshots dir forbidden", "version: 1\nsnapshots:\n  dir: /proc/x\n", []string{"3:8: snapshots.dir: /proc/x is inside /proc"}},
+		{"snapshots max_count zero", "version: 1\nsnapshots:\n  max_count: 0\n", []string{"3:14: snapshots.max_count: 0 is out of range: it must be 1 .. 1000"}},
+		{"snapshots max_bytes too small", "version: 1\nsnapshots:\n  max_bytes: 1Ki\n", []string{"3:14: snapshots.max_bytes: 1Ki is out of range: it must be 1Mi .. 1Ti"}},
+		{"snapshots ttl no unit", "version: 1\nsnapshots:\n  ttl: 7\n", []string{"3:8: snapshots.ttl: want a duration such as 30s, 5m or 1h30m, got a number 7"}},
+		{"snapshots ttl too long", "version: 1\nsnapshots:\n  ttl: 9000h\n", []string{"3:8: snapshots.ttl: 9000h is out of range: it must be 60s .. 8760h"}},
+		{"snapshots enabled string", "version: 1\nsnapshots:\n  enabled: sure\n", []string{"3:12: snapshots.enabled"}},
+		{"snapshots unknown key", "version: 1\nsnapshots:\n  expiry: 1h\n", []string{`3:3: unknown key "expiry" in snapshots`}},
+		{"snapshots a list", "version: 1\nsnapshots: [1]\n", []string{"2:12: snapshots"}},
 		{"two documents", "version: 1\n---\nversion: 1\n", []string{"3:1: a second YAML document (after ---): a policy file holds one document"}},
 		{"too large", big, []string{fmt.Sprintf("1:1: the file is %d bytes; a policy file may have at most 1048576 (1 MiB)", len(big))}},
 		{"unclosed list", "version: 1\nsandbox:\n  cpus: [1\n", []string{"3: invalid YAML: did not find expected ',' or ']'"}},
@@ -356,7 +373,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -373,9 +390,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -646,7 +663,7 @@ func TestDocsDefaults(t *testing.T) {
 	}
 	doc := string(data)
 	formatted := Format(Default())
-	for _, section := range []string{"sandbox", "pool", "sessions", "skills", "artifacts", "tools", "budgets", "audit", "http"} {
+	for _, section := range []string{"sandbox", "pool", "sessions", "snapshots", "skills", "artifacts", "tools", "budgets", "audit", "http"} {
 		i := strings.Index(doc, "### `"+section+"`")
 		if i < 0 {
 			t.Fatalf("docs/policy.md has no section %s", section)
@@ -687,7 +704,7 @@ func TestDocsDefaults(t *testing.T) {
 			t.Errorf("docs/policy.md: no table under %s", section)
 		}
 	}
-	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, skillsKeys, mountKeys, artifactsKeys, inputsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys, httpKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, snapshotsKeys, skillsKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys, httpKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") {
 				t.Errorf("docs/policy.md does not mention `%s`", k)

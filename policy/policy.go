@@ -36,5 +36,8 @@ type Policy struct {
 	// HTTP bounds the MCP sessions of serve --http and proxy --http.
 	HTTP HTTP
 
+	// Snapshots are sessions' states saved on disk (with sessions on).
+	Snapshots Snapshots
+
 	sum [32]byte // of the file's bytes, when Load read it
 }

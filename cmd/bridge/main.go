@@ -9,6 +9,7 @@
 //	bridge policy explain S T     which rule decides whether the code may call server S's tool T
 //	bridge run [flags] FILE|-     run a Python file in the sandbox
 //	bridge skills list|show|rm    the skills that runs saved for later runs
+//	bridge snapshots list|rm|prune  the snapshots that sessions saved
 //	bridge doctor [flags]         check the container engines and prove the sandbox holds
 //	bridge image build [flags]    build a runner image (--variant slim or datascience; --apt, --wheels)
 //	bridge image name [flags]     print the runner image build makes
@@ -156,6 +157,7 @@ func commands() []command {
 		{"doctor", "check the container engines and prove the sandbox holds", cmdDoctor},
 		{"policy", "check a policy file (policy check) or explain a decision (policy explain SERVER TOOL)", cmdPolicy},
 		{"skills", "list, show or remove the skills that runs saved (skills list, skills show NAME, skills rm NAME)", cmdSkills},
+		{"snapshots", "list or remove the snapshots that sessions saved (snapshots list, snapshots rm OWNER LABEL, snapshots prune)", cmdSnapshots},
 		{"tools", "pin the upstream tools' definitions against rug pulls (tools lock, tools diff)", cmdTools},
 		{"image", "build a runner image: slim, datascience, or with your packages (image build); print its name (image name)", cmdImage},
 		{"version", "print the version", func(_ context.Context, e *env, _ []string) (int, error) {
@@ -258,7 +260,7 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "\nUsage: bridge COMMAND [flags]")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun `bridge COMMAND -h` for a command's flags; `bridge --version` prints the version.")
 	fmt.Fprintln(w, "Logs go to stderr; set BRIDGE_LOG_LEVEL=debug|info|warn|error (default: info for serve and")
