@@ -55,6 +55,14 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	if err != nil {
 		return noteSessionEnded(failure(statusInvalid, "invalid arguments: "+err.Error(), start), resetNote(a, false))
 	}
+	var restored *RestoredOutput
+	if a.restore != "" {
+		archive, out, err := s.restoreInput(req, a, key)
+		if err != nil {
+			return noteSessionEnded(failure(statusInvalid, "invalid arguments: "+err.Error(), start), resetNote(a, false))
+		}
+		inputs, restored = append([]sandbox.InputFile{archive}, inputs...), out
+	}
 	r.exec.Inputs = inputs
 	var src Instances = s.opts.Instances
 	var sc *sessionCall
@@ -86,6 +94,11 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	r.rs.setSpan(espan.SpanContext())
 	r.res, err = inst.Exec(r.ctx, r.exec)
 	endExec(espan, r.res, err)
+	restored = s.restoredOutcome(req, r, a, restored, inst)
+	var saved *SnapshotOutput
+	if a.snapshot != "" && err == nil {
+		saved = s.takeSnapshot(r.ctx, req, r, a, inst)
+	}
 	s.endAcquire(aspan, acquired, r.res, sc != nil, "")
 	if cerr := inst.Close(r.ctx); cerr != nil && err == nil {
 		err = cerr
@@ -101,7 +114,9 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	} else if note != "" {
 		ended = note
 	}
-	return s.renderRun(req, r, ended)
+	res := s.renderRun(req, r, ended)
+	renderSnapshots(res, saved, restored)
+	return res
 }
 
 // countRun records a call's end in the metrics: its status, and for a run

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bridge-mcp/bridge/bridge/artifacts"
+	"github.com/bridge-mcp/bridge/bridge/snapshots"
 	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/internal/metrics"
 	"github.com/bridge-mcp/bridge/policy"
@@ -60,6 +61,13 @@ type Options struct {
 	// Store, if set, keeps the files that are returned by reference, and
 	// the server answers resources/list and resources/read from it.
 	Store *artifacts.Store
+	// Snapshots, if set, keeps sessions' snapshots: with sessions and
+	// snapshots.enabled on, run_python takes snapshot and restore.
+	Snapshots *snapshots.Store
+	// Principal names who is calling, the owner of the snapshots a call
+	// saves and restores; nil names everyone "local" (the one user of a
+	// stdio bridge, and of today's one bearer token).
+	Principal func(*mcp.CallToolRequest) string
 	// DataScience says the runner image holds the datascience variant's
 	// packages (numpy, pandas, matplotlib...): the tool's description
 	// says so.
@@ -216,6 +224,7 @@ func (s *Server) toolInfo(snap *policy.Snapshot) toolInfo {
 			snap = s.opts.Policy.Current()
 		}
 		ti.sessions = snap.Policy.Sessions.Enabled
+		ti.snapshots = ti.sessions && snap.Policy.Snapshots.Enabled && s.opts.Snapshots != nil
 	}
 	for _, m := range l.Mounts {
 		ti.mounts = append(ti.mounts, m.Path)
@@ -224,7 +233,7 @@ func (s *Server) toolInfo(snap *policy.Snapshot) toolInfo {
 }
 
 func (a toolInfo) equal(b toolInfo) bool {
-	return a.maxTimeout == b.maxTimeout && a.sessions == b.sessions && a.dataScience == b.dataScience && slices.Equal(a.mounts, b.mounts)
+	return a.maxTimeout == b.maxTimeout && a.sessions == b.sessions && a.snapshots == b.snapshots && a.dataScience == b.dataScience && slices.Equal(a.mounts, b.mounts)
 }
 
 // limits returns the limits of a run and the largest timeout a call may

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"sync"
 	"time"
@@ -141,6 +142,23 @@ func (c *sessionCall) Exec(ctx context.Context, x sandbox.ExecRequest) (sandbox.
 		res.Status, res.ExitCode, res.Message, err = sandbox.StatusCancelled, -1, "the session ended during the call", nil
 	}
 	return res, err
+}
+
+// Pack packs the session's /tmp ([sandbox.Packer]).
+func (c *sessionCall) Pack(ctx context.Context, w io.Writer, maxBytes int64) (int64, error) {
+	p, ok := c.s.inst.(sandbox.Packer)
+	if !ok {
+		return 0, errors.New("this session's sandbox cannot be packed")
+	}
+	return p.Pack(ctx, w, maxBytes)
+}
+
+// has reports whether key's session exists.
+func (ss *sessions) has(key sessionKey) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.m[key]
+	return s != nil && !s.ended
 }
 
 // Kept reports whether the session's interpreter is there for a next call.

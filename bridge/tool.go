@@ -24,26 +24,29 @@ import (
 const ToolName = "run_python"
 
 // The tool's description teaches the agent the tool in as few tokens as do
-// the job: the whole tools/list answer must stay at or under 300 tokens,
-// with sessions on and a few mounts. It tells the truth of this bridge:
+// the job: the whole tools/list answer must stay at or under 250 tokens,
+// 320 with sessions and snapshots on, 345 with a few mounts and the
+// datascience image too (TestToolsListTokenBudget). It tells the truth of this bridge:
 // whether calls may keep state, where the policy's folders are, what the
 // image holds beyond Python.
 const (
 	descFresh = "Run Python 3 in a fresh isolated container: no network, " +
 		"read-only except /tmp, nothing kept between calls."
-	// descSessions replaces descFresh when the policy enables sessions.
+	// descSessions replaces descFresh when the policy enables sessions;
+	// descSnapshots when snapshots are on too.
 	descSessions = "Run Python 3 in an isolated container: no network, read-only except /tmp; " +
 		"a fresh one per call unless calls share a session (reset:true ends it)."
+	descSnapshots = "Run Python 3 in an isolated container: no network, read-only except /tmp; " +
+		"fresh per call unless calls share a session (reset:true ends it, snapshot:label saves it, restore:label forks it)."
+	// descOutput says what comes back, and how files get in: by value or
+	// by URI (an earlier result's bridge:// file, an upstream resource).
 	descOutput = " Top-level await works. " +
-		"Returns what it prints (print only what you need) and files saved in /tmp/outputs."
-	// descInputs says how files get in: by value or by URI (an earlier
-	// result's bridge:// file, an upstream resource).
-	descInputs = " inputs [{path, text|base64|uri}] land read-only in /tmp/inputs."
+		"Returns what it prints (print only what you need) and files in /tmp/outputs; " +
+		"inputs [{path,text|base64|uri}] arrive read-only in /tmp/inputs."
 	// descDataScience is said when the image holds the datascience
 	// variant's packages (docs/images.md).
-	descDataScience = " numpy, pandas, matplotlib, scipy, sklearn installed; `mcp_tools.show(fig)` saves a chart."
-	descTools       = " `import mcp_tools` reaches the user's other MCP servers: `search(q)`, " +
-		"`call(server, tool, **args)`, `help()`."
+	descDataScience = " numpy, pandas, matplotlib, scipy, sklearn; `mcp_tools.show(fig)` saves a chart."
+	descTools       = " `import mcp_tools` reaches the user's MCP servers: search(q), call(server, tool, **args), help()."
 )
 
 // maxListedMounts is how many of the policy's mounts the description
@@ -55,6 +58,7 @@ const maxListedMounts = 3
 type toolInfo struct {
 	maxTimeout  time.Duration
 	sessions    bool
+	snapshots   bool     // sessions may be saved and restored
 	mounts      []string // the container paths of the policy's mounts
 	dataScience bool
 }
@@ -62,13 +66,15 @@ type toolInfo struct {
 // describe is the tool's description for ti.
 func describe(ti toolInfo) string {
 	var b strings.Builder
-	if ti.sessions {
+	switch {
+	case ti.snapshots:
+		b.WriteString(descSnapshots)
+	case ti.sessions:
 		b.WriteString(descSessions)
-	} else {
+	default:
 		b.WriteString(descFresh)
 	}
 	b.WriteString(descOutput)
-	b.WriteString(descInputs)
 	if ti.dataScience {
 		b.WriteString(descDataScience)
 	}
@@ -101,6 +107,9 @@ func runPythonTool(ti toolInfo) *mcp.Tool {
 	if ti.sessions {
 		pattern, _ := json.Marshal(sessionNameRule)
 		props += `,"session":{"type":"string","pattern":` + string(pattern) + `},"reset":{"type":"boolean"}`
+		if ti.snapshots {
+			props += `,"snapshot":{"type":"string"},"restore":{"type":"string"}`
+		}
 	}
 	input := `{"type":"object","properties":{` + props + `},"required":["code"],"additionalProperties":false}`
 	return &mcp.Tool{
@@ -144,9 +153,13 @@ type Output struct {
 	// kept before those that went through. ToolCallsCut counts the calls
 	// left out, and ToolCallsCutBy counts them by kind ("allowed",
 	// "failed", "denied", "asked", "refused").
-	ToolCalls      []TraceEntry   `json:"tool_calls,omitempty"`
-	ToolCallsCut   int            `json:"tool_calls_cut,omitempty"`
-	ToolCallsCutBy map[string]int `json:"tool_calls_cut_by,omitempty"`
+	ToolCalls []TraceEntry `json:"tool_calls,omitempty"`
+	// Snapshot is what the call's snapshot argument saved; Restored, the
+	// snapshot its session started from.
+	Snapshot       *SnapshotOutput `json:"snapshot,omitempty"`
+	Restored       *RestoredOutput `json:"restored,omitempty"`
+	ToolCallsCut   int             `json:"tool_calls_cut,omitempty"`
+	ToolCallsCutBy map[string]int  `json:"tool_calls_cut_by,omitempty"`
 }
 
 // input is what a call may pass. Decoding is strict: unknown fields and
@@ -157,6 +170,8 @@ type input struct {
 	Session        *json.RawMessage `json:"session"`
 	Reset          *json.RawMessage `json:"reset"`
 	Inputs         *json.RawMessage `json:"inputs"`
+	Snapshot       *json.RawMessage `json:"snapshot"`
+	Restore        *json.RawMessage `json:"restore"`
 }
 
 // callArgs are a call's checked arguments.
@@ -172,6 +187,9 @@ type callArgs struct {
 	// inputs are the files to put in /tmp/inputs, checked but not yet
 	// resolved (inputs.go).
 	inputs []inputSpec
+	// snapshot saves the session's state under this label once the call
+	// ends; restore starts the (new) session from the one of that label.
+	snapshot, restore string
 }
 
 // parseInput checks a call's arguments: the timeout is defTimeout unless
@@ -208,6 +226,11 @@ func (s *Server) parseInput(raw json.RawMessage, defTimeout, maxTimeout time.Dur
 			return a, errors.New("reset ends a session: pass the session's name with it")
 		}
 	}
+	if given(in.Snapshot) || given(in.Restore) {
+		if err := s.parseLabels(in, &a, sessions); err != nil {
+			return a, err
+		}
+	}
 	if a.reset && strings.TrimSpace(a.code) == "" && len(a.inputs) > 0 {
 		return a, errors.New("inputs go with code: a reset without code runs nothing to read them")
 	}
@@ -225,6 +248,9 @@ func (s *Server) parseBase(raw json.RawMessage, defTimeout, maxTimeout time.Dura
 	takes := "code, timeout_seconds and inputs"
 	if sessions {
 		takes = "code, timeout_seconds, inputs, session and reset"
+		if s.snapshotsOn() {
+			takes = "code, timeout_seconds, inputs, session, reset, snapshot and restore"
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

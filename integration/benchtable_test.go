@@ -548,7 +548,7 @@ func benchTokens(t *testing.T, tab *benchTable) {
 		t.Skip("no engine under test")
 	}
 	npm := npmPeers(t)
-	bridge := toolsListTokens(t, npm, testSuite.engines[0])
+	bridge := toolsListTokens(t, npm, testSuite.engines[0], toolsListTokenBudget)
 	b, err := os.ReadFile(startUpstreams(t).config)
 	if err != nil {
 		t.Fatal(err)

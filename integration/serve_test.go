@@ -225,6 +225,20 @@ type callOutput struct {
 	Message    string `json:"message"`
 	// SessionEnded says why the call's session ended, or what reset did.
 	SessionEnded string `json:"session_ended"`
+	// Snapshot and Restored say what a call's snapshot and restore did.
+	Snapshot *struct {
+		Label string `json:"label"`
+		Saved bool   `json:"saved"`
+		Kind  string `json:"kind"`
+		Bytes int64  `json:"bytes"`
+		Note  string `json:"note"`
+	} `json:"snapshot"`
+	Restored *struct {
+		Label string `json:"label"`
+		Kind  string `json:"kind"`
+		Bytes int64  `json:"bytes"`
+		Note  string `json:"note"`
+	} `json:"restored"`
 }
 
 func callRunPython(t *testing.T, ctx context.Context, cs *mcp.ClientSession, code string, progressToken any) (*mcp.CallToolResult, callOutput) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/bridge/artifacts"
+	"github.com/bridge-mcp/bridge/bridge/snapshots"
 	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/metrics"
@@ -47,6 +48,7 @@ type serveParts struct {
 	m      *metrics.Metrics // nil: nothing serves metrics
 	tools  hostTools
 	files  *artifacts.Store // nil: no artifacts.dir
+	snaps  *snapshots.Store // nil: no sessions or no snapshots
 	eng    *sandbox.Engine
 }
 
@@ -93,6 +95,12 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	}
 	if p.files != nil {
 		defer p.files.Close()
+	}
+	if p.snaps, err = openSnapshots(p.pol, p.store, log); err != nil {
+		return exitUsage, err
+	}
+	if p.snaps != nil {
+		defer p.snaps.Close()
 	}
 	// The engine is opened on the first call, not now: serve answers
 	// initialize at once even where no engine runs, and a call then says
@@ -187,6 +195,26 @@ func openArtifacts(pol *policy.Policy, log zerolog.Logger) (*artifacts.Store, er
 	return files, nil
 }
 
+// openSnapshots is where sessions' snapshots are kept: the policy's
+// snapshots folder, when sessions and snapshots are on at start; nil
+// otherwise.
+func openSnapshots(pol *policy.Policy, store *policy.Store, log zerolog.Logger) (*snapshots.Store, error) {
+	sn := pol.Snapshots
+	if !pol.Sessions.Enabled || !sn.Enabled {
+		return nil, nil
+	}
+	dir, err := sn.Folder()
+	if err != nil {
+		return nil, err
+	}
+	st, err := snapshots.Open(snapshots.Options{Dir: dir, MaxBytes: sn.MaxBytes, MaxCount: sn.MaxCount, TTL: sn.TTL,
+		Logger: log, OnEvent: snapshots.Audit(store.Audit())})
+	if err != nil {
+		return nil, fmt.Errorf("snapshots.dir: %w", err)
+	}
+	return st, nil
+}
+
 // server is the MCP server of p's parts, with /debug at --debug-addr and
 // /metrics at --metrics-addr served from now on if asked for.
 func (p *serveParts) server(ctx context.Context, f *serveFlags, log zerolog.Logger) (*bridge.Server, error) {
@@ -205,6 +233,7 @@ func (p *serveParts) server(ctx context.Context, f *serveFlags, log zerolog.Logg
 		QueueLength:   pol.Sandbox.Queue,
 		Policy:        p.store,
 		Store:         p.files,
+		Snapshots:     p.snaps,
 		DataScience:   pol.Sandbox.Image == "" && pol.Sandbox.Variant == images.DataScience,
 		Metrics:       p.m,
 		Tracer:        p.tp.Tracer(scopeBridge),

@@ -768,8 +768,10 @@ class HelpTest(Base):
         self.assertIn("in a session's container", text)
         self.assertNotIn("Nothing is kept", text)
         flat = " ".join(text.split())
-        self.assertIn("the variables, functions and imports of its earlier calls are here, and their files in /tmp", flat)
-        self.assertIn("files of /tmp/outputs already sent come back again only if changed", flat)
+        self.assertIn("earlier calls' variables, imports and /tmp files are here", flat)
+        self.assertIn("sent files of /tmp/outputs come back only if changed", flat)
+        self.assertIn("inputs in /tmp/inputs (read-only)", flat)
+        self.assertIn("A snapshot keeps /tmp files only: a session restored from one has them, not the variables.", flat)
         self.assertIn("raises KeyboardInterrupt: code that stops within 3 s keeps the session and its state", flat)
         self.assertIn("killed with its container and the state is lost", flat)
 

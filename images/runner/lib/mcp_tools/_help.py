@@ -17,10 +17,10 @@ _FRESH = """\
 
 _SESSION = """\
 - No network: sockets cannot reach anything.
-- A session: the variables, functions and imports of its earlier calls are
-  here, and their files in /tmp ({tmp}, noexec; all else is read-only); files
-  of /tmp/outputs already sent come back again only if changed; files calls
-  passed in (inputs) are in /tmp/inputs, read-only.
+- A session: earlier calls' variables, imports and /tmp files are here ({tmp},
+  noexec; all else read-only); inputs in /tmp/inputs (read-only); sent files
+  of /tmp/outputs come back only if changed. A snapshot keeps /tmp files only:
+  a session restored from one has them, not the variables.
 - Limits: memory {memory}, processes {pids}, CPU {cpu}. The call's timeout (or
   cancellation) raises KeyboardInterrupt: code that stops within 3 s keeps the
   session and its state; code that goes on is killed with its container and
