@@ -28,6 +28,7 @@ type Policy struct {
 	Mounts    []Mount
 	Artifacts Artifacts
 	Tools     Tools
+	Resources Resources
 	Budgets   Budgets
 	Tokenize  Tokenize
 	Audit     Audit
