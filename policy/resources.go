@@ -224,7 +224,8 @@ func clipURI(uri string) string {
 
 // DecideResource says whether the code may read the resource uri (as
 // [NormalizeURI] returns it) of server: Tools.Servers first (no glob
-// matches: deny, RuleServers), then Resources.Rules in order, the first
+// matches: deny, RuleServers), then Tokenize.Results (a server some of
+// whose results are tokenized: deny, RuleTokenized), then Resources.Rules in order, the first
 // that matches deciding, then Resources.Default. Decision.Rule indexes
 // Resources.Rules; ResourceRuleName names it. A nil *[Policy] allows
 // everything.
@@ -234,6 +235,10 @@ func (p *Policy) DecideResource(server, uri string) Decision {
 	}
 	if p == nil {
 		return Decision{Allow: true, Rule: RuleDefault}
+	}
+	if p.resourcesTokenized(server) {
+		return Decision{Rule: RuleTokenized, Reason: fmt.Sprintf("the policy tokenizes results of server %q (tokenize.results), "+
+			"and a resource's contents would reach the code untokenized: call its tools instead", server)}
 	}
 	for i := range p.Resources.Rules {
 		r := &p.Resources.Rules[i]
@@ -258,11 +263,27 @@ func (p *Policy) resourceDecision(a Action, rule int, reason, server, uri string
 	return d
 }
 
+// RuleTokenized is the [Decision.Rule] of a resource refused because the
+// policy tokenizes its server's results.
+const RuleTokenized = -3
+
+// resourcesTokenized says whether tokenize.results names some tool of
+// server: its resources are refused, as their contents (blobs among them)
+// are not tokenized.
+func (p *Policy) resourcesTokenized(server string) bool {
+	for _, m := range p.Tokenize.Results {
+		if glob(m.Server, server) {
+			return true
+		}
+	}
+	return false
+}
+
 // ResourcesOpen reports whether some resource of server may be read: the
 // server is reached and resources.default allows, or a rule whose server
 // glob matches it does. A server that is not open is left out of listings.
 func (p *Policy) ResourcesOpen(server string) bool {
-	if !p.ServerAllowed(server) {
+	if !p.ServerAllowed(server) || (p != nil && p.resourcesTokenized(server)) {
 		return false
 	}
 	if p == nil || p.Resources.Default != Deny {
@@ -285,6 +306,8 @@ func (p *Policy) ResourceRuleName(d Decision) string {
 		return "resources.default"
 	case RuleServers:
 		return "tools.servers"
+	case RuleTokenized:
+		return "tokenize.results"
 	}
 	name := "resources.rules[" + strconv.Itoa(d.Rule) + "]"
 	if p != nil && d.Rule >= 0 && d.Rule < len(p.Resources.Rules) {

@@ -131,6 +131,11 @@ resources:
 	if !q.ResourcesOpen("fs") || q.ResourcesOpen("other") || !q.DecideResource("fs", "x:y").Allow {
 		t.Error("a default policy should open the resources of the servers it reaches")
 	}
+	// A server whose results are tokenized keeps its resources.
+	tk := mustParse(t, "version: 1\ntokenize:\n  results:\n    - {server: \"crm\"}\n")
+	if d := tk.DecideResource("crm", "crm://x"); d.Allow || tk.ResourceRuleName(d) != "tokenize.results" || tk.ResourcesOpen("crm") || !tk.ResourcesOpen("fs") {
+		t.Errorf("tokenized server: %+v", d)
+	}
 	var none *Policy
 	if !none.ResourcesOpen("any") || !none.DecideResource("any", "x:y").Allow {
 		t.Error("a nil policy allows everything")
