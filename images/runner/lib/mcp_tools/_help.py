@@ -54,6 +54,7 @@ MCP tools, through `import mcp_tools` (help(mcp_tools.call) and so on for more):
   mcp_tools.save_skill("name", fn, "what it does")  keep fn for later runs
   from skills import name                 a saved skill; mcp_tools.skills() lists them
   mcp_tools.show(x)                       saves a figure or image, prints a table
+  mcp_tools.read_resource(uri)            a server's resource, str or bytes; resources() lists
 A result is its structuredContent, else its content (JSON text parsed; one item
 alone, several in a list). Errors: mcp_tools.MCPToolsError (ToolError...)."""
 
