@@ -197,7 +197,7 @@ resources:
       action: allow
   max_bytes: 1Ki
 budgets:
-  max_calls_per_run: 11
+  max_calls_per_run: 12
 audit:
   file: AUDIT
 `)
@@ -228,6 +228,12 @@ audit:
 					t.Errorf("%s: %v, want denied: %s", uri, err, want)
 				}
 			}
+			// Both placements report the decision and the server.
+			var rep CallReport
+			_, err = c.ReadResource(context.Background(), ResourceRequest{RunID: run, URI: "docs://secret/key", Server: "docs", Report: &rep})
+			if kindOf(err) != KindDenied || rep.Decision != "deny" || rep.Server != "docs" {
+				t.Errorf("report of a denied read: %+v (%v)", rep, err)
+			}
 			// Over resources.max_bytes: refused once read; listed as over
 			// it, never read.
 			_, err = readRes(c, run, "docs", "docs://big", 0)
@@ -241,7 +247,7 @@ audit:
 			if n := reads.Load() - before; n != 1 {
 				t.Errorf("the upstreams served %d reads, want 1 (big): denied and over-listed ones must not reach them", n)
 			}
-			// 10 so far (2 listings, 8 reads); the 11th goes, then the budget is spent.
+			// 11 so far (2 listings, 9 reads); the 12th goes, then the budget is spent.
 			if _, err := readRes(c, run, "docs", "docs://logo", 0); err != nil {
 				t.Fatalf("logo: %v", err)
 			}
@@ -273,8 +279,8 @@ audit:
 			}
 		}
 	}
-	if readme != 2 || denied != 4 || listing != 2 {
-		t.Errorf("records: %d readme, %d denied secrets, %d listings; want 2, 4, 2", readme, denied, listing)
+	if readme != 2 || denied != 6 || listing != 2 {
+		t.Errorf("records: %d readme, %d denied secrets, %d listings; want 2, 6, 2", readme, denied, listing)
 	}
 }
 

@@ -69,7 +69,7 @@ func (p *Proxy) serveResources(ctx context.Context, method string, req mcp.Reque
 		}
 		list, err := p.listResources(ctx, resourceCallOf(r.Params.Meta, "", time.Now()), &rep)
 		if err != nil {
-			return nil, true, wireError(err)
+			return nil, true, wireError(err, &rep)
 		}
 		out := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}, Meta: mcp.Meta{MetaDecision: rep.encode(), MetaTemplates: list.Templates}}
 		for _, e := range list.Resources {
@@ -87,7 +87,7 @@ func (p *Proxy) serveResources(ctx context.Context, method string, req mcp.Reque
 		}
 		data, err := p.readResource(ctx, resourceCallOf(r.Params.Meta, r.Params.URI, time.Now()), &rep)
 		if err != nil {
-			return nil, true, wireError(err)
+			return nil, true, wireError(err, &rep)
 		}
 		out := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{}, Meta: mcp.Meta{MetaServer: data.Server, MetaDecision: rep.encode()}}
 		for _, c := range data.Contents {
@@ -112,27 +112,40 @@ func hasKey(m mcp.Meta, k string) bool {
 	return ok
 }
 
-// wireError is err as a JSON-RPC error that keeps its kind.
-func wireError(err error) error {
-	kind, msg := KindUpstream, err.Error()
+// wireData is the data of a refusal's JSON-RPC error: its kind, and how
+// the policy decided and on which server, when it got that far.
+type wireData struct {
+	Kind     string `json:"kind"`
+	Decision string `json:"decision,omitempty"`
+	Server   string `json:"server,omitempty"`
+}
+
+// wireError is err as a JSON-RPC error that keeps its kind and rep's
+// decision.
+func wireError(err error, rep *CallReport) error {
+	d := wireData{Kind: KindUpstream, Decision: rep.Decision, Server: rep.Server}
+	msg := err.Error()
 	var pe *Error
 	if errors.As(err, &pe) {
-		kind, msg = pe.Kind, pe.Message
+		d.Kind, msg = pe.Kind, pe.Message
 	}
-	data, _ := json.Marshal(map[string]string{"kind": kind})
+	data, _ := json.Marshal(d)
 	return &jsonrpc.Error{Code: codeRefused, Message: msg, Data: data}
 }
 
 // fromWire is a remote proxy's failed answer to a resource request as an
-// *[Error]: its kind and message when the proxy refused or failed it, else
-// what went wrong on the way (scrubbed of the proxy URL's secrets).
-func (c *Client) fromWire(ctx context.Context, err error, what string) error {
+// *[Error]: its kind and message when the proxy refused or failed it (rep
+// gets its decision), else what went wrong on the way (scrubbed of the
+// proxy URL's secrets).
+func (c *Client) fromWire(ctx context.Context, err error, what string, rep *CallReport) error {
 	var we *jsonrpc.Error
 	if errors.As(err, &we) && we.Code == codeRefused {
-		var d struct {
-			Kind string `json:"kind"`
-		}
+		var d wireData
 		if json.Unmarshal(we.Data, &d) == nil && d.Kind != "" && len(d.Kind) <= 32 {
+			rep.decode(d.Decision)
+			if len(d.Server) <= MaxNameLen {
+				rep.Server = d.Server
+			}
 			return &Error{Kind: d.Kind, Message: we.Message}
 		}
 	}
@@ -159,7 +172,7 @@ func (c *Client) Resources(ctx context.Context, req ResourceRequest) (ResourceLi
 	ctx = traced(ctx, req.Trace)
 	res, err := c.sess.ListResources(ctx, &mcp.ListResourcesParams{Meta: resourceMeta(ctx, req)})
 	if err != nil {
-		return ResourceList{}, c.fromWire(ctx, err, "the listing of resources")
+		return ResourceList{}, c.fromWire(ctx, err, "the listing of resources", rep)
 	}
 	if !hasKey(res.Meta, MetaDecision) {
 		return ResourceList{}, errorf(KindUpstream, "the MCP proxy does not list upstream resources for the bridge (a bridge proxy older than this bridge?)")
@@ -201,7 +214,7 @@ func (c *Client) ReadResource(ctx context.Context, req ResourceRequest) (*Resour
 	what := fmt.Sprintf("the read of %s", clip(req.URI))
 	res, err := c.sess.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.URI, Meta: resourceMeta(ctx, req)})
 	if err != nil {
-		return nil, c.fromWire(ctx, err, what)
+		return nil, c.fromWire(ctx, err, what, rep)
 	}
 	rep.decode(res.Meta[MetaDecision])
 	server, _ := res.Meta[MetaServer].(string)
