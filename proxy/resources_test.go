@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -142,9 +143,10 @@ func TestResourcesListAndRead(t *testing.T) {
 			if err != nil || len(d.Contents) != 2 || !d.Contents[0].Text || d.Contents[1].Text || d.Contents[1].URI != "docs://pair/b" {
 				t.Fatalf("pair: %+v, %v", d, err)
 			}
-			// A template finds its server; the scheme is matched in any case.
+			// A template finds its server; the scheme is matched in any case,
+			// and the URI read is the normal form.
 			d, err = readRes(c, "r1", "", "FILES://item/42", 0)
-			if err != nil || d.Server != "files" || string(d.Contents[0].Data) != "item 42" {
+			if err != nil || d.Server != "files" || d.URI != "files://item/42" || string(d.Contents[0].Data) != "item 42" {
 				t.Fatalf("item: %+v, %v", d, err)
 			}
 			if n := reads.Load() - before; n != 4 {
@@ -308,5 +310,45 @@ tokenize:
 	}
 	if _, err := readRes(c, "r1", "alpha", "alpha://x", 0); kindOf(err) != KindDenied || !strings.Contains(err.Error(), "tokenize.results") {
 		t.Errorf("alpha: %v", err)
+	}
+}
+
+// A server whose resource listing goes on and on is refused for resources
+// at a bound, and says so; its tools are not affected.
+func TestResourceListIsBounded(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "endless"}, nil)
+	s.AddResource(&mcp.Resource{URI: "x://0", Name: "0"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "x://0", Text: "zero"}}}, nil
+	})
+	var pages atomic.Int64
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "resources/list" {
+				return next(ctx, method, req)
+			}
+			n := pages.Add(1)
+			return &mcp.ListResourcesResult{Resources: []*mcp.Resource{{URI: fmt.Sprintf("x://%d", n), Name: "r"}}, NextCursor: fmt.Sprintf("p%d", n)}, nil
+		}
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(hs.Close)
+	_, c, _ := startProxy(t, Options{}, ServerConfig{Name: "endless", Type: TypeHTTP, URL: hs.URL})
+	_, err := listRes(c, "r1", "endless")
+	if kindOf(err) != KindUpstream || !strings.Contains(err.Error(), `server "endless" lists more resources than the bridge takes (a nextCursor on page 100 stopped the listing)`) {
+		t.Fatalf("listing: %v", err)
+	}
+	if n := pages.Load(); n != 100 {
+		t.Errorf("the server served %d pages, want 100", n)
+	}
+	// Named, its resource is still read; found by URI, it cannot be.
+	if d, err := readRes(c, "r1", "endless", "x://0", 0); err != nil || string(d.Contents[0].Data) != "zero" {
+		t.Errorf("read x://0: %+v, %v", d, err)
+	}
+	if _, err := readRes(c, "r1", "", "x://0", 0); kindOf(err) != KindUnknownResource || !strings.Contains(err.Error(), "servers that could not be listed: endless") {
+		t.Errorf("read x://0 without its server: %v", err)
+	}
+	// A template too long to compile is listed, never matched.
+	if compileTemplate(strings.Repeat("a", maxTemplateBytes+1)) != nil || compileTemplate("x://{bad") != nil || compileTemplate("x://{id}") == nil {
+		t.Error("compileTemplate")
 	}
 }

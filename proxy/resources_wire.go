@@ -30,6 +30,9 @@ import (
 const (
 	MetaMaxBytes  = "io.github.bridge-mcp/max-bytes"
 	MetaTemplates = "io.github.bridge-mcp/templates"
+	// MetaURI, on a read's answer, is the URI read as the policy decided
+	// on it (policy.NormalizeURI).
+	MetaURI = "io.github.bridge-mcp/uri"
 )
 
 // codeRefused is the JSON-RPC error code of a resource request the proxy
@@ -89,7 +92,7 @@ func (p *Proxy) serveResources(ctx context.Context, method string, req mcp.Reque
 		if err != nil {
 			return nil, true, wireError(err, &rep)
 		}
-		out := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{}, Meta: mcp.Meta{MetaServer: data.Server, MetaDecision: rep.encode()}}
+		out := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{}, Meta: mcp.Meta{MetaServer: data.Server, MetaURI: data.URI, MetaDecision: rep.encode()}}
 		for _, c := range data.Contents {
 			rc := &mcp.ResourceContents{URI: c.URI, MIMEType: c.MIMEType}
 			if c.Text {
@@ -223,6 +226,9 @@ func (c *Client) ReadResource(ctx context.Context, req ResourceRequest) (*Resour
 	}
 	rep.Server = server
 	data := &ResourceData{Server: server, URI: req.URI}
+	if u, ok := res.Meta[MetaURI].(string); ok && u != "" && len(u) <= len(req.URI) { // normalizing never lengthens a URI
+		data.URI = u
+	}
 	for _, ct := range res.Contents {
 		if ct == nil {
 			continue
