@@ -50,6 +50,12 @@ func (u *spanUpstreams) CallJSON(_ context.Context, c proxy.Call) (json.RawMessa
 	c.Report.Decision, c.Report.Server, c.Report.Tool = "allow", c.Server, c.Tool
 	return json.RawMessage(`{"content":[{"type":"text","text":"result-value"}]}`), nil
 }
+func (u *spanUpstreams) Resources(context.Context, proxy.ResourceRequest) (proxy.ResourceList, error) {
+	return proxy.ResourceList{}, nil
+}
+func (u *spanUpstreams) ReadResource(context.Context, proxy.ResourceRequest) (*proxy.ResourceData, error) {
+	return nil, &proxy.Error{Kind: proxy.KindUnknownResource, Message: "no resources here"}
+}
 
 // A call of run_python whose _meta carries the client's traceparent is
 // one trace under the client's span: the call's span, its queue, instance

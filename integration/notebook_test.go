@@ -213,8 +213,9 @@ func TestNotebookHelp(t *testing.T) {
 		flat := strings.Join(strings.Fields(r.out.Stdout), " ")
 		for _, want := range append(common,
 			"in a session's container",
-			"the variables, functions and imports of its earlier calls are here, and their files in /tmp",
-			"files of /tmp/outputs already sent come back again only if changed.",
+			"earlier calls' variables, imports and /tmp files are here",
+			"sent files of /tmp/outputs come back only if changed.",
+			"A snapshot keeps /tmp files only",
 			"The call's timeout (or cancellation) raises KeyboardInterrupt: code that stops within 3 s keeps the session and its state; code that goes on is killed with its container and the state is lost",
 		) {
 			if !strings.Contains(flat, want) {
@@ -226,7 +227,7 @@ func TestNotebookHelp(t *testing.T) {
 		}
 		r = notebookCall(t, cs, "import mcp_tools\nmcp_tools.help()", "")
 		flat = strings.Join(strings.Fields(r.out.Stdout), " ")
-		for _, want := range append(common, "in a fresh container", "Nothing is kept between calls.", "the call's timeout kills the container") {
+		for _, want := range append(common, "in a fresh container", "Nothing is kept between calls.", "inputs in /tmp/inputs, read-only", "the call's timeout kills the container") {
 			if !strings.Contains(flat, want) {
 				t.Errorf("help() in a run lacks %q:\n%s", want, r.out.Stdout)
 			}

@@ -116,9 +116,14 @@ type Call struct {
 	Duration      time.Duration
 	ArgumentBytes int
 	ResultBytes   int
+	// URI is, for a resource read (Tool ResourcesRead), the resource's
+	// URI; never its contents.
+	URI string
 }
 
-// Call records a tool-call decision.
+// Call records a tool-call decision, or a resource listing or read (Tool
+// ResourcesList or ResourcesRead): events resource_list and resource_read,
+// with the URI read and no tool.
 func (a *Auditor) Call(c Call) {
 	decision := "allow"
 	if !c.Allowed {
@@ -126,8 +131,15 @@ func (a *Auditor) Call(c Call) {
 	}
 	ev, done := a.event()
 	defer done()
-	ev = ev.Str("event", "tool_call").Str("run_id", c.RunID).Str("server", c.Server).Str("tool", c.Tool).
-		Str("decision", decision).Str("rule", c.Rule).
+	switch c.Tool {
+	case ResourcesRead:
+		ev = ev.Str("event", "resource_read").Str("run_id", c.RunID).Str("server", c.Server).Str("uri", c.URI)
+	case ResourcesList:
+		ev = ev.Str("event", "resource_list").Str("run_id", c.RunID).Str("server", c.Server)
+	default:
+		ev = ev.Str("event", "tool_call").Str("run_id", c.RunID).Str("server", c.Server).Str("tool", c.Tool)
+	}
+	ev = ev.Str("decision", decision).Str("rule", c.Rule).
 		Float64("duration_ms", float64(c.Duration.Microseconds())/1000).
 		Int("argument_bytes", c.ArgumentBytes).Int("result_bytes", c.ResultBytes)
 	if c.Asked != "" {

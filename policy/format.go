@@ -128,6 +128,23 @@ func Format(p *Policy) string {
 	w(1, "on_change: %s", t.OnChange)
 	w(1, "lock_file: %s", strconv.Quote(t.LockFile))
 
+	rs := &p.Resources
+	w(0, "resources:")
+	w(1, "default: %s", word(string(rs.Default)))
+	if len(rs.Rules) == 0 {
+		w(1, "rules: []")
+	} else {
+		w(1, "rules:")
+		for i := range rs.Rules {
+			r := &rs.Rules[i]
+			w(2, "- server: %s", strconv.Quote(r.Server))
+			w(3, "uri: %s", strconv.Quote(r.URI))
+			w(3, "action: %s", word(string(r.Action)))
+			w(3, "reason: %s", strconv.Quote(r.Reason))
+		}
+	}
+	w(1, "max_bytes: %s", units.FormatSize(rs.MaxBytes))
+
 	bu := &p.Budgets
 	w(0, "budgets:")
 	w(1, "max_calls_per_run: %d", bu.MaxCallsPerRun)

@@ -81,6 +81,10 @@ tools:
   ask_max_per_run: 10
   on_change: deny
   lock_file: ""
+resources:
+  default: allow
+  rules: []
+  max_bytes: 8Mi
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi
@@ -132,6 +136,7 @@ func TestFormatWithRulesAndRates(t *testing.T) {
 		{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, OpenWorldHint: &fa}, Action: Allow},
 	}
 	p.Budgets.Rates = []Rate{{Server: "*", Tool: "*", Per: "server", PerSecond: 1.0 / 60, Burst: 1}}
+	p.Resources = Resources{Default: Deny, Rules: []ResourceRule{{Server: "fs", URI: "file:///data/*", Action: Allow}}, MaxBytes: 1 << 20}
 	want := `# The policy in "/etc/bridge/policy.yaml" with every default written out.
 version: 1
 sandbox:
@@ -210,6 +215,14 @@ tools:
   ask_max_per_run: 10
   on_change: deny
   lock_file: ""
+resources:
+  default: deny
+  rules:
+    - server: "fs"
+      uri: "file:///data/*"
+      action: allow
+      reason: ""
+  max_bytes: 1Mi
 budgets:
   max_calls_per_run: 1000
   max_argument_bytes: 1Mi

@@ -101,6 +101,7 @@ func Default() *Policy {
 		Skills:    defaultSkills(),
 		Artifacts: defaultArtifacts(),
 		Inputs:    defaultInputs(),
+		Resources: defaultResources(),
 		Tokenize:  defaultTokenize(),
 		HTTP:      defaultHTTP(),
 		Tools: Tools{
@@ -178,7 +179,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys = []string{"version", "sandbox", "pool", "sessions", "snapshots", "skills", "mounts", "artifacts", "inputs", "tools", "budgets", "tokenize", "audit", "http"}
+	topKeys = []string{"version", "sandbox", "pool", "sessions", "snapshots", "skills", "mounts", "artifacts", "inputs", "tools", "resources", "budgets", "tokenize", "audit", "http"}
 )
 
 // sectionOf is, for each key of a section, the section: it turns "unknown
@@ -188,7 +189,7 @@ var sectionOf = func() map[string]string {
 	for _, s := range []struct {
 		name string
 		keys []string
-	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"inputs", inputsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}, {"tokenize", tokenizeKeys}, {"http", httpKeys}} {
+	}{{"sandbox", sandboxKeys}, {"pool", poolKeys}, {"artifacts", artifactsKeys}, {"inputs", inputsKeys}, {"mounts items", mountKeys}, {"tools", toolsKeys}, {"resources", resourcesKeys}, {"resources.rules items", resourceRuleKeys}, {"budgets", budgetsKeys}, {"audit", auditKeys}, {"tools.rules items", ruleKeys}, {"budgets.rates items", rateKeys}, {"annotations", annotationKeys}, {"tokenize", tokenizeKeys}, {"http", httpKeys}} {
 		for _, k := range s.keys {
 			if _, ok := m[k]; !ok {
 				m[k] = s.name
@@ -321,6 +322,7 @@ func (p *parser) encoding(data []byte) bool {
 
 func (p *parser) parse(data []byte) *Policy {
 	pol := Default()
+	pol.Resources.Default = "" // unless the file says: tools.default's (below)
 	if len(data) > MaxFileSize {
 		p.errorf(nil, "the file is %d bytes; a policy file may have at most %d (1 MiB)", len(data), MaxFileSize)
 		return pol
@@ -386,6 +388,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.inputs(k, v, &pol.Inputs)
 		case "tools":
 			p.tools(k, v, &pol.Tools)
+		case "resources":
+			p.resources(k, v, &pol.Resources)
 		case "budgets":
 			p.budgets(k, v, &pol.Budgets)
 		case "tokenize":
@@ -396,6 +400,9 @@ func (p *parser) parse(data []byte) *Policy {
 			p.http(k, v, &pol.HTTP)
 		}
 	})
+	if pol.Resources.Default == "" {
+		pol.Resources.Default = resourcesDefault(pol.Tools.Default)
+	}
 	if seen["version"] == nil {
 		p.errorf(root, "missing version: the file must start with \"version: %d\"", Version)
 	}

@@ -22,6 +22,10 @@ func normalized(p *Policy) *Policy {
 	for i := range q.Tools.Rules {
 		q.Tools.Rules[i].Line, q.Tools.Rules[i].Column = 0, 0
 	}
+	q.Resources.Rules = append([]ResourceRule(nil), p.Resources.Rules...)
+	for i := range q.Resources.Rules {
+		q.Resources.Rules[i].Line, q.Resources.Rules[i].Column = 0, 0
+	}
 	q.Budgets.Rates = append([]Rate(nil), p.Budgets.Rates...)
 	for i := range q.Budgets.Rates {
 		q.Budgets.Rates[i].Line, q.Budgets.Rates[i].Column = 0, 0
@@ -102,7 +106,7 @@ func TestExampleFileIsTheDefault(t *testing.T) {
 	}
 	// The file sets every key explicitly (no key left to the defaults).
 	data, _ := os.ReadFile("../policy.example.yaml")
-	for _, keys := range [][]string{topKeys, sandboxKeys, snapshotsKeys, artifactsKeys, toolsKeys, budgetsKeys, auditKeys, httpKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, snapshotsKeys, artifactsKeys, inputsKeys, toolsKeys, resourcesKeys, budgetsKeys, auditKeys, httpKeys} {
 		for _, k := range keys {
 			if !regexp.MustCompile(`(?m)^ *` + k + `:`).Match(data) {
 				t.Errorf("policy.example.yaml does not set %s", k)
@@ -132,6 +136,9 @@ func TestExampleFileCommentedRules(t *testing.T) {
 	}
 	if got := normalized(p).Tools.Rules; !reflect.DeepEqual(got, want) {
 		t.Errorf("rules = %+v\nwant %+v", got, want)
+	}
+	if got := normalized(p).Resources.Rules; len(got) != 1 || got[0] != (ResourceRule{Server: "filesystem", URI: "file:///home/*/.ssh/*", Action: Deny, Reason: "keys stay on the host"}) {
+		t.Errorf("resources rules = %+v", got)
 	}
 	if r := p.Budgets.Rates[0]; r.Server != "github" || r.Tool != "*" || r.Per != "tool" || r.PerSecond != 1 || r.Burst != 10 {
 		t.Errorf("rate = %+v", r)
@@ -248,6 +255,8 @@ snapshots:
 			{Server: "*", Tool: "*", Annotations: Annotations{ReadOnlyHint: &tr, DestructiveHint: &fa, IdempotentHint: &tr, OpenWorldHint: &fa},
 				Action: Allow, Line: 36, Column: 9},
 		}, AskFallback: Allow, AskTimeout: 30 * time.Second, AskRemember: RememberConnection, AskMaxPerRun: 3, OnChange: Deny},
+		// Not set: tools.default's deny.
+		Resources: Resources{Default: Deny, MaxBytes: 8 << 20},
 		Budgets: Budgets{MaxCallsPerRun: 0, MaxArgumentBytes: 4 << 20, MaxResultBytes: 1, CallTimeout: 500 * time.Millisecond, Rates: []Rate{
 			{Server: "*", Tool: "*", Per: "tool", PerSecond: 10, Burst: 10, Line: 52, Column: 7},
 			{Server: "github", Tool: "search_*", Per: "server", PerSecond: 1.5, Burst: 3, Line: 53, Column: 7},
@@ -316,8 +325,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http), got a string "hello"`}},
 		// The bounds of what a client sends.
 		{"code over request", "version: 1\nsandbox:\n  max_code_bytes: 8Mi\n", []string{"3:19: sandbox.max_code_bytes (8Mi) is more than sandbox.max_request_bytes (4Mi)"}},
 		{"request under code", "version: 1\nsandbox:\n  max_request_bytes: 512Ki\n", []string{"3:22: sandbox.max_code_bytes (1Mi) is more than sandbox.max_request_bytes (512Ki)"}},
@@ -373,7 +382,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -390,9 +399,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, budgets, tokenize, audit, http`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -663,7 +672,7 @@ func TestDocsDefaults(t *testing.T) {
 	}
 	doc := string(data)
 	formatted := Format(Default())
-	for _, section := range []string{"sandbox", "pool", "sessions", "snapshots", "skills", "artifacts", "tools", "budgets", "audit", "http"} {
+	for _, section := range []string{"sandbox", "pool", "sessions", "snapshots", "skills", "artifacts", "tools", "resources", "budgets", "audit", "http"} {
 		i := strings.Index(doc, "### `"+section+"`")
 		if i < 0 {
 			t.Fatalf("docs/policy.md has no section %s", section)
@@ -704,7 +713,7 @@ func TestDocsDefaults(t *testing.T) {
 			t.Errorf("docs/policy.md: no table under %s", section)
 		}
 	}
-	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, snapshotsKeys, skillsKeys, mountKeys, artifactsKeys, toolsKeys, ruleKeys, annotationKeys, budgetsKeys, rateKeys, auditKeys, httpKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, snapshotsKeys, skillsKeys, mountKeys, artifactsKeys, inputsKeys, toolsKeys, ruleKeys, annotationKeys, resourcesKeys, resourceRuleKeys, budgetsKeys, rateKeys, auditKeys, httpKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") {
 				t.Errorf("docs/policy.md does not mention `%s`", k)

@@ -28,11 +28,12 @@ type Policy struct {
 	Mounts    []Mount
 	Artifacts Artifacts
 	// Inputs bound the files a call passes in.
-	Inputs   Inputs
-	Tools    Tools
-	Budgets  Budgets
-	Tokenize Tokenize
-	Audit    Audit
+	Inputs    Inputs
+	Tools     Tools
+	Resources Resources
+	Budgets   Budgets
+	Tokenize  Tokenize
+	Audit     Audit
 	// HTTP bounds the MCP sessions of serve --http and proxy --http.
 	HTTP HTTP
 

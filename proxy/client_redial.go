@@ -156,3 +156,21 @@ func (r *Redialing) CallJSON(ctx context.Context, call Call) (json.RawMessage, e
 	}
 	return c.CallJSON(ctx, call)
 }
+
+// Resources is [Client.Resources] on the current session.
+func (r *Redialing) Resources(ctx context.Context, req ResourceRequest) (ResourceList, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return ResourceList{}, err
+	}
+	return c.Resources(ctx, req)
+}
+
+// ReadResource is [Client.ReadResource] on the current session.
+func (r *Redialing) ReadResource(ctx context.Context, req ResourceRequest) (*ResourceData, error) {
+	c, err := r.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.ReadResource(ctx, req)
+}

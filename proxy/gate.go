@@ -82,6 +82,9 @@ type callRecord struct {
 	start time.Time
 	rec   policy.Call
 	run   *policy.Run // the call's run, once the gate found it
+	// resource marks a resource listing or read (resources.go): audited,
+	// but not counted in the tool-call metrics.
+	resource bool
 }
 
 // write records the call with the policy's store, if there is one, and in
@@ -92,7 +95,7 @@ func (c *callRecord) write(refused string) {
 		store.Record(c.run, c.rec)
 	}
 	m := c.p.opts.Metrics
-	if m == nil {
+	if m == nil || c.resource {
 		return
 	}
 	decision := "allowed"
@@ -130,7 +133,7 @@ func (c *callRecord) finish(res *mcp.CallToolResult, js []byte, err error) (*mcp
 		if errors.As(err, &pe) {
 			c.rec.Error = pe.Kind
 		}
-		if c.rec.Error == KindLimit {
+		if c.rec.Error == KindLimit && !c.resource {
 			// A result over budgets.max_result_bytes.
 			c.p.opts.Metrics.Cutoff("budgets.max_result_bytes")
 		}

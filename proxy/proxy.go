@@ -164,29 +164,7 @@ func New(cfg Config, opts Options) *Proxy {
 			Resources: &mcp.ResourceCapabilities{},
 		},
 	})
-	p.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			switch method {
-			case "tools/list":
-				p.refreshAll(ctx)
-			case "tools/call":
-				// Every upstream tool, listed or denied, is answered here:
-				// a denied one must say so, not "unknown tool".
-				if r, ok := req.(*mcp.CallToolRequest); ok {
-					server, tool, ok := p.target(r)
-					if ok {
-						return p.callTool(ctx, r, server, tool), nil
-					}
-					if _, named := r.Params.Meta[MetaServer]; named {
-						// The bridge asked for a pair no upstream lists: never
-						// let the name alone pick another server's tool.
-						return nil, fmt.Errorf("unknown tool: server %q has no tool %q", server, tool)
-					}
-				}
-			}
-			return next(ctx, method, req)
-		}
-	})
+	p.server.AddReceivingMiddleware(p.intercept)
 	if opts.Policy != nil {
 		opts.Policy.OnChange(func(*policy.Snapshot) { p.resync() })
 	}
@@ -197,6 +175,37 @@ func New(cfg Config, opts Options) *Proxy {
 		MIMEType:    "application/json",
 	}, p.readServers)
 	return p
+}
+
+// intercept answers, ahead of the SDK's handlers, the requests that go
+// upstream: tools/call (and tools/list brings the tools up to date first),
+// and a bridge's resources/list and resources/read (resources_wire.go).
+func (p *Proxy) intercept(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "tools/list":
+			p.refreshAll(ctx)
+		case "tools/call":
+			// Every upstream tool, listed or denied, is answered here:
+			// a denied one must say so, not "unknown tool".
+			if r, ok := req.(*mcp.CallToolRequest); ok {
+				server, tool, ok := p.target(r)
+				if ok {
+					return p.callTool(ctx, r, server, tool), nil
+				}
+				if _, named := r.Params.Meta[MetaServer]; named {
+					// The bridge asked for a pair no upstream lists: never
+					// let the name alone pick another server's tool.
+					return nil, fmt.Errorf("unknown tool: server %q has no tool %q", server, tool)
+				}
+			}
+		case "resources/list", "resources/read":
+			if res, handled, err := p.serveResources(ctx, method, req); handled {
+				return res, err
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // Server is the proxy's MCP server, to connect to a transport.

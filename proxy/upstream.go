@@ -49,6 +49,9 @@ type upstream struct {
 	scrubber *Scrubber
 	// raw holds the big results of calls that want them raw (raw.go).
 	raw *rawResults
+	// resCache holds the server's last resource listing
+	// (resources_upstream.go).
+	resCache resourceCache
 
 	mu         sync.Mutex
 	sess       *mcp.ClientSession
@@ -119,6 +122,9 @@ const (
 	KindUnknownSrv  = "unknown_server"
 	KindLimit       = "limit"
 	KindDenied      = "denied"
+	// KindUnknownResource: no server has the resource, or several do and
+	// the caller named none.
+	KindUnknownResource = "unknown_resource"
 )
 
 // Error is a failure of the proxy or an upstream (not a tool's own error,
@@ -327,6 +333,9 @@ func (u *upstream) connect() (*mcp.ClientSession, error) {
 			u.toolsMu.Unlock()
 			u.log.Debug().Msg("upstream: tool list changed")
 			go u.changed(u.cfg.Name)
+		},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			u.resCache.invalidate()
 		},
 	})
 	start := time.Now()

@@ -25,7 +25,7 @@ const (
 	// error: the memory it would have held is never held.
 	maxPendingBytes       = 32 << 20
 	maxBridgePendingBytes = 128 << 20
-	// A tool call reserves the largest result it may bring
+	// A tool call (and a resource read, relay.OpReadResource) reserves the largest result it may bring
 	// ([ExecutorOptions.ResultBytes], [relay.MaxResultBytes] by default) before it goes to
 	// the upstream, and gives it back once its answer is written: a result
 	// is read, decoded and encoded before its size is known, so the only

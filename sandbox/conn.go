@@ -200,7 +200,8 @@ func (rc *runConn) request(ctx context.Context, m relay.Message, deadline time.T
 		defer func() { <-rc.slots }() // held until the answer is written
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		var r relay.ToolResult
-		if isCall {
+		// A read of a resource brings a result as large as a call's.
+		if isCall || m.Query.Op == relay.OpReadResource {
 			// Its result capacity too is held until the answer is written.
 			if release, ok := rc.reserveResult(cctx); ok {
 				defer release()

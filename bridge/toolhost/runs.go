@@ -35,6 +35,10 @@ type TraceEntry struct {
 	DurationMS    float64 `json:"duration_ms"`
 	ArgumentBytes int     `json:"argument_bytes"`
 	ResultBytes   int     `json:"result_bytes"`
+	// URI is, for a resource read (Tool "resources/read"), the resource's
+	// URI as the code gave it, cut to 256 bytes; a listing's Tool is
+	// "resources/list".
+	URI string `json:"uri,omitempty"`
 	// Error is the error type of a call that failed (denied, limit,
 	// timeout, upstream, ...); a tool's own error result is not one.
 	Error string `json:"error,omitempty"`

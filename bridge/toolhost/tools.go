@@ -50,6 +50,10 @@ type Upstreams interface {
 	Call(ctx context.Context, call proxy.Call) (*mcp.CallToolResult, error)
 	// CallJSON is Call with the result as JSON, encoded once.
 	CallJSON(ctx context.Context, call proxy.Call) (json.RawMessage, error)
+	// Resources lists the servers' resources and ReadResource reads one,
+	// for a run, under the proxy's policy.
+	Resources(ctx context.Context, req proxy.ResourceRequest) (proxy.ResourceList, error)
+	ReadResource(ctx context.Context, req proxy.ResourceRequest) (*proxy.ResourceData, error)
 }
 
 var (
@@ -65,6 +69,7 @@ var moduleReserved = func() map[string]bool {
 	for _, n := range strings.Fields(`servers tools describe search call acall call_raw acall_raw help
 		MCPToolsError ToolError UnknownServerError UnknownToolError UpstreamError ToolTimeoutError
 		ToolDeniedError LimitExceededError ToolsUnavailableError show save_skill skills SkillError
+		resources read_resource UnknownResourceError _resources
 		_core _help _modules _show _skills _carry _runner_files __pycache__
 		__all__ __builtins__ __cached__ __dir__ __doc__ __file__ __getattr__ __loader__ __name__
 		__package__ __path__ __spec__`) {
@@ -98,11 +103,12 @@ func New(up Upstreams, o Options) sandbox.ToolHandler {
 	if o.Tracer == nil {
 		o.Tracer = noop.Tracer{}
 	}
-	return &toolHandler{up: up, maxResult: o.MaxResult, runs: o.Runs, times: o.Times, tracer: o.Tracer, log: o.Logger}
+	return &toolHandler{up: up, res: NewResources(up, o.Runs), maxResult: o.MaxResult, runs: o.Runs, times: o.Times, tracer: o.Tracer, log: o.Logger}
 }
 
 type toolHandler struct {
 	up        Upstreams
+	res       *Resources
 	maxResult int
 	runs      *Runs
 	times     *CallTimes
@@ -229,7 +235,15 @@ type (
 // proxy; the rest is the bridge's own work, done under the run's host meter
 // (one query at a time per run, within its budget), and an answer over the
 // result limit is refused with a hint instead of being sent.
-func (h *toolHandler) Query(ctx context.Context, _ string, q relay.Query) relay.ToolResult {
+func (h *toolHandler) Query(ctx context.Context, runID string, q relay.Query) relay.ToolResult {
+	if q.Op == relay.OpResources || q.Op == relay.OpReadResource {
+		// The proxy's work, each one of the run's calls: refused only once
+		// the run's host time is spent, as a tool call is.
+		if err := sandbox.HostMeterFrom(ctx).Do(func() {}); err != nil {
+			return relay.ToolResult{Error: &relay.ToolError{Type: relay.ErrLimit, Message: err.Error()}}
+		}
+		return h.resourceQuery(ctx, runID, q)
+	}
 	// Fetch (or reuse) the catalog first, outside the meter: it may wait on
 	// upstreams starting.
 	if q.Op == relay.OpServers || q.Op == relay.OpTools || q.Op == relay.OpSearch {

@@ -29,6 +29,12 @@ type fakeUpstreams struct {
 	result  *mcp.CallToolResult
 	err     error
 	gotRun  string
+	// Resources: the listing, the read and its report's decision, and the
+	// last read asked for.
+	resources proxy.ResourceList
+	read      *proxy.ResourceData
+	decision  string
+	gotRead   proxy.ResourceRequest
 }
 
 func (f *fakeUpstreams) Servers(context.Context) ([]proxy.ServerStatus, error) { return f.servers, nil }
@@ -51,6 +57,25 @@ func (f *fakeUpstreams) CallJSON(ctx context.Context, call proxy.Call) (json.Raw
 		return nil, err
 	}
 	return json.Marshal(res)
+}
+
+func (f *fakeUpstreams) Resources(_ context.Context, req proxy.ResourceRequest) (proxy.ResourceList, error) {
+	f.gotRun = req.RunID
+	if f.err != nil {
+		return proxy.ResourceList{}, f.err
+	}
+	return f.resources, nil
+}
+
+func (f *fakeUpstreams) ReadResource(_ context.Context, req proxy.ResourceRequest) (*proxy.ResourceData, error) {
+	f.gotRun, f.gotRead = req.RunID, req
+	if f.err != nil {
+		return nil, f.err
+	}
+	if req.Report != nil {
+		req.Report.Decision, req.Report.Server = f.decision, f.read.Server
+	}
+	return f.read, nil
 }
 
 func newFake() *fakeUpstreams {

@@ -261,7 +261,7 @@ class _Awaiting:
 
 # The operations a query may ask for. Any other op is a protocol error to
 # the bridge, which would end the run, so query() refuses it first.
-QUERY_OPS = frozenset({"servers", "tools", "search", "skills", "skill_source", "save_skill"})
+QUERY_OPS = frozenset({"servers", "tools", "search", "skills", "skill_source", "save_skill", "resources", "read_resource"})
 
 
 class _Waiter:

@@ -134,6 +134,8 @@ class FakeRelay:
         self.call_error: RelayError | None = None
         self.query_error: RelayError | None = None
         self.threaded = False  # answer blocking calls from another thread, as the runner does
+        self.resources: Any = {"resources": [], "templates": []}  # the answer to the resources query
+        self.reads: dict[str, Any] = {}  # uri -> the answer to read_resource, or a RelayError
 
     def module(self) -> types.ModuleType:
         mod = types.ModuleType("_bridge_relay")
@@ -157,6 +159,15 @@ class FakeRelay:
             return self.tools[args["server"]]
         if op == "search":
             return self.search_results
+        if op == "resources":
+            return self.resources
+        if op == "read_resource":
+            got = self.reads.get(args["uri"])
+            if isinstance(got, RelayError):
+                raise got
+            if got is None:
+                raise RelayError("unknown_resource", f"no server lists the resource {args['uri']!r}; servers with resources: docs, files")
+            return got
         raise RelayError("invalid", f"bad op {op}")
 
     async def aquery(self, op: str, args: dict | None = None) -> Any:
@@ -688,6 +699,78 @@ class AliasTest(unittest.TestCase):
     def test_aliases_are_distinct(self) -> None:
         self.assertEqual(_core.aliases(["a-b", "a_b", "a.b"]), {"a-b": "a_b_", "a_b": "a_b", "a.b": "a_b__"})
         self.assertEqual(_core.aliases(["class", "class_"]), {"class": "class__", "class_": "class_"})
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+class ResourcesTest(Base):
+    def setUp(self) -> None:
+        super().setUp()
+        self.relay.resources = {
+            "resources": [
+                {"server": "docs", "uri": "docs://readme", "name": "readme", "mime": "text/markdown", "size": 11, "description": "Read me"},
+                {"server": "files", "uri": "file:///a.bin", "name": "a.bin"},
+                "junk",
+            ],
+            "templates": [{"server": "docs", "uri_template": "docs://item/{id}", "name": "item", "mime": "text/plain"}],
+        }
+        self.relay.reads = {
+            "docs://readme": {"server": "docs", "uri": "docs://readme", "contents": [{"uri": "docs://readme", "mime": "text/markdown", "text": True, "data": b64("héllo".encode())}]},
+            "file:///a.bin": {"server": "files", "uri": "file:///a.bin", "contents": [{"uri": "file:///a.bin", "text": False, "data": b64(b"\x00\xff")}]},
+            "docs://pair": {"server": "docs", "uri": "docs://pair", "contents": [{"uri": "a", "text": True, "data": b64(b"a")}, {"uri": "b", "text": False, "data": b64(b"b")}]},
+            "docs://secret": RelayError("denied", "no secrets"),
+            "docs://big": RelayError("limit", "the resource is 9 MiB, over the 8 MiB the policy's resources.max_bytes allows"),
+        }
+
+    def test_listing(self) -> None:
+        self.assertEqual(
+            mcp_tools.resources(),
+            [
+                {"server": "docs", "uri": "docs://readme", "name": "readme", "mime": "text/markdown", "size": 11, "description": "Read me"},
+                {"server": "files", "uri": "file:///a.bin", "name": "a.bin", "mime": None},
+            ],
+        )
+        self.assertEqual(mcp_tools.resources("docs", templates=True), [{"server": "docs", "uri_template": "docs://item/{id}", "name": "item", "mime": "text/plain"}])
+        self.assertEqual(self.relay.queries, [("resources", {"server": None}), ("resources", {"server": "docs"})])
+        with self.assertRaises(TypeError):
+            mcp_tools.resources(3)
+        with self.assertRaises(TypeError):
+            mcp_tools.resources(templates="yes")
+        self.relay.resources = ["not", "a", "listing"]
+        with self.assertRaises(mcp_tools.MCPToolsError):
+            mcp_tools.resources()
+
+    def test_read(self) -> None:
+        self.assertEqual(mcp_tools.read_resource("docs://readme"), "héllo")
+        self.assertEqual(mcp_tools.read_resource("file:///a.bin", server="files"), b"\x00\xff")
+        self.assertEqual(mcp_tools.read_resource("docs://pair"), ["a", b"b"])
+        self.assertEqual(self.relay.queries[:2], [("read_resource", {"uri": "docs://readme", "server": None}), ("read_resource", {"uri": "file:///a.bin", "server": "files"})])
+
+    def test_errors(self) -> None:
+        with self.assertRaises(mcp_tools.UnknownResourceError) as cm:
+            mcp_tools.read_resource("docs://nothing")
+        self.assertIsInstance(cm.exception, LookupError)
+        self.assertIn("servers with resources: docs, files", str(cm.exception))
+        with self.assertRaises(mcp_tools.ToolDeniedError) as denied:
+            mcp_tools.read_resource("docs://secret")
+        self.assertIsInstance(denied.exception, PermissionError)
+        self.assertEqual(str(denied.exception), "no secrets")
+        with self.assertRaises(mcp_tools.LimitExceededError):
+            mcp_tools.read_resource("docs://big")
+        for bad, exc in ((None, TypeError), (b"docs://readme", TypeError), ("", ValueError)):
+            with self.assertRaises(exc):
+                mcp_tools.read_resource(bad)
+        with self.assertRaises(TypeError):
+            mcp_tools.read_resource("docs://readme", server=1)
+
+    def test_help_names_them(self) -> None:
+        self.assertIn("read_resource", mcp_tools.read_resource.__module__ + mcp_tools.read_resource.__name__)
+        self.assertEqual(mcp_tools.resources.__module__, "mcp_tools")
+        self.assertIn("mcp_tools.read_resource(uri)", _help._TOOLS)
+        self.assertIn("resources", mcp_tools.__all__)
+        self.assertIn("read_resource", mcp_tools.__all__)
 
 
 class HelpTest(Base):

@@ -973,6 +973,36 @@ class QueryTest(unittest.TestCase):
         r = run(code, on_frame=unknown)
         self.assertEqual(r.stdout, "unknown_server|no server x\n")
 
+    def test_resources_through_the_relay(self) -> None:
+        # mcp_tools.read_resource over the real relay: the ops go out as
+        # queries, a text content comes back str and a blob bytes.
+        def answer(host: FakeHost, msg: dict) -> None:
+            if msg["type"] != "query":
+                return
+            if msg["op"] == "resources":
+                result = {"resources": [{"server": "docs", "uri": "docs://a", "name": "a", "mime": "text/plain", "size": 3}], "templates": []}
+            elif msg["args"]["uri"] == "docs://a":
+                result = {"server": "docs", "uri": "docs://a", "contents": [{"uri": "docs://a", "mime": "text/plain", "text": True, "data": "aMOp"}]}
+            else:
+                result = {"server": "docs", "uri": "docs://b", "contents": [{"uri": "docs://b", "text": False, "data": "AAE="}]}
+            host.send({"type": "tool_result", "id": msg["id"], "result": result})
+
+        code = (
+            "import mcp_tools\n"
+            "print(mcp_tools.resources())\n"
+            "print(repr(mcp_tools.read_resource('docs://a')), repr(mcp_tools.read_resource('docs://b', server='docs')))\n"
+        )
+        r = run(code, on_frame=answer)
+        self.assertEqual(r.exit["status"], "ok", r.stderr)
+        self.assertEqual(
+            r.stdout,
+            "[{'server': 'docs', 'uri': 'docs://a', 'name': 'a', 'mime': 'text/plain', 'size': 3}]\n'hé' b'\\x00\\x01'\n",
+        )
+        self.assertEqual(
+            [(q["op"], q["args"]) for q in r.of_type("query")],
+            [("resources", {"server": None}), ("read_resource", {"uri": "docs://a", "server": None}), ("read_resource", {"uri": "docs://b", "server": "docs"})],
+        )
+
     def test_bad_queries_raise_in_the_code(self) -> None:
         # An op the bridge does not know would be a protocol error that ends
         # the run: the runner refuses it before sending anything.

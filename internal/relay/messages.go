@@ -48,8 +48,9 @@ type ToolCall struct {
 }
 
 // Query asks the bridge about the tools the code may use (which servers
-// there are, a server's tools, a search across them and the skills), or
-// has it save a skill: one of the Op constants.
+// there are, a server's tools, a search across them and the skills), has
+// it save a skill, or lists or reads the servers' resources: one of the Op
+// constants.
 type Query struct {
 	ID   int64           `json:"id"`
 	Op   string          `json:"op"`
@@ -66,12 +67,16 @@ const (
 	OpSkills      = "skills"
 	OpSkillSource = "skill_source"
 	OpSaveSkill   = "save_skill"
+	// OpResources lists the upstream servers' resources and OpReadResource
+	// reads one (docs/protocol.md, "Resources").
+	OpResources    = "resources"
+	OpReadResource = "read_resource"
 )
 
 // IsQueryOp reports whether op is an operation a [Query] may ask for.
 func IsQueryOp(op string) bool {
 	switch op {
-	case OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill:
+	case OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill, OpResources, OpReadResource:
 		return true
 	}
 	return false
@@ -231,6 +236,9 @@ const (
 	ErrUnknownSkill      = "unknown_skill"      // no skill has that name
 	ErrSkillExists       = "skill_exists"       // a save without overwrite found the name taken
 	ErrSkillsUnavailable = "skills_unavailable" // the skills folder cannot be read or written
+	// ErrUnknownResource: no server has the resource read, or several do
+	// and the code named none.
+	ErrUnknownResource = "unknown_resource"
 )
 
 // ToolResult answers a [ToolCall] or a [Query]. Exactly one of Result and Error is set.

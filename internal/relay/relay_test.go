@@ -62,6 +62,16 @@ func TestDecodeValid(t *testing.T) {
 				t.Fatalf("got %+v", q)
 			}
 		}},
+		{"query read_resource", `{"type":"query","id":4,"op":"read_resource","args":{"uri":"demo://resource/1","server":null}}`, func(t *testing.T, m Message) {
+			if q := m.Query; q.Op != OpReadResource || string(q.Args) != `{"uri":"demo://resource/1","server":null}` {
+				t.Fatalf("got %+v", q)
+			}
+		}},
+		{"query resources", `{"type":"query","id":5,"op":"resources","args":{"server":"fs"}}`, func(t *testing.T, m Message) {
+			if q := m.Query; q.Op != OpResources {
+				t.Fatalf("got %+v", q)
+			}
+		}},
 		{"exit error", `{"type":"exit","status":"error","exit_code":1,"error":{"type":"ValueError","message":"m","traceback":"tb"},"stdout_cut":5,"stderr_cut":0}`, func(t *testing.T, m Message) {
 			e := m.Exit
 			if e.Status != "error" || e.ExitCode != 1 || e.Error.Type != "ValueError" || e.StdoutCut != 5 {
@@ -97,7 +107,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"unknown field", frame(`{"type":"stdout","data":"x","extra":1}`), `unknown field "extra"`},
 		{"wrong field type", frame(`{"type":"stdout","data":5}`), "cannot unmarshal number"},
 		{"trailing data", frame(`{"type":"stdout","data":"x"} {}`), "not a JSON object"},
-		{"query unknown op", frame(`{"type":"query","id":1,"op":"exec","args":{}}`), `op must be servers, tools, search, skills, skill_source or save_skill, got "exec"`},
+		{"query unknown op", frame(`{"type":"query","id":1,"op":"exec","args":{}}`), `op must be servers, tools, search, skills, skill_source, save_skill, resources or read_resource, got "exec"`},
 		{"query without args", frame(`{"type":"query","id":1,"op":"servers"}`), `missing`},
 		{"query id zero", frame(`{"type":"query","id":0,"op":"servers","args":{}}`), `id must be a positive integer`},
 		{"query args not object", frame(`{"type":"query","id":1,"op":"servers","args":[]}`), `args`},

@@ -258,7 +258,8 @@ func (q *Query) check() error {
 	case q.ID <= 0:
 		return fmt.Errorf("id must be a positive integer, got %d", q.ID)
 	case !IsQueryOp(q.Op):
-		return fmt.Errorf("op must be %s, %s, %s, %s, %s or %s, got %q", OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill, truncate(q.Op, 40))
+		return fmt.Errorf("op must be %s, %s, %s, %s, %s, %s, %s or %s, got %q", OpServers, OpTools, OpSearch, OpSkills, OpSkillSource, OpSaveSkill,
+			OpResources, OpReadResource, truncate(q.Op, 40))
 	}
 	return nil
 }

@@ -14,7 +14,8 @@ Errors are MCPToolsError and its subclasses. show(x) saves a figure or image
 into the outputs folder ($BRIDGE_OUTPUTS, /tmp/outputs), whose files come
 back with the result, and prints a table as Markdown. save_skill(name, fn)
 keeps a function for later runs, which import it with `from skills import
-name`; skills() lists them. The reference is docs/sandbox-api.md in the
+name`; skills() lists them. resources() lists the servers' resources and
+read_resource(uri) reads one. The reference is docs/sandbox-api.md in the
 bridge's repository.
 """
 
@@ -25,6 +26,7 @@ from ._core import (
     ToolError,
     ToolsUnavailableError,
     ToolTimeoutError,
+    UnknownResourceError,
     UnknownServerError,
     UnknownToolError,
     UpstreamError,
@@ -38,6 +40,7 @@ from ._core import (
     tools,
 )
 from ._help import help
+from ._resources import read_resource, resources
 from ._show import show
 from ._skills import SkillError, save_skill, skills
 

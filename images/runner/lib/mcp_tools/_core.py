@@ -88,6 +88,13 @@ class LimitExceededError(MCPToolsError):
     type = "limit"
 
 
+class UnknownResourceError(MCPToolsError, LookupError):
+    """No server has the resource read, or several do and no server was
+    named (the message names them: pass server=...)."""
+
+    type = "unknown_resource"
+
+
 class ToolsUnavailableError(MCPToolsError):
     """No MCP servers are connected, this is not the bridge's sandbox, or
     this is a process the code forked (only the first process has the relay)."""
@@ -106,6 +113,7 @@ _ERRORS = {
         ToolDeniedError,
         LimitExceededError,
         ToolsUnavailableError,
+        UnknownResourceError,
     )
 }
 
@@ -138,6 +146,8 @@ PUBLIC = (
     "show",
     "save_skill",
     "skills",
+    "resources",
+    "read_resource",
     "SkillError",
     "MCPToolsError",
     "ToolError",
@@ -148,6 +158,7 @@ PUBLIC = (
     "ToolDeniedError",
     "LimitExceededError",
     "ToolsUnavailableError",
+    "UnknownResourceError",
 )
 
 # Attributes every module may have; no tool function may take these names.
@@ -159,7 +170,7 @@ MODULE_DUNDERS = frozenset(
 # Every attribute the mcp_tools package has or may get: a server's module
 # alias must be none of them. The bridge computes module aliases with the
 # same list (test_mcp_tools checks that it covers the package).
-RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "_runner_files", "_show", "_skills", "_carry", "__pycache__"}
+RESERVED = frozenset(PUBLIC) | MODULE_DUNDERS | {"_core", "_help", "_modules", "_resources", "_runner_files", "_show", "_skills", "_carry", "__pycache__"}
 
 
 def alias(name, reserved=frozenset()):
@@ -584,6 +595,7 @@ for _obj in (
     ToolDeniedError,
     LimitExceededError,
     ToolsUnavailableError,
+    UnknownResourceError,
     servers,
     tools,
     describe,

@@ -8,10 +8,8 @@ from . import _core
 _HEAD = "bridge sandbox: you are Python {python} in {where}, uid {uid}; image {variant}."
 
 _FRESH = """\
-- No network: sockets cannot reach anything.
-- The filesystem is read-only except /tmp ({tmp}), which is noexec and
-  vanishes when the run ends. Nothing is kept between calls. Files the call
-  passed in (inputs) are in /tmp/inputs, read-only.
+- No network. Read-only but /tmp ({tmp}, noexec, gone when the run ends;
+  inputs in /tmp/inputs, read-only). Nothing is kept between calls.
 - Limits: memory {memory}, processes {pids}, CPU {cpu}; the call's timeout
   kills the container, keeping the output printed until then."""
 
@@ -56,6 +54,7 @@ MCP tools, through `import mcp_tools` (help(mcp_tools.call) and so on for more):
   mcp_tools.save_skill("name", fn, "what it does")  keep fn for later runs
   from skills import name                 a saved skill; mcp_tools.skills() lists them
   mcp_tools.show(x)                       saves a figure or image, prints a table
+  mcp_tools.read_resource(uri)            a server's resource, str or bytes; resources() lists
 A result is its structuredContent, else its content (JSON text parsed; one item
 alone, several in a list). Errors: mcp_tools.MCPToolsError (ToolError...)."""
 
