@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/bridge-mcp/bridge/bridge/artifacts"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/internal/relay"
 	"github.com/bridge-mcp/bridge/internal/units"
 	"github.com/bridge-mcp/bridge/policy"
@@ -29,6 +30,9 @@ type inputArg struct {
 	Text   *string `json:"text"`
 	Base64 *string `json:"base64"`
 	URI    *string `json:"uri"`
+	// Server names the upstream server of a resource URI, when more than
+	// one could hold it.
+	Server *string `json:"server"`
 }
 
 // inputSpec is one checked input: its path under InputsDir and its bytes
@@ -37,6 +41,7 @@ type inputSpec struct {
 	path   string
 	data   []byte // text or base64, decoded
 	uri    string
+	server string // the upstream server of uri, "" to let the proxy find it
 	source string // "text", "base64" or the URI, for the audit
 }
 
@@ -101,6 +106,12 @@ func parseInput(item json.RawMessage) (sp inputSpec, err error) {
 			return sp, fmt.Errorf("%q: uri is empty", sp.path)
 		}
 		sp.uri, sp.source = *in.URI, *in.URI
+	}
+	if in.Server != nil {
+		if sp.uri == "" || strings.HasPrefix(sp.uri, artifacts.URIPrefix) {
+			return sp, fmt.Errorf(`%q: "server" names the upstream server of a resource "uri", and goes only with one`, sp.path)
+		}
+		sp.server = *in.Server
 	}
 	return sp, nil
 }
@@ -248,7 +259,26 @@ func (s *Server) ownFile(req *mcp.CallToolRequest, uri string) (artifacts.Entry,
 	return e, nil
 }
 
-// upstreamInput reads an upstream server's resource as an input.
+// ResourceReader reads an upstream server's resource for a run, as the
+// run's code would: under the policy, counted in the run's budget,
+// audited. *[toolhost.Resources] is the real one.
+type ResourceReader interface {
+	ReadResource(ctx context.Context, runID, server, uri string, limit int64) (toolhost.ResourceData, error)
+}
+
+// upstreamInput reads an upstream server's resource as an input: whole,
+// within the per-file bound and the policy's resources.max_bytes, before
+// the run's container is touched.
 func (s *Server) upstreamInput(ctx context.Context, runID string, sp inputSpec, limit int64) (sandbox.InputFile, error) {
-	return sandbox.InputFile{}, fmt.Errorf("input %q: %s is not a bridge:// URI of a file an earlier run handed back, and this bridge cannot read upstream resources as inputs", sp.path, sp.uri)
+	if s.opts.Resources == nil {
+		return sandbox.InputFile{}, fmt.Errorf("input %q: %s is not a bridge:// URI of a file an earlier run handed back, and this bridge has no upstream servers whose resources it could read", sp.path, sp.uri)
+	}
+	d, err := s.opts.Resources.ReadResource(ctx, runID, sp.server, sp.uri, limit)
+	if err != nil {
+		return sandbox.InputFile{}, fmt.Errorf("input %q: reading %s: %w", sp.path, sp.uri, err)
+	}
+	data := d.Data
+	return sandbox.InputFile{Path: sp.path, Size: int64(len(data)), Open: func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}}, nil
 }

@@ -117,7 +117,7 @@ func TestInputsRefused(t *testing.T) {
 		{"too many", manyInputs(21), "21 inputs, over the limit of 20 (inputs.max_files)"},
 		{"bridge uri without a store", []any{map[string]any{"path": "a", "uri": "bridge://runs/abc/x.csv"}}, "keeps no files by reference"},
 		{"inline uri", []any{map[string]any{"path": "a", "uri": "sandbox:///tmp/outputs/x.csv"}}, "came back inline"},
-		{"upstream uri", []any{map[string]any{"path": "a", "uri": "file:///etc/passwd"}}, "cannot read upstream resources"},
+		{"upstream uri", []any{map[string]any{"path": "a", "uri": "file:///etc/passwd"}}, "has no upstream servers whose resources it could read"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -61,6 +61,9 @@ type Options struct {
 	// Store, if set, keeps the files that are returned by reference, and
 	// the server answers resources/list and resources/read from it.
 	Store *artifacts.Store
+	// Resources, if set, reads the upstream servers' resources a call
+	// passes in by URI (inputs), through the proxy under the policy.
+	Resources ResourceReader
 	// Snapshots, if set, keeps sessions' snapshots: with sessions and
 	// snapshots.enabled on, run_python takes snapshot and restore.
 	Snapshots *snapshots.Store

@@ -2,9 +2,13 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -181,4 +185,69 @@ func firstText(res *mcp.CallToolResult) string {
 		return t.Text
 	}
 	return ""
+}
+
+// TestInputsFromUpstreamResources: a call passes an upstream server's
+// resource by its URI; it is read through the proxy under the policy
+// (a denied one refuses the call before any container), counted and
+// audited as the code's own read would be.
+func TestInputsFromUpstreamResources(t *testing.T) {
+	scope := aboveEngine("reading upstream resources as inputs")
+	runsOn(t, scope)
+	npm := npmPeers(t)
+	servers := filepath.Join(t.TempDir(), "servers.json")
+	writeServers(t, servers, map[string]any{
+		"everything": map[string]any{"command": "node", "args": []string{filepath.Join(npm, "@modelcontextprotocol", "server-everything", "dist", "index.js"), "stdio"}},
+	})
+	arch, err := os.ReadFile(filepath.Join(npm, "@modelcontextprotocol", "server-everything", "dist", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEngines(t, scope, func(t *testing.T, e *engine) {
+		dir := t.TempDir()
+		audit := filepath.Join(dir, "audit.jsonl")
+		pol := filepath.Join(dir, "policy.yaml")
+		body := "version: 1\n" + sandboxSection(e) + "pool:\n  size: 1\n" + resourcesPolicy(audit)
+		body = strings.Replace(body, "max_bytes: 4Ki", "max_bytes: 64Ki", 1)
+		if err := os.WriteFile(pol, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cs, _, _ := connectStdioArgs(t, e, nil, "--policy", pol, "--servers-config", servers)
+		res, out := callWith(t, cs, map[string]any{"code": `
+import hashlib
+print(len(open("/tmp/inputs/docs/arch.md", "rb").read()), hashlib.sha256(open("/tmp/inputs/docs/arch.md", "rb").read()).hexdigest()[:16])
+print(len(open("/tmp/inputs/blob.bin", "rb").read()) > 0)
+`, "inputs": []any{
+			map[string]any{"path": "docs/arch.md", "uri": "demo://resource/static/document/architecture.md"},
+			map[string]any{"path": "blob.bin", "uri": "demo://resource/dynamic/blob/7", "server": "everything"},
+		}})
+		sum := sha256.Sum256(arch)
+		want := fmt.Sprintf("%d %s\nTrue\n", len(arch), hex.EncodeToString(sum[:])[:16])
+		if res.IsError || out.Stdout != want {
+			t.Fatalf("inputs from resources: %q, want %q\n%s", out.Stdout, want, contentText(res))
+		}
+		for _, c := range []struct {
+			name string
+			in   map[string]any
+			want string
+		}{
+			{"denied by the policy", map[string]any{"path": "f.md", "uri": "demo://resource/static/document/features.md"}, "the features are not for the code"},
+			{"unknown", map[string]any{"path": "n.md", "uri": "demo://resource/static/document/nope.md"}, "no server lists the resource"},
+			{"server with a bridge URI", map[string]any{"path": "n.md", "uri": "bridge://runs/abc/x", "server": "everything"}, `"server" names the upstream server`},
+		} {
+			res, out := callWith(t, cs, map[string]any{"code": "print('ran')", "inputs": []any{c.in}})
+			if !res.IsError || out.Status != "invalid" || !strings.Contains(out.Message, c.want) || out.Stdout != "" {
+				t.Errorf("%s: status %q, %q; want invalid saying %q", c.name, out.Status, out.Message, c.want)
+			}
+		}
+		log, err := os.ReadFile(audit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"event":"resource_read"`, `"event":"input","run_id"`, `"source":"demo://resource/static/document/architecture.md"`} {
+			if !strings.Contains(string(log), want) {
+				t.Errorf("the audit log lacks %s", want)
+			}
+		}
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/bridge-mcp/bridge/bridge"
 	"github.com/bridge-mcp/bridge/bridge/artifacts"
 	"github.com/bridge-mcp/bridge/bridge/snapshots"
+	"github.com/bridge-mcp/bridge/bridge/toolhost"
 	"github.com/bridge-mcp/bridge/bridge/transport"
 	"github.com/bridge-mcp/bridge/images"
 	"github.com/bridge-mcp/bridge/internal/metrics"
@@ -195,6 +196,15 @@ func openArtifacts(pol *policy.Policy, log zerolog.Logger) (*artifacts.Store, er
 	return files, nil
 }
 
+// resourceReader is r as the bridge's reader of inputs by URI, or nil
+// (not a typed nil) without upstreams.
+func resourceReader(r *toolhost.Resources) bridge.ResourceReader {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
 // openSnapshots is where sessions' snapshots are kept: the policy's
 // snapshots folder, when sessions and snapshots are on at start; nil
 // otherwise.
@@ -234,6 +244,7 @@ func (p *serveParts) server(ctx context.Context, f *serveFlags, log zerolog.Logg
 		Policy:        p.store,
 		Store:         p.files,
 		Snapshots:     p.snaps,
+		Resources:     resourceReader(p.tools.resources),
 		DataScience:   pol.Sandbox.Image == "" && pol.Sandbox.Variant == images.DataScience,
 		Metrics:       p.m,
 		Tracer:        p.tp.Tracer(scopeBridge),

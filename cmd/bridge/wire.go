@@ -30,6 +30,9 @@ type hostTools struct {
 	// upstreams are the states of the upstream servers of a proxy in this
 	// process, for /metrics; nil with a remote one (or none).
 	upstreams func() []metrics.UpstreamState
+	// resources read the upstreams' resources a call passes in by URI;
+	// nil without upstreams.
+	resources *toolhost.Resources
 	// stop ends the upstream servers that started.
 	stop func()
 }
@@ -48,6 +51,7 @@ func wireTools(e *env, uf *upstreamFlags, selfURL string, store *policy.Store, m
 	}
 	if up != nil {
 		t.handler = toolhost.New(up, toolhost.Options{Runs: t.runs, Times: t.times, Tracer: tp.Tracer(scopeToolhost), Logger: log})
+		t.resources = toolhost.NewResources(up, t.runs)
 	}
 	// The skills are there with or without upstreams.
 	t.handler = withSkills(t.handler, store, t.runs, m, log)
