@@ -131,7 +131,11 @@ func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 		out.Note = "not saved: " + err.Error()
 		return out
 	}
-	n, err := p.Pack(ctx, w, pol.Snapshots.MaxBytes)
+	// Packing gets the call's timeout anew (and at most
+	// sandbox.PackTimeout): a runner that does not answer ends its session.
+	pctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	n, err := p.Pack(pctx, w, pol.Snapshots.MaxBytes)
 	var tooLarge *sandbox.PackTooLargeError
 	switch {
 	case errors.As(err, &tooLarge):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/bridge-mcp/bridge/internal/relay"
@@ -59,10 +60,12 @@ func (i *Container) Pack(ctx context.Context, w io.Writer, maxBytes int64) (n in
 	conn := i.conn
 	unhook := context.AfterFunc(ctx, func() { conn.Close() })
 	defer unhook()
-	deadline := time.Now().Add(PackTimeout)
+	began := time.Now()
+	deadline := began.Add(PackTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	allowed := deadline.Sub(began)
 	conn.mu.Lock()
 	_ = conn.SetWriteDeadline(deadline)
 	err = conn.enc.Pack(relay.Pack{MaxBytes: maxBytes})
@@ -76,6 +79,9 @@ func (i *Container) Pack(ctx context.Context, w io.Writer, maxBytes int64) (n in
 	if err != nil && !errors.As(err, &tooLarge) {
 		broken = true
 		conn.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) || ctx.Err() != nil {
+			return 0, fmt.Errorf("packing the session's /tmp: the runner did not finish the pack within %s: the session is ended", allowed.Round(time.Second))
+		}
 		return 0, fmt.Errorf("packing the session's /tmp: %w", err)
 	}
 	return n, err
