@@ -5,14 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The examples per kind of user: the operator's two policies
-// (examples/policies), checked and served.
+// The examples per kind of user (examples/README.md), run as that README
+// says: the agent builder's program driving a data analyst's session
+// through `bridge serve`, and the operator's two policies, checked and
+// served.
 
 // examplesRule is where the examples run: what they show is the MCP
 // client's view of run_python, which no engine changes.
@@ -76,6 +80,94 @@ func TestExamplesPolicyCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExamplesAgent runs examples/agent, the agent builder's program, as
+// examples/README.md says, against `bridge serve` with the data-science
+// policy: the analyst's six calls, each checked by what came back.
+func TestExamplesAgent(t *testing.T) {
+	if rootless() {
+		t.Skip("the rootless run has no Go toolchain to build examples/agent; the rootful run runs it")
+	}
+	runsOn(t, examplesRule())
+	agent := filepath.Join(t.TempDir(), "agent")
+	build := exec.Command("go", "build", "-o", agent, "./examples/agent")
+	build.Dir = repoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/agent: %v\n%s", err, out)
+	}
+	forEngines(t, examplesRule(), func(t *testing.T, e *engine) {
+		pol := examplePolicy(t, e, "datascience")
+		// The policy keeps snapshots and files under ~/.local/state/bridge.
+		home := t.TempDir()
+		serve, env := serveArgs(e)
+		serve = append(append(withoutSandboxFlags(serve), "--runtime", e.cand.Engine), "--policy", pol)
+		env = append(env, "HOME="+home)
+		stdout := runAgent(t, agent, append([]string{"-csv", filepath.Join(repoRoot(), "examples", "data", "sales.csv"), "--", testSuite.bridgeBin}, serve...), env)
+
+		if !strings.HasPrefix(stdout, "tool run_python(code, inputs, reset, restore, session, snapshot, timeout_seconds)\n") {
+			t.Errorf("the tool's listing:\n%s", stdout)
+		}
+		calls := agentCalls(t, stdout)
+		uri := regexp.MustCompile(`file forecast\.csv by reference: (bridge://runs/[0-9a-f]+/forecast\.csv) \(\d+ bytes\)`).FindStringSubmatch(calls[3])
+		if uri == nil {
+			t.Fatalf("the what-if's file did not come back by reference:\n%s", calls[3])
+		}
+		for i, want := range [][]string{
+			{`-> {"code":"<11 lines of Python>","inputs":[{"path":"sales.csv","text":"<651 bytes>"}],"session":"analysis"}`,
+				"| 36 rows, 2026-01 to 2026-12, regions: north, south, west", "| north    1838", "image image/png 600x400"},
+			{`"session":"analysis","snapshot":"prepared"}`, "| west     7.0", `snapshot "prepared" saved`},
+			{"| regions now: north, south"},
+			{`"restore":"prepared","session":"what-if"}`, "| regions: north, south, west", "| 150000 simulated years in forecast.csv",
+				`restored "prepared": the session's /tmp files came back`},
+			{"| analysis still has: north, south in df, north, south in its file"},
+			{`"inputs":[{"path":"forecast.csv","uri":"` + uri[1] + `"}]}`, "| 150000 rows from the what-if",
+				"| | region | p10 | p50 | p90 |", "| | west | ", "image image/png 600x400"},
+		} {
+			for _, w := range want {
+				if !strings.Contains(calls[i], w) {
+					t.Errorf("call %d does not show %q:\n%s", i+1, w, calls[i])
+				}
+			}
+		}
+
+		// The operator sees the snapshot the analyst saved.
+		out, errOut, code := bridgeCLI(t, []string{"HOME=" + home}, "", "snapshots", "list", "--policy", pol, "--json")
+		var snaps []struct{ Owner, Label, Kind string }
+		if err := json.Unmarshal([]byte(out), &snaps); code != 0 || err != nil || len(snaps) != 1 || snaps[0].Label != "prepared" || snaps[0].Kind != "files" {
+			t.Errorf("bridge snapshots list: exit %d, %v: %s%s", code, err, out, errOut)
+		}
+	})
+}
+
+// runAgent runs the agent binary with args and env, and returns what it
+// printed; it must exit 0.
+func runAgent(t *testing.T, agent string, args, env []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agent, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 10 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("examples/agent: %v in %s", err, time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("examples/agent: %v\nstdout:\n%s\nstderr (the agent's and bridge serve's):\n%s", err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// agentCalls splits the agent's output into its calls' parts ("\n[N] ...").
+func agentCalls(t *testing.T, stdout string) []string {
+	t.Helper()
+	parts := regexp.MustCompile(`\n\[\d+\] `).Split(stdout, -1)
+	if len(parts) != 7 {
+		t.Fatalf("want the listing and 6 calls, got %d parts:\n%s", len(parts), stdout)
+	}
+	return parts[1:]
 }
 
 // TestExamplesStrictPolicy serves the strict example policy and checks
