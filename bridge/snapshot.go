@@ -223,5 +223,12 @@ func renderSnapshots(res *mcp.CallToolResult, saved *SnapshotOutput, restored *R
 		}
 	}
 	res.StructuredContent = o
-	res.Content = append(res.Content, &mcp.TextContent{Text: strings.Join(lines, "\n")})
+	text := strings.Join(lines, "\n")
+	if len(res.Content) > 0 {
+		if t, ok := res.Content[0].(*mcp.TextContent); ok {
+			t.Text = strings.TrimRight(t.Text, "\n") + "\n" + text
+			return
+		}
+	}
+	res.Content = append(res.Content, &mcp.TextContent{Text: text})
 }

@@ -44,6 +44,7 @@ import os
 os.makedirs("/tmp/work", exist_ok=True)
 open("/tmp/work/data.csv", "w").write("x,y\n1,2\n")
 os.symlink("data.csv", "/tmp/work/latest")
+open("/tmp/outputs/first-call.txt", "w").write("sent once")
 x = 41
 print("saved")
 `, "inputs": []any{map[string]any{"path": "in.txt", "text": "input one"}}})
@@ -71,6 +72,9 @@ print("x" in globals())
 			}
 			if out.Restored == nil || out.Restored.Label != "before" || !strings.Contains(out.Restored.Note, "variables, imports and threads did not") {
 				t.Errorf("restored: %+v", out.Restored)
+			}
+			if strings.Contains(contentText(res), "first-call.txt") {
+				t.Errorf("the restored session handed back the snapshot's old output again:\n%s", contentText(res))
 			}
 		}
 		// The two forks are each their own.

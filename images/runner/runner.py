@@ -349,6 +349,7 @@ class Relay:
         # put), and why they could not be written, for that exec.
         self._inputs: Any = None
         self.input_error: str | None = None
+        self.input_restored = False  # the first exec's inputs held a snapshot
 
     def put(self, msg: dict[str, Any]) -> None:
         """Takes a put, put_data or put_end frame: writes that input."""
@@ -372,6 +373,7 @@ class Relay:
             self.input_error = None
             return
         inputs, self._inputs = self._inputs, None
+        self.input_restored = inputs.restored
         try:
             self.input_error = inputs.finish(announced)
         except self._inputs_module.ProtocolError as e:
@@ -1379,6 +1381,10 @@ def main() -> NoReturn:
 
     module = new_main()
     seen: dict[bytes, tuple[int, int]] = {}  # a session's files, as last looked at
+    if relay.input_restored and outputs:
+        # A restored session: its snapshot's outputs were sent by the calls
+        # that made them, and come back only if changed.
+        load_lib("_runner_files").look(OUTPUTS_DIR, seen)
     n = 0
     while True:
         n += 1

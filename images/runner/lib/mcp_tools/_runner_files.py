@@ -43,6 +43,22 @@ def send(send_frame, folder, limits, seen=None):
     return sender.unreported
 
 
+def look(folder, seen):
+    """Records in seen every file of folder as send would, sending none: a
+    restored session's outputs, which its snapshot's calls already sent."""
+    try:
+        root = os.open(folder, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        found = []
+        Sender(None, {"max_files": 1, "max_file_bytes": 0, "max_bytes": 0})._walk(root, (), found, [WALK_MAX_ENTRIES])
+        for mtime, rel, _, _, size in found:
+            seen[rel] = (mtime, size)
+    finally:
+        os.close(root)
+
+
 def file_name(rel, parts):
     """The name a file goes under (UTF-8, 1 to 1,024 bytes, no empty, . or
     .. part, no part over 255 bytes, no NUL), or None when it has none."""

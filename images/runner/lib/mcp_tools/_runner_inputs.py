@@ -62,6 +62,7 @@ class Inputs:
         self._unpacker = unpacker
         self.count = 0  # files announced
         self.error = None  # the first file that could not be written, why
+        self.restored = False  # an archive (a snapshot's /tmp) was unpacked
         self._cur = None  # [id, path, size, written, fd or None]
         self._dirs = {}  # folder path under root → descriptor, made read-only at the end
 
@@ -144,6 +145,7 @@ class Inputs:
             why = cur[5].close()
             if why is not None and self.error is None:
                 self.error = f"the snapshot could not be restored in /tmp: {why}"
+            self.restored = why is None
         elif cur[4] is not None:
             try:
                 os.fchmod(cur[4], _FILE_MODE)
