@@ -243,6 +243,19 @@ func TestInspectorCLI(t *testing.T) {
 		if got == nil || got.Width != 32 || got.Height != 16 {
 			t.Fatalf("tools/call run_python show(png): want a 32x16 PNG image content; got %+v\n%.2000s", got, raw)
 		}
+
+		// A file passed in: a --tool-arg that parses as JSON goes as that
+		// JSON, here the inputs list.
+		raw = inspectorCLI(t, npm, e, "tools/call", "--tool-name", "run_python",
+			"--tool-arg", "code=print(open('/tmp/inputs/notes/a.txt').read())",
+			"--tool-arg", `inputs=[{"path": "notes/a.txt", "text": "from the inspector"}]`)
+		res.Content, res.IsError = nil, false
+		if err := json.Unmarshal(raw, &res); err != nil {
+			t.Fatalf("tools/call result: %v\n%s", err, raw)
+		}
+		if res.IsError || len(res.Content) != 1 || strings.TrimSpace(res.Content[0].Text) != "from the inspector" {
+			t.Fatalf("tools/call run_python with inputs: want the input's text back; got\n%s", raw)
+		}
 	})
 }
 
