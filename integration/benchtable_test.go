@@ -44,6 +44,7 @@ type benchCounts struct {
 	sustain   time.Duration // how long the sustained load lasts
 	idle      time.Duration // how long an idle pool's CPU is read over
 	observe   int           // warm runs of each kind through each bridge of the observed row
+	state     int           // calls of each figure of files in and snapshots (issue 35)
 }
 
 // benchTableCounts reads BRIDGE_BENCH_TABLE: full (make bench: stable
@@ -58,10 +59,10 @@ func benchTableCounts(t *testing.T) benchCounts {
 	switch mode {
 	case "full":
 		return benchCounts{mode: mode, calls: 40, toolCalls: 200, repeats: 5, burst: 32, memPool: 8, settle: 2 * time.Second,
-			clients: 8, sustain: 20 * time.Second, idle: 10 * time.Second, observe: 100}
+			clients: 8, sustain: 20 * time.Second, idle: 10 * time.Second, observe: 100, state: 10}
 	case "short":
 		return benchCounts{mode: mode, calls: 5, toolCalls: 20, repeats: 1, burst: 8, memPool: 2, settle: 500 * time.Millisecond,
-			clients: 8, sustain: 3 * time.Second, idle: time.Second, observe: 5}
+			clients: 8, sustain: 3 * time.Second, idle: time.Second, observe: 5, state: 2}
 	case "":
 		t.Skip("the benchmark table is `make bench` (or `make bench-table`; BRIDGE_BENCH_TABLE=full or short)")
 	}
@@ -104,10 +105,11 @@ type benchTable struct {
 	engines []string
 	rows    [numRows]benchRow
 	calls   *upstreamTable // the tool-call table, by upstream
+	state   *stateTable    // the table of files in and snapshots
 }
 
 func newBenchTable(c benchCounts, engines []string) *benchTable {
-	b := &benchTable{engines: engines, calls: &upstreamTable{}}
+	b := &benchTable{engines: engines, calls: &upstreamTable{}, state: newStateTable(engines)}
 	def := func(row int, figure, target string) {
 		b.rows[row] = benchRow{figure: figure, target: target, cells: map[string]string{}}
 	}
@@ -137,16 +139,21 @@ func (b *benchTable) set(row int, engine, format string, args ...any) {
 	b.rows[row].cells[engine] = fmt.Sprintf(format, args...)
 }
 
-func (b *benchTable) markdown() string {
+func (b *benchTable) markdown() string { return figuresMarkdown(b.engines, b.rows[:]) }
+
+func (s *stateTable) markdown() string { return figuresMarkdown(s.engines, s.rows[:]) }
+
+// figuresMarkdown is a table of rows, one column per engine.
+func figuresMarkdown(engines []string, rows []benchRow) string {
 	var s strings.Builder
-	s.WriteString("| figure | " + strings.Join(b.engines, " | ") + " | target |\n|")
-	for range len(b.engines) + 2 {
+	s.WriteString("| figure | " + strings.Join(engines, " | ") + " | target |\n|")
+	for range len(engines) + 2 {
 		s.WriteString(" --- |")
 	}
 	s.WriteString("\n")
-	for _, r := range b.rows {
+	for _, r := range rows {
 		s.WriteString("| " + r.figure + " |")
-		for _, e := range b.engines {
+		for _, e := range engines {
 			v := r.cells[e]
 			if v == "" {
 				v = "—" // not measured: its subtest failed or was skipped
@@ -174,7 +181,8 @@ func TestBenchTable(t *testing.T) {
 	t.Run("tokens", func(t *testing.T) { benchTokens(t, tab) })
 
 	header := benchHeader(t, c, started)
-	out := header + "\n\n" + tab.markdown() + "\n" + benchCallsIntro(c) + "\n\n" + tab.calls.markdown()
+	out := header + "\n\n" + tab.markdown() + "\n" + benchCallsIntro(c) + "\n\n" + tab.calls.markdown() +
+		"\n" + stateIntro(c) + "\n\n" + tab.state.markdown()
 	t.Logf("took %s\n%s", time.Since(started).Round(time.Second), out)
 	fmt.Println("\n" + out)
 	if path := os.Getenv("BRIDGE_BENCH_OUT"); path != "" {
@@ -336,6 +344,8 @@ func benchEngine(t *testing.T, e *engine, c benchCounts, tab *benchTable) {
 		}
 		tab.set(rowObserve, e.name, "%s", strings.Join(cells, "; "))
 	})
+	t.Run("inputs", func(t *testing.T) { benchStateInputs(t, e, c, tab.state, stop) })
+	t.Run("snapshots", func(t *testing.T) { benchStateSnapshots(t, e, c, tab.state, stop) })
 	tab.set(rowLeft, e.name, "%d (%d bridges)", left, bridges)
 }
 

@@ -86,7 +86,7 @@ func (s bridgeStats) max(o bridgeStats) bridgeStats {
 
 // freeLoopbackAddr returns 127.0.0.1:PORT with a port that was free a
 // moment ago (listen on port 0, take the port, close).
-func freeLoopbackAddr(t *testing.T) string {
+func freeLoopbackAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -118,7 +118,7 @@ const statsPollInterval = 150 * time.Millisecond
 
 // watchStats waits until the debug endpoint at addr answers, then polls it
 // in the background until the test ends.
-func watchStats(t *testing.T, addr string) *statsWatcher {
+func watchStats(t testing.TB, addr string) *statsWatcher {
 	t.Helper()
 	w := &statsWatcher{
 		url: "http://" + addr + "/debug/stats",

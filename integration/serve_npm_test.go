@@ -46,7 +46,7 @@ const npmInstallHint = "run `make setup` (or: cd integration/npm && npm ci)"
 // runs in the package's directory; so does the rootless run), else the one
 // next to this file. Missing peers fail the test with CI=true (a run that
 // silently skips them proves nothing) and skip it otherwise.
-func npmPeers(t *testing.T) string {
+func npmPeers(t testing.TB) string {
 	t.Helper()
 	var dirs []string
 	add := func(d string) {
