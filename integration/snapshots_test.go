@@ -187,17 +187,20 @@ func TestSnapshotsHostile(t *testing.T) {
 
 		t.Run("a session that fills its memory", func(t *testing.T) {
 			// Past its limit: the session dies with the call, and there is
-			// nothing to save.
-			res, out := callWith(t, cs, map[string]any{"session": name("full"), "snapshot": "full", "code": `
+			// nothing to save. Only where the engine enforces the memory
+			// limit (not rootless Podman on cgroup v1: docs/testing.md).
+			if e.enforced {
+				res, out := callWith(t, cs, map[string]any{"session": name("full"), "snapshot": "full", "timeout_seconds": 30, "code": `
 hog = []
 while True:
     hog.append(bytearray(16 << 20))
 `})
-			if out.Status != "memory" || out.Snapshot == nil || out.Snapshot.Saved || !strings.Contains(out.Snapshot.Note, "the session ended with the call") {
-				t.Fatalf("a session past its memory: status %q, snapshot %+v\n%s", out.Status, out.Snapshot, contentText(res))
+				if out.Status != "memory" || out.Snapshot == nil || out.Snapshot.Saved || !strings.Contains(out.Snapshot.Note, "the session ended with the call") {
+					t.Fatalf("a session past its memory: status %q, snapshot %+v\n%s", out.Status, out.Snapshot, contentText(res))
+				}
 			}
 			// Near its limit (512Mi): the pack, streamed, still fits.
-			res, out = callWith(t, cs, map[string]any{"session": name("near"), "snapshot": "near", "code": `
+			res, out := callWith(t, cs, map[string]any{"session": name("near"), "snapshot": "near", "code": `
 hog = [bytearray(16 << 20) for _ in range(24)]
 for b in hog:
     b[::4096] = b"x" * len(b[::4096])
