@@ -155,6 +155,8 @@ func (e *Executor) serve(ctx context.Context, runID string, deadline time.Time, 
 			}
 		case relay.TypeHello:
 			return readResult{err: fmt.Errorf("%w: second hello", relay.ErrProtocol)}
+		case relay.TypeParked:
+			return readResult{err: fmt.Errorf("%w: parked without a park", relay.ErrProtocol)}
 		}
 	}
 }
@@ -351,6 +353,10 @@ func handshake(conn net.Conn, token string) (*runnerConn, error) {
 	}
 	if m.Hello.Version != relay.Version {
 		return nil, fmt.Errorf("runner speaks relay protocol v%d, bridge speaks v%d: rebuild the runner image with `bridge image build`", m.Hello.Version, relay.Version)
+	}
+	if m.Hello.Resumed {
+		// Only a restored sandbox's runner resumes, and no engine restores yet.
+		return nil, fmt.Errorf("%w: hello says resumed in a run that was not restored", relay.ErrProtocol)
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	return &runnerConn{Conn: conn, hello: *m.Hello, dec: dec, enc: relay.NewEncoder(conn)}, nil

@@ -458,6 +458,38 @@ func TestRunnerMisbehaves(t *testing.T) {
 				t.Fatalf("got %+v, %v", r, err)
 			}
 		}},
+		{"resumed hello in a fresh run", func(ctx context.Context, sock, token string) ExitState {
+			bad, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			h := hello(token)
+			h["resumed"] = true
+			_ = bad.send(h)
+			if _, err := bad.recv(); err == nil {
+				return ExitState{ExitCode: 2} // the bridge took a resume it never asked for
+			}
+			return ExitState{ExitCode: 3}
+		}, func(t *testing.T, r Result, err error) {
+			if err == nil || !strings.Contains(err.Error(), "code 3") {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
+		{"parked without a park", func(ctx context.Context, sock, token string) ExitState {
+			r, err := dialRunner(ctx, sock)
+			if err != nil {
+				return ExitState{ExitCode: 1}
+			}
+			_ = r.send(hello(token))
+			_, _ = r.recv()
+			_ = r.send(map[string]any{"type": "parked"})
+			<-ctx.Done()
+			return ExitState{ExitCode: 137}
+		}, func(t *testing.T, r Result, err error) {
+			if err != nil || r.Status != StatusError || !strings.Contains(r.Message, "parked without a park") {
+				t.Fatalf("got %+v, %v", r, err)
+			}
+		}},
 		{"protocol garbage", func(ctx context.Context, sock, token string) ExitState {
 			r, err := dialRunner(ctx, sock)
 			if err != nil {

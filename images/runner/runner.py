@@ -40,9 +40,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NoReturn
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 ENV_SOCKET = "BRIDGE_RELAY_SOCKET"
 ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
+# Where the bridge writes a restored sandbox's new token ("Parking" in
+# docs/protocol.md). Set only by an engine that can checkpoint (gVisor):
+# without it, the runner cannot park, blocks no signal and keeps no spare
+# socket.
+ENV_TOKEN_FILE = "BRIDGE_RELAY_TOKEN_FILE"
+# Unconnected sockets made before the runner confines itself: each park
+# uses one to connect again, so a session (and its restored copies) can be
+# parked this many times.
+SPARE_SOCKETS = 4
 ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
 # Rlimits the engine cannot set (a Kubernetes pod has no such field), as
 # "nofile=1024:1024,nproc=4096:4096": the runner lowers its own before
@@ -350,6 +359,10 @@ class Relay:
         self._inputs: Any = None
         self.input_error: str | None = None
         self.input_restored = False  # the first exec's inputs held a snapshot
+        # What parking needs (a Spares of lib/mcp_tools/_runner_park.py),
+        # None when the runner was started without ENV_TOKEN_FILE.
+        self.spares: Any = None
+        self.hello: dict[str, Any] = {}  # the first hello, without its token
 
     def put(self, msg: dict[str, Any]) -> None:
         """Takes a put, put_data or put_end frame: writes that input."""
@@ -487,7 +500,7 @@ class Relay:
         try:
             msg = self.recv()
             kind = msg["type"]
-            if kind == "exec" or kind == "interrupt" or kind == "pack" or kind in PUT_TYPES:
+            if kind == "exec" or kind == "interrupt" or kind == "pack" or kind == "park" or kind in PUT_TYPES:
                 self._control(msg)
                 return
             check_tool_result(msg)
@@ -598,7 +611,10 @@ class Relay:
     def _control(self, msg: dict[str, Any]) -> None:
         """A session's frames from the bridge: the next exec and the inputs
         put before it (only between two calls), or an interrupt (acted on
-        only while code runs)."""
+        only while code runs), or a park (between two calls)."""
+        if msg["type"] == "park":
+            self._park(msg)
+            return
         with self._state_lock:
             if msg["type"] in PUT_TYPES or msg["type"] == "pack":
                 if not self._session or self._running or self._next_exec:
@@ -624,6 +640,34 @@ class Relay:
             self.end_inputs(msg)
             self._next_exec.append(msg)
         self._exec_ready.release()
+
+    def _park(self, msg: dict[str, Any]) -> None:
+        """Answers park with parked, lets go of the relay and waits for
+        SIGUSR1, then connects to the relay again with a spare socket and
+        the token the bridge left in the token file, says hello with
+        resumed, and goes on reading. Runs on the reader thread (a park
+        comes only between two calls, when no caller reads), with
+        _read_lock held; the main thread waits for the next exec."""
+        check_fields(msg, set())
+        with self._state_lock:
+            if not self._session or self._running or self._next_exec or self._inputs is not None:
+                raise ProtocolError("park while code runs, before its exec, or outside a session")
+        if self.spares is None:
+            raise ProtocolError(f"park, but the runner was started without {ENV_TOKEN_FILE}")
+        if not self.spares.sockets:
+            raise ProtocolError("park, but no spare socket is left (hello said parks: 0)")
+        park = load_lib("_runner_park")
+        park.drain()
+        self.send({"type": "parked"})
+        self._epoll.unregister(self._sock.fileno())
+        self._sock.close()
+        self._rstart = self._rend = 0  # nothing of the old connection is read
+        self._big = None
+        sock, token = park.wait(self.spares, diag)
+        with self._send_lock:
+            self._sock = sock
+        self._epoll.register(sock.fileno(), self._epoll_mask)
+        self.send({**self.hello, "token": token, "parks": len(self.spares.sockets), "resumed": True})
 
     # A session: the main thread runs one exec after another.
 
@@ -1338,6 +1382,11 @@ def main() -> NoReturn:
     # The code and its children have no use for these.
     path = os.environ.pop(ENV_SOCKET, "")
     token = os.environ.pop(ENV_TOKEN, "")
+    token_file = os.environ.pop(ENV_TOKEN_FILE, "")
+    if token_file:
+        # Before any thread starts, so that every thread blocks it: only a
+        # park takes it (sigwait), and it never ends the process.
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGUSR1})
     if not path or not token:
         die(EXIT_PROTOCOL, f"{ENV_SOCKET} and {ENV_TOKEN} must be set")
     for prefix in filter(None, os.environ.pop(ENV_DROP, "").split(",")):
@@ -1356,9 +1405,15 @@ def main() -> NoReturn:
 
     no_inet = os.environ.pop(ENV_NO_INET, "") == "1"
     relay = Relay.connect(path)
-    confine(no_inet)
     v = sys.version_info
-    relay.send({"type": "hello", "version": PROTOCOL_VERSION, "token": token, "python": f"{v.major}.{v.minor}.{v.micro}"})
+    relay.hello = {"type": "hello", "version": PROTOCOL_VERSION, "python": f"{v.major}.{v.minor}.{v.micro}"}
+    if token_file:
+        # Made before confine(), which refuses new unix sockets.
+        spares = [_socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) for _ in range(SPARE_SOCKETS)]
+        relay.spares = load_lib("_runner_park").Spares(path, token_file, spares)
+        relay.hello["parks"] = SPARE_SOCKETS
+    confine(no_inet)
+    relay.send({**relay.hello, "token": token})
     # The modules the code may import from the bridge (mcp_tools); -I
     # keeps the runner's own directory off the path. Loaded while a warm
     # container waits for its exec, not on the run's time.

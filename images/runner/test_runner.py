@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ RUNNER = Path(__file__).with_name("runner.py")
 TOKEN = "test-token-0123456789"
 TIMEOUT = 20.0  # seconds for any one run
 MAX_FRAME = 16 << 20
-VERSION = 6
+VERSION = 7
 FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
 
 # The runner with its matplotlib cache in a test's temporary directory,
@@ -59,7 +60,8 @@ def exec_frame(code: str, output_limit: int = 64 << 10, files: dict | None = Non
 
 # The fields of each frame the runner may send (docs/protocol.md).
 RUNNER_FRAMES = {
-    "hello": ({"version", "token", "python"}, set()),
+    "hello": ({"version", "token", "python"}, {"parks", "resumed"}),
+    "parked": (set(), set()),
     "stdout": ({"data"}, set()),
     "stderr": ({"data"}, set()),
     "tool_call": ({"id", "server", "tool"}, {"args"}),
@@ -2030,6 +2032,196 @@ threading.Thread(target=later).start()
         r = run(first=frame(msg))
         self.assertEqual(r.returncode, 2, r.diag)
         self.assertIn("exec.session is not a boolean", r.diag)
+
+
+class Peer:
+    """One accepted connection of the relay, read by the test itself."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.conn, _ = listener.accept()
+        self.conn.settimeout(TIMEOUT)
+
+    def recv(self) -> dict | None:
+        """The next frame, checked as FakeHost checks it; None at EOF."""
+        data = b""
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            chunk = self.conn.recv(1 << 16)
+            if not chunk:
+                assert data == b"", "runner closed the connection mid-frame"
+                return None
+            data += chunk
+            n = int.from_bytes(data[:4], "big") if len(data) >= 4 else 0
+            if len(data) >= 4 and len(data) > 4 + n:
+                raise AssertionError("two frames in one read: the test reads one at a time")
+        msg = json.loads(data[4:])
+        required, optional = RUNNER_FRAMES[msg["type"]]
+        keys = msg.keys() - {"type"}
+        assert required <= keys <= required | optional, f"{msg['type']} frame with fields {sorted(keys)}"
+        return msg
+
+    def send(self, msg: dict) -> None:
+        self.conn.sendall(frame(msg))
+
+    def call(self, code: str) -> tuple[str, dict]:
+        """Runs code as a session's call: its stdout and its exit."""
+        self.conn.sendall(exec_frame(code, session=True))
+        out = ""
+        while True:
+            msg = self.recv()
+            assert msg is not None, "runner hung up during a call"
+            if msg["type"] == "stdout":
+                out += msg["data"]
+            elif msg["type"] == "exit":
+                return out, msg
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class ParkTest(unittest.TestCase):
+    """park between two calls: the runner lets go of the relay, waits for
+    SIGUSR1, and connects to a new listener at the same path with the
+    token of the token file (docs/protocol.md, "Parking")."""
+
+    def start(self, token_file: bool = True) -> tuple[subprocess.Popen, Peer]:
+        self.dir = tempfile.mkdtemp(prefix="bridge-runner-park-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.path = os.path.join(self.dir, "relay.sock")
+        self.token_file = os.path.join(self.dir, "token")
+        self.listener: socket.socket | None = None
+        self.listen()
+        self.log = open(os.path.join(self.dir, "runner.log"), "w+b")
+        self.addCleanup(self.log.close)
+        env = {
+            "BRIDGE_RELAY_SOCKET": self.path,
+            "BRIDGE_RELAY_TOKEN": TOKEN,
+            "HOME": tempfile.gettempdir(),
+            "LANG": "C.UTF-8",
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "BRIDGE_OUTPUTS": os.path.join(self.dir, "outputs"),
+        }
+        if token_file:
+            env["BRIDGE_RELAY_TOKEN_FILE"] = self.token_file
+        proc = subprocess.Popen([sys.executable, "-I", "-B", str(RUNNER)], env=env, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        self.addCleanup(lambda: (proc.poll() is None and proc.kill(), proc.wait()))
+        peer = Peer(self.listener)
+        self.addCleanup(peer.close)
+        hello = peer.recv()
+        self.assertEqual((hello["type"], hello["token"], hello["version"]), ("hello", TOKEN, VERSION))
+        self.assertNotIn("resumed", hello)
+        self.assertEqual(hello.get("parks"), 4 if token_file else None)
+        return proc, peer
+
+    def diag(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")
+
+    def wait_diag(self, text: str) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while text not in self.diag():
+            self.assertLess(time.monotonic(), deadline, f"{text!r} never in the runner's diagnostics: {self.diag()}")
+            time.sleep(0.02)
+
+    def listen(self) -> None:
+        """A new listener at the relay's path, as a restored sandbox's run
+        folder has."""
+        if self.listener is not None:
+            self.listener.close()
+            os.unlink(self.path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(1)
+        self.listener.settimeout(TIMEOUT)
+        self.addCleanup(self.listener.close)
+
+    def park(self, peer: Peer) -> None:
+        peer.send({"type": "park"})
+        self.assertEqual(peer.recv(), {"type": "parked"}, self.diag())
+        self.assertIsNone(peer.recv(), "the runner kept the relay after parked")
+
+    def resume(self, proc: subprocess.Popen, token: str, parks: int) -> Peer:
+        self.listen()
+        with open(self.token_file, "w") as f:
+            f.write(token + "\n")
+        os.kill(proc.pid, signal.SIGUSR1)
+        peer = Peer(self.listener)
+        self.addCleanup(peer.close)
+        hello = peer.recv()
+        self.assertEqual(hello, {"type": "hello", "version": VERSION, "token": token, "python": hello["python"], "parks": parks, "resumed": True})
+        return peer
+
+    def test_park_and_resume_twice(self) -> None:
+        proc, peer = self.start()
+        self.assertEqual(peer.call("x = 41\nimport os")[1]["status"], "ok")
+        self.park(peer)
+        peer = self.resume(proc, "second-token", 3)
+        out, exit = peer.call("x += 1\nprint(x, os.environ.get('BRIDGE_RELAY_TOKEN_FILE'))")
+        self.assertEqual((out, exit["status"]), ("42 None\n", "ok"), self.diag())
+        self.park(peer)  # a second park, with the next spare
+        peer = self.resume(proc, "third-token", 2)
+        self.assertEqual(peer.call("print(x)")[0], "42\n", self.diag())
+        peer.close()  # the bridge ends the session: the runner exits quietly
+        self.assertEqual(proc.wait(TIMEOUT), 0, self.diag())
+
+    def test_signals_outside_a_park_do_nothing(self) -> None:
+        proc, peer = self.start()
+        peer.call("x = 1")
+        os.kill(proc.pid, signal.SIGUSR1)  # between calls: held, then dropped by the park
+        self.assertEqual(peer.call("print(x)")[0], "1\n", self.diag())
+        with open(self.token_file, "w") as f:
+            f.write("stale-token")
+        self.park(peer)
+        # The old listener is still there: a park woken by the early signal
+        # would connect to it at once.
+        self.listener.settimeout(0.5)
+        with self.assertRaises(socket.timeout):
+            self.listener.accept()
+        # Woken before the bridge is ready: no token file, then no listener.
+        # (Each signal is taken before the next: two pending are one.)
+        os.unlink(self.token_file)
+        os.kill(proc.pid, signal.SIGUSR1)
+        self.wait_diag("cannot be read")
+        self.listener.close()
+        os.unlink(self.path)
+        self.listener = None
+        with open(self.token_file, "w") as f:
+            f.write("early-token")
+        os.kill(proc.pid, signal.SIGUSR1)
+        self.wait_diag("is not there yet")
+        self.assertIsNone(proc.poll(), self.diag())
+        peer = self.resume(proc, "ready-token", 3)
+        self.assertEqual(peer.call("print(x)")[0], "1\n", self.diag())
+
+    def test_park_while_code_runs_is_a_protocol_error(self) -> None:
+        proc, peer = self.start()
+        peer.conn.sendall(exec_frame("import time\nprint(1, flush=True)\ntime.sleep(5)", session=True))
+        self.assertEqual(peer.recv()["type"], "stdout")
+        peer.send({"type": "park"})
+        self.assertEqual(proc.wait(TIMEOUT), 2, self.diag())
+        self.assertIn("park while code runs", self.diag())
+
+    def test_park_needs_the_token_file_and_a_spare(self) -> None:
+        proc, peer = self.start(token_file=False)
+        peer.call("pass")
+        peer.send({"type": "park"})
+        self.assertEqual(proc.wait(TIMEOUT), 2, self.diag())
+        self.assertIn("started without BRIDGE_RELAY_TOKEN_FILE", self.diag())
+        proc, peer = self.start()
+        for parks in (3, 2, 1, 0):
+            peer.call("pass")
+            self.park(peer)
+            peer = self.resume(proc, f"token-{parks}", parks)
+        peer.call("pass")
+        peer.send({"type": "park"})
+        self.assertEqual(proc.wait(TIMEOUT), 2, self.diag())
+        self.assertIn("no spare socket is left", self.diag())
+
+    def test_park_with_fields_is_a_protocol_error(self) -> None:
+        proc, peer = self.start()
+        peer.call("pass")
+        peer.send({"type": "park", "now": True})
+        self.assertEqual(proc.wait(TIMEOUT), 2, self.diag())
+        self.assertIn("unknown fields ['now']", self.diag())
 
 
 class FileNameTest(unittest.TestCase):

@@ -116,6 +116,14 @@ func (e *Encoder) Pack(m Pack) error {
 	}{TypePack, m})
 }
 
+// Park asks a session's runner, between two calls, to answer parked, close
+// the relay and wait for SIGUSR1 (docs/protocol.md, "Parking").
+func (e *Encoder) Park() error {
+	return e.write(struct {
+		Type string `json:"type"`
+	}{TypePark})
+}
+
 // ToolResult sends a tool_result message.
 func (e *Encoder) ToolResult(m ToolResult) error { return e.write(toolResultFrame(m)) }
 

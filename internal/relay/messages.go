@@ -25,14 +25,30 @@ const (
 	// TypePack asks a session's runner, between two calls, for its /tmp as
 	// one tar file (docs/protocol.md, "Snapshots").
 	TypePack = "pack"
+	// TypePark asks a session's runner, between two calls, to let go of the
+	// relay and wait to be woken in a restored sandbox; the runner answers
+	// TypeParked (docs/protocol.md, "Parking").
+	TypePark   = "park"
+	TypeParked = "parked"
 )
 
-// Hello is the runner's first message.
+// Hello is the runner's first message, and its first again after a park.
 type Hello struct {
 	Version int    `json:"version"`
 	Token   string `json:"token"`
 	Python  string `json:"python"`
+	// Parks is how many more times the runner can park: it made that many
+	// spare sockets before confining itself, and each park uses one. 0
+	// (absent) for a runner started without a token file, which cannot.
+	Parks int `json:"parks,omitempty"`
+	// Resumed says the runner connects again after a park, in a restored
+	// sandbox, its session's interpreter kept.
+	Resumed bool `json:"resumed,omitempty"`
 }
+
+// Parked answers a park: the runner closes the relay after it. It has no
+// fields.
+type Parked struct{}
 
 // Output is a piece of the code's stdout or stderr.
 type Output struct {
@@ -261,4 +277,5 @@ type Message struct {
 	FileData *FileData
 	FileEnd  *FileEnd
 	FileSkip *FileSkip
+	Parked   *Parked
 }

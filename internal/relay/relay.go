@@ -12,7 +12,7 @@ import (
 )
 
 // Version is the relay protocol version this package speaks.
-const Version = 6
+const Version = 7
 
 // MaxFrameSize is the largest payload a frame may carry, in bytes.
 const MaxFrameSize = 16 << 20

@@ -35,6 +35,21 @@ func TestDecodeValid(t *testing.T) {
 				t.Fatalf("hello = %+v", m.Hello)
 			}
 		}},
+		{"hello resumed", `{"type":"hello","version":7,"token":"t2","python":"3.11.2","parks":3,"resumed":true}`, func(t *testing.T, m Message) {
+			if h := m.Hello; h == nil || h.Parks != 3 || !h.Resumed || h.Token != "t2" {
+				t.Fatalf("hello = %+v", m.Hello)
+			}
+		}},
+		{"hello that can park", `{"type":"hello","version":7,"token":"t","python":"3.11.2","parks":4}`, func(t *testing.T, m Message) {
+			if h := m.Hello; h.Parks != 4 || h.Resumed {
+				t.Fatalf("hello = %+v", m.Hello)
+			}
+		}},
+		{"parked", `{"type":"parked"}`, func(t *testing.T, m Message) {
+			if m.Type != TypeParked || m.Parked == nil {
+				t.Fatalf("got %+v", m)
+			}
+		}},
 		{"stdout", `{"type":"stdout","data":"hi\n"}`, func(t *testing.T, m Message) {
 			if m.Type != TypeStdout || m.Output.Data != "hi\n" {
 				t.Fatalf("got %+v", m)
@@ -111,6 +126,12 @@ func TestDecodeRejects(t *testing.T) {
 		{"query without args", frame(`{"type":"query","id":1,"op":"servers"}`), `missing`},
 		{"query id zero", frame(`{"type":"query","id":0,"op":"servers","args":{}}`), `id must be a positive integer`},
 		{"query args not object", frame(`{"type":"query","id":1,"op":"servers","args":[]}`), `args`},
+		{"parked with a field", frame(`{"type":"parked","now":true}`), `unknown field "now"`},
+		{"resumed not a boolean", frame(`{"type":"hello","version":7,"token":"t","python":"3","resumed":1}`), "resumed: cannot unmarshal number into a boolean"},
+		{"resumed null", frame(`{"type":"hello","version":7,"token":"t","python":"3","resumed":null}`), "resumed: cannot unmarshal null into a boolean"},
+		{"parks negative", frame(`{"type":"hello","version":7,"token":"t","python":"3","parks":-1}`), "parks must be 0 to 64, got -1"},
+		{"parks too many", frame(`{"type":"hello","version":7,"token":"t","python":"3","parks":65}`), "parks must be 0 to 64, got 65"},
+		{"park is the bridge's", frame(`{"type":"park"}`), `unknown message type "park"`},
 		{"bad exit status", frame(`{"type":"exit","status":"great","exit_code":0}`), "status must be ok or error"},
 		{"ok with nonzero code", frame(`{"type":"exit","status":"ok","exit_code":3}`), "status ok with exit code 3"},
 		{"negative cut", frame(`{"type":"exit","status":"ok","exit_code":0,"stdout_cut":-1}`), "must not be negative"},
@@ -531,6 +552,9 @@ func TestEncoderRoundTrip(t *testing.T) {
 	if err := enc.Interrupt(); err != nil {
 		t.Fatal(err)
 	}
+	if err := enc.Park(); err != nil {
+		t.Fatal(err)
+	}
 	var got []map[string]any
 	r := bytes.NewReader(buf.Bytes())
 	for {
@@ -550,8 +574,11 @@ func TestEncoderRoundTrip(t *testing.T) {
 		}
 		got = append(got, m)
 	}
-	if len(got) != 5 {
-		t.Fatalf("got %d frames, want 5", len(got))
+	if len(got) != 6 {
+		t.Fatalf("got %d frames, want 6", len(got))
+	}
+	if len(got[5]) != 1 || got[5]["type"] != "park" {
+		t.Errorf("park frame = %v", got[5])
 	}
 	if got[0]["type"] != "exec" || got[0]["code"] != "print('<&>')" || got[0]["version"] != float64(Version) || got[0]["output_limit"] != float64(1024) {
 		t.Errorf("exec frame = %v", got[0])
@@ -577,6 +604,9 @@ func FuzzDecode(f *testing.F) {
 	seeds := []string{
 		`{"type":"hello","version":1,"token":"t","python":"3.11"}`,
 		`{"type":"stdout","data":"x"}`,
+		`{"type":"hello","version":7,"token":"t","python":"3.11","parks":2,"resumed":true}`,
+		`{"type":"hello","version":7,"token":"t","python":"3.11","resumed":false}`,
+		`{"type":"parked"}`,
 		`{"type":"stderr","data":"\u00e9"}`,
 		`{"type":"tool_call","id":1,"server":"s","tool":"t","args":{"a":[1,2,{"b":null}]}}`,
 		`{"type":"query","id":2,"op":"tools","args":{"server":"s"}}`,
@@ -672,7 +702,7 @@ func checkInvariants(t *testing.T, m Message) {
 	t.Helper()
 	set := 0
 	for _, p := range []bool{m.Hello != nil, m.Output != nil, m.ToolCall != nil, m.Query != nil, m.Exit != nil,
-		m.File != nil, m.FileData != nil, m.FileEnd != nil, m.FileSkip != nil} {
+		m.File != nil, m.FileData != nil, m.FileEnd != nil, m.FileSkip != nil, m.Parked != nil} {
 		if p {
 			set++
 		}
@@ -688,11 +718,12 @@ func checkInvariants(t *testing.T, m Message) {
 	switch m.Type {
 	case TypeHello:
 		h := m.Hello
-		if h == nil || len(h.Token) > maxToken || len(h.Python) > maxPython {
+		if h == nil || len(h.Token) > maxToken || len(h.Python) > maxPython || h.Parks < 0 || h.Parks > maxParks {
 			t.Fatalf("hello passed checks it should fail: %+v", h)
 		}
 		valid("token", h.Token)
 		valid("python", h.Python)
+	case TypeParked:
 	case TypeStdout, TypeStderr:
 		if m.Output == nil {
 			t.Fatalf("%s without output", m.Type)

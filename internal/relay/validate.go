@@ -20,6 +20,7 @@ const (
 	maxKeptBuffer = 2 << 20
 	maxToken      = 256 // hello.token; longer is a protocol error
 	maxPython     = 64  // hello.python; longer is a protocol error
+	maxParks      = 64  // hello.parks; more is a protocol error
 	maxName       = 256 // tool_call.server and tool_call.tool; longer is a protocol error
 	maxErrorType  = 256 // exit's error.type is cut to this
 	// maxErrorText bounds exit's error.message and error.traceback: a longer
@@ -47,7 +48,8 @@ func (k keys) has(key string) bool {
 var (
 	// The keys of each message from the runner, and of exit's error object.
 	messageKeys = map[string]keys{
-		TypeHello:    {required: []string{"type", "version", "token", "python"}},
+		TypeHello:    {[]string{"type", "version", "token", "python"}, []string{"parks", "resumed"}},
+		TypeParked:   {required: []string{"type"}},
 		TypeStdout:   {required: []string{"type", "data"}},
 		TypeStderr:   {required: []string{"type", "data"}},
 		TypeToolCall: {[]string{"type", "id", "server", "tool"}, []string{"args"}},
@@ -67,6 +69,7 @@ var (
 		"data": "string", "id": "integer", "server": "string", "tool": "string", "args": "object", "op": "string",
 		"status": "string", "exit_code": "integer", "error": "object", "stdout_cut": "integer", "stderr_cut": "integer",
 		"files_skipped": "integer", "name": "string", "size": "integer", "reason": "string",
+		"parks": "integer", "resumed": "bool",
 	}
 	errorKinds = map[string]string{"type": "string", "message": "string", "traceback": "string"}
 )
@@ -185,6 +188,9 @@ func parsePayload(payload []byte) (Message, error) {
 	case TypeFileSkip:
 		m.FileSkip = new(FileSkip)
 		dst = m.FileSkip
+	case TypeParked:
+		m.Parked = new(Parked)
+		dst = m.Parked
 	}
 	if err := o.decode(k, payload, dst); err != nil {
 		return Message{}, fmt.Errorf("%w: %s: %v", ErrProtocol, typ, err)
@@ -228,12 +234,16 @@ func (o *object) decode(k keys, payload []byte, dst checker) error {
 
 func (*Output) check() error { return nil }
 
+func (*Parked) check() error { return nil }
+
 func (h *Hello) check() error {
 	switch {
 	case len(h.Token) > maxToken:
 		return fmt.Errorf("token is %d bytes (at most %d)", len(h.Token), maxToken)
 	case len(h.Python) > maxPython:
 		return fmt.Errorf("python is %d bytes (at most %d)", len(h.Python), maxPython)
+	case h.Parks < 0 || h.Parks > maxParks:
+		return fmt.Errorf("parks must be 0 to %d, got %d", maxParks, h.Parks)
 	}
 	return nil
 }
@@ -559,6 +569,8 @@ func checkKind(name, want string, v []byte) error {
 		return fmt.Errorf("args must be a JSON object, got %s", got)
 	case want == "string":
 		return fmt.Errorf("%s: cannot unmarshal %s into a string", name, got)
+	case want == "bool":
+		return fmt.Errorf("%s: cannot unmarshal %s into a boolean", name, got)
 	}
 	return fmt.Errorf("%s: cannot unmarshal %s into an %s", name, got, want)
 }
