@@ -74,7 +74,7 @@ func allowedEngines(rel string) map[string]bool {
 	switch {
 	case rel == "sandbox/detect", rel == "sandbox/doctor", strings.HasPrefix(rel, "cmd/"), strings.HasPrefix(rel, "integration"):
 		return map[string]bool{"sandbox/docker": true, "sandbox/podman": true, "sandbox/kubernetes": true}
-	case rel == "sandbox/docker", rel == "sandbox/podman", rel == "sandbox/kubernetes":
+	case rel == "sandbox/docker", rel == "sandbox/podman", rel == "sandbox/kubernetes", rel == "sandbox/runsc":
 		return map[string]bool{rel: true}
 	}
 	return nil
