@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -16,8 +17,33 @@ import (
 	"github.com/bridge-mcp/bridge/sandbox/internal/engines"
 )
 
-// logName is the sandbox's stdout and stderr, in its bundle.
-const logName = "log"
+// logLimit is how much of a sandbox's own stdout and stderr is kept (the
+// runner's diagnostics), as Docker keeps 1 MB of a container's.
+const logLimit = 1 << 20
+
+// sandboxLog is the tail of a sandbox's stdout and stderr. runsc hands
+// them a pipe that a goroutine drains until the sandbox ends: a file would
+// let the code fill the host's disk.
+type sandboxLog struct {
+	mu   sync.Mutex
+	tail *engines.LogTail
+	done chan struct{} // closed when the pipe is drained
+}
+
+func (l *sandboxLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tail.Write(p)
+}
+
+func (l *sandboxLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tail.String()
+}
+
+// drainWait bounds the wait for a sandbox's last words once it has ended.
+const drainWait = 2 * time.Second
 
 // bundle is container id's bundle folder.
 func (c *Client) bundle(id string) string { return filepath.Join(c.opts.Dir, "bundles", id) }
@@ -76,8 +102,8 @@ func mapsWith(m map[string]string, k, v string) map[string]string {
 }
 
 // Start implements [sandbox.Runtime]: runsc run -detach, the sandbox's
-// stdout and stderr to its log file (not a pipe: the sandbox outlives the
-// command), then waits for its end in the background.
+// stdout and stderr into a pipe drained into its log (Logs), then waits
+// for its end in the background.
 func (c *Client) Start(ctx context.Context, id string) error {
 	return c.launch(ctx, id, "run", "--bundle", c.bundle(id), "-detach", id)
 }
@@ -86,17 +112,30 @@ func (c *Client) Start(ctx context.Context, id string) error {
 // waiting for its end.
 func (c *Client) launch(ctx context.Context, id string, args ...string) error {
 	dir := c.bundle(id)
-	log, err := os.OpenFile(filepath.Join(dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("start container %s: %w", id, sandbox.ErrNotFound)
-		}
-		return err
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("start container %s: %w", id, sandbox.ErrNotFound)
 	}
-	defer log.Close()
-	if _, err := c.command(ctx, dir, log, append(runFlags(), args...)...); err != nil {
-		tail, _ := c.Logs(context.WithoutCancel(ctx), id, 2048)
-		return fmt.Errorf("start container %s: %w: %s", id, err, strings.TrimSpace(tail))
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start container %s: %w", id, err)
+	}
+	log := &sandboxLog{tail: engines.NewLogTail(logLimit), done: make(chan struct{})}
+	go func() {
+		_, _ = io.Copy(log, pr)
+		pr.Close()
+		close(log.done)
+	}()
+	c.mu.Lock()
+	c.logs[id] = log
+	c.mu.Unlock()
+	_, err = c.command(ctx, dir, pw, append(runFlags(), args...)...)
+	pw.Close() // the sandbox holds its own copy
+	if err != nil {
+		select {
+		case <-log.done:
+		case <-time.After(drainWait):
+		}
+		return fmt.Errorf("start container %s: %w: %s", id, err, strings.TrimSpace(lastLines(log.String(), 2048)))
 	}
 	p := &proc{done: make(chan struct{})}
 	c.mu.Lock()
@@ -206,6 +245,7 @@ func (c *Client) Remove(ctx context.Context, id string) error {
 	removeCgroup("/sys/fs/cgroup", c.opts.CgroupParent+"/"+id)
 	c.mu.Lock()
 	delete(c.procs, id)
+	delete(c.logs, id)
 	c.mu.Unlock()
 	if err := os.RemoveAll(c.bundle(id)); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
@@ -227,21 +267,34 @@ func removeCgroup(root, cgroup string) {
 	}
 }
 
-// Logs implements [sandbox.Runtime]: the tail of the sandbox's log file.
-func (c *Client) Logs(_ context.Context, id string, limit int) (string, error) {
-	f, err := os.Open(filepath.Join(c.bundle(id), logName))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", nil
+// Logs implements [sandbox.Runtime]: the tail of the sandbox's stdout and
+// stderr, all of it once the sandbox has ended.
+func (c *Client) Logs(ctx context.Context, id string, limit int) (string, error) {
+	c.mu.Lock()
+	log, p := c.logs[id], c.procs[id]
+	c.mu.Unlock()
+	if log == nil {
+		return "", nil
+	}
+	if p != nil {
+		select {
+		case <-p.done:
+			select {
+			case <-log.done:
+			case <-time.After(drainWait):
+			case <-ctx.Done():
+			}
+		default:
 		}
-		return "", err
 	}
-	defer f.Close()
-	tail := engines.NewLogTail(limit)
-	if _, err := io.Copy(tail, f); err != nil {
-		return "", err
-	}
-	return tail.String(), nil
+	return lastLines(log.String(), limit), nil
+}
+
+// lastLines is the last limit bytes of s.
+func lastLines(s string, limit int) string {
+	t := engines.NewLogTail(limit)
+	_, _ = t.WriteString(s)
+	return t.String()
 }
 
 // List implements [sandbox.Runtime]: the bundles' state files, running or not.

@@ -72,7 +72,8 @@ type Client struct {
 	// export it once.
 	rootfsMu sync.Mutex
 	mu       sync.Mutex
-	procs    map[string]*proc // the sandboxes this client started, by id
+	procs    map[string]*proc       // the sandboxes this client started, by id
+	logs     map[string]*sandboxLog // their stdout and stderr, by id
 }
 
 var _ sandbox.Runtime = (*Client)(nil)
@@ -111,7 +112,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("runsc engine: %w", err)
 		}
 	}
-	c := &Client{opts: opts, procs: map[string]*proc{}}
+	c := &Client{opts: opts, procs: map[string]*proc{}, logs: map[string]*sandboxLog{}}
 	if _, err := c.version(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrEngineUnreachable, err)
 	}

@@ -1,0 +1,246 @@
+package runsc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-mcp/bridge/internal/relay"
+	"github.com/bridge-mcp/bridge/sandbox"
+)
+
+// cliImages exports images through the docker (or podman) command: for
+// the smoke test only; sandbox/detect will give an Exporter over the
+// engine's API.
+type cliImages struct{ cli string }
+
+func (e cliImages) Name() string { return e.cli }
+
+func (e cliImages) ImageInfo(ctx context.Context, ref string) (sandbox.ImageInfo, error) {
+	out, err := exec.CommandContext(ctx, e.cli, "image", "inspect", "-f", "{{.Id}}", ref).Output()
+	if err != nil {
+		return sandbox.ImageInfo{}, fmt.Errorf("%w: %s: %v", sandbox.ErrImageNotFound, ref, err)
+	}
+	return sandbox.ImageInfo{ID: strings.TrimSpace(string(out))}, nil
+}
+
+func (e cliImages) BuildImage(context.Context, sandbox.BuildOptions) error {
+	return errors.New("not in the smoke test")
+}
+
+func (e cliImages) Export(ctx context.Context, ref string, w io.Writer) ([]string, error) {
+	out, err := exec.CommandContext(ctx, e.cli, "image", "inspect", "-f", "{{json .Config.Env}}", ref).Output()
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	if err := json.Unmarshal(out, &env); err != nil {
+		return nil, err
+	}
+	id, err := exec.CommandContext(ctx, e.cli, "create", ref).Output()
+	if err != nil {
+		return nil, err
+	}
+	defer exec.Command(e.cli, "rm", "-f", strings.TrimSpace(string(id))).Run()
+	cmd := exec.CommandContext(ctx, e.cli, "export", strings.TrimSpace(string(id)))
+	cmd.Stdout = w
+	return env, cmd.Run()
+}
+
+// smokeRun is one sandbox's run folder and relay listener.
+type smokeRun struct {
+	id, dir, token string
+	ln             net.Listener
+}
+
+func newSmokeRun(t *testing.T, name string) *smokeRun {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bridge-runsc-smoke-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(dir, "relay.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(filepath.Join(dir, "relay.sock"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return &smokeRun{id: "bridge-smoke-" + name, dir: dir, token: "token-" + name, ln: ln}
+}
+
+// accept takes the runner's connection and hello.
+func (r *smokeRun) accept(t *testing.T) (net.Conn, *relay.Decoder, *relay.Hello) {
+	t.Helper()
+	_ = r.ln.(*net.UnixListener).SetDeadline(time.Now().Add(30 * time.Second))
+	conn, err := r.ln.Accept()
+	if err != nil {
+		t.Fatalf("%s: the runner did not connect: %v", r.id, err)
+	}
+	dec := relay.NewDecoder(conn, 0)
+	m, err := dec.Decode()
+	if err != nil || m.Hello == nil || m.Hello.Token != r.token {
+		t.Fatalf("%s: hello %+v, %v", r.id, m.Hello, err)
+	}
+	return conn, dec, m.Hello
+}
+
+// call runs code as a session's call and returns its stdout.
+func call(t *testing.T, conn net.Conn, dec *relay.Decoder, code string) string {
+	t.Helper()
+	err := relay.NewEncoder(conn).Exec(relay.Exec{Code: code, OutputLimit: 1 << 16, Session: true, Files: relay.FileLimits{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for {
+		m, err := dec.Decode()
+		if err != nil {
+			t.Fatalf("during a call: %v", err)
+		}
+		switch m.Type {
+		case relay.TypeStdout, relay.TypeStderr:
+			out.WriteString(m.Output.Data)
+		case relay.TypeExit:
+			if m.Exit.Status != "ok" {
+				t.Fatalf("call failed: %+v %s", m.Exit.Error, out.String())
+			}
+			return out.String()
+		}
+	}
+}
+
+// TestSmoke runs the real runsc with the runner image's file system and
+// this tree's runner (copied over the image's): a session's call, a park,
+// a checkpoint, two restores side by side that carry on from the same
+// state. Only with BRIDGE_RUNSC_SMOKE set to the runner image's name, as
+// root, where runsc and docker are.
+func TestSmoke(t *testing.T) {
+	image := os.Getenv("BRIDGE_RUNSC_SMOKE")
+	if image == "" {
+		t.Skip("set BRIDGE_RUNSC_SMOKE to the runner image (as root, with runsc and docker) to run runsc for real")
+	}
+	ctx := context.Background()
+	work, err := os.MkdirTemp("", "bridge-runsc-engine-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	c, err := New(ctx, Options{Dir: work, Init: "/usr/bin/tini-static", CgroupParent: "/bridge-smoke", Images: cliImages{"docker"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rootfs, _, err := c.rootfs(ctx, image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("exported %s in %s", image, time.Since(start).Round(time.Millisecond))
+	// This tree's runner and its modules over the image's.
+	err = filepath.Walk("../../images/runner", func(p string, fi os.FileInfo, err error) error {
+		rel, _ := filepath.Rel("../../images/runner", p)
+		if err != nil || fi.IsDir() || !strings.HasSuffix(p, ".py") || strings.HasPrefix(filepath.Base(p), "test_") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(rootfs, "opt/bridge", rel), b, 0o644)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := sandbox.DefaultLimits()
+	spec := func(r *smokeRun) sandbox.ContainerSpec {
+		s := sandbox.NewSpec(strings.TrimPrefix(r.id, "bridge-run-"), image, r.dir, r.token, limits)
+		s.Name = r.id
+		s.ForGVisor()
+		return s
+	}
+	first := newSmokeRun(t, "first")
+	id, err := c.Create(ctx, spec(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Remove(context.Background(), id) })
+	start = time.Now()
+	if err := c.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	conn, dec, hello := first.accept(t)
+	t.Logf("started and connected in %s: %+v", time.Since(start).Round(time.Millisecond), *hello)
+	if out := call(t, conn, dec, "import sys\nx = 41\nprint(sys.version_info[:2])"); out == "" {
+		t.Fatal("no output")
+	}
+	if err := relay.NewEncoder(conn).Park(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dec.Decode(); err != nil || m.Type != relay.TypeParked {
+		t.Fatalf("park answered %+v, %v", m, err)
+	}
+	if _, err := dec.Decode(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after parked: %v", err)
+	}
+	conn.Close()
+	snap := filepath.Join(work, "snap")
+	start = time.Now()
+	if err := c.Checkpoint(ctx, id, snap); err != nil {
+		logs, _ := c.Logs(ctx, id, 4096)
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	t.Logf("checkpointed in %s: %s", time.Since(start).Round(time.Millisecond), du(snap))
+	if err := c.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"second", "fork"} {
+		r := newSmokeRun(t, name)
+		if err := WriteToken(r.dir, r.token); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		if err := c.Restore(ctx, r.id, spec(r), snap); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Remove(context.Background(), r.id) })
+		restored := time.Since(start)
+		if err := c.Wake(ctx, r.id); err != nil {
+			t.Fatal(err)
+		}
+		conn, dec, hello := r.accept(t)
+		t.Logf("%s: restored in %s, resumed in %s: %+v", name, restored.Round(time.Millisecond), (time.Since(start) - restored).Round(time.Millisecond), *hello)
+		if !hello.Resumed || hello.Parks != 3 {
+			t.Fatalf("hello %+v", *hello)
+		}
+		if out := call(t, conn, dec, "x += 1\nprint(x)"); out != "42\n" {
+			t.Fatalf("%s: the session's state: %q", name, out)
+		}
+		defer conn.Close()
+	}
+}
+
+func du(dir string) string {
+	var n int64
+	_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+}
