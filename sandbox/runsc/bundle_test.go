@@ -67,16 +67,16 @@ func TestBundleHardening(t *testing.T) {
 		{Property: enginetest.ReadOnlyRoot, Holds: func(t *testing.T) error { return want(cfg.Root.Readonly, "writable root") }},
 		{Property: enginetest.NoNetwork, Name: "a network namespace, and runsc --network=none", Holds: func(t *testing.T) error {
 			ns := slices.ContainsFunc(lin.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.NetworkNamespace && n.Path == "" })
-			return want(ns && slices.Contains(runFlags(), "--network=none"), "namespaces %v flags %v", lin.Namespaces, runFlags())
+			return want(ns && slices.Contains(runFlags(Options{}), "--network=none"), "namespaces %v flags %v", lin.Namespaces, runFlags(Options{}))
 		}},
 		{Property: enginetest.NoCapability, Holds: func(t *testing.T) error {
 			c := p.Capabilities
 			return want(c != nil && len(c.Bounding)+len(c.Effective)+len(c.Inheritable)+len(c.Permitted)+len(c.Ambient) == 0, "capabilities %+v", c)
 		}},
 		{Property: enginetest.NoEscalation, Holds: func(t *testing.T) error { return want(p.NoNewPrivileges, "no_new_privs off") }},
-		{Property: enginetest.Seccomp, Name: "the bridge's profile, applied with --oci-seccomp", Holds: func(t *testing.T) error {
+		{Property: enginetest.Seccomp, Name: "the bridge's profile, in the bundle as under Docker (applied inside gVisor with Options.OCISeccomp)", Holds: func(t *testing.T) error {
 			s := lin.Seccomp
-			return want(s != nil && s.DefaultAction == specs.ActErrno && len(s.Syscalls) > 10 && slices.Contains(runFlags(), "--oci-seccomp"), "seccomp %+v", s)
+			return want(s != nil && s.DefaultAction == specs.ActErrno && len(s.Syscalls) > 10 && slices.Contains(runFlags(Options{OCISeccomp: true}), "--oci-seccomp"), "seccomp %+v", s)
 		}},
 		{Property: enginetest.Memory, Holds: func(t *testing.T) error {
 			m := res.Memory

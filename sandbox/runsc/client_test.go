@@ -123,7 +123,7 @@ func TestClientCommands(t *testing.T) {
 		t.Fatalf("Wait: %+v, %v", st, err)
 	}
 	want := []string{
-		"--root D/state --network=none --host-uds=open --oci-seccomp run --bundle D/bundles/bridge-run-run1 -detach bridge-run-run1",
+		"--root D/state --network=none --host-uds=open run --bundle D/bundles/bridge-run-run1 -detach bridge-run-run1",
 		"--root D/state wait bridge-run-run1",
 	}
 	if got := takeCalls(t, c, calls); !slices.Equal(got, want) {
@@ -161,7 +161,7 @@ func TestClientCommands(t *testing.T) {
 	}
 	want = []string{
 		"--root D/state checkpoint --image-path " + snap + " bridge-run-run1",
-		"--root D/state --network=none --host-uds=open --oci-seccomp restore --image-path " + snap + " --bundle D/bundles/bridge-run-run2 -detach bridge-run-run2",
+		"--root D/state --network=none --host-uds=open restore --image-path " + snap + " --bundle D/bundles/bridge-run-run2 -detach bridge-run-run2",
 		"--root D/state wait bridge-run-run2",
 		"--root D/state kill bridge-run-run2 USR1",
 		"--root D/state kill --all bridge-run-run1 KILL",

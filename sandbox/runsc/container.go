@@ -128,7 +128,7 @@ func (c *Client) launch(ctx context.Context, id string, args ...string) error {
 	c.mu.Lock()
 	c.logs[id] = log
 	c.mu.Unlock()
-	_, err = c.command(ctx, dir, pw, append(runFlags(), args...)...)
+	_, err = c.command(ctx, dir, pw, append(runFlags(c.opts), args...)...)
 	pw.Close() // the sandbox holds its own copy
 	if err != nil {
 		select {

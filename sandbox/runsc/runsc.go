@@ -62,6 +62,13 @@ type Options struct {
 	Init string
 	// Images builds, describes and exports the images. Required.
 	Images Exporter
+	// OCISeccomp has gVisor apply the bundle's seccomp filter (the
+	// bridge's profile) inside the sandbox, as well as its own outside.
+	// Off by default, as runsc is under Docker or Podman: it needs a runsc
+	// that honours a rule's errnoRet (Debian's 2022-12 one answers EPERM
+	// where the profile says ENOSYS, so glibc does not fall back from
+	// clone3 to clone and Python cannot start a thread).
+	OCISeccomp bool
 }
 
 // Client is the [sandbox.Runtime] that runs each container as a gVisor
@@ -138,9 +145,15 @@ func (c *Client) BuildImage(ctx context.Context, opts sandbox.BuildOptions) erro
 
 // runFlags are the global flags of the commands that start a sandbox: no
 // network (a loopback only), and connect() allowed to host sockets the
-// sandbox was given (the relay socket; without it the runner gets EPERM),
-// with the spec's seccomp filter applied inside the sandbox.
-func runFlags() []string { return []string{"--network=none", "--host-uds=open", "--oci-seccomp"} }
+// sandbox was given (the relay socket; without it the runner gets EPERM);
+// with o.OCISeccomp, the bundle's seccomp filter applied inside it.
+func runFlags(o Options) []string {
+	flags := []string{"--network=none", "--host-uds=open"}
+	if o.OCISeccomp {
+		flags = append(flags, "--oci-seccomp")
+	}
+	return flags
+}
 
 // command is runsc with its --root and args, run in dir, its stdout to
 // stdout (nil: kept, and returned).

@@ -2,6 +2,7 @@ package runsc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,10 +142,12 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
-	c, err := New(ctx, Options{Dir: work, Init: "/usr/bin/tini-static", CgroupParent: "/bridge-smoke", Images: cliImages{"docker"}})
+	c, err := New(ctx, Options{Dir: work, Init: "/usr/bin/tini-static", CgroupParent: "/bridge-smoke", Images: cliImages{"docker"},
+		OCISeccomp: os.Getenv("BRIDGE_RUNSC_SMOKE_OCI_SECCOMP") != ""})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { removeCgroup("/sys/fs/cgroup", "/bridge-smoke") }) // last: after the sandboxes'
 	start := time.Now()
 	rootfs, _, err := c.rootfs(ctx, image)
 	if err != nil {
@@ -179,14 +182,23 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Remove(context.Background(), id) })
+	t.Cleanup(func() { showLogs(t, c, id) }) // before the removal
 	start = time.Now()
 	if err := c.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	conn, dec, hello := first.accept(t)
 	t.Logf("started and connected in %s: %+v", time.Since(start).Round(time.Millisecond), *hello)
-	if out := call(t, conn, dec, "import sys\nx = 41\nprint(sys.version_info[:2])"); out == "" {
+	if hello.Parks != 4 || hello.Resumed {
+		t.Fatalf("hello %+v", *hello)
+	}
+	// BRIDGE_RUNSC_SMOKE_MB: that many MiB of random bytes held by the session.
+	code := "import os, sys\nx = 41\ndata = os.urandom(int(os.environ.get('MB', '0')) << 20)\nprint(sys.version_info[:2], len(data))"
+	code = strings.Replace(code, "os.environ.get('MB', '0')", "'"+cmp.Or(os.Getenv("BRIDGE_RUNSC_SMOKE_MB"), "0")+"'", 1)
+	if out := call(t, conn, dec, code); out == "" {
 		t.Fatal("no output")
+	} else {
+		t.Logf("first call: %s", strings.TrimSpace(out))
 	}
 	if err := relay.NewEncoder(conn).Park(); err != nil {
 		t.Fatal(err)
@@ -218,6 +230,7 @@ func TestSmoke(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Remove(context.Background(), r.id) })
+		t.Cleanup(func() { showLogs(t, c, r.id) })
 		restored := time.Since(start)
 		if err := c.Wake(ctx, r.id); err != nil {
 			t.Fatal(err)
@@ -227,10 +240,18 @@ func TestSmoke(t *testing.T) {
 		if !hello.Resumed || hello.Parks != 3 {
 			t.Fatalf("hello %+v", *hello)
 		}
-		if out := call(t, conn, dec, "x += 1\nprint(x)"); out != "42\n" {
+		if out := call(t, conn, dec, "x += 1\nprint(x, len(data))"); !strings.HasPrefix(out, "42 ") {
 			t.Fatalf("%s: the session's state: %q", name, out)
 		}
 		defer conn.Close()
+	}
+}
+
+// showLogs logs sandbox id's own output when the test failed.
+func showLogs(t *testing.T, c *Client, id string) {
+	if t.Failed() {
+		logs, _ := c.Logs(context.Background(), id, 8192)
+		t.Logf("%s's output:\n%s", id, logs)
 	}
 }
 
