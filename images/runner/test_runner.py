@@ -2192,6 +2192,40 @@ class ParkTest(unittest.TestCase):
         peer = self.resume(proc, "ready-token", 3)
         self.assertEqual(peer.call("print(x)")[0], "1\n", self.diag())
 
+    def test_spares_the_code_spoiled_are_passed_over(self) -> None:
+        # The spares are the code's descriptors too: one closed (its number
+        # then taken by a file) and one connected elsewhere are dropped,
+        # and the runner resumes with the next.
+        proc, peer = self.start()
+        code = (
+            "import errno, os, socket\n"
+            "spares = []\n"
+            "for fd in sorted(int(n) for n in os.listdir('/proc/self/fd')):\n"
+            "    try:\n"
+            "        s = socket.socket(fileno=os.dup(fd))\n"
+            "    except OSError:\n"
+            "        continue\n"
+            "    try:\n"
+            "        s.getpeername()\n"
+            "    except OSError as e:\n"
+            "        if e.errno == errno.ENOTCONN and s.family == socket.AF_UNIX:\n"
+            "            spares.append(fd)\n"
+            "    s.close()\n"
+            "os.close(spares[-1])\n"
+            "keep = open('/dev/null')\n"  # takes the closed spare's number
+            "held = socket.socket(fileno=spares[-2])\n"  # kept: a socket object closes its fd when collected
+            f"held.connect({self.path!r})\n"
+            "print(len(spares), keep.fileno() == spares[-1])\n"
+        )
+        out, exit = peer.call(code)
+        self.assertEqual(out, "4 True\n", self.diag() + str(exit))
+        self.park(peer)
+        peer = self.resume(proc, "after-spoiling", 1)
+        self.assertEqual(peer.call("print(len(spares))")[0], "4\n")
+        self.assertEqual(self.diag().count("a spare socket is unusable"), 2, self.diag())
+        self.assertIn("Socket operation on non-socket", self.diag())
+        self.assertIn("Transport endpoint is already connected", self.diag())
+
     def test_park_while_code_runs_is_a_protocol_error(self) -> None:
         proc, peer = self.start()
         peer.conn.sendall(exec_frame("import time\nprint(1, flush=True)\ntime.sleep(5)", session=True))

@@ -217,6 +217,10 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("%v\n%s", err, logs)
 	}
 	t.Logf("checkpointed in %s: %s", time.Since(start).Round(time.Millisecond), du(snap))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	st, err := c.Wait(wctx, id)
+	cancel()
+	t.Logf("the checkpointed sandbox's end, as Wait reports it: %+v, %v", st, err)
 	if err := c.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
