@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,6 +177,7 @@ func TestSmoke(t *testing.T) {
 		s.ForGVisor()
 		return s
 	}
+	sm := &smoke{c: c, spec: spec}
 	first := newSmokeRun(t, "first")
 	id, err := c.Create(ctx, spec(first))
 	if err != nil {
@@ -193,13 +195,45 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("hello %+v", *hello)
 	}
 	// BRIDGE_RUNSC_SMOKE_MB: that many MiB of random bytes held by the session.
-	code := "import os, sys\nx = 41\ndata = os.urandom(int(os.environ.get('MB', '0')) << 20)\nprint(sys.version_info[:2], len(data))"
-	code = strings.Replace(code, "os.environ.get('MB', '0')", "'"+cmp.Or(os.Getenv("BRIDGE_RUNSC_SMOKE_MB"), "0")+"'", 1)
-	if out := call(t, conn, dec, code); out == "" {
-		t.Fatal("no output")
-	} else {
-		t.Logf("first call: %s", strings.TrimSpace(out))
+	mb := cmp.Or(os.Getenv("BRIDGE_RUNSC_SMOKE_MB"), "0")
+	code := "import os, sys\nx = 41\ndata = os.urandom(" + mb + " << 20)\nopen('/tmp/f', 'w').write('first')\nprint(sys.version_info[:2], len(data))"
+	t.Logf("first call: %s", strings.TrimSpace(call(t, conn, dec, code)))
+	snap := filepath.Join(work, "snap")
+	sm.snapshot(t, conn, dec, id, snap)
+
+	// Two restores side by side, each from the checkpoint's state, with
+	// its own memory and /tmp.
+	second, secondDec := sm.restore(t, "second", snap, 3)
+	defer second.Close()
+	fork, forkDec := sm.restore(t, "fork", snap, 3)
+	defer fork.Close()
+	if out := call(t, second, secondDec, "x += 1\nopen('/tmp/f', 'w').write('second')\nprint(x, len(data), open('/tmp/f').read())"); out != "42 "+strconv.Itoa(mbBytes(mb))+" second\n" {
+		t.Fatalf("second: the session's state: %q", out)
 	}
+	if out := call(t, fork, forkDec, "x += 1\nprint(x, open('/tmp/f').read())"); out != "42 first\n" {
+		t.Fatalf("fork: the session's state: %q", out)
+	}
+	// A restored sandbox snapshotted again: the chain goes on, a spare less.
+	snap2 := filepath.Join(work, "snap2")
+	sm.snapshot(t, second, secondDec, "bridge-smoke-second", snap2)
+	third, thirdDec := sm.restore(t, "third", snap2, 2)
+	defer third.Close()
+	if out := call(t, third, thirdDec, "x += 1\nprint(x, open('/tmp/f').read())"); out != "43 second\n" {
+		t.Fatalf("third: the session's state: %q", out)
+	}
+}
+
+// smoke is what TestSmoke's steps share.
+type smoke struct {
+	c    *Client
+	spec func(*smokeRun) sandbox.ContainerSpec
+}
+
+// snapshot parks the runner on conn, checkpoints sandbox id into snap and
+// removes it.
+func (sm *smoke) snapshot(t *testing.T, conn net.Conn, dec *relay.Decoder, id, snap string) {
+	t.Helper()
+	ctx := context.Background()
 	if err := relay.NewEncoder(conn).Park(); err != nil {
 		t.Fatal(err)
 	}
@@ -210,45 +244,51 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("after parked: %v", err)
 	}
 	conn.Close()
-	snap := filepath.Join(work, "snap")
-	start = time.Now()
-	if err := c.Checkpoint(ctx, id, snap); err != nil {
-		logs, _ := c.Logs(ctx, id, 4096)
-		t.Fatalf("%v\n%s", err, logs)
-	}
-	t.Logf("checkpointed in %s: %s", time.Since(start).Round(time.Millisecond), du(snap))
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	st, err := c.Wait(wctx, id)
-	cancel()
-	t.Logf("the checkpointed sandbox's end, as Wait reports it: %+v, %v", st, err)
-	if err := c.Remove(ctx, id); err != nil {
+	start := time.Now()
+	if err := sm.c.Checkpoint(ctx, id, snap); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"second", "fork"} {
-		r := newSmokeRun(t, name)
-		if err := WriteToken(r.dir, r.token); err != nil {
-			t.Fatal(err)
-		}
-		start = time.Now()
-		if err := c.Restore(ctx, r.id, spec(r), snap); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Remove(context.Background(), r.id) })
-		t.Cleanup(func() { showLogs(t, c, r.id) })
-		restored := time.Since(start)
-		if err := c.Wake(ctx, r.id); err != nil {
-			t.Fatal(err)
-		}
-		conn, dec, hello := r.accept(t)
-		t.Logf("%s: restored in %s, resumed in %s: %+v", name, restored.Round(time.Millisecond), (time.Since(start) - restored).Round(time.Millisecond), *hello)
-		if !hello.Resumed || hello.Parks != 3 {
-			t.Fatalf("hello %+v", *hello)
-		}
-		if out := call(t, conn, dec, "x += 1\nprint(x, len(data))"); !strings.HasPrefix(out, "42 ") {
-			t.Fatalf("%s: the session's state: %q", name, out)
-		}
-		defer conn.Close()
+	t.Logf("%s: checkpointed in %s: %s", id, time.Since(start).Round(time.Millisecond), du(snap))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	st, err := sm.c.Wait(wctx, id)
+	cancel()
+	t.Logf("%s: the checkpointed sandbox's end, as Wait reports it: %+v, %v", id, st, err)
+	if err := sm.c.Remove(ctx, id); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// restore starts sandbox name from snap in a run folder of its own, wakes
+// it, and returns its runner's connection once it said a resumed hello
+// with parks left.
+func (sm *smoke) restore(t *testing.T, name, snap string, parks int) (net.Conn, *relay.Decoder) {
+	t.Helper()
+	ctx := context.Background()
+	r := newSmokeRun(t, name)
+	if err := WriteToken(r.dir, r.token); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := sm.c.Restore(ctx, r.id, sm.spec(r), snap); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sm.c.Remove(context.Background(), r.id) })
+	t.Cleanup(func() { showLogs(t, sm.c, r.id) })
+	restored := time.Since(start)
+	if err := sm.c.Wake(ctx, r.id); err != nil {
+		t.Fatal(err)
+	}
+	conn, dec, hello := r.accept(t)
+	t.Logf("%s: restored in %s, resumed in %s: %+v", name, restored.Round(time.Millisecond), (time.Since(start) - restored).Round(time.Millisecond), *hello)
+	if !hello.Resumed || hello.Parks != parks {
+		t.Fatalf("hello %+v, want resumed with %d parks", *hello, parks)
+	}
+	return conn, dec
+}
+
+func mbBytes(mb string) int {
+	n, _ := strconv.Atoi(mb)
+	return n << 20
 }
 
 // showLogs logs sandbox id's own output when the test failed.
