@@ -253,6 +253,23 @@ func TestClientStartFailsAndOOM(t *testing.T) {
 	if st, err := c.Wait(ctx, id); err != nil || st != (sandbox.ExitState{ExitCode: 137, OOMKilled: true, OOMGuessed: true}) {
 		t.Fatalf("killed under a memory limit: %+v, %v", st, err)
 	}
+	// Killed by the host, runsc without a status: an OOM kill when the
+	// sandbox's cgroup counted one, a guess when it cannot be read.
+	t.Setenv("FAKE_RUNSC_EXIT", "")
+	t.Setenv("FAKE_RUNSC_WAIT_GONE", "1")
+	c.cgroupRoot = t.TempDir()
+	for _, counted := range []bool{false, true} {
+		if counted {
+			writeFile(t, filepath.Join(c.cgroupRoot, "memory/bridge", id, "memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+		}
+		if err := c.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Wait(ctx, id)
+		if want := (sandbox.ExitState{ExitCode: 137, OOMKilled: true, OOMGuessed: !counted}); err != nil || st != want {
+			t.Fatalf("killed by the host (counted %v): %+v, %v; want %+v", counted, st, err, want)
+		}
+	}
 	if _, err := c.Create(ctx, sandbox.ContainerSpec{Name: "../x", Image: "bridge-runner:test"}); err == nil || !strings.Contains(err.Error(), "names a sandbox by") {
 		t.Fatalf("an id that is a path: %v", err)
 	}
@@ -338,6 +355,32 @@ func TestWriteToken(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 1 {
 		t.Fatalf("left %v", left)
+	}
+}
+
+func writeFile(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOOMKills(t *testing.T) {
+	v1, v2 := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(v1, "memory/bridge/a/memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+	writeFile(t, filepath.Join(v2, "cgroup.controllers"), "cpu memory pids\n")
+	writeFile(t, filepath.Join(v2, "bridge/a/memory.events"), "low 0\nhigh 0\nmax 9\noom 1\noom_kill 2\n")
+	for _, tc := range []struct {
+		root, cgroup string
+		n            int
+		ok           bool
+	}{{v1, "/bridge/a", 3, true}, {v2, "/bridge/a", 2, true}, {v1, "/bridge/gone", 0, false}, {v2, "/bridge/gone", 0, false}} {
+		if n, ok := oomKills(tc.root, tc.cgroup); n != tc.n || ok != tc.ok {
+			t.Errorf("oomKills(%s, %s) = %d, %v; want %d, %v", tc.root, tc.cgroup, n, ok, tc.n, tc.ok)
+		}
 	}
 }
 

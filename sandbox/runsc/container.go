@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -155,12 +156,17 @@ type waitResult struct {
 }
 
 // wait is `runsc wait`: the sandbox's end (128 + the signal for one killed).
-// A sandbox killed with SIGKILL under a memory limit is taken for the
-// limit's (gVisor's kernel does not report OOM kills to the host).
+// When the host's kernel killed the sandbox itself (its memory limit: the
+// cgroup's OOM killer takes gVisor's own processes), runsc has no status
+// and says so: that is a SIGKILL, an OOM kill if the sandbox's cgroup
+// counted one.
 func (c *Client) wait(id string) (sandbox.ExitState, error) {
 	out, err := c.command(context.Background(), "", nil, "wait", id)
 	if err != nil {
-		return sandbox.ExitState{}, err
+		if !strings.Contains(err.Error(), "exit status is unavailable") {
+			return sandbox.ExitState{}, err
+		}
+		out = fmt.Appendf(nil, `{"id":%q,"exitStatus":%d}`, id, 128+int(syscall.SIGKILL))
 	}
 	var w waitResult
 	if err := json.Unmarshal(out, &w); err != nil {
@@ -168,9 +174,33 @@ func (c *Client) wait(id string) (sandbox.ExitState, error) {
 	}
 	st := sandbox.ExitState{ExitCode: w.ExitStatus}
 	if w.ExitStatus == 128+int(syscall.SIGKILL) && c.memoryLimited(id) {
-		st.OOMKilled, st.OOMGuessed = true, true
+		if n, ok := oomKills(c.cgroupRoot, c.opts.CgroupParent+"/"+id); ok {
+			st.OOMKilled = n > 0
+		} else {
+			st.OOMKilled, st.OOMGuessed = true, true
+		}
 	}
 	return st, nil
+}
+
+// oomKills is how many processes the memory cgroup path under root (v1 or
+// v2) has OOM-killed; false when its counter cannot be read.
+func oomKills(root, cgroup string) (int, bool) {
+	file, field := filepath.Join(root, "memory", cgroup, "memory.oom_control"), "oom_kill"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		file = filepath.Join(root, cgroup, "memory.events")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == field {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // memoryLimited reports whether container id's bundle sets a memory limit.
@@ -242,7 +272,7 @@ func (c *Client) Remove(ctx context.Context, id string) error {
 	} else if !errors.Is(err, sandbox.ErrNotFound) {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
-	removeCgroup("/sys/fs/cgroup", c.opts.CgroupParent+"/"+id)
+	removeCgroup(c.cgroupRoot, c.opts.CgroupParent+"/"+id)
 	c.mu.Lock()
 	delete(c.procs, id)
 	delete(c.logs, id)

@@ -79,8 +79,11 @@ type Client struct {
 	// export it once.
 	rootfsMu sync.Mutex
 	mu       sync.Mutex
-	procs    map[string]*proc       // the sandboxes this client started, by id
-	logs     map[string]*sandboxLog // their stdout and stderr, by id
+	// cgroupRoot is where the host's cgroups are mounted (a test's folder
+	// in tests).
+	cgroupRoot string
+	procs      map[string]*proc       // the sandboxes this client started, by id
+	logs       map[string]*sandboxLog // their stdout and stderr, by id
 }
 
 var _ sandbox.Runtime = (*Client)(nil)
@@ -119,7 +122,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 			return nil, fmt.Errorf("runsc engine: %w", err)
 		}
 	}
-	c := &Client{opts: opts, procs: map[string]*proc{}, logs: map[string]*sandboxLog{}}
+	c := &Client{opts: opts, cgroupRoot: "/sys/fs/cgroup", procs: map[string]*proc{}, logs: map[string]*sandboxLog{}}
 	if _, err := c.version(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrEngineUnreachable, err)
 	}
@@ -193,7 +196,7 @@ func (c *Client) Info(ctx context.Context) (sandbox.EngineInfo, error) {
 	if err != nil {
 		return sandbox.EngineInfo{}, fmt.Errorf("%w: %v", sandbox.ErrEngineUnreachable, err)
 	}
-	cg, enforce := cgroupEnforcement("/sys/fs/cgroup")
+	cg, enforce := cgroupEnforcement(c.cgroupRoot)
 	return sandbox.EngineInfo{
 		Name: Name, Socket: c.opts.Command[len(c.opts.Command)-1], Version: v, CgroupVersion: cg,
 		OCIRuntime: sandbox.OCIRuntimeRunsc, Enforce: enforce,

@@ -127,12 +127,11 @@ func call(t *testing.T, conn net.Conn, dec *relay.Decoder, code string) string {
 	}
 }
 
-// TestSmoke runs the real runsc with the runner image's file system and
-// this tree's runner (copied over the image's): a session's call, a park,
-// a checkpoint, two restores side by side that carry on from the same
-// state. Only with BRIDGE_RUNSC_SMOKE set to the runner image's name, as
-// root, where runsc and docker are.
-func TestSmoke(t *testing.T) {
+// newSmoke is the Client of a smoke test and the runner image's file
+// system, this tree's runner copied over the image's. Only with
+// BRIDGE_RUNSC_SMOKE set to the runner image's name, as root, where runsc
+// and docker are.
+func newSmoke(t *testing.T) *smoke {
 	image := os.Getenv("BRIDGE_RUNSC_SMOKE")
 	if image == "" {
 		t.Skip("set BRIDGE_RUNSC_SMOKE to the runner image (as root, with runsc and docker) to run runsc for real")
@@ -155,7 +154,6 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("exported %s in %s", image, time.Since(start).Round(time.Millisecond))
-	// This tree's runner and its modules over the image's.
 	err = filepath.Walk("../../images/runner", func(p string, fi os.FileInfo, err error) error {
 		rel, _ := filepath.Rel("../../images/runner", p)
 		if err != nil || fi.IsDir() || !strings.HasSuffix(p, ".py") || strings.HasPrefix(filepath.Base(p), "test_") {
@@ -170,35 +168,51 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits := sandbox.DefaultLimits()
-	spec := func(r *smokeRun) sandbox.ContainerSpec {
-		s := sandbox.NewSpec(strings.TrimPrefix(r.id, "bridge-run-"), image, r.dir, r.token, limits)
+	sm := &smoke{c: c, work: work, limits: sandbox.DefaultLimits()}
+	sm.spec = func(r *smokeRun) sandbox.ContainerSpec {
+		s := sandbox.NewSpec(strings.TrimPrefix(r.id, "bridge-run-"), image, r.dir, r.token, sm.limits)
 		s.Name = r.id
 		s.ForGVisor()
 		return s
 	}
-	sm := &smoke{c: c, spec: spec}
-	first := newSmokeRun(t, "first")
-	id, err := c.Create(ctx, spec(first))
+	return sm
+}
+
+// start creates and starts sandbox name and returns its runner's
+// connection once it said hello.
+func (sm *smoke) start(t *testing.T, name string) (string, net.Conn, *relay.Decoder) {
+	t.Helper()
+	ctx := context.Background()
+	r := newSmokeRun(t, name)
+	id, err := sm.c.Create(ctx, sm.spec(r))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Remove(context.Background(), id) })
-	t.Cleanup(func() { showLogs(t, c, id) }) // before the removal
-	start = time.Now()
-	if err := c.Start(ctx, id); err != nil {
+	t.Cleanup(func() { _ = sm.c.Remove(context.Background(), id) })
+	t.Cleanup(func() { showLogs(t, sm.c, id) }) // before the removal
+	start := time.Now()
+	if err := sm.c.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	conn, dec, hello := first.accept(t)
+	conn, dec, hello := r.accept(t)
 	t.Logf("started and connected in %s: %+v", time.Since(start).Round(time.Millisecond), *hello)
 	if hello.Parks != 4 || hello.Resumed {
 		t.Fatalf("hello %+v", *hello)
 	}
+	return id, conn, dec
+}
+
+// TestSmoke: a session's call, a park, a checkpoint, two restores side by
+// side that carry on from the same state, and a restored one snapshotted
+// and restored again.
+func TestSmoke(t *testing.T) {
+	sm := newSmoke(t)
+	id, conn, dec := sm.start(t, "first")
 	// BRIDGE_RUNSC_SMOKE_MB: that many MiB of random bytes held by the session.
 	mb := cmp.Or(os.Getenv("BRIDGE_RUNSC_SMOKE_MB"), "0")
 	code := "import os, sys\nx = 41\ndata = os.urandom(" + mb + " << 20)\nopen('/tmp/f', 'w').write('first')\nprint(sys.version_info[:2], len(data))"
 	t.Logf("first call: %s", strings.TrimSpace(call(t, conn, dec, code)))
-	snap := filepath.Join(work, "snap")
+	snap := filepath.Join(sm.work, "snap")
 	sm.snapshot(t, conn, dec, id, snap)
 
 	// Two restores side by side, each from the checkpoint's state, with
@@ -214,7 +228,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("fork: the session's state: %q", out)
 	}
 	// A restored sandbox snapshotted again: the chain goes on, a spare less.
-	snap2 := filepath.Join(work, "snap2")
+	snap2 := filepath.Join(sm.work, "snap2")
 	sm.snapshot(t, second, secondDec, "bridge-smoke-second", snap2)
 	third, thirdDec := sm.restore(t, "third", snap2, 2)
 	defer third.Close()
@@ -225,8 +239,10 @@ func TestSmoke(t *testing.T) {
 
 // smoke is what TestSmoke's steps share.
 type smoke struct {
-	c    *Client
-	spec func(*smokeRun) sandbox.ContainerSpec
+	c      *Client
+	work   string
+	limits sandbox.Limits
+	spec   func(*smokeRun) sandbox.ContainerSpec
 }
 
 // snapshot parks the runner on conn, checkpoints sandbox id into snap and
@@ -284,6 +300,36 @@ func (sm *smoke) restore(t *testing.T, name, snap string, parks int) (net.Conn, 
 		t.Fatalf("hello %+v, want resumed with %d parks", *hello, parks)
 	}
 	return conn, dec
+}
+
+// TestSmokeMemoryLimit: code past its memory limit ends the sandbox, and
+// Wait says how.
+func TestSmokeMemoryLimit(t *testing.T) {
+	sm := newSmoke(t)
+	sm.limits.Memory = 128 << 20
+	id, conn, dec := sm.start(t, "oom")
+	defer conn.Close()
+	err := relay.NewEncoder(conn).Exec(relay.Exec{Code: "b = bytearray(400 << 20)\nprint('survived')", OutputLimit: 1 << 16, Session: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := dec.Decode()
+		if err != nil {
+			t.Logf("the connection ended: %v", err)
+			break
+		}
+		if m.Type == relay.TypeExit {
+			t.Fatalf("the code ran past its memory limit: %+v", m.Exit)
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := sm.c.Wait(wctx, id)
+	t.Logf("Wait: %+v, %v", st, err)
+	if err != nil || !st.OOMKilled {
+		t.Fatalf("not reported as killed for its memory: %+v, %v", st, err)
+	}
 }
 
 func mbBytes(mb string) int {
