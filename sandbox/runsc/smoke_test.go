@@ -332,6 +332,35 @@ func TestSmokeMemoryLimit(t *testing.T) {
 	}
 }
 
+// TestSmokeKill: Kill ends a sandbox whose code runs (a call's timeout),
+// and Wait says it was killed, not for its memory.
+func TestSmokeKill(t *testing.T) {
+	sm := newSmoke(t)
+	id, conn, dec := sm.start(t, "kill")
+	defer conn.Close()
+	err := relay.NewEncoder(conn).Exec(relay.Exec{Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", OutputLimit: 1 << 16, Session: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dec.Decode(); err != nil || m.Type != relay.TypeStdout {
+		t.Fatalf("%+v, %v", m, err)
+	}
+	start := time.Now()
+	if err := sm.c.Kill(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := sm.c.Wait(wctx, id)
+	t.Logf("killed, then Wait after %s: %+v, %v", time.Since(start).Round(time.Millisecond), st, err)
+	if err != nil || st.ExitCode != 137 || st.OOMKilled {
+		t.Fatalf("Wait after Kill: %+v, %v", st, err)
+	}
+	if err := sm.c.Kill(context.Background(), id); err != nil {
+		t.Fatalf("killing an ended sandbox: %v", err)
+	}
+}
+
 func mbBytes(mb string) int {
 	n, _ := strconv.Atoi(mb)
 	return n << 20
