@@ -361,6 +361,30 @@ func TestSmokeKill(t *testing.T) {
 	}
 }
 
+// TestSmokeThreadsAndChildren: a thread and a child process the code
+// left running between calls come back with a restored sandbox, and go on.
+func TestSmokeThreadsAndChildren(t *testing.T) {
+	sm := newSmoke(t)
+	id, conn, dec := sm.start(t, "threads")
+	code := "import subprocess, threading, time\n" +
+		"ticks = [0]\n" +
+		"def tick():\n    while True:\n        ticks[0] += 1\n        time.sleep(0.01)\n" +
+		"threading.Thread(target=tick, daemon=True).start()\n" +
+		"child = subprocess.Popen(['sleep', '600'])\n" +
+		"time.sleep(0.2)\nprint(ticks[0] > 0, child.poll())"
+	if out := call(t, conn, dec, code); out != "True None\n" {
+		t.Fatalf("first call: %q", out)
+	}
+	snap := filepath.Join(sm.work, "snap")
+	sm.snapshot(t, conn, dec, id, snap)
+	restored, rdec := sm.restore(t, "threads-restored", snap, 3)
+	defer restored.Close()
+	out := call(t, restored, rdec, "before = ticks[0]\ntime.sleep(0.3)\nprint(ticks[0] > before, child.poll())")
+	if out != "True None\n" {
+		t.Fatalf("after the restore, the thread ticks and the child lives: %q", out)
+	}
+}
+
 func mbBytes(mb string) int {
 	n, _ := strconv.Atoi(mb)
 	return n << 20
