@@ -332,6 +332,43 @@ func TestSmokeMemoryLimit(t *testing.T) {
 	}
 }
 
+// TestSmokeRestoredLimits: a restored sandbox is held to its memory limit
+// as the one it came from (its own cgroup, from the restore's bundle).
+func TestSmokeRestoredLimits(t *testing.T) {
+	sm := newSmoke(t)
+	sm.limits.Memory = 128 << 20
+	id, conn, dec := sm.start(t, "limits")
+	if out := call(t, conn, dec, "x = 1\nprint(x)"); out != "1\n" {
+		t.Fatalf("first call: %q", out)
+	}
+	snap := filepath.Join(sm.work, "snap")
+	sm.snapshot(t, conn, dec, id, snap)
+	restored, rdec := sm.restore(t, "limits-restored", snap, 3)
+	defer restored.Close()
+	cg := filepath.Join("/sys/fs/cgroup/memory", sm.c.opts.CgroupParent, "bridge-smoke-limits-restored", "memory.limit_in_bytes")
+	if b, err := os.ReadFile(cg); err == nil {
+		t.Logf("the restored sandbox's cgroup: memory.limit_in_bytes %s", strings.TrimSpace(string(b)))
+	}
+	err := relay.NewEncoder(restored).Exec(relay.Exec{Code: "b = bytearray(400 << 20)\nprint('survived')", OutputLimit: 1 << 16, Session: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := rdec.Decode()
+		if err != nil {
+			break
+		}
+		if m.Type == relay.TypeExit {
+			t.Fatalf("the restored code ran past its memory limit: %+v", m.Exit)
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if st, err := sm.c.Wait(wctx, "bridge-smoke-limits-restored"); err != nil || !st.OOMKilled {
+		t.Fatalf("not reported as killed for its memory: %+v, %v", st, err)
+	}
+}
+
 // TestSmokeKill: Kill ends a sandbox whose code runs (a call's timeout),
 // and Wait says it was killed, not for its memory.
 func TestSmokeKill(t *testing.T) {
