@@ -317,13 +317,13 @@ func (rc *runConn) refusal(id int64, msg string) relay.Frame {
 // a hello of our protocol version, and hands that one over. It returns when
 // the listener is closed; a connection that arrives after the run gave up
 // (runDone closed) is closed.
-func acceptRunner(ln *net.UnixListener, token string, accepted chan<- *runnerConn, runDone <-chan struct{}, log zerolog.Logger) {
+func acceptRunner(ln *net.UnixListener, token string, resumed bool, accepted chan<- *runnerConn, runDone <-chan struct{}, log zerolog.Logger) {
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		rc, err := handshake(conn, token)
+		rc, err := handshake(conn, token, resumed)
 		if err != nil {
 			log.Warn().Err(err).Msg("rejected relay connection")
 			conn.Close()
@@ -338,7 +338,10 @@ func acceptRunner(ln *net.UnixListener, token string, accepted chan<- *runnerCon
 	}
 }
 
-func handshake(conn net.Conn, token string) (*runnerConn, error) {
+// handshake reads the runner's hello: its token and protocol, and
+// whether it resumes (resumed: a restored sandbox's runner, woken after a
+// checkpoint, says so; no other does).
+func handshake(conn net.Conn, token string, resumed bool) (*runnerConn, error) {
 	_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	dec := relay.NewDecoder(conn, 0)
 	m, err := dec.Decode()
@@ -354,9 +357,11 @@ func handshake(conn net.Conn, token string) (*runnerConn, error) {
 	if m.Hello.Version != relay.Version {
 		return nil, fmt.Errorf("runner speaks relay protocol v%d, bridge speaks v%d: rebuild the runner image with `bridge image build`", m.Hello.Version, relay.Version)
 	}
-	if m.Hello.Resumed {
-		// Only a restored sandbox's runner resumes, and no engine restores yet.
+	switch {
+	case m.Hello.Resumed && !resumed:
 		return nil, fmt.Errorf("%w: hello says resumed in a run that was not restored", relay.ErrProtocol)
+	case !m.Hello.Resumed && resumed:
+		return nil, fmt.Errorf("%w: a restored sandbox's runner said hello without resumed", relay.ErrProtocol)
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	return &runnerConn{Conn: conn, hello: *m.Hello, dec: dec, enc: relay.NewEncoder(conn)}, nil

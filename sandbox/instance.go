@@ -89,6 +89,9 @@ type Container struct {
 	session bool
 	busy    bool
 	kept    bool
+	// restores counts the sandboxes SaveMemory restored it as: each is
+	// named after the container with its count.
+	restores int
 }
 
 // ID is the container's name: the run id it was started under (container
@@ -208,22 +211,7 @@ func (i *Container) makeRunDir() (*net.UnixListener, error) {
 // leave it unknown to us), bounded by StartTimeout instead.
 func (i *Container) create(ctx context.Context, token string, pooled bool) error {
 	e := i.e
-	spec := NewSpec(i.name, e.opts.Image, i.dir, token, i.limits)
-	spec.OCIRuntime = e.runtime
-	if e.effective == OCIRuntimeRunsc {
-		spec.ForGVisor()
-	}
-	if e.owner != "" {
-		spec.Labels[LabelOwner] = e.owner
-	}
-	if pooled {
-		spec.Labels[LabelPooled] = "true"
-	}
-	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
-		// Only reachable with AllowUnenforcedLimits: ask for nothing the
-		// engine would drop, so what runs is what the spec says.
-		i.log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
-	}
+	spec := i.spec(token, pooled)
 	i.mounted = statDataMounts(i.limits.Mounts)
 	engineCtx := context.WithoutCancel(ctx)
 	cctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
@@ -246,6 +234,29 @@ func (i *Container) create(ctx context.Context, token string, pooled bool) error
 	return nil
 }
 
+// spec is the container's hardened spec, its runner to say hello with
+// token; pooled labels it as made ahead of time.
+func (i *Container) spec(token string, pooled bool) ContainerSpec {
+	e := i.e
+	spec := NewSpec(i.name, e.opts.Image, i.dir, token, i.limits)
+	spec.OCIRuntime = e.runtime
+	if e.effective == OCIRuntimeRunsc {
+		spec.ForGVisor()
+	}
+	if e.owner != "" {
+		spec.Labels[LabelOwner] = e.owner
+	}
+	if pooled {
+		spec.Labels[LabelPooled] = "true"
+	}
+	if dropped := dropUnenforced(&spec, e.enforce); len(dropped) > 0 {
+		// Only reachable with AllowUnenforcedLimits: ask for nothing the
+		// engine would drop, so what runs is what the spec says.
+		i.log.Warn().Strs("limits", dropped).Msg("running without limits the engine cannot enforce")
+	}
+	return spec
+}
+
 // startAndConnect starts the container and waits for its runner to
 // connect with token, watching the container's end from then on.
 func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, token string) error {
@@ -253,7 +264,7 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	startDone := make(chan struct{})
 	defer close(startDone)
 	accepted := make(chan *runnerConn)
-	go acceptRunner(ln, token, accepted, startDone, i.log)
+	go acceptRunner(ln, token, false, accepted, startDone, i.log)
 
 	engineCtx := context.WithoutCancel(ctx)
 	sctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
@@ -262,17 +273,9 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	if err != nil {
 		return e.withHint(fmt.Errorf("starting container: %w", err))
 	}
-	// Wait on the container in the background for its whole life. Engines
-	// answer a wait on a created container at once, so it starts after Start.
-	waitCtx, stopWait := context.WithCancel(engineCtx)
-	i.stopWait = stopWait
-	i.exited = make(chan waitResult, 1)
-	i.gone = make(chan struct{})
-	go func() {
-		st, err := e.rt.Wait(waitCtx, i.id)
-		i.exited <- waitResult{st, err}
-		close(i.gone)
-	}()
+	// Engines answer a wait on a created container at once, so it starts
+	// after Start.
+	i.watch(engineCtx)
 
 	startTimer := time.NewTimer(e.opts.StartTimeout)
 	defer startTimer.Stop()
@@ -286,6 +289,20 @@ func (i *Container) startAndConnect(ctx context.Context, ln *net.UnixListener, t
 	case <-ctx.Done():
 		return ErrStartCancelled
 	}
+}
+
+// watch waits on the container in the background for its whole life (or
+// until a checkpoint ends it: [Container.SaveMemory] watches the restored
+// one anew).
+func (i *Container) watch(ctx context.Context) {
+	waitCtx, stopWait := context.WithCancel(ctx)
+	exited, gone, id := make(chan waitResult, 1), make(chan struct{}), i.id
+	i.stopWait, i.exited, i.gone = stopWait, exited, gone
+	go func() {
+		st, err := i.e.rt.Wait(waitCtx, id)
+		exited <- waitResult{st, err}
+		close(gone)
+	}()
 }
 
 // Confirmer is a [Runtime] that can tell whether a container's runner came
@@ -643,20 +660,22 @@ func (i *Container) Close(ctx context.Context) error {
 	i.mu.Lock()
 	closed := i.closed
 	i.closed = true
+	// A memory save may swap these (checkpoint.go); it does so under mu.
+	conn, stopWait, id := i.conn, i.stopWait, i.id
 	i.mu.Unlock()
 	if closed {
 		return nil
 	}
-	if i.conn != nil {
-		i.conn.Close()
+	if conn != nil {
+		conn.Close()
 	}
-	if i.stopWait != nil {
-		i.stopWait()
+	if stopWait != nil {
+		stopWait()
 	}
 	var err error
-	if i.id != "" {
-		if rerr := i.e.remove(context.WithoutCancel(ctx), i.id, i.log); rerr != nil {
-			err = fmt.Errorf("removing container %s: %w", i.id, rerr)
+	if id != "" {
+		if rerr := i.e.remove(context.WithoutCancel(ctx), id, i.log); rerr != nil {
+			err = fmt.Errorf("removing container %s: %w", id, rerr)
 		}
 	}
 	if rerr := os.RemoveAll(i.dir); rerr != nil && err == nil {

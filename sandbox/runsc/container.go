@@ -380,6 +380,30 @@ func (c *Client) Restore(ctx context.Context, id string, spec sandbox.ContainerS
 	return nil
 }
 
+var _ sandbox.Checkpointer = (*Client)(nil)
+
+// WriteToken implements [sandbox.Checkpointer] (the function WriteToken).
+func (c *Client) WriteToken(runDir, token string) error { return WriteToken(runDir, token) }
+
+// TokenFile implements [sandbox.Checkpointer]: the token file's name in
+// the run folder.
+func (c *Client) TokenFile() string { return filepath.Base(TokenFile) }
+
+// CheckpointTag implements [sandbox.Checkpointer]: runsc's version and the
+// image's id. A checkpoint holds the sandbox's kernel state in that
+// version's format and reopens the image's files by path.
+func (c *Client) CheckpointTag(ctx context.Context, image string) (string, error) {
+	v, err := c.version(ctx)
+	if err != nil {
+		return "", err
+	}
+	info, err := c.opts.Images.ImageInfo(ctx, image)
+	if err != nil {
+		return "", err
+	}
+	return "runsc " + v + "; image " + info.ID, nil
+}
+
 // WriteToken writes token into runDir's token file (TokenFile inside the
 // sandbox), readable by the sandbox's user, replacing it whole: what a
 // restored runner reads when woken.

@@ -17,12 +17,19 @@ _SESSION = """\
 - No network: sockets cannot reach anything.
 - A session: earlier calls' variables, imports and /tmp files are here ({tmp},
   noexec; all else read-only); inputs in /tmp/inputs (read-only); sent files
-  of /tmp/outputs come back only if changed. A snapshot keeps /tmp files only:
-  a session restored from one has them, not the variables.
+  of /tmp/outputs come back only if changed. {snapshot}
 - Limits: memory {memory}, processes {pids}, CPU {cpu}. The call's timeout (or
   cancellation) raises KeyboardInterrupt: code that stops within 3 s keeps the
   session and its state; code that goes on is killed with its container and
   the state is lost, as when memory runs out."""
+
+# What a snapshot keeps: where the engine can checkpoint the sandbox
+# (gVisor, which alone gives the runner a token file to come back with),
+# the whole session; elsewhere its files.
+_SNAPSHOT_FILES = """A snapshot keeps /tmp files only:
+  a session restored from one has them, not the variables."""
+_SNAPSHOT_MEMORY = """A snapshot keeps it all (gVisor):
+  variables, imports, threads and /tmp; not a tool call under way."""
 
 _BACK = """\
 - Comes back: stdout, then stderr (cut and counted beyond the cap: print only
@@ -255,6 +262,7 @@ def help(obj=None):  # noqa: A001 - the name the tool's description promises
         "memory": _memory(),
         "pids": _read("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max") or "not limited",
         "cpu": _cpu(),
+        "snapshot": _SNAPSHOT_MEMORY if os.environ.get("BRIDGE_RELAY_TOKEN_FILE") else _SNAPSHOT_FILES,
     }
     lines = [_HEAD.format(**fields), ""]
     lines += (_SESSION if session else _FRESH).format(**fields).splitlines()
