@@ -188,6 +188,8 @@ type SnapshotRecord struct {
 	Label  string
 	Kind   string // files or memory
 	Bytes  int64
+	// MemoryBytes is a memory snapshot's checkpoint, besides Bytes.
+	MemoryBytes int64
 	// RunID and Session are the call's that saved or restored it, when
 	// one did.
 	RunID, Session string
@@ -203,6 +205,9 @@ func (a *Auditor) Snapshot(r SnapshotRecord) {
 		ev = ev.Str("kind", r.Kind)
 	}
 	ev = ev.Int64("bytes", r.Bytes)
+	if r.MemoryBytes != 0 {
+		ev = ev.Int64("memory_bytes", r.MemoryBytes)
+	}
 	if r.RunID != "" {
 		ev = ev.Str("run_id", r.RunID)
 	}

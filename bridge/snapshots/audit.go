@@ -12,5 +12,5 @@ func Audit(a *policy.Auditor) func(Event) {
 
 // Record is ev as an audit record.
 func Record(ev Event) policy.SnapshotRecord {
-	return policy.SnapshotRecord{Action: ev.Action, Owner: ev.Entry.Owner, Label: ev.Entry.Label, Kind: ev.Entry.Kind, Bytes: ev.Entry.Size, Reason: ev.Reason}
+	return policy.SnapshotRecord{Action: ev.Action, Owner: ev.Entry.Owner, Label: ev.Entry.Label, Kind: ev.Entry.Kind, Bytes: ev.Entry.Size, MemoryBytes: ev.Entry.MemoryBytes, Reason: ev.Reason}
 }

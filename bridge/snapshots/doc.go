@@ -6,6 +6,10 @@
 // kind, size, when it was made, the image, engine and OCI runtime it was
 // made with, and a small map of the caller's); a [Writer] writes one and
 // makes it appear whole or not at all, and [Store.Get] streams it back.
+// A memory snapshot (KindMemory) holds as well a folder memory/, the
+// engine's checkpoint of the session's processes: [Writer.MemoryDir]
+// makes it, Commit counts it in the owner's bounds, and
+// [Store.OpenMemory] holds it in place for a restore.
 //
 // The folder is the only state: a [Store] re-reads it on each call, so
 // snapshots survive a restart, and two bridges of one user may share it

@@ -68,12 +68,19 @@ type Entry struct {
 	Label string `json:"label"`
 	Meta
 	// Size is the bytes of its data (files.tar).
-	Size    int64     `json:"size"`
-	Created time.Time `json:"created"`
+	Size int64 `json:"size"`
+	// MemoryBytes is the bytes of its memory folder (KindMemory: the
+	// checkpoint's files); 0 for KindFiles. The owner's bounds count
+	// Size plus MemoryBytes.
+	MemoryBytes int64     `json:"memory_bytes,omitempty"`
+	Created     time.Time `json:"created"`
 	// Expires is Created plus the store's TTL: a snapshot is not found
 	// from then on, and removed.
 	Expires time.Time `json:"expires"`
 }
+
+// bytes is what the snapshot counts in its owner's MaxBytes.
+func (e Entry) bytes() int64 { return e.Size + e.MemoryBytes }
 
 // diskMeta is meta.json.
 type diskMeta struct {
@@ -82,6 +89,8 @@ type diskMeta struct {
 	Label   string    `json:"label"`
 	Created time.Time `json:"created"`
 	Size    int64     `json:"size"`
+	// MemoryBytes is Entry's, checked again by OpenMemory.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	Meta
 }
 
@@ -171,10 +180,16 @@ func (d *diskMeta) check(oname, label string) error {
 		return errors.New("it names an owner whose folder it is not in")
 	case d.Created.IsZero():
 		return errors.New("it has no creation time")
-	case d.Size < 0:
+	case d.Size < 0 || d.MemoryBytes < 0:
 		return errors.New("its size is negative")
 	}
-	return d.Meta.check()
+	if err := d.Meta.check(); err != nil {
+		return err
+	}
+	if d.Kind != KindMemory && d.MemoryBytes != 0 {
+		return fmt.Errorf("a snapshot of kind %s with %d bytes of memory", d.Kind, d.MemoryBytes)
+	}
+	return nil
 }
 
 // readMeta reads and checks the meta.json of the snapshot folder ldfd,
@@ -210,12 +225,17 @@ func (s *Store) readMeta(ldfd int, oname, label string) (Entry, error) {
 	if st.Size != d.Size {
 		return Entry{}, fmt.Errorf("%s is %d bytes, %s says %d", filesName, st.Size, metaName, d.Size)
 	}
-	return Entry{Owner: d.Owner, Label: d.Label, Meta: d.Meta, Size: d.Size, Created: d.Created, Expires: d.Created.Add(s.ttl)}, nil
+	// The memory folder's bytes are counted again when it is opened
+	// (OpenMemory), not on each scan.
+	if d.Kind == KindMemory && (unix.Fstatat(ldfd, memoryName, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR) {
+		return Entry{}, fmt.Errorf("a snapshot of kind %s whose %s is missing or not a folder", KindMemory, memoryName)
+	}
+	return Entry{Owner: d.Owner, Label: d.Label, Meta: d.Meta, Size: d.Size, MemoryBytes: d.MemoryBytes, Created: d.Created, Expires: d.Created.Add(s.ttl)}, nil
 }
 
 // writeMeta writes e's meta.json into the folder dfd, synced.
 func writeMeta(dfd int, e Entry) error {
-	data, err := json.Marshal(diskMeta{Version: metaVersion, Owner: e.Owner, Label: e.Label, Created: e.Created.UTC(), Size: e.Size, Meta: e.Meta})
+	data, err := json.Marshal(diskMeta{Version: metaVersion, Owner: e.Owner, Label: e.Label, Created: e.Created.UTC(), Size: e.Size, MemoryBytes: e.MemoryBytes, Meta: e.Meta})
 	if err != nil {
 		return err
 	}

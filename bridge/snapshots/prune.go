@@ -11,8 +11,9 @@ import (
 // Prune removes the expired snapshots of every owner, and what writers
 // that died left: temporary folders no writer holds, folders retired but
 // not yet removed, owner folders left empty. Damaged snapshots stay (they
-// are logged; `bridge snapshots rm` removes one). It returns the
-// snapshots it removed as expired.
+// are logged; `bridge snapshots rm` removes one), and so do expired ones
+// a restore holds (OpenMemory), until a Prune after it ends. It returns
+// the snapshots it removed as expired.
 func (s *Store) Prune() ([]Entry, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
@@ -23,14 +24,14 @@ func (s *Store) Prune() ([]Entry, error) {
 		return nil, err
 	}
 	var removed []Entry
-	var retired []string
+	var olds []retired
 	err = s.eachOwner(func(of *os.File) {
 		es, paths := s.pruneOwner(of)
 		removed = append(removed, es...)
-		retired = append(retired, paths...)
+		olds = append(olds, paths...)
 	})
 	unlock()
-	s.discard(retired...)
+	s.discard(olds...)
 	events := make([]Event, len(removed))
 	for i, e := range removed {
 		events[i] = Event{Action: ActionExpired, Entry: e}
@@ -44,7 +45,7 @@ func (s *Store) Prune() ([]Entry, error) {
 
 // pruneOwner retires an owner's expired snapshots and leftovers, under
 // the exclusive lock, or removes its folder if it is empty.
-func (s *Store) pruneOwner(of *os.File) ([]Entry, []string) {
+func (s *Store) pruneOwner(of *os.File) ([]Entry, []retired) {
 	f := s.scan(of)
 	if len(f.entries)+len(f.tmps)+len(f.olds)+len(f.damaged) == 0 {
 		// Fails, harmlessly, if something else is in it.
@@ -52,16 +53,17 @@ func (s *Store) pruneOwner(of *os.File) ([]Entry, []string) {
 		return nil, nil
 	}
 	var removed []Entry
-	var retired []string
+	var rs []retired
+	oname := filepath.Base(of.Name())
 	for _, old := range f.olds {
-		retired = append(retired, filepath.Join(of.Name(), old))
+		rs = append(rs, retired{oname, old})
 	}
 	for _, tmp := range f.tmps {
 		if !abandoned(int(of.Fd()), tmp) {
 			continue
 		}
-		if p, err := s.retire(of, tmp); err == nil {
-			retired = append(retired, p)
+		if r, err := s.retire(of, tmp); err == nil {
+			rs = append(rs, r)
 		}
 	}
 	now := s.now()
@@ -69,15 +71,20 @@ func (s *Store) pruneOwner(of *os.File) ([]Entry, []string) {
 		if now.Before(e.Expires) {
 			continue
 		}
-		p, err := s.retire(of, e.Label)
+		// A restore holds it: the next sweep removes it.
+		if fd, held := isHeld(int(of.Fd()), e.Label); held {
+			unix.Close(fd)
+			continue
+		}
+		r, err := s.retire(of, e.Label)
 		if err != nil {
 			s.log.Warn().Err(err).Msg("snapshots: could not remove an expired snapshot")
 			continue
 		}
 		removed = append(removed, e)
-		retired = append(retired, p)
+		rs = append(rs, r)
 	}
-	return removed, retired
+	return removed, rs
 }
 
 // abandoned says whether the temporary folder tmp of the owner folder

@@ -25,6 +25,7 @@ const (
 	DefaultMaxBytes int64 = 1 << 30
 	DefaultTTL            = 7 * 24 * time.Hour
 	DefaultSweep          = 10 * time.Minute
+	DefaultWaitHeld       = time.Minute
 )
 
 // Names in the folder. Labels start with a letter or digit, so none is
@@ -56,6 +57,10 @@ type Options struct {
 	// (they are not found from the moment they expire); 0 means
 	// DefaultSweep, negative never but on Prune and Commit.
 	SweepEvery time.Duration
+	// WaitHeld is how long a save or Remove waits for a memory snapshot
+	// it must replace, evict or remove while a restore holds it
+	// (OpenMemory) before it fails; 0 means DefaultWaitHeld.
+	WaitHeld time.Duration
 	// Logger receives removals and the entries skipped as damaged.
 	Logger zerolog.Logger
 	// OnEvent, if set, is called for each snapshot saved, evicted,
@@ -101,14 +106,15 @@ type Event struct {
 // itself, snapshots expire anyway (TTL), and the one it saves now is the
 // one it means to come back to; a save that fails evicts nothing.
 type Store struct {
-	dir        string // Dir with symbolic links resolved
-	maxBytes   int64
-	maxCount   int
-	ttl        time.Duration
-	sweepEvery time.Duration
-	log        zerolog.Logger
-	onEvent    func(Event)
-	now        func() time.Time
+	dir         string // Dir with symbolic links resolved
+	maxBytes    int64
+	maxCount    int
+	ttl         time.Duration
+	sweepEvery  time.Duration
+	waitHeldFor time.Duration
+	log         zerolog.Logger
+	onEvent     func(Event)
+	now         func() time.Time
 
 	mu     sync.RWMutex // held for reading by each call, so fd stays open; for writing by Close
 	fd     int          // dir, open; -1 after Close
@@ -125,13 +131,14 @@ func Open(opts Options) (*Store, error) {
 	if opts.Dir == "" || !filepath.IsAbs(opts.Dir) {
 		return nil, fmt.Errorf("snapshots.dir %q is not an absolute path: name the folder from the root, e.g. /var/lib/bridge/snapshots", opts.Dir)
 	}
-	if opts.MaxBytes < 0 || opts.MaxCount < 0 || opts.TTL < 0 {
-		return nil, errors.New("snapshots: max_bytes, max_count and ttl must not be negative (0 means the default)")
+	if opts.MaxBytes < 0 || opts.MaxCount < 0 || opts.TTL < 0 || opts.WaitHeld < 0 {
+		return nil, errors.New("snapshots: max_bytes, max_count, ttl and the wait for a held snapshot must not be negative (0 means the default)")
 	}
 	opts.MaxBytes = orDefault(opts.MaxBytes, DefaultMaxBytes)
 	opts.MaxCount = orDefault(opts.MaxCount, DefaultMaxCount)
 	opts.TTL = orDefault(opts.TTL, DefaultTTL)
 	opts.SweepEvery = orDefault(opts.SweepEvery, DefaultSweep)
+	opts.WaitHeld = orDefault(opts.WaitHeld, DefaultWaitHeld)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -140,7 +147,7 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		dir: dir, fd: fd, maxBytes: opts.MaxBytes, maxCount: opts.MaxCount, ttl: opts.TTL, sweepEvery: opts.SweepEvery,
+		dir: dir, fd: fd, maxBytes: opts.MaxBytes, maxCount: opts.MaxCount, ttl: opts.TTL, sweepEvery: opts.SweepEvery, waitHeldFor: opts.WaitHeld,
 		log: opts.Logger, onEvent: opts.OnEvent, now: opts.Now,
 	}
 	if s.sweepEvery > 0 {
@@ -490,7 +497,8 @@ func (s *Store) openSnapshot(odfd int, oname, label string) (Entry, io.ReadClose
 }
 
 // Remove removes a snapshot of owner: ErrNotFound if owner has no such
-// label. A damaged one is removed too.
+// label. A damaged one is removed too. One a restore holds (OpenMemory)
+// is removed once it is released: Remove waits up to Options.WaitHeld.
 func (s *Store) Remove(owner, label string) error {
 	if err := checkOwner(owner); err != nil {
 		return err
@@ -498,6 +506,22 @@ func (s *Store) Remove(owner, label string) error {
 	if err := CheckLabel(label); err != nil {
 		return err
 	}
+	deadline := time.Now().Add(s.waitHeldFor)
+	for {
+		err := s.remove(owner, label)
+		h, ok := err.(*heldError)
+		if !ok {
+			return err
+		}
+		if err := s.waitHeld(h, deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// remove is one try of Remove: a *heldError if a reader holds the
+// snapshot.
+func (s *Store) remove(owner, label string) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -522,6 +546,10 @@ func (s *Store) Remove(owner, label string) error {
 		unlock()
 		return notFound(label)
 	}
+	if fd, held := isHeld(int(of.Fd()), label); held {
+		unlock()
+		return &heldError{label: label, fd: fd}
+	}
 	e, rerr := s.readSnapshot(int(of.Fd()), oname, label)
 	old, err := s.retire(of, label)
 	unlock()
@@ -535,22 +563,35 @@ func (s *Store) Remove(owner, label string) error {
 	return nil
 }
 
-// retire renames an entry of the owner folder out of the way, to a .old-
-// name, and returns its path for discard: under the exclusive lock, so
-// readers see it whole or not at all.
-func (s *Store) retire(of *os.File, name string) (string, error) {
-	old := oldPrefix + randomHex()
-	if err := unix.Renameat(int(of.Fd()), name, int(of.Fd()), old); err != nil {
-		return "", fmt.Errorf("removing %s from %s: %w", name, of.Name(), err)
-	}
-	return filepath.Join(of.Name(), old), nil
+// retired is an entry of an owner folder renamed out of the way, to be
+// removed.
+type retired struct {
+	oname, name string
 }
 
-// discard removes retired entries, without the lock: no one looks at
-// .old- names. os.RemoveAll follows no symbolic link.
-func (s *Store) discard(paths ...string) {
-	for _, p := range paths {
-		if err := os.RemoveAll(p); err != nil {
+// retire renames an entry of the owner folder out of the way, to a .old-
+// name, and returns it for discard: under the exclusive lock, so readers
+// see it whole or not at all.
+func (s *Store) retire(of *os.File, name string) (retired, error) {
+	old := oldPrefix + randomHex()
+	if err := unix.Renameat(int(of.Fd()), name, int(of.Fd()), old); err != nil {
+		return retired{}, fmt.Errorf("removing %s from %s: %w", name, of.Name(), err)
+	}
+	return retired{filepath.Base(of.Name()), old}, nil
+}
+
+// discard removes retired entries, without the lock (no one looks at
+// .old- names), through descriptors (removeTree): a link swapped in is
+// removed, never followed. The caller has entered the store.
+func (s *Store) discard(rs ...retired) {
+	for _, r := range rs {
+		p := filepath.Join(s.dir, r.oname, r.name)
+		fd, err := unix.Openat(s.fd, r.oname, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = removeTree(fd, r.name, 0)
+			unix.Close(fd)
+		}
+		if err != nil {
 			s.log.Warn().Err(err).Str("folder", p).Msg("snapshots: could not remove a snapshot's files; the next sweep tries again")
 		}
 	}

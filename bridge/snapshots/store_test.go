@@ -393,6 +393,9 @@ func TestLabelsAndMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := w.MemoryDir(); err != nil {
+		t.Fatal(err)
+	}
 	if saved, err := w.Commit(); err != nil || saved.Kind != KindMemory {
 		t.Errorf("memory kind: %+v %v", saved, err)
 	}

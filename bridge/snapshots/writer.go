@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,6 +25,7 @@ type Writer struct {
 	tmp          string   // the temporary folder's name in it
 	tfd          int      // the temporary folder, open and flocked until the writer ends
 	f            *os.File // its files.tar
+	memDir       string   // the memory folder's path, once MemoryDir made it
 	n            int64
 	err          error // the first failure: every later call returns it
 	done         bool
@@ -147,21 +149,25 @@ func (w *Writer) cleanup() {
 	if w.f != nil {
 		w.f.Close()
 	}
+	// Removed while still locked, so that Prune never takes it for a
+	// writer's that died and removes it too.
+	if err := removeTree(int(w.of.Fd()), w.tmp, 0); err != nil {
+		w.s.log.Warn().Err(err).Str("folder", filepath.Join(w.of.Name(), w.tmp)).Msg("snapshots: could not remove an abandoned snapshot; the next sweep tries again")
+	}
 	if w.tfd >= 0 {
-		_ = unix.Unlinkat(w.tfd, filesName, 0)
-		_ = unix.Unlinkat(w.tfd, metaName, 0)
 		unix.Close(w.tfd)
 	}
-	_ = unix.Unlinkat(int(w.of.Fd()), w.tmp, unix.AT_REMOVEDIR)
 	w.of.Close()
 }
 
 // Commit makes the snapshot appear under its label, in one rename, with
 // its metadata; a snapshot of that label is replaced then, not before. It
 // first removes the owner's expired snapshots, then evicts its oldest
-// while the owner would keep more than MaxCount or MaxBytes. Its files
-// are synced before they appear, so a crash leaves the old snapshot or
-// the new one, whole.
+// while the owner would keep more than MaxCount or MaxBytes (a snapshot
+// counts its files.tar and its memory folder). Its files are synced
+// before they appear, so a crash leaves the old snapshot or the new one,
+// whole. A snapshot it must replace or evict while a restore holds it
+// (OpenMemory) is waited for, up to Options.WaitHeld.
 func (w *Writer) Commit() (Saved, error) {
 	if w.err != nil {
 		return Saved{}, w.err
@@ -170,18 +176,49 @@ func (w *Writer) Commit() (Saved, error) {
 		return Saved{}, errors.New("the snapshot was already committed")
 	}
 	s := w.s
+	mem, err := w.memoryBytes()
+	if err != nil {
+		w.fail(err)
+		return Saved{}, w.err
+	}
+	if w.n+mem > s.maxBytes {
+		w.fail(&kindError{fmt.Sprintf("snapshot %q is %s (files %s, memory %s), more than %s, the most one client keeps (snapshots.max_bytes): hold less in the session, or ask the operator to raise snapshots.max_bytes",
+			w.label, units.Bytes(w.n+mem), units.Bytes(w.n), units.Bytes(mem), units.Bytes(s.maxBytes)), []error{ErrTooLarge}})
+		return Saved{}, w.err
+	}
 	created := s.now().UTC()
-	e := Entry{Owner: w.owner, Label: w.label, Meta: w.meta, Size: w.n, Created: created, Expires: created.Add(s.ttl)}
+	e := Entry{Owner: w.owner, Label: w.label, Meta: w.meta, Size: w.n, MemoryBytes: mem, Created: created, Expires: created.Add(s.ttl)}
 	if err := w.finish(e); err != nil {
 		w.fail(fmt.Errorf("writing snapshot %q to %s: %w (is its disk full?)", w.label, s.dir, err))
 		return Saved{}, w.err
 	}
+	deadline := time.Now().Add(s.waitHeldFor)
+	for {
+		saved, err := w.commit(e)
+		h, ok := err.(*heldError)
+		if !ok {
+			return saved, err
+		}
+		if err := s.waitHeld(h, deadline); err != nil {
+			w.fail(fmt.Errorf("saving snapshot %q: %w", w.label, err))
+			return Saved{}, w.err
+		}
+	}
+}
+
+// commit is one try of publishing: a *heldError, and the writer still
+// whole, if a reader holds a snapshot it must remove.
+func (w *Writer) commit(e Entry) (Saved, error) {
+	s := w.s
 	if err := s.enter(); err != nil {
 		w.fail(err)
 		return Saved{}, err
 	}
 	defer s.leave()
 	saved, retired, events, err := w.publish(e)
+	if _, ok := err.(*heldError); ok {
+		return Saved{}, err
+	}
 	if err != nil {
 		w.fail(err)
 	} else {
@@ -212,18 +249,57 @@ func (w *Writer) finish(e Entry) error {
 
 // publish, under the exclusive lock, retires the owner's expired
 // snapshots, those evicted and the one replaced, and renames the
-// temporary folder to the label. It returns the paths retired (for
-// discard) and the events, even when it fails part way.
-func (w *Writer) publish(e Entry) (Saved, []string, []Event, error) {
+// temporary folder to the label. It returns the entries retired (for
+// discard) and the events, even when it fails part way. If a reader holds
+// one it must evict or replace, it changes nothing and returns a
+// *heldError; expired ones held stay for a later sweep.
+func (w *Writer) publish(e Entry) (Saved, []retired, []Event, error) {
 	s := w.s
 	unlock, err := s.lock(unix.LOCK_EX)
 	if err != nil {
 		return Saved{}, nil, nil, err
 	}
 	defer unlock()
+	ofd := int(w.of.Fd())
+	if fd, held := isHeld(ofd, w.label); held {
+		return Saved{}, nil, nil, &heldError{label: w.label, fd: fd}
+	}
+	saved, gone, events, prev, err := w.plan(e)
+	if err != nil {
+		return Saved{}, nil, nil, err
+	}
+	var rs []retired
+	for _, x := range gone {
+		r, err := s.retire(w.of, x.Label)
+		if err != nil {
+			return Saved{}, rs, events, err
+		}
+		rs = append(rs, r)
+	}
+	r, err := w.rename()
+	if r.name != "" {
+		rs = append(rs, r)
+	}
+	if err != nil {
+		return Saved{}, rs, events, err
+	}
+	ev := Event{Action: ActionSaved, Entry: e}
+	if prev != nil {
+		saved.Replaced = true
+		ev.Reason = fmt.Sprintf("replaced the snapshot of that label saved %s", prev.Created.Format("2006-01-02 15:04:05Z07:00"))
+	}
+	return saved, rs, append(events, ev), nil
+}
+
+// plan says, under the exclusive lock, what publish removes: the owner's
+// expired snapshots that no reader holds, and its oldest while it would
+// keep more than MaxCount or MaxBytes; a *heldError if one of those is
+// held. prev is the snapshot of the label, if one has not expired.
+func (w *Writer) plan(e Entry) (saved Saved, gone []Entry, events []Event, prev *Entry, err error) {
+	s := w.s
+	ofd := int(w.of.Fd())
 	now := s.now()
-	var keep, gone []Entry
-	var prev *Entry
+	var keep []Entry
 	for _, x := range s.scan(w.of).entries {
 		switch {
 		case x.Label == w.label:
@@ -231,70 +307,57 @@ func (w *Writer) publish(e Entry) (Saved, []string, []Event, error) {
 				prev = &x
 			}
 		case !now.Before(x.Expires):
+			if fd, held := isHeld(ofd, x.Label); held {
+				unix.Close(fd) // a later sweep removes it
+				continue
+			}
 			gone = append(gone, x)
+			events = append(events, Event{Action: ActionExpired, Entry: x})
 		default:
 			keep = append(keep, x)
 		}
 	}
-	var events []Event
-	for _, x := range gone {
-		events = append(events, Event{Action: ActionExpired, Entry: x})
-	}
 	var total int64
 	for _, x := range keep {
-		total += x.Size
+		total += x.bytes()
 	}
-	saved := Saved{Entry: e}
-	for len(keep) > 0 && (len(keep)+1 > s.maxCount || total+e.Size > s.maxBytes) {
+	saved = Saved{Entry: e}
+	for len(keep) > 0 && (len(keep)+1 > s.maxCount || total+e.bytes() > s.maxBytes) {
 		x := keep[0]
-		keep, total = keep[1:], total-x.Size
+		if fd, held := isHeld(ofd, x.Label); held {
+			return Saved{}, nil, nil, nil, &heldError{label: x.Label, fd: fd}
+		}
+		keep, total = keep[1:], total-x.bytes()
 		gone = append(gone, x)
 		saved.Evicted = append(saved.Evicted, x)
 		events = append(events, Event{Action: ActionEvicted, Entry: x, Reason: fmt.Sprintf("the oldest of %s's snapshots, removed to make room for %q (snapshots.max_count %d, max_bytes %s)",
 			x.Owner, e.Label, s.maxCount, units.Bytes(s.maxBytes))})
 	}
-	var retired []string
-	for _, x := range gone {
-		p, err := s.retire(w.of, x.Label)
-		if err != nil {
-			return Saved{}, retired, events, err
-		}
-		retired = append(retired, p)
-	}
-	p, err := w.rename()
-	if p != "" {
-		retired = append(retired, p)
-	}
-	if err != nil {
-		return Saved{}, retired, events, err
-	}
-	ev := Event{Action: ActionSaved, Entry: e}
-	if prev != nil {
-		saved.Replaced = true
-		ev.Reason = fmt.Sprintf("replaced the snapshot of that label saved %s", prev.Created.Format("2006-01-02 15:04:05Z07:00"))
-	}
-	return saved, retired, append(events, ev), nil
+	return saved, gone, events, prev, nil
 }
 
 // rename retires what has the label, if anything does, and renames the
-// temporary folder to it; it returns the path retired.
-func (w *Writer) rename() (string, error) {
+// temporary folder to it; it returns what it retired. It unlocks the
+// folder once renamed, under the store's lock still: from then on it is a
+// snapshot, which a reader may hold (OpenMemory) without waiting.
+func (w *Writer) rename() (retired, error) {
 	ofd := int(w.of.Fd())
-	var old string
+	var old retired
 	var st unix.Stat_t
 	if unix.Fstatat(ofd, w.label, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
-		p, err := w.s.retire(w.of, w.label)
+		r, err := w.s.retire(w.of, w.label)
 		if err != nil {
-			return "", err
+			return retired{}, err
 		}
-		old = p
+		old = r
 	}
 	if err := unix.Renameat(ofd, w.tmp, ofd, w.label); err != nil {
-		if old != "" && unix.Renameat(ofd, filepath.Base(old), ofd, w.label) == nil {
-			old = ""
+		if old.name != "" && unix.Renameat(ofd, old.name, ofd, w.label) == nil {
+			old = retired{}
 		}
 		return old, fmt.Errorf("naming snapshot %q in %s: %w", w.label, w.of.Name(), err)
 	}
+	_ = unix.Flock(w.tfd, unix.LOCK_UN)
 	if err := unix.Fsync(ofd); err != nil {
 		w.s.log.Warn().Err(err).Str("folder", w.of.Name()).Msg("snapshots: could not sync the folder after a save")
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 const snapshotsUsage = "Usage:\n" +
-	"  bridge snapshots list [--policy FILE] [--owner NAME] [--json]   the snapshots kept: owner, label, kind, size, created, expires\n" +
+	"  bridge snapshots list [--policy FILE] [--owner NAME] [--json]   the snapshots kept: owner, label, kind, size, memory, created, expires\n" +
 	"  bridge snapshots rm [--policy FILE] OWNER LABEL                 remove one\n" +
 	"  bridge snapshots prune [--policy FILE]                          remove the expired ones, and what saves that died left\n" +
 	"The folder is the policy's snapshots.dir (docs/policy.md); docs/operations.md says more.\n"
@@ -119,9 +119,13 @@ func snapshotsList(e *env, args []string) (int, error) {
 		return 0, nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "OWNER\tLABEL\tKIND\tSIZE\tCREATED\tEXPIRES")
+	fmt.Fprintln(tw, "OWNER\tLABEL\tKIND\tSIZE\tMEMORY\tCREATED\tEXPIRES")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(s.Owner, 40), s.Label, s.Kind, units.Bytes(s.Size),
+		memory := "-" // a snapshot of files holds no memory
+		if s.Kind == snapshots.KindMemory {
+			memory = units.Bytes(s.MemoryBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(s.Owner, 40), s.Label, s.Kind, units.Bytes(s.Size), memory,
 			s.Created.Local().Format(time.DateTime), s.Expires.Local().Format(time.DateTime))
 	}
 	tw.Flush()

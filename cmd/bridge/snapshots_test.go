@@ -116,3 +116,40 @@ func TestSnapshotsCommands(t *testing.T) {
 		t.Errorf("-h: %d %q", code, out)
 	}
 }
+
+// list shows a memory snapshot's kind and the bytes of its checkpoint.
+func TestSnapshotsListMemory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "snapshots")
+	pol := snapshotsPolicyFile(t, dir, filepath.Join(t.TempDir(), "audit.jsonl"))
+	saveSnapshot(t, dir, "local", "cold", "tar", time.Now())
+	st, err := snapshots.Open(snapshots.Options{Dir: dir, SweepEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := st.Create("local", "warm", snapshots.Meta{Kind: snapshots.KindMemory, OCIRuntime: "runsc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := w.MemoryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mem, "pages.img"), make([]byte, 3<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	out, errOut, code := runCLI(t, "snapshots", "list", "--policy", pol)
+	lines := strings.Split(out, "\n")
+	if code != 0 || len(lines) < 3 || !strings.Contains(lines[0], "MEMORY") ||
+		!strings.Contains(lines[1], "cold") || !strings.Contains(lines[1], " files ") || !strings.Contains(lines[1], " - ") ||
+		!strings.Contains(lines[2], "warm") || !strings.Contains(lines[2], " memory ") || !strings.Contains(lines[2], "3 KiB") {
+		t.Errorf("list: %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = runCLI(t, "snapshots", "list", "--json", "--policy", pol)
+	if !strings.Contains(out, `"memory_bytes": 3072`) {
+		t.Errorf("list --json:\n%s", out)
+	}
+}
