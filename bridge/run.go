@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -56,18 +57,29 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 		return noteSessionEnded(failure(statusInvalid, "invalid arguments: "+err.Error(), start), resetNote(a, false))
 	}
 	var restored *RestoredOutput
+	under, unhold := s.opts.Instances, func() {}
 	if a.restore != "" {
-		archive, out, err := s.restoreInput(req, a, key)
+		plan, err := s.planRestore(r.ctx, req, a, key)
 		if err != nil {
 			return noteSessionEnded(failure(statusInvalid, "invalid arguments: "+err.Error(), start), resetNote(a, false))
 		}
-		inputs, restored = append([]sandbox.InputFile{archive}, inputs...), out
+		if plan.archive != nil {
+			inputs = append([]sandbox.InputFile{*plan.archive}, inputs...)
+		}
+		if plan.under != nil {
+			// The snapshot is held until its sandbox is restored (or the
+			// call failed before).
+			release := sync.OnceFunc(plan.release)
+			defer release()
+			under, unhold = plan.under, release
+		}
+		restored = plan.out
 	}
 	r.exec.Inputs = inputs
 	var src Instances = s.opts.Instances
 	var sc *sessionCall
 	if a.session != "" {
-		sc = s.sessions.call(key, scfg, min(sessionBusyWait, r.timeout), s.opts.Instances)
+		sc = s.sessions.call(key, scfg, min(sessionBusyWait, r.timeout), under)
 		src = sc
 	}
 	if sc == nil {
@@ -79,6 +91,7 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	began := time.Now()
 	aspan := s.step(r.ctx, spanAcquire)
 	inst, err := src.Acquire(r.ctx, r.limits, r.id)
+	unhold()
 	acquired := time.Now()
 	if err != nil {
 		status, msg := s.acquireFailed(err)

@@ -153,6 +153,24 @@ func (c *sessionCall) Pack(ctx context.Context, w io.Writer, maxBytes int64) (in
 	return p.Pack(ctx, w, maxBytes)
 }
 
+// MemoryTag is the session's [sandbox.MemorySaver.MemoryTag].
+func (c *sessionCall) MemoryTag(ctx context.Context) (string, error) {
+	m, ok := c.s.inst.(sandbox.MemorySaver)
+	if !ok {
+		return "", sandbox.ErrNoCheckpoint
+	}
+	return m.MemoryTag(ctx)
+}
+
+// SaveMemory saves the session whole ([sandbox.MemorySaver]).
+func (c *sessionCall) SaveMemory(ctx context.Context, dir string) error {
+	m, ok := c.s.inst.(sandbox.MemorySaver)
+	if !ok {
+		return sandbox.ErrNoCheckpoint
+	}
+	return m.SaveMemory(ctx, dir)
+}
+
 // has reports whether key's session exists.
 func (ss *sessions) has(key sessionKey) bool {
 	ss.mu.Lock()

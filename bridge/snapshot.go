@@ -24,6 +24,8 @@ type SnapshotOutput struct {
 	Saved bool   `json:"saved"`
 	Kind  string `json:"kind,omitempty"` // files or memory
 	Bytes int64  `json:"bytes,omitempty"`
+	// MemoryBytes is the size of its memory (a memory snapshot's).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// Evicted are this client's older snapshots removed to make room.
 	Evicted []string `json:"evicted,omitempty"`
 	Note    string   `json:"note,omitempty"`
@@ -86,23 +88,67 @@ func (s *Server) parseLabels(in input, a *callArgs, sessions bool) error {
 	return nil
 }
 
-// restoreInput is the archive input that starts a restored session from
-// label, and what to say of it; it refuses a session that exists (a
-// restore starts a new one) and a label the client has not saved.
-func (s *Server) restoreInput(req *mcp.CallToolRequest, a callArgs, key sessionKey) (sandbox.InputFile, *RestoredOutput, error) {
+// memoryTagKey is the Meta.Extra key of a memory snapshot's
+// [sandbox.Checkpointer.CheckpointTag]: where it can be restored.
+const memoryTagKey = "memory_tag"
+
+// memoryRestorer is [Instances] that can start a session from a memory
+// snapshot: *[sandbox.Engine] on the runsc engine.
+type memoryRestorer interface {
+	CheckpointTag(ctx context.Context) (string, error)
+	Restore(ctx context.Context, l sandbox.Limits, runID, dir string) (sandbox.Instance, error)
+}
+
+var _ memoryRestorer = (*sandbox.Engine)(nil)
+
+// restoreFrom is [Instances] whose one Acquire restores a memory snapshot:
+// the start of a session restored whole.
+type restoreFrom struct {
+	r   memoryRestorer
+	dir string
+}
+
+// Acquire restores the snapshot as the session's sandbox.
+func (f restoreFrom) Acquire(ctx context.Context, l sandbox.Limits, runID string) (sandbox.Instance, error) {
+	return f.r.Restore(ctx, l, runID, f.dir)
+}
+
+// aRestore is how a call's session starts from its snapshot: from its
+// memory (under, with release to call once it started), or from its
+// files (archive, put in /tmp before the first exec).
+type aRestore struct {
+	archive *sandbox.InputFile
+	under   Instances
+	release func()
+	out     *RestoredOutput
+}
+
+// planRestore says how the call's new session starts from the snapshot
+// a.restore: whole where it was saved whole and this engine can restore
+// it, else from its files, saying why. It refuses a session that exists
+// (a restore starts a new one) and a label the client has not saved.
+func (s *Server) planRestore(ctx context.Context, req *mcp.CallToolRequest, a callArgs, key sessionKey) (aRestore, error) {
 	if s.sessions.has(key) {
-		return sandbox.InputFile{}, nil, fmt.Errorf("session %q exists: restore starts a new session from the snapshot; pass reset: true with it to end this one first, or name another session", a.session)
+		return aRestore{}, fmt.Errorf("session %q exists: restore starts a new session from the snapshot; pass reset: true with it to end this one first, or name another session", a.session)
 	}
 	owner, store := s.principal(req), s.opts.Snapshots
 	e, rc, err := store.Get(owner, a.restore)
 	if err != nil {
 		if errors.Is(err, snapshots.ErrNotFound) {
-			return sandbox.InputFile{}, nil, fmt.Errorf("there is no snapshot %q to restore (a call with snapshot: %q saves one; an operator lists them with bridge snapshots list)", a.restore, a.restore)
+			return aRestore{}, fmt.Errorf("there is no snapshot %q to restore (a call with snapshot: %q saves one; an operator lists them with bridge snapshots list)", a.restore, a.restore)
 		}
-		return sandbox.InputFile{}, nil, fmt.Errorf("reading snapshot %q: %w", a.restore, err)
+		return aRestore{}, fmt.Errorf("reading snapshot %q: %w", a.restore, err)
 	}
 	rc.Close()
 	label := a.restore
+	why := filesOnlyNote
+	if e.Kind == snapshots.KindMemory {
+		plan, whyNot := s.planMemory(ctx, owner, label, e)
+		if whyNot == "" {
+			return plan, nil
+		}
+		why = "only the session's /tmp files came back, not its variables, imports and threads: " + whyNot
+	}
 	in := sandbox.InputFile{Path: relay.PackName, Size: e.Size, Archive: true, Open: func() (io.ReadCloser, error) {
 		got, rc, err := store.Get(owner, label)
 		if err == nil && got.Created != e.Created {
@@ -111,11 +157,43 @@ func (s *Server) restoreInput(req *mcp.CallToolRequest, a callArgs, key sessionK
 		}
 		return rc, err
 	}}
-	return in, &RestoredOutput{Label: label, Kind: e.Kind, Bytes: e.Size, Note: filesOnlyNote}, nil
+	return aRestore{archive: &in, out: &RestoredOutput{Label: label, Kind: snapshots.KindFiles, Bytes: e.Size, Note: why}}, nil
 }
 
+// planMemory is the restore of memory snapshot e, or why it cannot be
+// restored whole here.
+func (s *Server) planMemory(ctx context.Context, owner, label string, e snapshots.Entry) (aRestore, string) {
+	mr, ok := s.opts.Instances.(memoryRestorer)
+	if !ok {
+		return aRestore{}, "this bridge cannot restore memory"
+	}
+	tag, err := mr.CheckpointTag(ctx)
+	switch {
+	case errors.Is(err, sandbox.ErrNoCheckpoint):
+		return aRestore{}, fmt.Sprintf("this bridge's engine (%s) cannot restore memory; only the runsc engine (gVisor) can", s.engineName())
+	case err != nil:
+		return aRestore{}, err.Error()
+	case tag != e.Extra[memoryTagKey]:
+		return aRestore{}, fmt.Sprintf("it was saved by %s, and this bridge runs %s", e.Extra[memoryTagKey], tag)
+	}
+	got, dir, release, err := s.opts.Snapshots.OpenMemory(owner, label)
+	if err != nil {
+		return aRestore{}, err.Error()
+	}
+	if got.Created != e.Created {
+		release()
+		return aRestore{}, "it was saved again meanwhile"
+	}
+	return aRestore{under: restoreFrom{r: mr, dir: dir}, release: release,
+		out: &RestoredOutput{Label: label, Kind: snapshots.KindMemory, Bytes: e.Size + e.MemoryBytes, Note: memoryNote}}, ""
+}
+
+// memoryNote is what a restore of a memory snapshot says came back.
+const memoryNote = "the session came back whole (gVisor): its variables, imports, threads and /tmp files; a tool call a thread had under way did not"
+
 // takeSnapshot saves the session of the call that just ran in inst under
-// a.snapshot: its /tmp, packed by the runner, within snapshots.max_bytes.
+// a.snapshot: its /tmp, packed by the runner, within snapshots.max_bytes;
+// and where the engine can (gVisor), its memory too.
 func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *aRun, a callArgs, inst sandbox.Instance) *SnapshotOutput {
 	out := &SnapshotOutput{Label: a.snapshot}
 	p, ok := inst.(sandbox.Packer)
@@ -125,16 +203,22 @@ func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 	}
 	pol := s.policyOf(r)
 	owner := s.principal(req)
-	w, err := s.opts.Snapshots.Create(owner, a.snapshot, snapshots.Meta{Kind: snapshots.KindFiles, Engine: s.engineName(),
-		Extra: map[string]string{"session": a.session, "run_id": r.id}})
+	// Packing and saving the memory get the call's timeout anew (packing
+	// at most sandbox.PackTimeout): a runner that does not answer ends its
+	// session.
+	pctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	meta := snapshots.Meta{Kind: snapshots.KindFiles, Engine: s.engineName(), Extra: map[string]string{"session": a.session, "run_id": r.id}}
+	ms, filesOnly := memorySaver(pctx, inst)
+	if ms != nil {
+		meta.Kind = snapshots.KindMemory
+		meta.Extra[memoryTagKey] = ms.tag
+	}
+	w, err := s.opts.Snapshots.Create(owner, a.snapshot, meta)
 	if err != nil {
 		out.Note = "not saved: " + err.Error()
 		return out
 	}
-	// Packing gets the call's timeout anew (and at most
-	// sandbox.PackTimeout): a runner that does not answer ends its session.
-	pctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
 	n, err := p.Pack(pctx, w, pol.Snapshots.MaxBytes)
 	var tooLarge *sandbox.PackTooLargeError
 	switch {
@@ -147,17 +231,63 @@ func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 		out.Note = "not saved: " + err.Error()
 		return out
 	}
+	if ms != nil {
+		if err := saveMemory(pctx, w, ms.MemorySaver); err != nil {
+			w.Abort()
+			out.Note = "not saved: " + err.Error()
+			return out
+		}
+	}
 	saved, err := w.Commit()
 	if err != nil {
 		out.Note = "not saved: " + err.Error()
 		return out
 	}
-	out.Saved, out.Kind, out.Bytes = true, saved.Kind, n
+	out.Saved, out.Kind, out.Bytes, out.MemoryBytes = true, saved.Kind, n, saved.MemoryBytes
 	for _, e := range saved.Evicted {
 		out.Evicted = append(out.Evicted, e.Label)
 	}
-	out.Note = "files only: /tmp is kept; variables, imports and threads are not (memory is kept only where the bridge can checkpoint it, gVisor)"
+	if ms != nil {
+		out.Note = "memory and files: variables, imports, threads and /tmp are kept (gVisor)"
+	} else {
+		out.Note = "files only: /tmp is kept; variables, imports and threads are not (" + filesOnly + ")"
+	}
 	return out
+}
+
+// taggedSaver is an instance whose memory can be saved, with its tag.
+type taggedSaver struct {
+	sandbox.MemorySaver
+	tag string
+}
+
+// memorySaver is inst as a [sandbox.MemorySaver] when its memory can be
+// saved, else nil and why only its files can.
+func memorySaver(ctx context.Context, inst sandbox.Instance) (*taggedSaver, string) {
+	const elsewhere = "memory is kept only where the bridge can checkpoint it: the runsc engine, gVisor"
+	ms, ok := inst.(sandbox.MemorySaver)
+	if !ok {
+		return nil, elsewhere
+	}
+	tag, err := ms.MemoryTag(ctx)
+	switch {
+	case errors.Is(err, sandbox.ErrNoCheckpoint):
+		return nil, elsewhere
+	case errors.Is(err, sandbox.ErrNoParks):
+		return nil, "this session was saved and restored as often as it can be; a new session can be saved whole again"
+	case err != nil:
+		return nil, "its memory could not be saved: " + err.Error()
+	}
+	return &taggedSaver{MemorySaver: ms, tag: tag}, ""
+}
+
+// saveMemory checkpoints the session into w's memory folder.
+func saveMemory(ctx context.Context, w *snapshots.Writer, ms sandbox.MemorySaver) error {
+	dir, err := w.MemoryDir()
+	if err != nil {
+		return err
+	}
+	return ms.SaveMemory(ctx, dir)
 }
 
 // restoredOutcome audits a restore that came back, and ends the session

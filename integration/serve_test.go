@@ -232,6 +232,8 @@ type callOutput struct {
 		Kind  string `json:"kind"`
 		Bytes int64  `json:"bytes"`
 		Note  string `json:"note"`
+		// MemoryBytes is a memory snapshot's.
+		MemoryBytes int64 `json:"memory_bytes"`
 	} `json:"snapshot"`
 	Restored *struct {
 		Label string `json:"label"`
