@@ -174,4 +174,3 @@ func runscDir(getenv func(string) string) (string, error) {
 	}
 	return dir, nil
 }
-
