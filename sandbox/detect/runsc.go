@@ -19,7 +19,7 @@ import (
 // images are.
 func runscCandidates(getenv func(string) string) []Candidate {
 	c := func(images, uri string) Candidate {
-		return Candidate{Engine: sandbox.EngineRunsc, URI: uri, Why: "gVisor (runsc), images from " + images + " at " + uri, Images: images}
+		return Candidate{Engine: sandbox.EngineRunsc, URI: uri, Why: "gVisor (runsc), images from " + images, Images: images}
 	}
 	var set, defaults []Candidate
 	if h := getenv("CONTAINER_HOST"); h != "" {
