@@ -69,7 +69,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build install uninstall image unit integration integration-rootful integration-rootless integration-kubernetes test demo lint bench bench-table bench-kube fuzz soak clean need-env kube-build kube-up kube-down
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-gvisor integration-rootless integration-kubernetes test demo lint bench bench-table bench-kube fuzz soak clean need-env kube-build kube-up kube-down
 
 help:
 	@echo "Targets:"
@@ -80,9 +80,10 @@ help:
 	@echo "  image        runner images (slim, datascience) for docker, podman and the rootless user"
 	@echo "  lint         gofmt, go vet, staticcheck $(STATICCHECK_VERSION)"
 	@echo "  unit         go test $(RACE) (not ./integration/...), Python runner tests"
-	@echo "  integration  end-to-end tests on docker and podman, then as the rootless user,"
-	@echo "               then on the Kubernetes test cluster (integration-rootful,"
-	@echo "               integration-rootless, integration-kubernetes; RUN=PATTERN narrows each)"
+	@echo "  integration  end-to-end tests on docker and podman, then on the runsc engine"
+	@echo "               (GVISOR_RUN), then as the rootless user, then on the Kubernetes test cluster"
+	@echo "               (integration-rootful, integration-gvisor, integration-rootless,"
+	@echo "               integration-kubernetes; RUN=PATTERN narrows each)"
 	@echo "  bench        benchmarks, integration ones included (runs setup and image),"
 	@echo "               then the table of docs/performance.md (TestBenchTable)"
 	@echo "  bench-table  setup, image, and only that table, into docs/performance.md"
@@ -151,7 +152,7 @@ unit:
 # not readable by others (a clone under /root, say), it is copied to
 # $(ROOTLESS_STAGE).
 integration:
-	@for pass in rootful rootless kubernetes; do \
+	@for pass in rootful gvisor rootless kubernetes; do \
 		t0=$$(date +%s); \
 		if ! $(MAKE) --no-print-directory integration-$$pass; then \
 			printf '\n==> integration-%s: FAILED after %d s\n' $$pass $$(( $$(date +%s) - t0 )); exit 1; \
@@ -171,6 +172,15 @@ integration-kubernetes: build need-env
 integration-rootful: build need-env
 	$(call banner,integration: rootful engines (go test ./integration/...))
 	. $(ENV_FILE) && $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./integration/...
+
+# The runsc engine (gVisor driven by the bridge, as root, with Docker's
+# images): the tests of what it adds, and a few that prove it runs code
+# as the others do (GVISOR_RUN; RUN=PATTERN instead).
+GVISOR_RUN ?= TestOutputAndErrors$$|TestRootReadOnly$$|TestIdentityAndPrivileges$$|TestNetworkUnreachable$$|TestMemoryLimitKills$$|TestSessions$$|TestSnapshots$$|TestCLIRun$$
+
+integration-gvisor: build need-env
+	$(call banner,integration: the runsc engine (gVisor driven by the bridge; images from docker))
+	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=runsc $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) -run '$(or $(RUN),$(GVISOR_RUN))' ./integration/
 
 integration-rootless: build need-env
 	$(call banner,integration: rootless Podman as the unprivileged user)

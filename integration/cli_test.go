@@ -42,8 +42,8 @@ func bridgeCLI(t *testing.T, env []string, stdin string, args ...string) (string
 
 // engineEnv points the CLI at e's socket.
 func engineEnv(e *engine) []string {
-	switch e.cand.Engine {
-	case sandbox.EngineDocker:
+	switch e.imagesEngine() {
+	case sandbox.EngineDocker: // and runsc with Docker's images
 		return []string{"DOCKER_HOST=" + e.cand.URI}
 	case sandbox.EngineKubernetes:
 		var env []string

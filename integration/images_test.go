@@ -154,7 +154,7 @@ func imageLabels() engineRule {
 func removeImage(t *testing.T, e *engine, image string) {
 	t.Helper()
 	var cmd *exec.Cmd
-	if e.cand.Engine == sandbox.EngineDocker {
+	if e.imagesEngine() == sandbox.EngineDocker {
 		cmd = exec.Command("docker", "--host", e.cand.URI, "rmi", image)
 	} else {
 		cmd = exec.Command("podman", "--remote", "--url", e.cand.URI, "rmi", image)
@@ -313,7 +313,7 @@ func TestDoctorPackages(t *testing.T) {
 func TestDoctorNoRunner(t *testing.T) {
 	forEngines(t, imageLabels(), func(t *testing.T, e *engine) {
 		base := "docker.io/library/debian:bookworm-slim"
-		if e.cand.Engine == sandbox.EngineDocker {
+		if e.imagesEngine() == sandbox.EngineDocker {
 			base = "debian:bookworm-slim"
 		}
 		needImage(t, e, base)

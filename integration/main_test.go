@@ -2,7 +2,8 @@
 // container engines. `make integration` runs them after `make setup image`.
 //
 // Which engines: BRIDGE_TEST_ENGINES (comma-separated: docker, podman,
-// podman-rootless, kubernetes), default docker and podman. With CI=true a
+// podman-rootless, kubernetes, runsc: gVisor driven by the bridge, as root,
+// with Docker's images), default docker and podman. With CI=true a
 // listed engine that is unreachable, or has no runner image, fails the
 // suite instead of skipping it. BRIDGE_TEST_ROOTLESS=1 marks a run as the
 // unprivileged user's: only the rootless Podman engine is tested.
@@ -38,7 +39,7 @@ import (
 
 // engine is one engine under test.
 type engine struct {
-	name string // docker, podman, podman-rootless, kubernetes
+	name string // docker, podman, podman-rootless, kubernetes, runsc
 	cand detect.Candidate
 	rt   sandbox.Runtime
 	// enforced is whether the engine enforces memory/pids/cpu limits.
@@ -269,8 +270,13 @@ func candidate(name string) (detect.Candidate, error) {
 			return detect.Candidate{}, fmt.Errorf("kubernetes needs KUBECONFIG: run `make kube-up` and source /run/bridge-test/kube.env")
 		}
 		return detect.Candidate{Engine: sandbox.EngineKubernetes, URI: "kubeconfig:" + k, Why: "test"}, nil
+	case "runsc":
+		// Over Docker's socket, as the bridges the tests start find it
+		// (engineEnv: DOCKER_HOST, which runsc's candidates try first).
+		d, err := candidate("docker")
+		return detect.Candidate{Engine: sandbox.EngineRunsc, URI: d.URI, Why: "test", Images: sandbox.EngineDocker}, err
 	}
-	return detect.Candidate{}, fmt.Errorf("unknown engine %q in BRIDGE_TEST_ENGINES (want docker, podman, podman-rootless, kubernetes)", name)
+	return detect.Candidate{}, fmt.Errorf("unknown engine %q in BRIDGE_TEST_ENGINES (want docker, podman, podman-rootless, kubernetes, runsc)", name)
 }
 
 // buildBridge builds cmd/bridge from this tree, or takes BRIDGE_TEST_BIN
@@ -374,7 +380,13 @@ const (
 	kindDocker     kind = "docker"
 	kindPodman     kind = "podman"
 	kindKubernetes kind = "kubernetes"
+	// kindRunsc is gVisor driven by the bridge (engine runsc), its images
+	// in Docker: the make integration-gvisor pass.
+	kindRunsc kind = "runsc"
 )
+
+// allKinds are the kinds of engine a test may run on.
+func allKinds() []kind { return []kind{kindDocker, kindPodman, kindKubernetes, kindRunsc} }
 
 // kindOf is the kind of the engine a BRIDGE_TEST_ENGINES name tests.
 func kindOf(name string) kind {
@@ -385,6 +397,15 @@ func kindOf(name string) kind {
 }
 
 func (e *engine) kind() kind { return kindOf(e.name) }
+
+// imagesEngine is the engine that holds e's images: e's own, or for
+// runsc the one it takes them from.
+func (e *engine) imagesEngine() string {
+	if e.cand.Images != "" {
+		return e.cand.Images
+	}
+	return e.cand.Engine
+}
 
 // An engineRule says which kinds of engine a test can run on, and why not
 // on the others. A test that uses the suite's engines states its rule
@@ -406,7 +427,7 @@ func only(why string, kinds ...kind) engineRule {
 // these.
 func except(why string, kinds ...kind) engineRule {
 	rest := []kind{} // not nil, which means every kind
-	for _, k := range []kind{kindDocker, kindPodman, kindKubernetes} {
+	for _, k := range allKinds() {
 		if !slices.Contains(kinds, k) {
 			rest = append(rest, k)
 		}
@@ -418,12 +439,12 @@ func except(why string, kinds ...kind) engineRule {
 // the MCP protocol and its transports, the proxy and its policy, metrics
 // and traces, what the runner prints. Which engine ran the code cannot
 // change what it checks, so the docker and podman passes run it, and the
-// kubernetes pass, whose runs take a second or more each, keeps to the
-// tests that depend on the engine, within CI's time (docs/testing.md).
-// subject names what the test checks.
+// kubernetes and runsc passes, whose runs take a second or more each, keep
+// to the tests that depend on the engine, within CI's time
+// (docs/testing.md). subject names what the test checks.
 func aboveEngine(subject string) engineRule {
 	return except("above the engine ("+subject+"): the docker and podman passes test it; "+
-		"the kubernetes pass runs the tests that depend on the engine (docs/testing.md)", kindKubernetes)
+		"the kubernetes and runsc passes run the tests that depend on the engine (docs/testing.md)", kindKubernetes, kindRunsc)
 }
 
 func (r engineRule) fits(e *engine) bool {
@@ -442,12 +463,12 @@ func (r engineRule) reason() string {
 // noEngine is the first line of a test that uses none of the suite's
 // engines (the CLI's flags and errors, the docs, the proxy on its own, an
 // engine the test starts itself): it runs in every pass that tests Docker
-// or Podman, and skips in a pass of the kubernetes engine alone, which
-// would run it again unchanged.
+// or Podman, and skips in a pass of the kubernetes or runsc engine alone,
+// which would run it again unchanged.
 func noEngine(t *testing.T) {
 	t.Helper()
 	for _, name := range testSuite.wanted {
-		if kindOf(name) != kindKubernetes {
+		if k := kindOf(name); k != kindKubernetes && k != kindRunsc {
 			return
 		}
 	}

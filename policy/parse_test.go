@@ -459,7 +459,7 @@ func TestParseErrors(t *testing.T) {
 		{"missing rate", "version: 1\nbudgets:\n  rates:\n    - burst: 3\n", []string{`4:7: budgets.rates[0]: missing rate: say how many calls, e.g. rate: 10/s`}},
 
 		// Enums.
-		{"engine", "version: 1\nsandbox:\n  engine: Podman\n", []string{`3:11: sandbox.engine: "Podman" is not one of auto, podman, docker, kubernetes; did you mean "podman"?`}},
+		{"engine", "version: 1\nsandbox:\n  engine: Podman\n", []string{`3:11: sandbox.engine: "Podman" is not one of auto, podman, docker, kubernetes, runsc; did you mean "podman"?`}},
 		{"engine far", "version: 1\nsandbox:\n  engine: lxc\n", []string{`3:11: sandbox.engine: "lxc" is not one of auto, podman, docker`}},
 		{"oci runtime", "version: 1\nsandbox:\n  oci_runtime: gvisor\n", []string{`3:16: sandbox.oci_runtime: "gvisor" is not one of default, runc, runsc`}},
 		{"oci runtime typo", "version: 1\nsandbox:\n  oci_runtime: rnsc\n", []string{`3:16: sandbox.oci_runtime: "rnsc" is not one of default, runc, runsc; did you mean "runsc"?`}},

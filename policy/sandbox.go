@@ -12,7 +12,7 @@ import (
 
 // Sandbox are the limits of each run and of the bridge's runs together.
 type Sandbox struct {
-	Engine string // "auto", "podman", "docker" or "kubernetes"; default "auto"
+	Engine string // "auto", "podman", "docker", "kubernetes" or "runsc"; default "auto"
 	// OCIRuntime is the runtime every container runs with: "default" (the
 	// engine's), "runc", or "runsc" (gVisor). Default "default".
 	OCIRuntime string
@@ -113,7 +113,7 @@ func (p *parser) sandbox(k, v *yaml.Node, s *Sandbox) {
 func (p *parser) sandboxKey(key, name string, k, v *yaml.Node, s *Sandbox) {
 	switch key {
 	case "engine":
-		if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker", "kubernetes"}); ok {
+		if e, ok := p.enum(k, v, name, []string{"auto", "podman", "docker", "kubernetes", "runsc"}); ok {
 			s.Engine = e
 		}
 	case "oci_runtime":

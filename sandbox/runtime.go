@@ -20,12 +20,17 @@ import (
 )
 
 // Engine names, as a bridge is told which to open ("auto" picks the first
-// that answers among Podman and Docker; Kubernetes only when asked for).
+// that answers among Podman and Docker; Kubernetes and runsc only when
+// asked for).
 const (
 	EngineAuto       = "auto"
 	EnginePodman     = "podman"
 	EngineDocker     = "docker"
 	EngineKubernetes = "kubernetes"
+	// EngineRunsc is gVisor driven by the bridge itself (sandbox/runsc),
+	// as root, with the images of Docker or Podman: the engine that can
+	// checkpoint and restore a sandbox.
+	EngineRunsc = "runsc"
 )
 
 // OtherEngine is the engine that is not engine: EngineDocker for
@@ -62,8 +67,8 @@ type Runtime interface {
 // enforce, whether an image is there to run, and a container's life from
 // create to remove. An [Executor] needs this much of an engine.
 type Containers interface {
-	// Name is the engine's: EngineDocker, EnginePodman or
-	// EngineKubernetes (or a test's own).
+	// Name is the engine's: EngineDocker, EnginePodman, EngineKubernetes
+	// or EngineRunsc (or a test's own).
 	Name() string
 	// Info describes the engine and what it can enforce.
 	Info(ctx context.Context) (EngineInfo, error)

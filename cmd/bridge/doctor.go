@@ -15,7 +15,7 @@ func cmdDoctor(ctx context.Context, e *env, args []string) (int, error) {
 		"test that proves the sandbox from inside. Exits 1 when no engine can run code safely.")
 	var sf settingFlags
 	sf.engine(fs)
-	fs.Lookup("runtime").Usage = "`engine` to check: auto (every one), podman, docker or kubernetes"
+	fs.Lookup("runtime").Usage = "`engine` to check: auto (every one), podman, docker, kubernetes or runsc"
 	sf.add(fs, "image", "sandbox.image", "runner `image`")
 	sf.variant(fs)
 	sf.addBool(fs, "allow-unenforced-limits", "sandbox.require_enforced_limits", "count an engine that cannot enforce limits as usable")

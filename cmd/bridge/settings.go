@@ -74,7 +74,8 @@ func (sf *settingFlags) addBool(fs *flag.FlagSet, name, key, usage string) {
 
 // engine registers --runtime and --oci-runtime.
 func (sf *settingFlags) engine(fs *flag.FlagSet) {
-	sf.add(fs, "runtime", "sandbox.engine", "container `engine`: auto (rootless Podman, rootful Podman, then Docker), podman, docker, or kubernetes (pods on this node; KUBECONFIG)")
+	sf.add(fs, "runtime", "sandbox.engine", "container `engine`: auto (rootless Podman, rootful Podman, then Docker), podman, docker, kubernetes (pods on this node; KUBECONFIG),\n"+
+		"or runsc (gVisor driven by the bridge, as root, images from Docker or Podman)")
 	sf.add(fs, "oci-runtime", "sandbox.oci_runtime", "OCI `runtime` of every container: default (the engine's), runc, or runsc\n"+
 		"(gVisor: a second wall against kernel exploits; the engine must be set up for it, see docs/policy.md)")
 }

@@ -73,8 +73,8 @@ func TestEngineSocketDenied(t *testing.T) {
 	// With a socket missing and one denied, the denial leads, not
 	// "start the engine".
 	cands := []Candidate{
-		{sandbox.EnginePodman, "unix://" + filepath.Join(filepath.Dir(sock), "missing.sock"), "rootless Podman socket"},
-		{sandbox.EngineDocker, "unix://" + sock, "$DOCKER_HOST"},
+		{Engine: sandbox.EnginePodman, URI: "unix://" + filepath.Join(filepath.Dir(sock), "missing.sock"), Why: "rootless Podman socket"},
+		{Engine: sandbox.EngineDocker, URI: "unix://" + sock, Why: "$DOCKER_HOST"},
 	}
 	_, err := openFirst(ctx, cands, "", zerolog.New(io.Discard))
 	if !errors.Is(err, sandbox.ErrEngineDenied) || !errors.Is(err, sandbox.ErrEngineUnreachable) {

@@ -1,13 +1,15 @@
 // Package detect finds the container engine that answers and opens it: the
 // one package that knows every engine (sandbox/docker, sandbox/podman,
-// sandbox/kubernetes). "auto" tries $CONTAINER_HOST, rootless then rootful
-// Podman, then $DOCKER_HOST or Docker's socket; a Kubernetes cluster is
+// sandbox/kubernetes, sandbox/runsc). "auto" tries $CONTAINER_HOST,
+// rootless then rootful Podman, then $DOCKER_HOST or Docker's socket; a
+// Kubernetes cluster, or gVisor driven by the bridge (runsc, runsc.go), is
 // used only when asked for. A socket that refuses this user is explained
 // by its owner and mode ([sandbox.AccessError]) rather than as an engine
 // that does not run.
 package detect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,14 +26,18 @@ import (
 // Candidate is one place Open may find an engine: a socket, or a
 // Kubernetes configuration.
 type Candidate struct {
-	Engine string // EnginePodman, EngineDocker or EngineKubernetes
+	Engine string // EnginePodman, EngineDocker, EngineKubernetes or EngineRunsc
 	URI    string // unix:///path
 	// Why says where the URI came from, for logs and doctor.
 	Why string
+	// Images is, for EngineRunsc, the engine at URI that holds the images
+	// (EnginePodman or EngineDocker); "" for the others.
+	Images string
 }
 
 // Candidates lists the places to try for engine ("auto", "podman",
-// "docker" or "kubernetes"; see kubeCandidates for a cluster), in order:
+// "docker", "kubernetes" or "runsc"; see kubeCandidates for a cluster,
+// runscCandidates for runsc), in order:
 // $CONTAINER_HOST, rootless Podman ($XDG_RUNTIME_DIR/podman/podman.sock),
 // rootful Podman (/run/podman/podman.sock), then $DOCKER_HOST or
 // /var/run/docker.sock. An engine this binary was built without (see
@@ -42,16 +48,16 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 	}
 	var podman, docker []Candidate
 	if h := getenv("CONTAINER_HOST"); h != "" {
-		podman = append(podman, Candidate{sandbox.EnginePodman, h, "$CONTAINER_HOST"})
+		podman = append(podman, Candidate{Engine: sandbox.EnginePodman, URI: h, Why: "$CONTAINER_HOST"})
 	}
 	if d := getenv("XDG_RUNTIME_DIR"); d != "" {
-		podman = append(podman, Candidate{sandbox.EnginePodman, "unix://" + filepath.Join(d, "podman", "podman.sock"), "rootless Podman socket"})
+		podman = append(podman, Candidate{Engine: sandbox.EnginePodman, URI: "unix://" + filepath.Join(d, "podman", "podman.sock"), Why: "rootless Podman socket"})
 	}
-	podman = append(podman, Candidate{sandbox.EnginePodman, "unix:///run/podman/podman.sock", "rootful Podman socket"})
+	podman = append(podman, Candidate{Engine: sandbox.EnginePodman, URI: "unix:///run/podman/podman.sock", Why: "rootful Podman socket"})
 	if h := getenv("DOCKER_HOST"); h != "" {
-		docker = append(docker, Candidate{sandbox.EngineDocker, h, "$DOCKER_HOST"})
+		docker = append(docker, Candidate{Engine: sandbox.EngineDocker, URI: h, Why: "$DOCKER_HOST"})
 	} else {
-		docker = append(docker, Candidate{sandbox.EngineDocker, "unix:///var/run/docker.sock", "default Docker socket"})
+		docker = append(docker, Candidate{Engine: sandbox.EngineDocker, URI: "unix:///var/run/docker.sock", Why: "default Docker socket"})
 	}
 	var all []Candidate
 	switch engine {
@@ -64,15 +70,18 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 	case sandbox.EngineKubernetes:
 		// Never chosen by auto: a cluster is used only when asked for.
 		all = kubeCandidates(getenv)
+	case sandbox.EngineRunsc:
+		// Never chosen by auto: it needs root, and another engine.
+		all = runscCandidates(getenv)
 	default:
-		return nil, fmt.Errorf("unknown runtime %q: use auto, podman, docker or kubernetes", engine)
+		return nil, fmt.Errorf("unknown runtime %q: use auto, podman, docker, kubernetes or runsc", engine)
 	}
 	// The same socket may come from two places ($CONTAINER_HOST and
 	// $XDG_RUNTIME_DIR); try it once, under its first reason.
 	seen := map[string]bool{}
 	var out []Candidate
 	for _, c := range all {
-		if builtWith(c.Engine) != nil && !seen[c.URI] {
+		if builtWith(cmp.Or(c.Images, c.Engine)) != nil && !seen[c.URI] {
 			seen[c.URI] = true
 			out = append(out, c)
 		}
@@ -84,6 +93,9 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 func Connect(ctx context.Context, c Candidate) (sandbox.Runtime, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if c.Engine == sandbox.EngineRunsc {
+		return openRunsc(ctx, c, runscHost{euid: os.Geteuid(), getenv: os.Getenv, inits: defaultInits()})
+	}
 	if p, ok := strings.CutPrefix(c.URI, "unix://"); ok {
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrPermission) {
 			// A directory on the way is closed to this user.
@@ -205,15 +217,15 @@ func HasImage(ctx context.Context, engine, image string) bool {
 func kubeCandidates(getenv func(string) string) []Candidate {
 	var out []Candidate
 	if getenv("KUBERNETES_SERVICE_HOST") != "" {
-		out = append(out, Candidate{sandbox.EngineKubernetes, "in-cluster", "the pod's service account"})
+		out = append(out, Candidate{Engine: sandbox.EngineKubernetes, URI: "in-cluster", Why: "the pod's service account"})
 	}
 	if k := getenv("KUBECONFIG"); k != "" {
 		if strings.Contains(k, string(filepath.ListSeparator)) {
 			k = "" // a list: client-go's own loading rules merge it
 		}
-		out = append(out, Candidate{sandbox.EngineKubernetes, "kubeconfig:" + k, "$KUBECONFIG"})
+		out = append(out, Candidate{Engine: sandbox.EngineKubernetes, URI: "kubeconfig:" + k, Why: "$KUBECONFIG"})
 	} else if h := getenv("HOME"); h != "" {
-		out = append(out, Candidate{sandbox.EngineKubernetes, "kubeconfig:" + filepath.Join(h, ".kube", "config"), "~/.kube/config"})
+		out = append(out, Candidate{Engine: sandbox.EngineKubernetes, URI: "kubeconfig:" + filepath.Join(h, ".kube", "config"), Why: "~/.kube/config"})
 	}
 	return out
 }

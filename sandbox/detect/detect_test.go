@@ -48,7 +48,7 @@ func TestCandidates(t *testing.T) {
 			t.Errorf("Candidates(%s) = %s\nwant %s", tt.engine, uris(got), tt.want)
 		}
 	}
-	if _, err := Candidates("lxc", env()); err == nil || !strings.Contains(err.Error(), "auto, podman, docker or kubernetes") {
+	if _, err := Candidates("lxc", env()); err == nil || !strings.Contains(err.Error(), "auto, podman, docker, kubernetes or runsc") {
 		t.Errorf("unknown engine: err = %v", err)
 	}
 }

@@ -33,7 +33,7 @@ var smokeCode string
 // Options configure a check.
 type Options struct {
 	// Engine is auto (check every Podman and Docker socket), podman,
-	// docker or kubernetes.
+	// docker, kubernetes or runsc.
 	Engine string
 	// Image is the runner image to look for and smoke-test.
 	Image string
@@ -48,6 +48,8 @@ type Options struct {
 	// LookPath finds a program on this machine (exec.LookPath when nil).
 	LookPath func(string) (string, error)
 	Logger   zerolog.Logger
+	// euid is this process's effective user id (os.Geteuid when nil).
+	euid func() int
 }
 
 // Check is one verdict, with a hint that fixes it when it failed.
@@ -147,6 +149,9 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 // further to check.
 func checkEngine(ctx context.Context, c detect.Candidate, opts Options) EngineReport {
 	er := EngineReport{Engine: c.Engine, Socket: c.URI, Source: c.Why, Image: opts.Image}
+	if c.Engine == sandbox.EngineRunsc && !er.runscChecks(ctx, c, opts) {
+		return er
+	}
 	rt, err := detect.Connect(ctx, c)
 	if err != nil {
 		er.addCheck(unreachableCheck(c, err))
@@ -457,6 +462,10 @@ func gvisorCheck(info sandbox.EngineInfo, lookPath func(string) (string, error))
 	if installed != "" {
 		install = ""
 	}
+	if info.Name == sandbox.EngineRunsc {
+		c.OK, c.Detail = true, "available: the runsc engine runs every sandbox under gVisor itself"
+		return c
+	}
 	if info.Name == sandbox.EngineKubernetes { // a RuntimeClass per pod
 		if r, ok := info.OCIRuntimes[sandbox.OCIRuntimeRunsc]; ok {
 			c.OK, c.Detail = true, "available: the cluster has a RuntimeClass for runsc ("+strings.Join(r.Args, " ")+")"
@@ -605,6 +614,9 @@ func unreachableCheck(c detect.Candidate, err error) Check {
 func startHint(c detect.Candidate) string {
 	path := strings.TrimPrefix(c.URI, "unix://")
 	switch {
+	case c.Engine == sandbox.EngineRunsc:
+		return "the runsc engine also needs a static init on this host (tini-static: `apt-get install tini`) " +
+			"and a folder of its own, private to root ($XDG_STATE_HOME/bridge/runsc, else /var/lib/bridge/runsc)"
 	case c.Engine == sandbox.EngineDocker:
 		return "start Docker (`sudo systemctl start docker`, or `dockerd &`), or point DOCKER_HOST at its socket"
 	case strings.Contains(c.Why, "rootless"):

@@ -51,8 +51,18 @@ func (c *Client) rootfs(ctx context.Context, ref string) (dir string, env []stri
 		err = writeEnv(tmp, env)
 	}
 	if err == nil {
-		_ = os.RemoveAll(final) // an export that did not finish
 		err = os.Rename(tmp, final)
+		if err != nil {
+			// Another bridge on the same folder may have put its export
+			// there first: it is whole (renamed in with its env.json) and
+			// may be in use, so take it. Without its env.json it is what
+			// a removal cut short left: replaced.
+			if env, rerr := readEnv(final); rerr == nil {
+				return filepath.Join(final, "rootfs"), env, nil
+			}
+			_ = os.RemoveAll(final)
+			err = os.Rename(tmp, final)
+		}
 	}
 	if err != nil {
 		return "", nil, fmt.Errorf("export image %s for the runsc engine: %w", ref, err)

@@ -132,9 +132,16 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 // Name implements [sandbox.Runtime].
 func (c *Client) Name() string { return Name }
 
-// Close implements [sandbox.Runtime]: the sandboxes keep running, as an
-// engine's containers do when its client goes.
-func (c *Client) Close() error { return nil }
+// Close implements [sandbox.Runtime]: it closes the Exporter when that is
+// an engine's client (an io.Closer: sandbox/detect opens it for this
+// Client alone). The sandboxes keep running, as an engine's containers do
+// when its client goes.
+func (c *Client) Close() error {
+	if cl, ok := c.opts.Images.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
+}
 
 // ImageInfo implements [sandbox.Runtime], through the Exporter's engine.
 func (c *Client) ImageInfo(ctx context.Context, ref string) (sandbox.ImageInfo, error) {
