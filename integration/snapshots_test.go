@@ -34,7 +34,7 @@ func snapshotsPolicy(t *testing.T, e *engine) (string, string) {
 // restarted; what is not there, exists already, or is too large is
 // refused with the session kept.
 func TestSnapshots(t *testing.T) {
-	forEachEngine(t, func(t *testing.T, e *engine) {
+	forEngines(t, except("the runsc engine keeps memory too: TestMemorySnapshots", kindRunsc), func(t *testing.T, e *engine) {
 		pol, snaps := snapshotsPolicy(t, e)
 		cs := connectStdioLarge(t, e, "--policy", pol)
 		name := func(s string) string { return s + "-" + strings.ToLower(e.name) }
