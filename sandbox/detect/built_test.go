@@ -40,6 +40,9 @@ func TestBuiltWithout(t *testing.T) {
 			}
 		}
 	}
+	if _, err := Candidates(sandbox.EngineRunsc, env); (err == nil) != (builtWith(sandbox.EngineDocker) != nil || builtWith(sandbox.EnginePodman) != nil) {
+		t.Errorf("Candidates(runsc): %v", err)
+	}
 	if _, err := Candidates("lxc", env); err == nil || errors.Is(err, sandbox.ErrEngineUnreachable) {
 		t.Errorf("an unknown engine: %v", err)
 	}

@@ -72,6 +72,10 @@ func Candidates(engine string, getenv func(string) string) ([]Candidate, error) 
 		all = kubeCandidates(getenv)
 	case sandbox.EngineRunsc:
 		// Never chosen by auto: it needs root, and another engine.
+		if !haveDocker && !havePodman {
+			return nil, fmt.Errorf("the runsc engine takes its images from Docker or Podman, and this bridge was built without both (build tags %s and %s): use a build that has one",
+				buildTag(sandbox.EngineDocker), buildTag(sandbox.EnginePodman))
+		}
 		all = runscCandidates(getenv)
 	default:
 		return nil, fmt.Errorf("unknown runtime %q: use auto, podman, docker, kubernetes or runsc", engine)

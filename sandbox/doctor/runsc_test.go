@@ -1,3 +1,7 @@
+//go:build !bridge_no_docker && !bridge_no_podman && !bridge_no_kubernetes
+
+// The runsc engine as a build with every engine has it (its images
+// engine: Docker or Podman).
 package doctor
 
 import (

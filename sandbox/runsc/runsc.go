@@ -8,7 +8,9 @@
 // per image id, never changed afterwards, since a restore reopens its files
 // by path.
 //
-// Not wired into sandbox/detect yet: GVISOR-WIP.md says how it will be.
+// sandbox/detect opens it as the engine "runsc" (as root, over the Docker
+// or Podman client that exports the images); GVISOR-WIP.md says what is
+// left to wire (checkpoint and restore in the core).
 package runsc
 
 import (
