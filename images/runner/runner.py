@@ -50,8 +50,9 @@ ENV_TOKEN = "BRIDGE_RELAY_TOKEN"
 ENV_TOKEN_FILE = "BRIDGE_RELAY_TOKEN_FILE"
 # Unconnected sockets made before the runner confines itself: each park
 # uses one to connect again, so a session (and its restored copies) can be
-# parked this many times.
-SPARE_SOCKETS = 4
+# parked this many times (a snapshot of its memory, or a restore of one,
+# parks it once).
+SPARE_SOCKETS = 16
 ENV_OUTPUTS = "BRIDGE_OUTPUTS"  # set for the code: where to leave files
 # Rlimits the engine cannot set (a Kubernetes pod has no such field), as
 # "nofile=1024:1024,nproc=4096:4096": the runner lowers its own before

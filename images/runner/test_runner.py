@@ -30,6 +30,9 @@ TOKEN = "test-token-0123456789"
 TIMEOUT = 20.0  # seconds for any one run
 MAX_FRAME = 16 << 20
 VERSION = 7
+# The spare sockets a parking runner makes (SPARES, read from
+# the file: the runner is started as a process, not imported).
+SPARES = int(next(line.split("=")[1] for line in RUNNER.read_text().splitlines() if line.startswith("SPARE_SOCKETS =")))
 FILES = {"max_files": 20, "max_file_bytes": 1 << 20, "max_bytes": 4 << 20}
 
 # The runner with its matplotlib cache in a test's temporary directory,
@@ -2109,7 +2112,7 @@ class ParkTest(unittest.TestCase):
         hello = peer.recv()
         self.assertEqual((hello["type"], hello["token"], hello["version"]), ("hello", TOKEN, VERSION))
         self.assertNotIn("resumed", hello)
-        self.assertEqual(hello.get("parks"), 4 if token_file else None)
+        self.assertEqual(hello.get("parks"), SPARES if token_file else None)
         return proc, peer
 
     def diag(self) -> str:
@@ -2154,11 +2157,11 @@ class ParkTest(unittest.TestCase):
         proc, peer = self.start()
         self.assertEqual(peer.call("x = 41\nimport os")[1]["status"], "ok")
         self.park(peer)
-        peer = self.resume(proc, "second-token", 3)
+        peer = self.resume(proc, "second-token", SPARES - 1)
         out, exit = peer.call("x += 1\nprint(x, os.environ.get('BRIDGE_RELAY_TOKEN_FILE'))")
         self.assertEqual((out, exit["status"]), ("42 None\n", "ok"), self.diag())
         self.park(peer)  # a second park, with the next spare
-        peer = self.resume(proc, "third-token", 2)
+        peer = self.resume(proc, "third-token", SPARES - 2)
         self.assertEqual(peer.call("print(x)")[0], "42\n", self.diag())
         peer.close()  # the bridge ends the session: the runner exits quietly
         self.assertEqual(proc.wait(TIMEOUT), 0, self.diag())
@@ -2189,7 +2192,7 @@ class ParkTest(unittest.TestCase):
         os.kill(proc.pid, signal.SIGUSR1)
         self.wait_diag("is not there yet")
         self.assertIsNone(proc.poll(), self.diag())
-        peer = self.resume(proc, "ready-token", 3)
+        peer = self.resume(proc, "ready-token", SPARES - 1)
         self.assertEqual(peer.call("print(x)")[0], "1\n", self.diag())
 
     def test_spares_the_code_spoiled_are_passed_over(self) -> None:
@@ -2218,10 +2221,10 @@ class ParkTest(unittest.TestCase):
             "print(len(spares), keep.fileno() == spares[-1])\n"
         )
         out, exit = peer.call(code)
-        self.assertEqual(out, "4 True\n", self.diag() + str(exit))
+        self.assertEqual(out, f"{SPARES} True\n", self.diag() + str(exit))
         self.park(peer)
-        peer = self.resume(proc, "after-spoiling", 1)
-        self.assertEqual(peer.call("print(len(spares))")[0], "4\n")
+        peer = self.resume(proc, "after-spoiling", SPARES - 3)
+        self.assertEqual(peer.call("print(len(spares))")[0], f"{SPARES}\n")
         self.assertEqual(self.diag().count("a spare socket is unusable"), 2, self.diag())
         self.assertIn("Socket operation on non-socket", self.diag())
         self.assertIn("Transport endpoint is already connected", self.diag())
@@ -2241,7 +2244,7 @@ class ParkTest(unittest.TestCase):
         self.assertEqual(proc.wait(TIMEOUT), 2, self.diag())
         self.assertIn("started without BRIDGE_RELAY_TOKEN_FILE", self.diag())
         proc, peer = self.start()
-        for parks in (3, 2, 1, 0):
+        for parks in range(SPARES - 1, -1, -1):
             peer.call("pass")
             self.park(peer)
             peer = self.resume(proc, f"token-{parks}", parks)

@@ -196,7 +196,7 @@ func (sm *smoke) start(t *testing.T, name string) (string, net.Conn, *relay.Deco
 	}
 	conn, dec, hello := r.accept(t)
 	t.Logf("started and connected in %s: %+v", time.Since(start).Round(time.Millisecond), *hello)
-	if hello.Parks != 4 || hello.Resumed {
+	if hello.Parks != 16 || hello.Resumed {
 		t.Fatalf("hello %+v", *hello)
 	}
 	return id, conn, dec
