@@ -69,7 +69,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build install uninstall image unit integration integration-rootful integration-gvisor integration-rootless integration-kubernetes test demo lint bench bench-table bench-kube fuzz soak clean need-env kube-build kube-up kube-down
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-gvisor integration-rootless integration-kubernetes test demo lint bench bench-table bench-gvisor bench-kube fuzz soak clean need-env kube-build kube-up kube-down
 
 help:
 	@echo "Targets:"
@@ -87,6 +87,7 @@ help:
 	@echo "  bench        benchmarks, integration ones included (runs setup and image),"
 	@echo "               then the table of docs/performance.md (TestBenchTable)"
 	@echo "  bench-table  setup, image, and only that table, into docs/performance.md"
+	@echo "  bench-gvisor memory snapshots on the runsc engine (gVisor), into bench-gvisor.md"
 	@echo "  bench-kube   the kubernetes engine beside docker on the test cluster (BENCH_KUBE=40 runs)"
 	@echo "  fuzz         every fuzz target for $(FUZZTIME) each (make test: $(TEST_FUZZTIME))"
 	@echo "  soak         500 sequential and 200 8-way runs through bridge serve, each engine"
@@ -248,11 +249,20 @@ bench:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
 	$(call banner,bench: go test -bench . -benchmem ./...)
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchmem -timeout $(INTEGRATION_TIMEOUT) ./...
+	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=runsc $(GO) test -run '^$$' -bench 'Snapshots' -benchmem -timeout $(INTEGRATION_TIMEOUT) ./integration/
 	$(bench_table)
+	$(MAKE) --no-print-directory bench-gvisor
 
 bench-table:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
 	$(bench_table)
+
+# Memory snapshots on the runsc engine (TestBenchMemorySnapshots; as root):
+# its table, for docs/performance.md's "Memory snapshots (gVisor)".
+bench-gvisor: build need-env
+	$(call banner,bench: memory snapshots on the runsc engine)
+	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=runsc BRIDGE_BENCH_TABLE=full BRIDGE_BENCH_OUT=$(CURDIR)/bench-gvisor.md \
+		$(GO) test -count=1 -v -run '^TestBenchMemorySnapshots$$' -timeout $(INTEGRATION_TIMEOUT) ./integration/
 
 # The kubernetes engine beside Docker on the test cluster (TestBenchKubernetes;
 # docs/performance.md, "Kubernetes"): BENCH_KUBE runs of each figure.

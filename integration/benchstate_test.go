@@ -407,6 +407,10 @@ type snapshotBench struct {
 	*stateBridge
 	kind, snaps string
 	n           int // sessions made, for new names
+	// memory: the engine keeps the session whole (runsc); saves counts
+	// those of session "s", which can be saved whole 16 times.
+	memory bool
+	saves  int
 }
 
 // newSnapshotBench starts a bridge for kind (2Gi of memory and a 512Mi
@@ -414,34 +418,53 @@ type snapshotBench struct {
 func newSnapshotBench(tb testing.TB, e *engine, kind string) *snapshotBench {
 	tb.Helper()
 	snaps := filepath.Join(tb.TempDir(), "snapshots")
-	sb := &snapshotBench{kind: kind, snaps: snaps, stateBridge: startStateBridge(tb, e,
+	sb := &snapshotBench{kind: kind, snaps: snaps, memory: e.kind() == kindRunsc, stateBridge: startStateBridge(tb, e,
 		"  variant: datascience\n  memory: 2Gi\n  tmpfs_size: 512Mi\n",
 		"sessions:\n  enabled: true\n  max: 8\nsnapshots:\n  dir: "+snaps+"\n  max_bytes: 2Gi\n")}
 	sb.mustCall(tb, map[string]any{"code": "pass"}) // opens the engine
-	_, _, out := sb.mustCall(tb, map[string]any{"session": "s", "code": snapshotSetup(kind), "timeout_seconds": 120})
-	if kind != snapIdle && out.Stdout != "200000000\n" {
+	sb.setup(tb)
+	return sb
+}
+
+// setup starts session "s" anew, of the bench's kind.
+func (sb *snapshotBench) setup(tb testing.TB) {
+	tb.Helper()
+	_, _, out := sb.mustCall(tb, map[string]any{"session": "s", "reset": true, "code": snapshotSetup(sb.kind), "timeout_seconds": 120})
+	if sb.kind != snapIdle && out.Stdout != "200000000\n" {
 		tb.Fatalf("the DataFrame holds %q bytes, want 200000000", out.Stdout)
 	}
-	return sb
+	sb.saves = 0
 }
 
 // snapshot makes the call of session "s" that saves it as label "L" (with)
 // or the same call without, and returns its wall time and the snapshot's
-// size (files.tar).
+// size (files.tar, and the memory's checkpoint on runsc).
 func (sb *snapshotBench) snapshot(tb testing.TB, with bool) (time.Duration, int64) {
 	tb.Helper()
 	args := map[string]any{"session": "s", "code": "pass"}
 	if with {
+		if sb.memory && sb.saves == 16 {
+			sb.setup(tb) // a session is saved whole 16 times at most
+		}
 		args["snapshot"] = "L"
+		sb.saves++
 	}
 	took, res, out := sb.mustCall(tb, args)
 	if !with {
 		return took, 0
 	}
-	if out.Snapshot == nil || !out.Snapshot.Saved || out.Snapshot.Kind != "files" {
+	if out.Snapshot == nil || !out.Snapshot.Saved || out.Snapshot.Kind != sb.snapshotKind() {
 		tb.Fatalf("snapshot of a %s session: %+v\n%s", sb.kind, out.Snapshot, contentText(res))
 	}
-	return took, out.Snapshot.Bytes
+	return took, out.Snapshot.Bytes + out.Snapshot.MemoryBytes
+}
+
+// snapshotKind is what a snapshot keeps on the bench's engine.
+func (sb *snapshotBench) snapshotKind() string {
+	if sb.memory {
+		return "memory"
+	}
+	return "files"
 }
 
 // restore makes the first call of a new session, from label "L" (with) or
@@ -450,22 +473,29 @@ func (sb *snapshotBench) restore(tb testing.TB, with bool) (time.Duration, strin
 	tb.Helper()
 	sb.n++
 	name := fmt.Sprintf("r%d", sb.n)
-	args := map[string]any{"session": name, "code": "import os\nprint(os.path.exists('/tmp/df.pkl'))"}
+	args := map[string]any{"session": name, "code": "import os\nprint(os.path.exists('/tmp/df.pkl'), 'df' in globals())"}
 	if with {
 		args["restore"] = "L"
 	}
 	took, res, out := sb.mustCall(tb, args)
-	want := "False\n" // only a restore of the session that pickled it has it
-	if with && sb.kind == snapDFTmp {
-		want = "True\n"
-	}
+	// Only a restore of the session that pickled it has the file; only a
+	// restore of its memory has the DataFrame.
+	want := fmt.Sprintf("%s %s\n", pyBool(with && sb.kind == snapDFTmp), pyBool(with && sb.memory && sb.kind != snapIdle))
 	if out.Stdout != want {
 		tb.Fatalf("restore %v of a %s session: /tmp/df.pkl there: %q, want %q\n%s", with, sb.kind, out.Stdout, want, contentText(res))
 	}
-	if with && (out.Restored == nil || out.Restored.Kind != "files") {
+	if with && (out.Restored == nil || out.Restored.Kind != sb.snapshotKind()) {
 		tb.Fatalf("restored: %+v", out.Restored)
 	}
 	return took, name
+}
+
+// pyBool is b as Python prints it.
+func pyBool(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
 }
 
 // end ends session name (an empty call with reset).
