@@ -69,8 +69,8 @@ var ErrNoCheckpoint = errors.New("this engine cannot checkpoint a sandbox's memo
 // only its files can be saved.
 var ErrNoParks = errors.New("this session was saved or restored as often as its runner can come back (each time uses one of the spare connections it made at its start)")
 
-// parkTimeout bounds the runner's answer to park.
-const parkTimeout = 10 * time.Second
+// parkTimeoutDefault bounds the runner's answer to park.
+const parkTimeoutDefault = 10 * time.Second
 
 // MemoryTag implements [MemorySaver].
 func (i *Container) MemoryTag(ctx context.Context) (string, error) {
@@ -148,7 +148,7 @@ func (i *Container) park(ctx context.Context) error {
 	conn := i.conn
 	unhook := context.AfterFunc(ctx, func() { conn.Close() })
 	defer unhook()
-	deadline := time.Now().Add(parkTimeout)
+	deadline := time.Now().Add(i.e.parkTimeout)
 	conn.mu.Lock()
 	_ = conn.SetWriteDeadline(deadline)
 	err := conn.enc.Park()
