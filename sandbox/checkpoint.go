@@ -124,6 +124,19 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 	if err := cp.Checkpoint(context.WithoutCancel(ctx), old, dir); err != nil {
 		return fmt.Errorf("saving the session's memory: %w", err)
 	}
+	// Once a restored container took its place (even one that then
+	// failed), Close removes that one: the checkpointed one is ours to.
+	defer func() {
+		i.mu.Lock()
+		swapped := i.id != old
+		i.mu.Unlock()
+		if !swapped {
+			return
+		}
+		if rerr := i.e.remove(context.WithoutCancel(ctx), old, i.log); rerr != nil {
+			i.log.Warn().Err(rerr).Str("container", old).Msg("removing a checkpointed sandbox")
+		}
+	}()
 	// The checkpoint ended the sandbox: its wait is over.
 	i.stopWait()
 	<-i.exited
@@ -135,9 +148,6 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 	i.restores++
 	if err := i.resume(ctx, cp, ln, dir, i.name+"-r"+strconv.Itoa(i.restores)); err != nil {
 		return fmt.Errorf("the session's sandbox was saved, but could not go on: %w", err)
-	}
-	if rerr := i.e.remove(context.WithoutCancel(ctx), old, i.log); rerr != nil {
-		i.log.Warn().Err(rerr).Str("container", old).Msg("removing a checkpointed sandbox")
 	}
 	broken = false
 	return nil
