@@ -218,6 +218,9 @@ func (i *Container) resume(ctx context.Context, cp Checkpointer, ln *net.UnixLis
 	err := cp.Restore(rctx, id, i.spec(token, false), dir)
 	cancel()
 	if err != nil {
+		// A restore cut short may still have made the container, as a
+		// create may.
+		e.remove(engineCtx, id, i.log)
 		return e.withHint(fmt.Errorf("restoring the sandbox: %w", err))
 	}
 	e.host.created(id)
