@@ -252,8 +252,15 @@ func (i *Container) resume(ctx context.Context, cp Checkpointer, ln *net.UnixLis
 	select {
 	case conn := <-accepted:
 		i.mu.Lock()
-		i.conn = conn
+		closed := i.closed
+		if !closed {
+			i.conn = conn
+		}
 		i.mu.Unlock()
+		if closed { // Close ran meanwhile: it would not close this one
+			conn.Close()
+			return errors.New("this sandbox instance was closed")
+		}
 		return nil
 	case w := <-i.exited:
 		return e.earlyExit(ctx, id, w, i.limits)
