@@ -287,6 +287,12 @@ func (e *Executor) Restore(ctx context.Context, l Limits, name, dir string) (ins
 	if !validRunID(name) {
 		return nil, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", name)
 	}
+	if !e.enforce.All() && !e.opts.AllowUnenforcedLimits {
+		// As Start: a restored sandbox runs without the limits the engine
+		// cannot enforce (spec drops them).
+		return nil, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits, or set require_enforced_limits: false in the policy)",
+			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
+	}
 	log := e.log.With().Str("run_id", name).Str("engine", e.rt.Name()).Logger()
 	i := &Container{e: e, name: name, log: log, start: time.Now(), limits: l}
 	defer func() {

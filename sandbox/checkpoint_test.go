@@ -555,3 +555,14 @@ func TestExecutorRestore(t *testing.T) {
 		}
 	}
 }
+
+// Restore refuses, as Start does, to run where the engine cannot enforce
+// the limits, unless told to.
+func TestExecutorRestoreUnenforced(t *testing.T) {
+	cp := newCheckpointer(4)
+	cp.enforce = Enforcement{Memory: true, Reason: "no cpu controller"}
+	ex := memoryExecutor(t, cp)
+	if _, err := ex.Restore(context.Background(), testLimits(), "unenforced", t.TempDir()); !errors.Is(err, ErrLimitsNotEnforced) {
+		t.Fatalf("Restore: %v", err)
+	}
+}
