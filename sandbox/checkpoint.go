@@ -69,8 +69,8 @@ var ErrNoCheckpoint = errors.New("this engine cannot checkpoint a sandbox's memo
 // only its files can be saved.
 var ErrNoParks = errors.New("this session was saved or restored as often as its runner can come back (each time uses one of the spare connections it made at its start)")
 
-// parkTimeout bounds the runner's answer to park.
-const parkTimeout = 10 * time.Second
+// parkTimeoutDefault bounds the runner's answer to park.
+const parkTimeoutDefault = 10 * time.Second
 
 // MemoryTag implements [MemorySaver].
 func (i *Container) MemoryTag(ctx context.Context) (string, error) {
@@ -124,6 +124,19 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 	if err := cp.Checkpoint(context.WithoutCancel(ctx), old, dir); err != nil {
 		return fmt.Errorf("saving the session's memory: %w", err)
 	}
+	// Once a restored container took its place (even one that then
+	// failed), Close removes that one: the checkpointed one is ours to.
+	defer func() {
+		i.mu.Lock()
+		swapped := i.id != old
+		i.mu.Unlock()
+		if !swapped {
+			return
+		}
+		if rerr := i.e.remove(context.WithoutCancel(ctx), old, i.log); rerr != nil {
+			i.log.Warn().Err(rerr).Str("container", old).Msg("removing a checkpointed sandbox")
+		}
+	}()
 	// The checkpoint ended the sandbox: its wait is over.
 	i.stopWait()
 	<-i.exited
@@ -136,9 +149,6 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 	if err := i.resume(ctx, cp, ln, dir, i.name+"-r"+strconv.Itoa(i.restores)); err != nil {
 		return fmt.Errorf("the session's sandbox was saved, but could not go on: %w", err)
 	}
-	if rerr := i.e.remove(context.WithoutCancel(ctx), old, i.log); rerr != nil {
-		i.log.Warn().Err(rerr).Str("container", old).Msg("removing a checkpointed sandbox")
-	}
 	broken = false
 	return nil
 }
@@ -148,7 +158,7 @@ func (i *Container) park(ctx context.Context) error {
 	conn := i.conn
 	unhook := context.AfterFunc(ctx, func() { conn.Close() })
 	defer unhook()
-	deadline := time.Now().Add(parkTimeout)
+	deadline := time.Now().Add(i.e.parkTimeout)
 	conn.mu.Lock()
 	_ = conn.SetWriteDeadline(deadline)
 	err := conn.enc.Park()
@@ -208,6 +218,9 @@ func (i *Container) resume(ctx context.Context, cp Checkpointer, ln *net.UnixLis
 	err := cp.Restore(rctx, id, i.spec(token, false), dir)
 	cancel()
 	if err != nil {
+		// A restore cut short may still have made the container, as a
+		// create may.
+		e.remove(engineCtx, id, i.log)
 		return e.withHint(fmt.Errorf("restoring the sandbox: %w", err))
 	}
 	e.host.created(id)
@@ -239,8 +252,15 @@ func (i *Container) resume(ctx context.Context, cp Checkpointer, ln *net.UnixLis
 	select {
 	case conn := <-accepted:
 		i.mu.Lock()
-		i.conn = conn
+		closed := i.closed
+		if !closed {
+			i.conn = conn
+		}
 		i.mu.Unlock()
+		if closed { // Close ran meanwhile: it would not close this one
+			conn.Close()
+			return errors.New("this sandbox instance was closed")
+		}
 		return nil
 	case w := <-i.exited:
 		return e.earlyExit(ctx, id, w, i.limits)
@@ -266,6 +286,12 @@ func (e *Executor) Restore(ctx context.Context, l Limits, name, dir string) (ins
 	}
 	if !validRunID(name) {
 		return nil, fmt.Errorf("invalid run id %q: 1 to 32 lower-case letters and digits", name)
+	}
+	if !e.enforce.All() && !e.opts.AllowUnenforcedLimits {
+		// As Start: a restored sandbox runs without the limits the engine
+		// cannot enforce (spec drops them).
+		return nil, fmt.Errorf("%w on %s: %s (to run anyway without these limits, pass --allow-unenforced-limits, or set require_enforced_limits: false in the policy)",
+			ErrLimitsNotEnforced, e.rt.Name(), e.enforce.Reason)
 	}
 	log := e.log.With().Str("run_id", name).Str("engine", e.rt.Name()).Logger()
 	i := &Container{e: e, name: name, log: log, start: time.Now(), limits: l}

@@ -161,6 +161,8 @@ type Executor struct {
 	// interruptGrace is how long a session's code has to stop once
 	// interrupted (interruptGraceDefault).
 	interruptGrace time.Duration
+	// parkTimeout bounds a runner's answer to park (parkTimeoutDefault).
+	parkTimeout time.Duration
 	// pending counts the answers of all runs that wait to be written;
 	// results the result capacity reserved by their tool calls in flight.
 	pending *reserve
@@ -213,8 +215,8 @@ func NewExecutor(ctx context.Context, rt Containers, opts ExecutorOptions) (*Exe
 	e := &Executor{rt: rt, opts: opts, enforce: info.Enforce, runtime: request, effective: effective,
 		runRoot: root, log: opts.Logger, dirPrefix: "run-",
 		exitGrace: exitGraceDefault, killWait: killWaitDefault, writeTimeout: writeTimeoutDefault,
-		interruptGrace: interruptGraceDefault,
-		pending:        newReserve(maxBridgePendingBytes), results: newReserve(maxBridgeResultBytes),
+		interruptGrace: interruptGraceDefault, parkTimeout: parkTimeoutDefault,
+		pending: newReserve(maxBridgePendingBytes), results: newReserve(maxBridgeResultBytes),
 		removals: newRemovals(rt, opts.Logger)}
 	e.removals.removed = e.host.removed
 	pid := os.Getpid()

@@ -223,7 +223,7 @@ func (f *fakeRuntime) List(_ context.Context, labels map[string]string) ([]Conta
 
 // newTestExecutor returns an Executor on rt whose run root is checked to be
 // empty, and rt to hold no container, when the test ends.
-func newTestExecutor(t testing.TB, rt *fakeRuntime, opts ExecutorOptions) *Executor {
+func newTestExecutor(t testing.TB, rt Containers, opts ExecutorOptions) *Executor {
 	t.Helper()
 	opts.Image = "test-image"
 	// t.TempDir's long names would pass the 108-byte limit of socket paths.
