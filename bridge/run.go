@@ -80,6 +80,7 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 	var sc *sessionCall
 	if a.session != "" {
 		sc = s.sessions.call(key, scfg, min(sessionBusyWait, r.timeout), under)
+		sc.fresh = a.restore != ""
 		src = sc
 	}
 	if sc == nil {
@@ -292,6 +293,8 @@ func (s *Server) acquireFailed(err error) (status, msg string) {
 		return string(sandbox.StatusCancelled), "cancelled before the code started"
 	case errors.Is(err, ErrBusy), errors.Is(err, errTooManySessions):
 		return statusBusy, err.Error()
+	case errors.Is(err, errSessionExists):
+		return statusInvalid, err.Error()
 	case errors.Is(err, errSessionsClosed), errors.Is(err, errSessionEnded):
 		return statusUnavailable, err.Error()
 	}

@@ -87,6 +87,7 @@ var (
 	errTooManySessions  = errors.New("too many sessions")
 	errSessionEnded     = errors.New("session ended")
 	errSessionCancelled = errors.New("cancelled while waiting for the session")
+	errSessionExists    = errors.New("the session exists")
 )
 
 // sessionCall is one call's way into its session, as [Instances]: Acquire
@@ -102,6 +103,10 @@ type sessionCall struct {
 	busyWait time.Duration
 	under    Instances
 
+	// fresh: the call starts a new session (a restore), never joins one
+	// that another call opened meanwhile.
+	fresh bool
+
 	s   *session // once in
 	ran bool
 	why string // why the session ended with this call ("" if it lives on)
@@ -115,7 +120,7 @@ func (ss *sessions) call(key sessionKey, cfg policy.Sessions, busyWait time.Dura
 // Acquire gets the call into its session; a new session's container is
 // under's instance of limits l. runID names that container.
 func (c *sessionCall) Acquire(ctx context.Context, l sandbox.Limits, _ string) (sandbox.Instance, error) {
-	s, err := c.ss.open(ctx, c.key, c.cfg, c.busyWait, func(id string) (sandbox.Instance, error) {
+	s, err := c.ss.open(ctx, c.key, c.cfg, c.busyWait, c.fresh, func(id string) (sandbox.Instance, error) {
 		return c.under.Acquire(ctx, l, id)
 	})
 	switch {
@@ -204,7 +209,7 @@ func (c *sessionCall) ended(name string) string {
 // open finds the client's session name, or makes it, and returns it with
 // its lock held (the caller runs in it, then calls done). A new session's
 // container is started by start.
-func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, busyWait time.Duration, start func(id string) (sandbox.Instance, error)) (s *session, err error) {
+func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Sessions, busyWait time.Duration, fresh bool, start func(id string) (sandbox.Instance, error)) (s *session, err error) {
 	for {
 		ss.mu.Lock()
 		if ss.closed {
@@ -247,6 +252,9 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 			return s, nil
 		}
 		ss.mu.Unlock()
+		if fresh {
+			return nil, fmt.Errorf("%w: session %q was started by another call meanwhile; restore starts a new session: name another one", errSessionExists, key.name)
+		}
 
 		wait := time.NewTimer(busyWait)
 		select {

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
 
+	"github.com/bridge-mcp/bridge/policy"
 	"github.com/bridge-mcp/bridge/sandbox"
 )
 
@@ -291,4 +293,38 @@ func TestSessionResetWithCode(t *testing.T) {
 		t.Fatalf("reset with code that loses the interpreter: %+v", out)
 	}
 	eng.awaitClosed(t, 4, 3)
+}
+
+// A call that restores starts a new session: when another call opened
+// that name after the restore's check, the restore does not join it (its
+// archive would land in the live session's /tmp) but is refused.
+func TestSessionFreshDoesNotJoin(t *testing.T) {
+	ss := newSessions(zerolog.Nop())
+	cfg := policy.Sessions{Enabled: true, Max: 4, MaxLifetime: time.Hour, IdleTimeout: time.Hour, MaxCalls: 10}
+	key := sessionKey{name: "a"}
+	eng := &scripted{}
+	start := func(id string) (sandbox.Instance, error) { return eng.Acquire(context.Background(), sandbox.Limits{}, id) }
+	s, err := ss.open(context.Background(), key, cfg, time.Second, false, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.inst.Exec(context.Background(), sandbox.ExecRequest{Code: "x=1", Session: true, Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ss.done(s, cfg, true)
+	if _, err := ss.open(context.Background(), key, cfg, time.Second, true, start); !errors.Is(err, errSessionExists) {
+		t.Fatalf("a fresh open of an existing session: %v, want errSessionExists", err)
+	}
+	if n, _ := eng.acquired(); n != 1 {
+		t.Errorf("%d instances started, want 1", n)
+	}
+	// A name that is free is opened fresh.
+	if s, err := ss.open(context.Background(), sessionKey{name: "b"}, cfg, time.Second, true, start); err != nil {
+		t.Fatal(err)
+	} else {
+		ss.done(s, cfg, true)
+	}
+	if err := ss.closeAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
