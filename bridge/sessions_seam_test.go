@@ -303,7 +303,9 @@ func TestSessionFreshDoesNotJoin(t *testing.T) {
 	cfg := policy.Sessions{Enabled: true, Max: 4, MaxLifetime: time.Hour, IdleTimeout: time.Hour, MaxCalls: 10}
 	key := sessionKey{name: "a"}
 	eng := &scripted{}
-	start := func(id string) (sandbox.Instance, error) { return eng.Acquire(context.Background(), sandbox.Limits{}, id) }
+	start := func(id string) (sandbox.Instance, error) {
+		return eng.Acquire(context.Background(), sandbox.Limits{}, id)
+	}
 	s, err := ss.open(context.Background(), key, cfg, time.Second, false, start)
 	if err != nil {
 		t.Fatal(err)
