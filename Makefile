@@ -177,7 +177,7 @@ integration-rootful: build need-env
 # The runsc engine (gVisor driven by the bridge, as root, with Docker's
 # images): the tests of what it adds, and a few that prove it runs code
 # as the others do (GVISOR_RUN; RUN=PATTERN instead).
-GVISOR_RUN ?= TestOutputAndErrors$$|TestRootReadOnly$$|TestIdentityAndPrivileges$$|TestNetworkUnreachable$$|TestMemoryLimitKills$$|TestSessions$$|TestMemorySnapshots$$|TestMemorySnapshotsHostile$$|TestCLIRun$$
+GVISOR_RUN ?= TestOutputAndErrors$$|TestRootReadOnly$$|TestIdentityAndPrivileges$$|TestNetworkUnreachable$$|TestMemoryLimitKills$$|TestSessions$$|TestMemorySnapshots$$|TestMemorySnapshotsHostile$$|TestSnapshotsHostile$$|TestCLIRun$$
 
 integration-gvisor: build need-env
 	$(call banner,integration: the runsc engine (gVisor driven by the bridge; images from docker))

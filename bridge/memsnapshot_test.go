@@ -28,6 +28,7 @@ type memInstances struct {
 	tag      string // what CheckpointTag and MemoryTag say
 	noParks  bool   // MemoryTag says ErrNoParks
 	saveErr  error  // what SaveMemory fails with
+	memBytes int    // the size of the checkpoint SaveMemory writes besides vars.json
 	restored []string
 	archives []string // each instance's first Exec: its archive input, "" without one
 }
@@ -124,6 +125,11 @@ func (i *memInstance) SaveMemory(_ context.Context, dir string) error {
 		return i.m.saveErr
 	}
 	b, _ := json.Marshal(i.vars)
+	if i.m.memBytes > 0 {
+		if err := os.WriteFile(filepath.Join(dir, "pages.img"), make([]byte, i.m.memBytes), 0o600); err != nil {
+			return err
+		}
+	}
 	return os.WriteFile(filepath.Join(dir, "vars.json"), b, 0o600)
 }
 
@@ -166,7 +172,13 @@ func memServer(t *testing.T, instances Instances, snaps *snapshots.Store) *Serve
 
 func memStore(t *testing.T) *snapshots.Store {
 	t.Helper()
-	snaps, err := snapshots.Open(snapshots.Options{Dir: filepath.Join(t.TempDir(), "snaps"), SweepEvery: -1, WaitHeld: 3 * time.Second, Logger: zerolog.Nop()})
+	return memStoreOf(t, 0)
+}
+
+// memStoreOf is memStore keeping at most maxBytes (0: the default).
+func memStoreOf(t *testing.T, maxBytes int64) *snapshots.Store {
+	t.Helper()
+	snaps, err := snapshots.Open(snapshots.Options{Dir: filepath.Join(t.TempDir(), "snaps"), MaxBytes: maxBytes, SweepEvery: -1, WaitHeld: 3 * time.Second, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,5 +324,26 @@ func TestMemorySnapshotRestoreAndSaveSameLabel(t *testing.T) {
 	res, out = call(t, cs, map[string]any{"session": "s3", "code": "?x", "restore": "m"})
 	if res.IsError || out.Stdout != "2\n" {
 		t.Fatalf("the second restore: %q", text(res))
+	}
+}
+
+// A session whose memory would put the snapshot over the store's bound is
+// saved as files only, and the note says why; the session goes on.
+func TestMemorySnapshotOverTheBoundIsFiles(t *testing.T) {
+	m := &memInstances{tag: "fake 1", memBytes: 2 << 20}
+	snaps := memStoreOf(t, 1<<20)
+	cs := connect(t, memServer(t, m, snaps), nil)
+	res, out := call(t, cs, map[string]any{"session": "s", "code": "x=1", "snapshot": "big"})
+	sn := out.Snapshot
+	if res.IsError || sn == nil || !sn.Saved || sn.Kind != snapshots.KindFiles || sn.MemoryBytes != 0 ||
+		!strings.Contains(sn.Note, "with its memory it was over snapshots.max_bytes") {
+		t.Fatalf("the snapshot over the bound with its memory: %+v", sn)
+	}
+	if _, out := call(t, cs, map[string]any{"session": "s", "code": "?x"}); out.Stdout != "1\n" {
+		t.Fatalf("the session after: %+v", out)
+	}
+	es, err := snaps.List("local")
+	if err != nil || len(es) != 1 || es[0].Kind != snapshots.KindFiles || es[0].MemoryBytes != 0 {
+		t.Fatalf("snapshots %+v, %v", es, err)
 	}
 }

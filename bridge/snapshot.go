@@ -193,7 +193,8 @@ const memoryNote = "the session came back whole (gVisor): its variables, imports
 
 // takeSnapshot saves the session of the call that just ran in inst under
 // a.snapshot: its /tmp, packed by the runner, within snapshots.max_bytes;
-// and where the engine can (gVisor), its memory too.
+// and where the engine can (gVisor), its memory too. A session whose
+// memory and files are over the bound is saved as files only.
 func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *aRun, a callArgs, inst sandbox.Instance) *SnapshotOutput {
 	out := &SnapshotOutput{Label: a.snapshot}
 	p, ok := inst.(sandbox.Packer)
@@ -201,44 +202,18 @@ func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 		out.Note = "not saved: the session ended with the call"
 		return out
 	}
-	pol := s.policyOf(r)
-	owner := s.principal(req)
 	// Packing and saving the memory get the call's timeout anew (packing
 	// at most sandbox.PackTimeout): a runner that does not answer ends its
 	// session.
 	pctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	meta := snapshots.Meta{Kind: snapshots.KindFiles, Engine: s.engineName(), Extra: map[string]string{"session": a.session, "run_id": r.id}}
 	ms, filesOnly := memorySaver(pctx, inst)
-	if ms != nil {
-		meta.Kind = snapshots.KindMemory
-		meta.Extra[memoryTagKey] = ms.tag
+	saved, n, err := s.saveSnapshot(pctx, req, r, a, p, ms)
+	if ms != nil && errors.Is(err, snapshots.ErrTooLarge) && inst.Kept() {
+		filesOnly = "with its memory it was over snapshots.max_bytes: " + err.Error()
+		ms = nil
+		saved, n, err = s.saveSnapshot(pctx, req, r, a, p, nil)
 	}
-	w, err := s.opts.Snapshots.Create(owner, a.snapshot, meta)
-	if err != nil {
-		out.Note = "not saved: " + err.Error()
-		return out
-	}
-	n, err := p.Pack(pctx, w, pol.Snapshots.MaxBytes)
-	var tooLarge *sandbox.PackTooLargeError
-	switch {
-	case errors.As(err, &tooLarge):
-		w.Abort()
-		out.Note = fmt.Sprintf("not saved: the session's /tmp packs to %s, over the %s a snapshot may hold (snapshots.max_bytes); remove files from /tmp, or save fewer", units.FormatSize(tooLarge.Size), units.FormatSize(tooLarge.Max))
-		return out
-	case err != nil:
-		w.Abort()
-		out.Note = "not saved: " + err.Error()
-		return out
-	}
-	if ms != nil {
-		if err := saveMemory(pctx, w, ms.MemorySaver); err != nil {
-			w.Abort()
-			out.Note = "not saved: " + err.Error()
-			return out
-		}
-	}
-	saved, err := w.Commit()
 	if err != nil {
 		out.Note = "not saved: " + err.Error()
 		return out
@@ -253,6 +228,39 @@ func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 		out.Note = "files only: /tmp is kept; variables, imports and threads are not (" + filesOnly + ")"
 	}
 	return out
+}
+
+// saveSnapshot writes the snapshot of a call's session: its /tmp packed
+// by p, and with ms its memory.
+func (s *Server) saveSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *aRun, a callArgs, p sandbox.Packer, ms *taggedSaver) (snapshots.Saved, int64, error) {
+	meta := snapshots.Meta{Kind: snapshots.KindFiles, Engine: s.engineName(), Extra: map[string]string{"session": a.session, "run_id": r.id}}
+	if ms != nil {
+		meta.Kind = snapshots.KindMemory
+		meta.Extra[memoryTagKey] = ms.tag
+	}
+	w, err := s.opts.Snapshots.Create(s.principal(req), a.snapshot, meta)
+	if err != nil {
+		return snapshots.Saved{}, 0, err
+	}
+	n, err := p.Pack(ctx, w, s.policyOf(r).Snapshots.MaxBytes)
+	var tooLarge *sandbox.PackTooLargeError
+	switch {
+	case errors.As(err, &tooLarge):
+		w.Abort()
+		return snapshots.Saved{}, 0, fmt.Errorf("the session's /tmp packs to %s, over the %s a snapshot may hold (snapshots.max_bytes); remove files from /tmp, or save fewer",
+			units.FormatSize(tooLarge.Size), units.FormatSize(tooLarge.Max))
+	case err != nil:
+		w.Abort()
+		return snapshots.Saved{}, 0, err
+	}
+	if ms != nil {
+		if err := saveMemory(ctx, w, ms.MemorySaver); err != nil {
+			w.Abort()
+			return snapshots.Saved{}, 0, err
+		}
+	}
+	saved, err := w.Commit()
+	return saved, n, err
 }
 
 // taggedSaver is an instance whose memory can be saved, with its tag.
