@@ -118,7 +118,15 @@ print("saved")
 func TestMemorySnapshotsHostile(t *testing.T) {
 	forEngines(t, only("memory snapshots need the runsc engine (gVisor's checkpoint)", kindRunsc), func(t *testing.T, e *engine) {
 		pol, _ := snapshotsPolicy(t, e)
-		cs := connectStdioLarge(t, e, "--policy", pol)
+		cs, pid, _ := connectStdioArgs(t, e, nil, "--policy", pol)
+		defer func() {
+			// A checkpoint goes from runsc to disk: the bridge holds none.
+			peak := peakRSS(t, pid)
+			t.Logf("bridge peak RSS over the hostile memory snapshots: %.1f MiB", float64(peak)/(1<<20))
+			if peak > 150<<20 {
+				t.Errorf("the bridge's peak RSS reached %.1f MiB", float64(peak)/(1<<20))
+			}
+		}()
 
 		// The old connection, kept as a Python object: closed by the park.
 		res, out := callWith(t, cs, map[string]any{"session": "stale", "snapshot": "stale", "code": `
