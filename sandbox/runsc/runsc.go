@@ -2,15 +2,16 @@
 // runsc binary itself, with OCI bundles it writes, so that a sandbox can be
 // checkpointed and restored (Checkpoint, Restore, Wake). Docker and Podman
 // run gVisor too, but neither can manage a restored sandbox
-// (docs/architecture.md, "Snapshots are files first"). The images stay
+// (docs/architecture.md, "Snapshots are files first, and whole where the
+// runtime can"). The images stay
 // another engine's ([Exporter]: Docker or Podman builds and holds them); a
 // bundle's root file system is the image exported once into a cache folder
 // per image id, never changed afterwards, since a restore reopens its files
 // by path.
 //
 // sandbox/detect opens it as the engine "runsc" (as root, over the Docker
-// or Podman client that exports the images); GVISOR-WIP.md says what is
-// left to wire (checkpoint and restore in the core).
+// or Podman client that exports the images); it is the core's
+// [sandbox.Checkpointer], which saves sessions whole (sandbox/checkpoint.go).
 package runsc
 
 import (
