@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -242,7 +243,9 @@ func (s *Server) saveSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 	if err != nil {
 		return snapshots.Saved{}, 0, err
 	}
+	began := time.Now()
 	n, err := p.Pack(ctx, w, s.policyOf(r).Snapshots.MaxBytes)
+	packed := time.Now()
 	var tooLarge *sandbox.PackTooLargeError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -259,7 +262,10 @@ func (s *Server) saveSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 			return snapshots.Saved{}, 0, err
 		}
 	}
+	kept := time.Now()
 	saved, err := w.Commit()
+	s.log.Debug().Str("run_id", r.id).Str("label", a.snapshot).Dur("pack", packed.Sub(began)).Dur("memory", kept.Sub(packed)).
+		Dur("commit", time.Since(kept)).Msg("snapshot written")
 	return saved, n, err
 }
 

@@ -117,13 +117,16 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 		broken = false
 		return ErrNoParks
 	}
+	began := time.Now()
 	if err := i.park(ctx); err != nil {
 		return err
 	}
+	parked := time.Now()
 	old := i.id
 	if err := cp.Checkpoint(context.WithoutCancel(ctx), old, dir); err != nil {
 		return fmt.Errorf("saving the session's memory: %w", err)
 	}
+	checkpointed := time.Now()
 	// Once a restored container took its place (even one that then
 	// failed), Close removes that one: the checkpointed one is ours to.
 	defer func() {
@@ -133,9 +136,10 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 		if !swapped {
 			return
 		}
-		if rerr := i.e.remove(context.WithoutCancel(ctx), old, i.log); rerr != nil {
-			i.log.Warn().Err(rerr).Str("container", old).Msg("removing a checkpointed sandbox")
-		}
+		// In the background (runsc takes a second or more to delete a
+		// sandbox of a few GiB's limit): the call does not wait for it,
+		// and the Executor's Close does.
+		i.e.removals.add(old)
 	}()
 	// The checkpoint ended the sandbox: its wait is over.
 	i.stopWait()
@@ -150,6 +154,8 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 		return fmt.Errorf("the session's sandbox was saved, but could not go on: %w", err)
 	}
 	broken = false
+	i.log.Info().Dur("park", parked.Sub(began)).Dur("checkpoint", checkpointed.Sub(parked)).Dur("resume", time.Since(checkpointed)).
+		Msg("session saved whole")
 	return nil
 }
 
@@ -215,8 +221,10 @@ func (i *Container) resume(ctx context.Context, cp Checkpointer, ln *net.UnixLis
 	}
 	defer os.Remove(filepath.Join(i.dir, cp.TokenFile()))
 	rctx, cancel := context.WithTimeout(engineCtx, e.opts.StartTimeout)
+	began := time.Now()
 	err := cp.Restore(rctx, id, i.spec(token, false), dir)
 	cancel()
+	restored := time.Now()
 	if err != nil {
 		// A restore cut short may still have made the container, as a
 		// create may.
@@ -251,6 +259,7 @@ func (i *Container) resume(ctx context.Context, cp Checkpointer, ln *net.UnixLis
 	defer timer.Stop()
 	select {
 	case conn := <-accepted:
+		i.log.Debug().Dur("restore", restored.Sub(began)).Dur("wake", time.Since(restored)).Str("container", id).Msg("restored sandbox connected")
 		i.mu.Lock()
 		closed := i.closed
 		if !closed {

@@ -275,6 +275,19 @@ func (cp *fakeCheckpointer) ids() []string {
 	return ids
 }
 
+// settled is cp.ids() once it holds n containers, or after 5 s: a
+// checkpointed container is removed in the background.
+func (cp *fakeCheckpointer) settled(n int) []string {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ids := cp.ids()
+		if len(ids) == n || time.Now().After(deadline) {
+			return ids
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // memoryExecutor is an Executor on cp whose waits are short.
 func memoryExecutor(t *testing.T, cp *fakeCheckpointer) *Executor {
 	t.Helper()
@@ -314,7 +327,7 @@ func closeAndCheck(t *testing.T, cp *fakeCheckpointer, inst *Container) {
 	if err := inst.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if ids := cp.ids(); len(ids) != 0 {
+	if ids := cp.settled(0); len(ids) != 0 {
 		t.Fatalf("containers left after Close: %v", ids)
 	}
 	if _, err := os.Stat(inst.dir); !errors.Is(err, os.ErrNotExist) {
@@ -343,7 +356,7 @@ func TestSaveMemoryGoesOn(t *testing.T) {
 	if inst.id == old {
 		t.Fatalf("the session's container is still %s", old)
 	}
-	if ids := cp.ids(); len(ids) != 1 || ids[0] != inst.id {
+	if ids := cp.settled(1); len(ids) != 1 || ids[0] != inst.id {
 		t.Fatalf("containers %v, want only the restored %s", ids, inst.id)
 	}
 	if _, err := os.Stat(filepath.Join(inst.dir, fakeTokenFile)); !errors.Is(err, os.ErrNotExist) {

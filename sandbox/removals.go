@@ -112,7 +112,7 @@ func (r *removals) attempt(ctx context.Context, timeout time.Duration) int {
 			if r.removed != nil {
 				r.removed(id)
 			}
-			r.log.Info().Str("container", id).Msg("removed a container whose removal had failed")
+			r.log.Info().Str("container", id).Msg("removed a container in the background")
 		}
 		r.mu.Unlock()
 		if err != nil {
