@@ -42,7 +42,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-PACKAGES=(docker.io podman runc runsc catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3 haproxy prometheus containerd containernetworking-plugins openssl)
+# tini: tini-static, the init the runsc engine binds into each sandbox.
+PACKAGES=(docker.io podman runc runsc tini catatonit debootstrap uidmap slirp4netns fuse-overlayfs curl python3 haproxy prometheus containerd containernetworking-plugins openssl)
 ROOTLESS_USER=${BRIDGE_ROOTLESS_USER:-bridge-rootless}
 CACHE_DIR=${BRIDGE_CACHE_DIR:-/var/cache/bridge}
 ROOTFS=$CACHE_DIR/rootfs-bookworm
