@@ -24,13 +24,15 @@ import (
 // ("k=v" sets k, "?k" prints it) pack a fixed /tmp and save their memory
 // as a file of their variables; Restore starts one from such a file.
 type memInstances struct {
-	mu       sync.Mutex
-	tag      string // what CheckpointTag and MemoryTag say
-	noParks  bool   // MemoryTag says ErrNoParks
-	saveErr  error  // what SaveMemory fails with
-	memBytes int    // the size of the checkpoint SaveMemory writes besides vars.json
-	restored []string
-	archives []string // each instance's first Exec: its archive input, "" without one
+	mu         sync.Mutex
+	tag        string // what CheckpointTag and MemoryTag say
+	noParks    bool   // MemoryTag says ErrNoParks
+	saveErr    error  // what SaveMemory fails with
+	memBytes   int    // the size of the checkpoint SaveMemory writes besides vars.json
+	noResume   bool   // SaveMemory writes the checkpoint, and the session cannot go on
+	restoreErr error  // what Restore fails with
+	restored   []string
+	archives   []string // each instance's first Exec: its archive input, "" without one
 }
 
 var (
@@ -50,6 +52,9 @@ func (m *memInstances) CheckpointTag(context.Context) (string, error) {
 }
 
 func (m *memInstances) Restore(_ context.Context, _ sandbox.Limits, _, dir string) (sandbox.Instance, error) {
+	if m.restoreErr != nil {
+		return nil, m.restoreErr
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "vars.json"))
 	if err != nil {
 		return nil, err
@@ -130,7 +135,14 @@ func (i *memInstance) SaveMemory(_ context.Context, dir string) error {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, "vars.json"), b, 0o600)
+	if err := os.WriteFile(filepath.Join(dir, "vars.json"), b, 0o600); err != nil {
+		return err
+	}
+	if i.m.noResume {
+		i.lost = true
+		return &sandbox.ResumeError{Err: errors.New("the restored runner did not connect within 30s")}
+	}
+	return nil
 }
 
 func (i *memInstance) Kept() bool {
@@ -345,5 +357,45 @@ func TestMemorySnapshotOverTheBoundIsFiles(t *testing.T) {
 	es, err := snaps.List("local")
 	if err != nil || len(es) != 1 || es[0].Kind != snapshots.KindFiles || es[0].MemoryBytes != 0 {
 		t.Fatalf("snapshots %+v, %v", es, err)
+	}
+}
+
+// A checkpoint written whole is kept when the session could not go on
+// from it: the session ends, and the note says to restore it.
+func TestMemorySnapshotSavedButNotResumed(t *testing.T) {
+	m := &memInstances{tag: "fake 1", noResume: true}
+	snaps := memStore(t)
+	cs := connect(t, memServer(t, m, snaps), nil)
+	res, out := call(t, cs, map[string]any{"session": "s", "code": "x=1", "snapshot": "m"})
+	sn := out.Snapshot
+	if res.IsError || sn == nil || !sn.Saved || sn.Kind != snapshots.KindMemory || !strings.Contains(sn.Note, `could not go on from it`) ||
+		!strings.Contains(sn.Note, `restore "m" to go on`) || out.SessionEnded == "" {
+		t.Fatalf("a save whose session could not go on: %+v, ended %q", sn, out.SessionEnded)
+	}
+	m.noResume = false
+	if _, out := call(t, cs, map[string]any{"session": "t", "restore": "m", "code": "?x"}); out.Stdout != "1\n" || out.Restored == nil || out.Restored.Kind != snapshots.KindMemory {
+		t.Fatalf("its restore: %+v", out)
+	}
+}
+
+// A memory snapshot whose restore fails (its checkpoint no longer fits the
+// sandbox's limits, say) is restored as files, and the note says why.
+func TestMemorySnapshotRestoreFailsToFiles(t *testing.T) {
+	m := &memInstances{tag: "fake 1"}
+	snaps := memStore(t)
+	cs := connect(t, memServer(t, m, snaps), nil)
+	if _, out := call(t, cs, map[string]any{"session": "s", "code": "x=1", "snapshot": "m"}); out.Snapshot == nil || out.Snapshot.Kind != snapshots.KindMemory {
+		t.Fatalf("save: %+v", out.Snapshot)
+	}
+	m.restoreErr = errors.New("restore: the checkpoint needs more memory than the sandbox's limit")
+	res, out := call(t, cs, map[string]any{"session": "t", "restore": "m", "code": "?x"})
+	if res.IsError || out.Stdout != "\n" || out.Restored == nil || out.Restored.Kind != snapshots.KindFiles ||
+		!strings.Contains(out.Restored.Note, "restoring its memory failed: restore: the checkpoint needs more memory") {
+		t.Fatalf("a failed memory restore: %q %+v", out.Stdout, out.Restored)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if last := m.archives[len(m.archives)-1]; last != "TAR OF /tmp" {
+		t.Fatalf("the new session's archive input: %q, want the snapshot's files", last)
 	}
 }

@@ -71,7 +71,8 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 			// call failed before).
 			release := sync.OnceFunc(plan.release)
 			defer release()
-			under, unhold = plan.under, release
+			plan.release = release
+			under, unhold = plan.under, func() { plan.acquired(&r.exec.Inputs) }
 		}
 		restored = plan.out
 	}

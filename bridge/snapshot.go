@@ -42,7 +42,7 @@ type RestoredOutput struct {
 }
 
 // filesOnlyNote is what a restore of a files snapshot says came back.
-const filesOnlyNote = "the session's /tmp files came back; its variables, imports and threads did not (only its files were kept: memory is kept only where the bridge can checkpoint it, gVisor)"
+const filesOnlyNote = "the session's /tmp files came back; its variables, imports and threads did not (the snapshot kept only its files: the note of the call that saved it said why)"
 
 // snapshotsOn reports whether calls may save and restore sessions.
 func (s *Server) snapshotsOn() bool {
@@ -103,25 +103,50 @@ type memoryRestorer interface {
 var _ memoryRestorer = (*sandbox.Engine)(nil)
 
 // restoreFrom is [Instances] whose one Acquire restores a memory snapshot:
-// the start of a session restored whole.
+// the start of a session restored whole. When the restore fails (a bound
+// the checkpoint no longer fits, a restore slower than the start's
+// timeout), the session starts as any other, from plain, and failed says
+// why: its files are restored then (aRestore.acquired).
 type restoreFrom struct {
-	r   memoryRestorer
-	dir string
+	r      memoryRestorer
+	dir    string
+	plain  Instances
+	failed error
 }
 
 // Acquire restores the snapshot as the session's sandbox.
-func (f restoreFrom) Acquire(ctx context.Context, l sandbox.Limits, runID string) (sandbox.Instance, error) {
-	return f.r.Restore(ctx, l, runID, f.dir)
+func (f *restoreFrom) Acquire(ctx context.Context, l sandbox.Limits, runID string) (sandbox.Instance, error) {
+	inst, err := f.r.Restore(ctx, l, runID, f.dir)
+	if err == nil || ctx.Err() != nil {
+		return inst, err
+	}
+	f.failed = err
+	return f.plain.Acquire(ctx, l, runID)
 }
 
 // aRestore is how a call's session starts from its snapshot: from its
 // memory (under, with release to call once it started), or from its
-// files (archive, put in /tmp before the first exec).
+// files (archive, put in /tmp before the first exec; files, the archive
+// of a memory snapshot, for when its memory could not be restored).
 type aRestore struct {
 	archive *sandbox.InputFile
-	under   Instances
+	files   *sandbox.InputFile
+	under   *restoreFrom
 	release func()
 	out     *RestoredOutput
+}
+
+// acquired is called once the session's sandbox was got: it lets go of
+// the snapshot, and when its memory could not be restored, puts its files
+// first in inputs and says why in out.
+func (p *aRestore) acquired(inputs *[]sandbox.InputFile) {
+	p.release()
+	if p.under.failed == nil {
+		return
+	}
+	*inputs = append([]sandbox.InputFile{*p.files}, *inputs...)
+	p.out.Kind, p.out.Bytes = snapshots.KindFiles, p.files.Size
+	p.out.Note = "only the session's /tmp files came back, not its variables, imports and threads: restoring its memory failed: " + p.under.failed.Error()
 }
 
 // planRestore says how the call's new session starts from the snapshot
@@ -142,14 +167,6 @@ func (s *Server) planRestore(ctx context.Context, req *mcp.CallToolRequest, a ca
 	}
 	rc.Close()
 	label := a.restore
-	why := filesOnlyNote
-	if e.Kind == snapshots.KindMemory {
-		plan, whyNot := s.planMemory(ctx, owner, label, e)
-		if whyNot == "" {
-			return plan, nil
-		}
-		why = "only the session's /tmp files came back, not its variables, imports and threads: " + whyNot
-	}
 	in := sandbox.InputFile{Path: relay.PackName, Size: e.Size, Archive: true, Open: func() (io.ReadCloser, error) {
 		got, rc, err := store.Get(owner, label)
 		if err == nil && got.Created != e.Created {
@@ -158,6 +175,15 @@ func (s *Server) planRestore(ctx context.Context, req *mcp.CallToolRequest, a ca
 		}
 		return rc, err
 	}}
+	why := filesOnlyNote
+	if e.Kind == snapshots.KindMemory {
+		plan, whyNot := s.planMemory(ctx, owner, label, e)
+		if whyNot == "" {
+			plan.files = &in
+			return plan, nil
+		}
+		why = "only the session's /tmp files came back, not its variables, imports and threads: " + whyNot
+	}
 	return aRestore{archive: &in, out: &RestoredOutput{Label: label, Kind: snapshots.KindFiles, Bytes: e.Size, Note: why}}, nil
 }
 
@@ -185,7 +211,7 @@ func (s *Server) planMemory(ctx context.Context, owner, label string, e snapshot
 		release()
 		return aRestore{}, "it was saved again meanwhile"
 	}
-	return aRestore{under: restoreFrom{r: mr, dir: dir}, release: release,
+	return aRestore{under: &restoreFrom{r: mr, dir: dir, plain: s.opts.Instances}, release: release,
 		out: &RestoredOutput{Label: label, Kind: snapshots.KindMemory, Bytes: e.Size + e.MemoryBytes, Note: memoryNote}}, ""
 }
 
@@ -214,6 +240,13 @@ func (s *Server) takeSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 		filesOnly = "with its memory it was over snapshots.max_bytes: " + err.Error()
 		ms = nil
 		saved, n, err = s.saveSnapshot(pctx, req, r, a, p, nil)
+	}
+	var resumeErr *sandbox.ResumeError
+	if errors.As(err, &resumeErr) {
+		// Saved whole, but the session is over: restore it to go on.
+		out.Saved, out.Kind, out.Bytes, out.MemoryBytes = true, saved.Kind, n, saved.MemoryBytes
+		out.Note = fmt.Sprintf("memory and files saved; %v: restore %q to go on", resumeErr, a.snapshot)
+		return out
 	}
 	if err != nil {
 		out.Note = "not saved: " + err.Error()
@@ -256,14 +289,20 @@ func (s *Server) saveSnapshot(ctx context.Context, req *mcp.CallToolRequest, r *
 		w.Abort()
 		return snapshots.Saved{}, 0, err
 	}
+	var resumeErr *sandbox.ResumeError
 	if ms != nil {
-		if err := saveMemory(ctx, w, ms.MemorySaver); err != nil {
+		// A checkpoint written whole is kept even when the session could
+		// not go on from it (takeSnapshot says so).
+		if err := saveMemory(ctx, w, ms.MemorySaver); err != nil && !errors.As(err, &resumeErr) {
 			w.Abort()
 			return snapshots.Saved{}, 0, err
 		}
 	}
 	kept := time.Now()
 	saved, err := w.Commit()
+	if err == nil && resumeErr != nil {
+		err = resumeErr
+	}
 	s.log.Debug().Str("run_id", r.id).Str("label", a.snapshot).Dur("pack", packed.Sub(began)).Dur("memory", kept.Sub(packed)).
 		Dur("commit", time.Since(kept)).Msg("snapshot written")
 	return saved, n, err

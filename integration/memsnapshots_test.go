@@ -46,6 +46,10 @@ print("saved")
 			t.Fatalf("memory snapshot: %+v\n%s", snap, contentText(res))
 		}
 		t.Logf("memory snapshot: files %d B, memory %d B", snap.Bytes, snap.MemoryBytes)
+		// help() says what a snapshot keeps here.
+		if _, out := callWith(t, cs, map[string]any{"session": "a", "code": "import mcp_tools\nmcp_tools.help()"}); !strings.Contains(strings.Join(strings.Fields(out.Stdout), " "), "A snapshot keeps it all (gVisor)") {
+			t.Errorf("help() in a session on runsc:\n%s", out.Stdout)
+		}
 		// The saved session goes on, in the sandbox restored in its place.
 		if _, out := callWith(t, cs, map[string]any{"session": "a", "code": "x += 1\nprint(x, ticks > 0)" + memoryState}); out.Stdout != "42 True\n42 True True kept\n" {
 			t.Fatalf("the session after its memory snapshot: %q (%s)", out.Stdout, out.Message)

@@ -31,8 +31,8 @@ type Checkpointer interface {
 	// the container ends.
 	Checkpoint(ctx context.Context, id, dir string) error
 	// Restore starts container id from the checkpoint in dir with spec
-	// (the checkpointed one's, with its own run folder); its runner stays
-	// parked until Wake.
+	// (the checkpointed one's; its run folder the same one, for a session
+	// that goes on, or its own); its runner stays parked until Wake.
 	Restore(ctx context.Context, id string, spec ContainerSpec, dir string) error
 	// Wake tells a restored container's parked runner to connect again.
 	Wake(ctx context.Context, id string) error
@@ -68,6 +68,20 @@ var ErrNoCheckpoint = errors.New("this engine cannot checkpoint a sandbox's memo
 // spare connection left to come back with: it lives on, but from now on
 // only its files can be saved.
 var ErrNoParks = errors.New("this session was saved or restored as often as its runner can come back (each time uses one of the spare connections it made at its start)")
+
+// ResumeError is SaveMemory's error when the checkpoint was written whole
+// but the session could not go on in a sandbox restored from it: the
+// snapshot is good, the session is over.
+type ResumeError struct{ Err error }
+
+func (e *ResumeError) Error() string {
+	return "the session's memory was saved, but the session could not go on from it: " + e.Err.Error()
+}
+func (e *ResumeError) Unwrap() error { return e.Err }
+
+// checkpointTimeout bounds a checkpoint: runsc writes the sandbox's
+// memory (a second for 200 MB here; a few GiB take tens of seconds).
+const checkpointTimeout = 5 * time.Minute
 
 // parkTimeoutDefault bounds the runner's answer to park.
 const parkTimeoutDefault = 10 * time.Second
@@ -123,7 +137,13 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 	}
 	parked := time.Now()
 	old := i.id
-	if err := cp.Checkpoint(context.WithoutCancel(ctx), old, dir); err != nil {
+	// The checkpoint and the resume run to their end whatever the call's
+	// deadline says: cut short, they leave a session that is lost and a
+	// checkpoint that may be whole. Each has its own bound.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	err = cp.Checkpoint(cctx, old, dir)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("saving the session's memory: %w", err)
 	}
 	checkpointed := time.Now()
@@ -139,7 +159,9 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 		// In the background (runsc takes a second or more to delete a
 		// sandbox of a few GiB's limit): the call does not wait for it,
 		// and the Executor's Close does.
-		i.e.removals.add(old)
+		if !i.e.removals.add(old) { // the Executor is closing: now
+			_ = i.e.remove(context.WithoutCancel(ctx), old, i.log)
+		}
 	}()
 	// The checkpoint ended the sandbox: its wait is over.
 	i.stopWait()
@@ -150,8 +172,8 @@ func (i *Container) SaveMemory(ctx context.Context, dir string) (err error) {
 	}
 	defer ln.Close()
 	i.restores++
-	if err := i.resume(ctx, cp, ln, dir, i.name+"-r"+strconv.Itoa(i.restores)); err != nil {
-		return fmt.Errorf("the session's sandbox was saved, but could not go on: %w", err)
+	if err := i.resume(context.WithoutCancel(ctx), cp, ln, dir, i.name+"-r"+strconv.Itoa(i.restores)); err != nil {
+		return &ResumeError{Err: err}
 	}
 	broken = false
 	i.log.Info().Dur("park", parked.Sub(began)).Dur("checkpoint", checkpointed.Sub(parked)).Dur("resume", time.Since(checkpointed)).

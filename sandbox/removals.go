@@ -40,12 +40,13 @@ func newRemovals(rt Containers, log zerolog.Logger) *removals {
 		first: removeRetryFirst, most: removeRetryMax}
 }
 
-// add queues id for removal in the background.
-func (r *removals) add(id string) {
+// add queues id for removal in the background; false once the removals
+// are closed (nothing is queued then).
+func (r *removals) add(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return
+		return false
 	}
 	r.ids[id] = true
 	if !r.running {
@@ -57,6 +58,7 @@ func (r *removals) add(id string) {
 	case r.wake <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // pending returns the ids still to be removed.

@@ -804,6 +804,9 @@ def publish(relay: Relay, session: bool = False, script: bool = False) -> None:
     mod.PROTOCOL_VERSION = PROTOCOL_VERSION
     mod.session = session
     mod.script = script
+    # A runner that can park is in a sandbox the bridge can checkpoint: a
+    # snapshot of its session keeps it whole (help() says so).
+    mod.memory_snapshots = relay.spares is not None
     mod.ToolError = ToolError
     mod.call_tool = relay.call_tool
     mod.acall_tool = relay.acall_tool

@@ -855,11 +855,11 @@ class HelpTest(Base):
         self.assertIn("sent files of /tmp/outputs come back only if changed", flat)
         self.assertIn("inputs in /tmp/inputs (read-only)", flat)
         self.assertIn("A snapshot keeps /tmp files only: a session restored from one has them, not the variables.", flat)
-        os.environ["BRIDGE_RELAY_TOKEN_FILE"] = "/run/bridge/token"
+        sys.modules["_bridge_relay"].memory_snapshots = True
         try:
             flat = " ".join(self.help_text().split())
         finally:
-            del os.environ["BRIDGE_RELAY_TOKEN_FILE"]
+            sys.modules["_bridge_relay"].memory_snapshots = False
         self.assertIn("A snapshot keeps it all (gVisor): variables, imports, threads and /tmp; not a tool call under way.", flat)
         self.assertNotIn("/tmp files only", flat)
         self.assertIn("raises KeyboardInterrupt: code that stops within 3 s keeps the session and its state", flat)

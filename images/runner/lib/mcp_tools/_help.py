@@ -262,7 +262,7 @@ def help(obj=None):  # noqa: A001 - the name the tool's description promises
         "memory": _memory(),
         "pids": _read("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids/pids.max") or "not limited",
         "cpu": _cpu(),
-        "snapshot": _SNAPSHOT_MEMORY if os.environ.get("BRIDGE_RELAY_TOKEN_FILE") else _SNAPSHOT_FILES,
+        "snapshot": _SNAPSHOT_MEMORY if _relay_flag("memory_snapshots") else _SNAPSHOT_FILES,
     }
     lines = [_HEAD.format(**fields), ""]
     lines += (_SESSION if session else _FRESH).format(**fields).splitlines()
