@@ -40,9 +40,12 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // stateFile is kept in each bundle: what List reports of it.
 type stateFile struct {
-	ID     string            `json:"id"`
-	Image  string            `json:"image"`
-	Labels map[string]string `json:"labels"`
+	ID    string `json:"id"`
+	Image string `json:"image"`
+	// ImageID is the image the root file system is of (sha256:...): what
+	// a checkpoint of the sandbox is restored on.
+	ImageID string            `json:"image_id,omitempty"`
+	Labels  map[string]string `json:"labels"`
 }
 
 // bundleConfig is the OCI config.json of spec's sandbox id: the root file

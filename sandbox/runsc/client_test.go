@@ -22,20 +22,25 @@ import (
 type fakeImages struct {
 	exports atomic.Int32
 	entries []tar.Header // with Size 0 and no body but for files, whose body is their name
+	// exported is the ref of the last export; gone makes ImageInfo know
+	// no image (removed since its export).
+	exported atomic.Value
+	gone     atomic.Bool
 }
 
 const fakeImageID = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 func (f *fakeImages) Name() string { return "fake" }
 func (f *fakeImages) ImageInfo(_ context.Context, ref string) (sandbox.ImageInfo, error) {
-	if ref != "bridge-runner:test" {
+	if (ref != "bridge-runner:test" && ref != fakeImageID) || f.gone.Load() {
 		return sandbox.ImageInfo{}, sandbox.ErrImageNotFound
 	}
 	return sandbox.ImageInfo{ID: fakeImageID}, nil
 }
 func (f *fakeImages) BuildImage(context.Context, sandbox.BuildOptions) error { return nil }
-func (f *fakeImages) Export(_ context.Context, _ string, w io.Writer) ([]string, error) {
+func (f *fakeImages) Export(_ context.Context, ref string, w io.Writer) ([]string, error) {
 	f.exports.Add(1)
+	f.exported.Store(ref)
 	tw := tar.NewWriter(w)
 	for _, h := range f.entries {
 		body := ""
@@ -145,7 +150,14 @@ func TestClientCommands(t *testing.T) {
 	if err := c.Checkpoint(ctx, id, snap); err != nil {
 		t.Fatal(err)
 	}
+	if b, err := os.ReadFile(filepath.Join(snap, checkpointImageFile)); err != nil || string(b) != fakeImageID {
+		t.Fatalf("the checkpoint's image: %q, %v", b, err)
+	}
+	// The restore is on the checkpoint's image, from the cache, even when
+	// the tag names nothing by then.
+	c.opts.Images.(*fakeImages).gone.Store(true)
 	fork := spec
+	fork.Image = "bridge-runner:rebuilt"
 	fork.Mounts = []sandbox.Mount{{Source: "/run/user/0/bridge/run2", Target: sandbox.RelayDir, ReadOnly: true}}
 	if err := c.Restore(ctx, "bridge-run-run2", fork, snap); err != nil {
 		t.Fatal(err)
@@ -282,9 +294,12 @@ func TestClientStartFailsAndOOM(t *testing.T) {
 
 func TestRootfsExport(t *testing.T) {
 	c, _ := newTestClient(t, image())
-	dir, env, err := c.rootfs(context.Background(), "bridge-runner:test")
+	dir, env, id, err := c.rootfs(context.Background(), "bridge-runner:test")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if id != fakeImageID || c.opts.Images.(*fakeImages).exported.Load() != fakeImageID {
+		t.Errorf("the rootfs of image %q, exported by %v: want both the id the tag names", id, c.opts.Images.(*fakeImages).exported.Load())
 	}
 	if !slices.Equal(env, []string{"PATH=/usr/bin:/bin", "HOME=/root"}) {
 		t.Errorf("env %q", env)
@@ -327,7 +342,7 @@ func TestRootfsRefusesEscapes(t *testing.T) {
 			images := image()
 			images.entries = append(images.entries, tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: ".."}, h)
 			c, _ := newTestClient(t, images)
-			if _, _, err := c.rootfs(context.Background(), "bridge-runner:test"); err == nil {
+			if _, _, _, err := c.rootfs(context.Background(), "bridge-runner:test"); err == nil {
 				t.Fatal("an entry outside the root file system was made")
 			}
 			if _, err := os.Stat(filepath.Join(c.opts.Dir, "rootfs", "escaped")); !errors.Is(err, os.ErrNotExist) {

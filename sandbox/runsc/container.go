@@ -69,7 +69,7 @@ func (c *Client) writeBundle(ctx context.Context, id string, spec sandbox.Contai
 	if err := checkSpec(spec, c.opts); err != nil {
 		return err
 	}
-	rootfs, env, err := c.rootfs(ctx, spec.Image)
+	rootfs, env, imageID, err := c.rootfs(ctx, spec.Image)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (c *Client) writeBundle(ctx context.Context, id string, spec sandbox.Contai
 		}
 		return err
 	}
-	if err := writeBundle(dir, cfg, stateFile{ID: id, Image: spec.Image, Labels: spec.Labels}); err != nil {
+	if err := writeBundle(dir, cfg, stateFile{ID: id, Image: spec.Image, ImageID: imageID, Labels: spec.Labels}); err != nil {
 		_ = os.RemoveAll(dir)
 		return err
 	}
@@ -357,11 +357,36 @@ func (c *Client) Checkpoint(ctx context.Context, id, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", id, err)
 	}
+	st, err := c.stateOf(id)
+	if err != nil {
+		return fmt.Errorf("checkpoint container %s: %w", id, err)
+	}
 	start := time.Now()
 	if _, err := c.command(ctx, c.bundle(id), nil, "checkpoint", "--image-path", dir, id); err != nil {
 		return fmt.Errorf("checkpoint container %s after %s: %w", id, time.Since(start).Round(time.Millisecond), err)
 	}
+	// The image the checkpoint is restored on, whatever its tag names by
+	// then.
+	if st.ImageID != "" {
+		if err := os.WriteFile(filepath.Join(dir, checkpointImageFile), []byte(st.ImageID), 0o600); err != nil {
+			return fmt.Errorf("checkpoint container %s: %w", id, err)
+		}
+	}
 	return nil
+}
+
+// checkpointImageFile, in a checkpoint's folder, holds the id of the image
+// of the sandbox it was taken of.
+const checkpointImageFile = "bridge-image-id"
+
+// stateOf reads sandbox id's state file.
+func (c *Client) stateOf(id string) (stateFile, error) {
+	var st stateFile
+	b, err := os.ReadFile(filepath.Join(c.bundle(id), "state.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	return st, err
 }
 
 // Restore starts sandbox id from the checkpoint in dir, with a bundle of
@@ -370,6 +395,9 @@ func (c *Client) Checkpoint(ctx context.Context, id, dir string) error {
 // Two restores of one checkpoint run side by side (a fork). The runner
 // stays parked until Wake.
 func (c *Client) Restore(ctx context.Context, id string, spec sandbox.ContainerSpec, dir string) error {
+	if b, err := os.ReadFile(filepath.Join(dir, checkpointImageFile)); err == nil && len(b) <= 128 {
+		spec.Image = string(b) // the checkpoint's image, not what its tag names now
+	}
 	if err := c.writeBundle(ctx, id, spec); err != nil {
 		return fmt.Errorf("restore container %s: %w", id, err)
 	}

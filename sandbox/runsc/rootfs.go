@@ -23,15 +23,36 @@ var imageDirName = regexp.MustCompile(`^[a-f0-9]{12,128}$`)
 // folder without it is an export that did not finish), exported on first
 // use. A cached rootfs is never changed: a restored sandbox reopens its
 // files by path.
-func (c *Client) rootfs(ctx context.Context, ref string) (dir string, env []string, err error) {
+//
+// ref may be an image id ("sha256:..."), as a restore names the image its
+// checkpoint was taken on: its cached rootfs is taken as it is, even when
+// the engine no longer has the image. Else the export is of the id ref
+// names now, so that a tag moved meanwhile (an image rebuilt) cannot put
+// another image's files under this id.
+func (c *Client) rootfs(ctx context.Context, ref string) (dir string, env []string, id string, err error) {
+	if name, ok := strings.CutPrefix(ref, "sha256:"); ok && imageDirName.MatchString(name) {
+		final := filepath.Join(c.opts.Dir, "rootfs", name)
+		if env, err := readEnv(final); err == nil {
+			return filepath.Join(final, "rootfs"), env, ref, nil
+		}
+	}
 	info, err := c.opts.Images.ImageInfo(ctx, ref)
 	if err != nil {
-		return "", nil, err
+		return "", nil, "", err
 	}
 	name := strings.TrimPrefix(info.ID, "sha256:")
 	if !imageDirName.MatchString(name) {
-		return "", nil, fmt.Errorf("image %s has the id %q, not one the runsc engine can name its root file system by", ref, info.ID)
+		return "", nil, "", fmt.Errorf("image %s has the id %q, not one the runsc engine can name its root file system by", ref, info.ID)
 	}
+	id = "sha256:" + name
+	dir, env, err = c.cachedRootfs(ctx, id, name)
+	return dir, env, id, err
+}
+
+// cachedRootfs is the cached rootfs of image id (name: its hex), exported
+// on first use.
+func (c *Client) cachedRootfs(ctx context.Context, id, name string) (dir string, env []string, err error) {
+	ref := id
 	final := filepath.Join(c.opts.Dir, "rootfs", name)
 	if env, err := readEnv(final); err == nil {
 		return filepath.Join(final, "rootfs"), env, nil

@@ -149,7 +149,7 @@ func newSmoke(t *testing.T) *smoke {
 	}
 	t.Cleanup(func() { removeCgroup("/sys/fs/cgroup", "/bridge-smoke") }) // last: after the sandboxes'
 	start := time.Now()
-	rootfs, _, err := c.rootfs(ctx, image)
+	rootfs, _, _, err := c.rootfs(ctx, image)
 	if err != nil {
 		t.Fatal(err)
 	}
