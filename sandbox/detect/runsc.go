@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 
 	"github.com/bridge-mcp/bridge/sandbox"
 	"github.com/bridge-mcp/bridge/sandbox/runsc"
@@ -171,6 +172,11 @@ func runscDir(getenv func(string) string) (string, error) {
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("the runsc engine's folder %s has mode %04o, open to other users: `chmod 700 %s`", dir, fi.Mode().Perm(), dir)
+	}
+	// Its root file systems are every sandbox's: a folder another user
+	// owns could have them changed under the sandboxes.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return "", fmt.Errorf("the runsc engine's folder %s belongs to uid %d, not to the bridge's user (%d): `chown %d %s`, or use another folder (XDG_STATE_HOME)", dir, st.Uid, os.Geteuid(), os.Geteuid(), dir)
 	}
 	return dir, nil
 }

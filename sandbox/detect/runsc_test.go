@@ -135,6 +135,18 @@ func TestRunscDir(t *testing.T) {
 	if _, err := runscDir(getenv); err == nil || !strings.Contains(err.Error(), "chmod 700") {
 		t.Errorf("a folder open to others: %v", err)
 	}
+	if os.Geteuid() == 0 {
+		// Only root can give a folder away.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runscDir(getenv); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+			t.Errorf("a folder of another user: %v", err)
+		}
+	}
 	if d := RunscDir(func(string) string { return "" }); d != "/var/lib/bridge/runsc" {
 		t.Errorf("RunscDir: %s", d)
 	}
