@@ -45,6 +45,12 @@ func connectStdio(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.Client
 
 // connectStdioArgs starts `bridge serve` with extra flags and connects over
 // stdio; it also returns the bridge's stderr.
+// stopGrace is how long a test's client lets its bridge stop once stdin
+// ended, before it is signalled (go-sdk's default is 5 s): a bridge removes
+// its sessions' and its pool's containers then, which takes runsc a second
+// or more each, and what it leaves behind fails the suite.
+const stopGrace = 30 * time.Second
+
 func connectStdioArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ...string) (*mcp.ClientSession, int, *syncBuffer) {
 	t.Helper()
 	args, env := serveArgs(e)
@@ -62,7 +68,7 @@ func connectStdioArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ..
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, opts).
-		Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		Connect(context.Background(), &mcp.CommandTransport{Command: cmd, TerminateDuration: stopGrace}, nil)
 	if err != nil {
 		t.Fatalf("connecting over stdio: %v\nstderr:\n%s", err, stderr.String())
 	}
