@@ -68,8 +68,9 @@ type Options struct {
 	// snapshots.enabled on, run_python takes snapshot and restore.
 	Snapshots *snapshots.Store
 	// Principal names who is calling, the owner of the snapshots a call
-	// saves and restores; nil names everyone "local" (the one user of a
-	// stdio bridge, and of today's one bearer token).
+	// saves and restores; nil, or "", names the caller "local" (the one
+	// user of a stdio bridge, and of the server's own bearer token;
+	// cmd/bridge gives the principal of a token of --principals).
 	Principal func(*mcp.CallToolRequest) string
 	// DataScience says the runner image holds the datascience variant's
 	// packages (numpy, pandas, matplotlib...): the tool's description

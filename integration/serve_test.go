@@ -102,8 +102,24 @@ func connectHTTP(t *testing.T, e *engine, opts *mcp.ClientOptions) (*mcp.ClientS
 // also returns the address it serves on, for more clients.
 func connectHTTPArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ...string) (*mcp.ClientSession, int, string) {
 	t.Helper()
-	args, env := serveArgs(e)
-	args = append(append(args, "--http", "127.0.0.1:0"), extra...)
+	args, _ := serveArgs(e)
+	a, pid := startHTTPBridge(t, e, append(args, extra...))
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, opts).
+		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + a + "/mcp"}, nil)
+	if err != nil {
+		t.Fatalf("connecting over HTTP: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, pid, a
+}
+
+// startHTTPBridge starts `bridge` with args (serve's, for e's engine) and
+// --http on a free loopback port, and returns where it listens and its
+// pid; the test's end stops it.
+func startHTTPBridge(t *testing.T, e *engine, args []string) (string, int) {
+	t.Helper()
+	_, env := serveArgs(e)
+	args = append(args, "--http", "127.0.0.1:0")
 	cmd := exec.Command(testSuite.bridgeBin, args...)
 	cmd.Env = append(os.Environ(), append(env, "BRIDGE_LOG_LEVEL=info")...)
 	pr, pw := io.Pipe()
@@ -161,13 +177,7 @@ func connectHTTPArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ...
 		t.Fatalf("healthz: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, opts).
-		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + a + "/mcp"}, nil)
-	if err != nil {
-		t.Fatalf("connecting over HTTP: %v", err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs, cmd.Process.Pid, a
+	return a, cmd.Process.Pid
 }
 
 // ownedBy counts the containers on e that the bridge process pid made.

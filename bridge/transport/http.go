@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 )
@@ -54,6 +55,10 @@ type HTTPOptions struct {
 	// Ready, if set, is called once the listener is bound, with its
 	// address (the real port when Addr asked for port 0).
 	Ready func(addr net.Addr)
+	// Principals, if set, are more tokens for /mcp and /sse, each naming
+	// who calls (see [Principals]); Token (or none on loopback) names
+	// LocalPrincipal. ServeHTTP reloads the file when it changes.
+	Principals *Principals
 	// Metrics, if set, is served at /metrics (GET), behind the same bearer
 	// token as /mcp.
 	Metrics http.Handler
@@ -120,6 +125,9 @@ func ServeHTTP(ctx context.Context, srv *mcp.Server, opts HTTPOptions, log zerol
 		return err
 	}
 
+	if opts.Principals != nil {
+		go reloadPrincipals(ctx, opts.Principals, log)
+	}
 	// streams ends the hanging GET requests (SSE streams) when shutdown
 	// begins: they never finish on their own.
 	streams, endStreams := context.WithCancel(context.Background())
@@ -286,7 +294,7 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 		MaxRequestBodyBytes: opts.MaxRequest.Bytes,
 	})
 	sse := mcp.NewSSEHandler(getServer, &mcp.SSEOptions{MaxRequestBodyBytes: opts.MaxRequest.Bytes})
-	auth := bearerAuth(token)
+	auth := principalAuth(token, opts.Principals)
 	limit := limitBody(opts.MaxRequest)
 	ss := opts.Sessions
 
@@ -358,7 +366,17 @@ func endWith(streams context.Context, h http.Handler) http.Handler {
 // empty. Tokens are compared in constant time (as SHA-256 digests, so that
 // not even the length leaks).
 func bearerAuth(token string) func(http.Handler) http.Handler {
-	if token == "" {
+	return principalAuth(token, nil)
+}
+
+// principalAuth is bearerAuth with principals: a request names who calls
+// by its token, token itself naming LocalPrincipal; one without a token
+// is let in, as LocalPrincipal, only when token is empty (loopback). The
+// principal reaches the MCP handlers as the request's auth.TokenInfo
+// UserID (mcp.RequestExtra), which go-sdk also holds a session's later
+// requests to.
+func principalAuth(token string, principals *Principals) func(http.Handler) http.Handler {
+	if token == "" && principals == nil {
 		return func(h http.Handler) http.Handler { return h }
 	}
 	want := sha256.Sum256([]byte(token))
@@ -366,19 +384,47 @@ func bearerAuth(token string) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
 			if !ok || !strings.EqualFold(scheme, "Bearer") {
+				if token == "" { // loopback without a token: the local user
+					h.ServeHTTP(w, r)
+					return
+				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="bridge"`)
 				http.Error(w, "unauthorized: send the header 'Authorization: Bearer <token>'", http.StatusUnauthorized)
 				return
 			}
-			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-			if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			got = strings.TrimSpace(got)
+			principal := ""
+			if sum := sha256.Sum256([]byte(got)); token != "" && subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
+				principal = LocalPrincipal
+			} else if principals != nil {
+				principal, _ = principals.Lookup(got)
+			}
+			if principal == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="bridge", error="invalid_token"`)
 				http.Error(w, "unauthorized: wrong token in 'Authorization: Bearer <token>'", http.StatusUnauthorized)
 				return
 			}
-			h.ServeHTTP(w, r)
+			if principals == nil {
+				h.ServeHTTP(w, r)
+				return
+			}
+			withPrincipal(h, principal).ServeHTTP(w, r)
 		})
 	}
+}
+
+// LocalPrincipal is who calls without a principal of its own: the local
+// user (stdio, loopback without a token), or the holder of the server's
+// own token.
+const LocalPrincipal = "local"
+
+// withPrincipal is h with principal as the request's auth.TokenInfo: the
+// only way into it is go-sdk's RequireBearerToken, whose check has
+// already been made.
+func withPrincipal(h http.Handler, principal string) http.Handler {
+	return auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
+		return &auth.TokenInfo{UserID: principal}, nil
+	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 }
 
 // checkToken refuses a token that cannot travel in an Authorization
@@ -422,4 +468,30 @@ type httpErrorLog struct{ log zerolog.Logger }
 func (l httpErrorLog) Write(p []byte) (int, error) {
 	l.log.Warn().Str("error", strings.TrimSpace(string(p))).Msg("http server")
 	return len(p), nil
+}
+
+// principalsPoll is how often the principals file is looked at.
+const principalsPoll = 2 * time.Second
+
+// reloadPrincipals reloads p when its file changes, until ctx ends: a
+// token removed from the file stops working within principalsPoll.
+func reloadPrincipals(ctx context.Context, p *Principals, log zerolog.Logger) {
+	t := time.NewTicker(principalsPoll)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := p.Reload()
+		switch {
+		case err != nil && !failing:
+			log.Error().Err(err).Msg("principals: the file could not be reloaded; its last good tokens stay in force")
+		case changed:
+			log.Info().Int("tokens", p.Count()).Msg("principals: reloaded")
+		}
+		failing = err != nil
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
@@ -32,6 +33,7 @@ const shutdownBudget = 5 * time.Second
 // serveFlags are serve's flags, parsed and checked.
 type serveFlags struct {
 	httpAddr, metricsAddr, debugAddr, policyPath string
+	principalsPath                               string
 	settings                                     settingFlags
 	upstreams                                    upstreamFlags
 	tracing                                      tracingFlags
@@ -51,6 +53,9 @@ type serveParts struct {
 	files  *artifacts.Store // nil: no artifacts.dir
 	snaps  *snapshots.Store // nil: no sessions or no snapshots
 	eng    *sandbox.Engine
+	// principals name who calls over HTTP by their tokens (--principals);
+	// nil: everyone is the local user.
+	principals *transport.Principals
 }
 
 // cmdServe is `bridge serve`: its flags, then its parts (serveParts),
@@ -109,6 +114,12 @@ func cmdServe(ctx context.Context, e *env, args []string) (int, error) {
 	p.eng = wireEngine(p.pol, p.image, p.tools.handler, p.store, true, log)
 	defer p.eng.Close(shutdownBudget)
 
+	if f.principalsPath != "" {
+		if p.principals, err = transport.LoadPrincipals(f.principalsPath); err != nil {
+			return exitUsage, usagef("%v", err)
+		}
+		log.Info().Int("tokens", p.principals.Count()).Str("file", f.principalsPath).Msg("principals: loaded")
+	}
 	srv, err := p.server(ctx, f, log)
 	if err != nil {
 		return exitUsage, err
@@ -123,6 +134,7 @@ func parseServeFlags(e *env, args []string) (*serveFlags, error) {
 		"HTTP (--http). Register it in your agent: see docs/clients.md. Stdout carries\n"+
 		"only the protocol; logs go to stderr.")
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8808) instead of stdio;\nbeyond loopback a bearer token is required: $BRIDGE_HTTP_TOKEN, or one is generated and logged once")
+	fs.StringVar(&f.principalsPath, "principals", "", "with --http, a `file` of `PRINCIPAL TOKEN` lines: each token names who calls, the owner of\nits sessions' snapshots and its runs' files (reloaded when it changes; docs/operations.md)")
 	sf := &f.settings
 	sf.engine(fs)
 	sf.limits(fs)
@@ -152,6 +164,9 @@ func parseServeFlags(e *env, args []string) (*serveFlags, error) {
 		return nil, err
 	}
 	f.metricsAddr = *metricsAddr
+	if f.principalsPath != "" && f.httpAddr == "" {
+		return nil, usagef("--principals needs --http: over stdio the caller is the local user")
+	}
 	return f, nil
 }
 
@@ -250,6 +265,7 @@ func (p *serveParts) server(ctx context.Context, f *serveFlags, log zerolog.Logg
 		Tracer:        p.tp.Tracer(scopeBridge),
 		Version:       versionString(),
 		Logger:        log,
+		Principal:     tokenPrincipal,
 	})
 	if err != nil {
 		return nil, usagef("%v", err)
@@ -270,7 +286,17 @@ func (p *serveParts) how(f *serveFlags) serving {
 		warm: pol.Pool.Size > 0, httpAddr: f.httpAddr, drainTimeout: f.drainTimeout, metrics: p.m, sessions: httpSessions(f.httpAddr, store, p.m),
 		pooled:     func() bool { return store.Current().Policy.Pool.Size > 0 },
 		maxRequest: transport.RequestLimit{Bytes: pol.Sandbox.MaxRequestBytes, Setting: "sandbox.max_request_bytes"},
+		principals: p.principals,
 	}
+}
+
+// tokenPrincipal is who makes a call: the principal its bearer token
+// names (--principals), "" for the local user.
+func tokenPrincipal(req *mcp.CallToolRequest) string {
+	if req.Extra != nil && req.Extra.TokenInfo != nil {
+		return req.Extra.TokenInfo.UserID
+	}
+	return ""
 }
 
 // DefaultDrainTimeout is how long `bridge serve --http` and `bridge proxy`
@@ -313,6 +339,7 @@ type serving struct {
 	drainTimeout time.Duration
 	metrics      *metrics.Metrics    // served at /metrics of httpAddr, if set
 	sessions     *transport.Sessions // bounds httpAddr's MCP sessions
+	principals   *transport.Principals
 }
 
 // serveUntilDone serves srv as how says until a signal, the end of stdin
@@ -352,7 +379,7 @@ func serveUntilDone(ctx context.Context, e *env, srv *bridge.Server, eng *sandbo
 				Addr: httpAddr, Token: strings.TrimSpace(os.Getenv("BRIDGE_HTTP_TOKEN")), Version: versionString(),
 				ShutdownTimeout: shutdownBudget * 3 / 5, MaxRequest: maxRequest,
 				Drain: drain, Readiness: serveReadiness(eng, pooled, log),
-				Metrics: metricsHandler(how.metrics), Sessions: how.sessions,
+				Metrics: metricsHandler(how.metrics), Sessions: how.sessions, Principals: how.principals,
 			}, log)
 			return
 		}
