@@ -110,33 +110,34 @@ func renderArtifacts(r *mcp.CallToolResult, out *Output, list []artifacts.Artifa
 	}
 }
 
-// owners remembers which client session made each run's stored files, so
-// that resources/list and resources/read answer each session with its own.
+// owners remembers which principal made each run's stored files, so that
+// resources/list and resources/read answer each principal with its own,
+// whichever connection or stateless request asks.
 // An entry goes when the store no longer holds files of its run: it holds
 // at most one entry per run with live files, and one more.
 type owners struct {
 	mu   sync.Mutex
-	runs map[string]*mcp.ServerSession
+	runs map[string]string // run id: principal
 }
 
-// set records that ss made run's files, and forgets the runs of which the
-// store holds nothing any more.
-func (o *owners) set(run string, ss *mcp.ServerSession, live []artifacts.Entry) {
+// set records that principal made run's files, and forgets the runs of
+// which the store holds nothing any more.
+func (o *owners) set(run, principal string, live []artifacts.Entry) {
 	o.prune(live)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.runs == nil {
-		o.runs = map[string]*mcp.ServerSession{}
+		o.runs = map[string]string{}
 	}
-	o.runs[run] = ss
+	o.runs[run] = principal
 }
 
-// owns reports whether ss made run's files.
-func (o *owners) owns(ss *mcp.ServerSession, run string) bool {
+// owns reports whether principal made run's files.
+func (o *owners) owns(principal, run string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	owner, ok := o.runs[run]
-	return ok && owner == ss
+	return ok && owner == principal
 }
 
 // prune forgets the runs of which the store holds nothing any more.
@@ -155,7 +156,7 @@ func (o *owners) prune(live []artifacts.Entry) {
 }
 
 // resourcesMiddleware answers resources/list and resources/read from the
-// store, each session with its own runs' files.
+// store, each principal with its own runs' files.
 func (s *Server) resourcesMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
@@ -164,11 +165,11 @@ func (s *Server) resourcesMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok {
 				break
 			}
-			live := s.opts.Store.List()
+			live, who := s.opts.Store.List(), s.principal(r)
 			s.owners.prune(live)
 			res := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
 			for _, e := range live {
-				if s.owners.owns(r.Session, e.Run) {
+				if s.owners.owns(who, e.Run) {
 					size := e.Size
 					res.Resources = append(res.Resources, &mcp.Resource{URI: e.URI, Name: e.Name, MIMEType: e.MIME, Size: size,
 						Description: fmt.Sprintf("a file of run %s, kept until %s", e.Run, e.Expires.UTC().Format("2006-01-02 15:04:05Z"))})
@@ -180,7 +181,7 @@ func (s *Server) resourcesMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok || r.Params == nil {
 				break
 			}
-			return s.readArtifact(ctx, r.Session, r.Params.URI)
+			return s.readArtifact(ctx, s.principal(r), r.Params.URI)
 		}
 		return next(ctx, method, req)
 	}
@@ -199,13 +200,13 @@ func (s *Server) readLimit() (int64, string) {
 	return s.opts.Policy.Current().Policy.Artifacts.MaxBytesRead, "artifacts.max_bytes_read"
 }
 
-// readArtifact reads one stored file for session ss: a file over the read
+// readArtifact reads one stored file for principal: a file over the read
 // limit is refused before it is read, and at most maxReadsAtOnce answers
 // are made at once (the others wait their turn, or their caller).
-func (s *Server) readArtifact(ctx context.Context, ss *mcp.ServerSession, uri string) (*mcp.ReadResourceResult, error) {
+func (s *Server) readArtifact(ctx context.Context, principal, uri string) (*mcp.ReadResourceResult, error) {
 	run, _, err := artifacts.ParseURI(uri)
-	if err != nil || !s.owners.owns(ss, run) {
-		// Another session's file is as unknown as one that never was.
+	if err != nil || !s.owners.owns(principal, run) {
+		// Another principal's file is as unknown as one that never was.
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
 	select {

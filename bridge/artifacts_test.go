@@ -86,13 +86,17 @@ func TestArtifactsReturned(t *testing.T) {
 	if err != nil || len(rr.Contents) != 1 || !bytes.Equal(rr.Contents[0].Blob, big) {
 		t.Fatalf("resources/read: %v", err)
 	}
-	// Another session neither lists nor reads it.
-	other := connect(t, s, nil)
+	// The same principal's next connection lists it too; another
+	// principal neither lists nor reads it.
+	if l, err := connect(t, s, nil).ListResources(ctx, nil); err != nil || len(l.Resources) != 1 {
+		t.Errorf("the principal's next connection lists %+v, %v", l, err)
+	}
+	other := connectAs(t, s, "other", nil)
 	if l, err := other.ListResources(ctx, nil); err != nil || len(l.Resources) != 0 {
-		t.Errorf("another session lists %+v, %v", l, err)
+		t.Errorf("another principal lists %+v, %v", l, err)
 	}
 	if _, err := other.ReadResource(ctx, &mcp.ReadResourceParams{URI: link.URI}); err == nil || !strings.Contains(err.Error(), "not found") {
-		t.Errorf("another session read another's file: %v", err)
+		t.Errorf("another principal read another's file: %v", err)
 	}
 	if _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "bridge://runs/x/../../etc/passwd"}); err == nil {
 		t.Errorf("a path out of the store was read")

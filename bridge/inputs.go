@@ -238,9 +238,9 @@ func (s *Server) inputFile(ctx context.Context, req *mcp.CallToolRequest, runID 
 	return s.upstreamInput(ctx, runID, sp, b.MaxFileBytes)
 }
 
-// ownFile is the stored file uri if the call's client made it.
+// ownFile is the stored file uri if the call's principal made it.
 func (s *Server) ownFile(req *mcp.CallToolRequest, uri string) (artifacts.Entry, error) {
-	notFound := fmt.Errorf("%s is not a file this client's runs handed back, or it is no longer kept: pass a URI from an earlier result's artifacts", uri)
+	notFound := fmt.Errorf("%s is not a file your runs handed back, or it is no longer kept: pass a URI from an earlier result's artifacts", uri)
 	if s.opts.Store == nil {
 		return artifacts.Entry{}, fmt.Errorf("%s: this bridge keeps no files by reference (the policy sets no artifacts.dir), so there is none to pass", uri)
 	}
@@ -248,7 +248,7 @@ func (s *Server) ownFile(req *mcp.CallToolRequest, uri string) (artifacts.Entry,
 	if err != nil {
 		return artifacts.Entry{}, err
 	}
-	if !s.owners.owns(req.Session, run) {
+	if !s.owners.owns(s.principal(req), run) {
 		return artifacts.Entry{}, notFound
 	}
 	e, rc, err := s.opts.Store.Open(uri)

@@ -206,7 +206,7 @@ func TestInputsChainedByURI(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 128<<10) // 2 MiB: by reference
 	f := &inputsSeen{hand: big}
 	s := newServer(t, Options{Store: store, Instances: f.instances()})
-	owner, other := connect(t, s, nil), connect(t, s, nil)
+	owner, other := connect(t, s, nil), connectAs(t, s, "other", nil)
 	res, out := call(t, owner, map[string]any{"code": "x"})
 	if res.IsError || len(out.Artifacts) != 1 || !strings.HasPrefix(out.Artifacts[0].URI, "bridge://runs/") {
 		t.Fatalf("the first run handed back %+v (%q)", out.Artifacts, text(res))
@@ -220,13 +220,13 @@ func TestInputsChainedByURI(t *testing.T) {
 	if got := f.got[len(f.got)-1]["in/big.bin"]; got != string(big) {
 		t.Fatalf("the second run got %d bytes, want the %d handed back", len(got), len(big))
 	}
-	// Another client: as unknown as a file that never was.
+	// Another principal: as unknown as a file that never was.
 	res, _ = call(t, other, map[string]any{"code": "x", "inputs": []any{map[string]any{"path": "x", "uri": uri}}})
-	if !res.IsError || !strings.Contains(text(res), "is not a file this client's runs handed back") {
-		t.Fatalf("another client's file: %q", text(res))
+	if !res.IsError || !strings.Contains(text(res), "is not a file your runs handed back") {
+		t.Fatalf("another principal's file: %q", text(res))
 	}
 	res, _ = call(t, owner, map[string]any{"code": "x", "inputs": []any{map[string]any{"path": "x", "uri": strings.TrimSuffix(uri, "big.bin") + "nope.bin"}}})
-	if !res.IsError || !strings.Contains(text(res), "is not a file this client's runs handed back") {
+	if !res.IsError || !strings.Contains(text(res), "is not a file your runs handed back") {
 		t.Fatalf("a file never handed back: %q", text(res))
 	}
 }

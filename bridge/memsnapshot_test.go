@@ -210,7 +210,7 @@ func TestMemorySnapshotSavedAndRestored(t *testing.T) {
 	if res.IsError || sn == nil || !sn.Saved || sn.Kind != snapshots.KindMemory || sn.MemoryBytes == 0 || !strings.Contains(sn.Note, "memory and files") {
 		t.Fatalf("the snapshot: %+v %q", sn, text(res))
 	}
-	e, rc, err := snaps.Get("local", "m")
+	e, rc, err := snaps.Get("test", "m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestMemorySnapshotFilesOrNothing(t *testing.T) {
 	if out.SessionEnded == "" {
 		t.Errorf("the session lives on after its save failed: %q", text(res))
 	}
-	es, err := snaps.List("local")
+	es, err := snaps.List("test")
 	if err != nil || len(es) != 1 || es[0].Label != "f" {
 		t.Fatalf("snapshots %+v, %v; want only f", es, err)
 	}
@@ -354,7 +354,7 @@ func TestMemorySnapshotOverTheBoundIsFiles(t *testing.T) {
 	if _, out := call(t, cs, map[string]any{"session": "s", "code": "?x"}); out.Stdout != "1\n" {
 		t.Fatalf("the session after: %+v", out)
 	}
-	es, err := snaps.List("local")
+	es, err := snaps.List("test")
 	if err != nil || len(es) != 1 || es[0].Kind != snapshots.KindFiles || es[0].MemoryBytes != 0 {
 		t.Fatalf("snapshots %+v, %v", es, err)
 	}

@@ -315,7 +315,7 @@ func doctorHint(err error) string {
 // and, when its session ended with it, why.
 func (s *Server) renderRun(req *mcp.CallToolRequest, r *aRun, sessionEnded string) *mcp.CallToolResult {
 	res := r.res
-	ev := s.log.Info().Str("run_id", res.RunID).Str("status", string(res.Status)).Dur("duration", res.Duration).Bool("warm", res.Warm)
+	ev := s.log.Info().Str("run_id", res.RunID).Str("principal", s.principal(req)).Str("status", string(res.Status)).Dur("duration", res.Duration).Bool("warm", res.Warm)
 	if res.Cold != "" {
 		ev = ev.Str("cold", res.Cold)
 	}
@@ -329,7 +329,7 @@ func (s *Server) renderRun(req *mcp.CallToolRequest, r *aRun, sessionEnded strin
 	list, unlisted := r.col.Artifacts()
 	for _, a := range list {
 		if a.URI != "" {
-			s.owners.set(r.id, req.Session, s.opts.Store.List())
+			s.owners.set(r.id, s.principal(req), s.opts.Store.List())
 			break
 		}
 	}

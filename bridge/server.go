@@ -67,11 +67,13 @@ type Options struct {
 	// Snapshots, if set, keeps sessions' snapshots: with sessions and
 	// snapshots.enabled on, run_python takes snapshot and restore.
 	Snapshots *snapshots.Store
-	// Principal names who is calling, the owner of the snapshots a call
-	// saves and restores; nil, or "", names the caller "local" (the one
-	// user of a stdio bridge, and of the server's own bearer token;
-	// cmd/bridge gives the principal of a token of --principals).
-	Principal func(*mcp.CallToolRequest) string
+	// Principal names who is calling a request: the owner of the
+	// sessions, snapshots and stored files it makes. Nil: the request's
+	// bearer token's [auth.TokenInfo] UserID (cmd/bridge puts the
+	// principal of a token of --principals there). A request without one
+	// is the local user's, "local": the one user of a stdio bridge, and of
+	// the server's own bearer token.
+	Principal func(mcp.Request) string
 	// DataScience says the runner image holds the datascience variant's
 	// packages (numpy, pandas, matplotlib...): the tool's description
 	// says so.

@@ -56,6 +56,9 @@ func newServer(t *testing.T, opts Options) *Server {
 		opts.Limits.Timeout = 30 * time.Second
 	}
 	opts.Logger = zerolog.New(io.Discard)
+	if opts.Principal == nil {
+		opts.Principal = clientName
+	}
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +71,24 @@ func withRunner(f func(ctx context.Context, req sandbox.Request) (sandbox.Result
 }
 
 // connect returns a client session to s over in-memory transports.
+// clientName is a test's principal: the name its client gave (over the
+// in-memory transport no bearer token names one).
+func clientName(req mcp.Request) string {
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil && ss.InitializeParams().ClientInfo != nil {
+		return ss.InitializeParams().ClientInfo.Name
+	}
+	return ""
+}
+
+// connect connects a client of principal "test" to s.
 func connect(t *testing.T, s *Server, copts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	return connectAs(t, s, "test", copts)
+}
+
+// connectAs connects a client of principal who to s (a server of
+// newServer names a client's principal by its name).
+func connectAs(t *testing.T, s *Server, who string, copts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
@@ -77,7 +97,7 @@ func connect(t *testing.T, s *Server, copts *mcp.ClientOptions) *mcp.ClientSessi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, copts).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: who, Version: "1"}, copts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

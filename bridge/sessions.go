@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/internal/metrics"
@@ -30,11 +29,13 @@ var sessionNamePattern = regexp.MustCompile(sessionNameRule)
 // shorter, bounds it too).
 const sessionBusyWait = 10 * time.Second
 
-// sessionKey names a session: the client session that made it, and the
-// name it gave. Another client naming it finds nothing.
+// sessionKey names a session and who calls it: the principal (a bearer
+// token's name, or the local user) that owns it, and the name it gave. A
+// name is the bridge's: another principal naming it is refused
+// (errSessionOwned), never given a session of its own by that name.
 type sessionKey struct {
-	client *mcp.ServerSession
-	name   string
+	owner string
+	name  string
 }
 
 // session is one container and interpreter kept across calls.
@@ -69,14 +70,13 @@ type sessions struct {
 	metrics *metrics.Metrics // counts the sessions' ends; nil: not counted
 
 	mu       sync.Mutex
-	m        map[sessionKey]*session
-	watching map[*mcp.ServerSession]bool // clients whose end ends their sessions
+	m        map[string]*session // by name
 	closed   bool
 	removing sync.WaitGroup // containers of ended sessions being removed
 }
 
 func newSessions(log zerolog.Logger) *sessions {
-	return &sessions{log: log, m: map[sessionKey]*session{}, watching: map[*mcp.ServerSession]bool{}}
+	return &sessions{log: log, m: map[string]*session{}}
 }
 
 // errSessionsClosed is open's refusal once the bridge shuts down;
@@ -88,7 +88,35 @@ var (
 	errSessionEnded     = errors.New("session ended")
 	errSessionCancelled = errors.New("cancelled while waiting for the session")
 	errSessionExists    = errors.New("the session exists")
+	errSessionOwned     = errors.New("the session belongs to another principal")
 )
+
+// ownedError is the refusal of a call naming another principal's
+// session: it says no more than that the name is taken.
+func ownedError(name string) error {
+	return fmt.Errorf("%w: session %q is held by another principal on this bridge; it can be neither used nor ended by you: name another session", errSessionOwned, name)
+}
+
+// check refuses key when its name is another principal's session.
+func (ss *sessions) check(key sessionKey) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.m[key.name]; s != nil && s.key.owner != key.owner {
+		return ownedError(key.name)
+	}
+	return nil
+}
+
+// heldBy is how many sessions owner holds. ss.mu is held.
+func (ss *sessions) heldBy(owner string) int {
+	n := 0
+	for _, s := range ss.m {
+		if s.key.owner == owner {
+			n++
+		}
+	}
+	return n
+}
 
 // sessionCall is one call's way into its session, as [Instances]: Acquire
 // gets the call into the session (waiting while another call runs there),
@@ -176,11 +204,11 @@ func (c *sessionCall) SaveMemory(ctx context.Context, dir string) error {
 	return m.SaveMemory(ctx, dir)
 }
 
-// has reports whether key's session exists.
+// has reports whether key's session exists (whoever owns it).
 func (ss *sessions) has(key sessionKey) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	s := ss.m[key]
+	s := ss.m[key.name]
 	return s != nil && !s.ended
 }
 
@@ -216,25 +244,32 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 			ss.mu.Unlock()
 			return nil, errSessionsClosed
 		}
-		s = ss.m[key]
+		s = ss.m[key.name]
+		if s != nil && s.key.owner != key.owner {
+			ss.mu.Unlock()
+			return nil, ownedError(key.name)
+		}
 		if s == nil {
 			if len(ss.m) >= cfg.Max {
 				ss.mu.Unlock()
 				return nil, fmt.Errorf("%w: %d sessions exist, the most the policy allows (sessions.max): end one with reset, or call without session", errTooManySessions, cfg.Max)
 			}
+			if most := cfg.PerPrincipal(); ss.heldBy(key.owner) >= most {
+				ss.mu.Unlock()
+				return nil, fmt.Errorf("%w: you hold %d sessions, the most one principal may (sessions.max_per_principal): end one with reset, or call without session", errTooManySessions, most)
+			}
 			now := time.Now()
 			s = &session{key: key, id: sandbox.NewRunID(), created: now, lock: make(chan struct{}, 1),
 				vaultKey: sandbox.NewRunID() + sandbox.NewRunID(), vaultEnds: now.Add(cfg.MaxLifetime)}
 			s.lock <- struct{}{} // the start holds it
-			ss.m[key] = s
-			ss.watch(key.client)
+			ss.m[key.name] = s
 			ss.mu.Unlock()
 			inst, err := start(s.id)
 			ss.mu.Lock()
 			if err != nil {
 				s.ended = true
-				if ss.m[key] == s { // a reset meanwhile may have let another take the name
-					delete(ss.m, key)
+				if ss.m[key.name] == s { // a reset meanwhile may have let another take the name
+					delete(ss.m, key.name)
 				}
 				ss.mu.Unlock()
 				<-s.lock
@@ -243,7 +278,7 @@ func (ss *sessions) open(ctx context.Context, key sessionKey, cfg policy.Session
 			s.inst = inst
 			ended, why := s.ended, s.why
 			ss.mu.Unlock()
-			if ended { // reset, its client gone or shut down meanwhile: endLocked could not remove it
+			if ended { // reset or shut down meanwhile: endLocked could not remove it
 				ss.remove(s, inst)
 				<-s.lock
 				return nil, fmt.Errorf("%w: the session ended while its container started (%s)", errSessionEnded, why)
@@ -341,17 +376,21 @@ func (ss *sessions) expire(s *session, reason, why string) {
 	<-s.lock
 }
 
-// reset ends the client's session name, if there is one; a call running
-// in it is cut short. It reports whether there was one.
-func (ss *sessions) reset(key sessionKey) bool {
+// reset ends the principal's session name, if there is one; a call
+// running in it is cut short. It reports whether there was one, and
+// refuses another principal's.
+func (ss *sessions) reset(key sessionKey) (bool, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	s := ss.m[key]
+	s := ss.m[key.name]
 	if s == nil {
-		return false
+		return false, nil
+	}
+	if s.key.owner != key.owner {
+		return false, ownedError(key.name)
 	}
 	ss.endLocked(s, "reset", "reset by the agent")
-	return true
+	return true, nil
 }
 
 // endLocked ends s for reason (a word for /metrics; why says it to the
@@ -366,8 +405,8 @@ func (ss *sessions) endLocked(s *session, reason, why string) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	if ss.m[s.key] == s {
-		delete(ss.m, s.key)
+	if ss.m[s.key.name] == s {
+		delete(ss.m, s.key.name)
 	}
 	if s.inst != nil {
 		ss.log.Info().Str("session", s.id).Str("name", s.key.name).Int("calls", s.calls).Str("why", why).Msg("session ended")
@@ -382,27 +421,6 @@ func (ss *sessions) remove(s *session, inst sandbox.Instance) {
 		defer ss.removing.Done()
 		if err := inst.Close(context.Background()); err != nil {
 			ss.log.Warn().Err(err).Str("session", s.id).Msg("removing a session's container")
-		}
-	}()
-}
-
-// watch ends the client's sessions when its MCP session ends (the stdio
-// client exits, an HTTP client's session is deleted or expires). ss.mu is
-// held. A nil client (a test calling the handler directly) is not watched.
-func (ss *sessions) watch(client *mcp.ServerSession) {
-	if client == nil || ss.watching[client] {
-		return
-	}
-	ss.watching[client] = true
-	go func() {
-		_ = client.Wait()
-		ss.mu.Lock()
-		defer ss.mu.Unlock()
-		delete(ss.watching, client)
-		for key, s := range ss.m {
-			if key.client == client {
-				ss.endLocked(s, "client_gone", "its client disconnected")
-			}
 		}
 	}()
 }

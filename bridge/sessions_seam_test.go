@@ -182,28 +182,47 @@ func runIn(t *testing.T, cs *mcp.ClientSession, session, code string, timeout in
 
 func TestSessionKeepsItsStateAndNoOneElseSeesIt(t *testing.T) {
 	s, eng := sessionServer(t, "")
-	cs, other := connect(t, s, nil), connect(t, s, nil)
+	cs, other := connect(t, s, nil), connectAs(t, s, "other", nil)
 	if out := runIn(t, cs, "a", "x=41", 0); out.Status != "ok" || out.SessionEnded != "" {
 		t.Fatalf("first call of a: %+v", out)
 	}
 	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "41\n" {
 		t.Fatalf("second call of a: %+v", out)
 	}
+	// The principal's next connection (a reconnect, a stateless call)
+	// finds its session.
+	if out := runIn(t, connect(t, s, nil), "a", "?x", 0); out.Stdout != "41\n" {
+		t.Fatalf("a from the principal's next connection: %+v", out)
+	}
 	for what, out := range map[string]Output{
-		"a run without session":        runIn(t, cs, "", "?x", 0),
-		"session b":                    runIn(t, cs, "b", "?x", 0),
-		"another client's session a":   runIn(t, other, "a", "?x", 0),
-		"the other client's session a": runIn(t, other, "a", "?x", 0),
+		"a run without session": runIn(t, cs, "", "?x", 0),
+		"session b":             runIn(t, cs, "b", "?x", 0),
+		"another principal's b": runIn(t, other, "c", "?x", 0),
 	} {
 		if out.Stdout != "<none>\n" {
 			t.Errorf("%s sees a's state: %+v", what, out)
 		}
 	}
-	if n := s.Sessions(); n != 3 {
-		t.Errorf("%d sessions, want 3 (a, b, and the other client's a)", n)
+	// Another principal naming a is refused, saying so: it neither runs
+	// in it, nor ends it, nor gets an empty session a of its own.
+	for what, args := range map[string]map[string]any{
+		"a call":           {"session": "a", "code": "?x"},
+		"a reset":          {"session": "a", "code": "", "reset": true},
+		"a reset and code": {"session": "a", "code": "?x", "reset": true},
+	} {
+		res, out := call(t, other, args)
+		if !res.IsError || out.Status != "invalid" || !strings.Contains(out.Message, `session "a" is held by another principal`) || out.Stdout != "" {
+			t.Errorf("%s of another principal's session: %+v", what, out)
+		}
 	}
-	// a, the run without session, b, the other's a: four instances; the
-	// run's is closed.
+	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "41\n" {
+		t.Fatalf("a after another principal's tries: %+v", out)
+	}
+	if n := s.Sessions(); n != 3 {
+		t.Errorf("%d sessions, want 3 (a, b, the other's c)", n)
+	}
+	// a, the run without session, b, c: four instances; the run's is
+	// closed.
 	if n, closed := eng.acquired(); n != 4 || closed != 1 {
 		t.Errorf("%d instances acquired, %d closed; want 4 and 1", n, closed)
 	}
@@ -214,6 +233,26 @@ func TestSessionKeepsItsStateAndNoOneElseSeesIt(t *testing.T) {
 	}
 	if n, closed := eng.acquired(); closed != n {
 		t.Errorf("after shutdown, %d of %d instances are closed", closed, n)
+	}
+}
+
+// sessions.max_per_principal bounds one principal's sessions; the others
+// still get theirs up to sessions.max.
+func TestSessionsPerPrincipal(t *testing.T) {
+	s, _ := sessionServer(t, "  max: 3\n  max_per_principal: 2\n")
+	cs, other := connect(t, s, nil), connectAs(t, s, "other", nil)
+	runIn(t, cs, "a", "x=1", 0)
+	runIn(t, cs, "b", "x=1", 0)
+	res, out := call(t, cs, map[string]any{"session": "c", "code": "x=1"})
+	if !res.IsError || out.Status != "busy" || !strings.Contains(out.Message, "you hold 2 sessions, the most one principal may (sessions.max_per_principal)") {
+		t.Fatalf("a principal's third session: %+v", out)
+	}
+	if out := runIn(t, other, "c", "x=1", 0); out.Status != "ok" {
+		t.Fatalf("another principal's first session: %+v", out)
+	}
+	res, out = call(t, other, map[string]any{"session": "d", "code": "x=1"})
+	if !res.IsError || !strings.Contains(out.Message, "(sessions.max)") {
+		t.Fatalf("a session past sessions.max: %+v", out)
 	}
 }
 

@@ -53,14 +53,23 @@ func (s *Server) snapshotsOn() bool {
 	return p.Sessions.Enabled && p.Snapshots.Enabled
 }
 
-// principal is who calls: the owner of its snapshots.
-func (s *Server) principal(req *mcp.CallToolRequest) string {
+// LocalPrincipal is the principal of a request no bearer token names:
+// the one user of a stdio bridge, or of an HTTP bridge's own token.
+const LocalPrincipal = "local"
+
+// principal is who makes req: the owner of its sessions, snapshots and
+// stored files.
+func (s *Server) principal(req mcp.Request) string {
+	p := ""
 	if s.opts.Principal != nil {
-		if p := s.opts.Principal(req); p != "" {
-			return p
-		}
+		p = s.opts.Principal(req)
+	} else if x := req.GetExtra(); x != nil && x.TokenInfo != nil {
+		p = x.TokenInfo.UserID
 	}
-	return "local"
+	if p == "" {
+		return LocalPrincipal
+	}
+	return p
 }
 
 // parseLabels checks the snapshot and restore arguments of a call.
@@ -352,7 +361,7 @@ func (s *Server) restoredOutcome(req *mcp.CallToolRequest, r *aRun, a callArgs, 
 	}
 	if r.res.Error != nil && r.res.Error.Type == "InputError" && strings.Contains(r.res.Error.Message, "snapshot") {
 		if c, ok := inst.(*sessionCall); ok {
-			s.sessions.reset(c.key)
+			_, _ = s.sessions.reset(c.key) // the call's own session
 		}
 		return nil
 	}

@@ -77,13 +77,14 @@ func TestSnapshotsOwnedByPrincipal(t *testing.T) {
 	inst := &packingInstances{}
 	var mu sync.Mutex
 	who := map[*mcp.ServerSession]string{}
-	s := newServer(t, Options{Policy: store, Snapshots: snaps, Instances: inst, Principal: func(req *mcp.CallToolRequest) string {
+	s := newServer(t, Options{Policy: store, Snapshots: snaps, Instances: inst, Principal: func(req mcp.Request) string {
 		mu.Lock()
 		defer mu.Unlock()
-		if who[req.Session] == "" {
-			who[req.Session] = []string{"alice", "bob"}[len(who)%2]
+		ss := req.GetSession().(*mcp.ServerSession)
+		if who[ss] == "" {
+			who[ss] = []string{"alice", "bob"}[len(who)%2]
 		}
-		return who[req.Session]
+		return who[ss]
 	}})
 	alice, bob := connect(t, s, nil), connect(t, s, nil)
 	res, out := call(t, alice, map[string]any{"session": "s1", "code": "x", "snapshot": "mine"})

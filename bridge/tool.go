@@ -316,9 +316,17 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	if err != nil {
 		return failure(statusInvalid, "invalid arguments: "+err.Error(), start), nil
 	}
-	key := sessionKey{client: req.Session, name: a.session}
+	key := sessionKey{owner: s.principal(req), name: a.session}
+	if a.session != "" {
+		if err := s.sessions.check(key); err != nil {
+			return failure(statusInvalid, err.Error(), start), nil
+		}
+	}
 	if a.reset {
-		existed := s.sessions.reset(key)
+		existed, err := s.sessions.reset(key)
+		if err != nil {
+			return failure(statusInvalid, err.Error(), start), nil
+		}
 		a.resetEnded = existed
 		if strings.TrimSpace(a.code) == "" {
 			msg := fmt.Sprintf("session %q ended: its container is removed", a.session)

@@ -104,7 +104,7 @@ print(hashlib.sha256(open("/tmp/inputs/from-run-1.bin", "rb").read()).hexdigest(
 			// the URI is as unknown as one that never was.
 			other := connectStdioLarge(t, e, "--policy", pol)
 			res, out = callWith(t, other, map[string]any{"code": "print(1)", "inputs": []any{map[string]any{"path": "x", "uri": arts[0].URI}}})
-			if !res.IsError || out.Status != "invalid" || !strings.Contains(out.Message, "is not a file this client's runs handed back") {
+			if !res.IsError || out.Status != "invalid" || !strings.Contains(out.Message, "is not a file your runs handed back") {
 				t.Fatalf("another client's file: status %q, %q", out.Status, out.Message)
 			}
 		})
@@ -118,7 +118,7 @@ print(hashlib.sha256(open("/tmp/inputs/from-run-1.bin", "rb").read()).hexdigest(
 				{"escaping path", []any{map[string]any{"path": "../etc/x", "text": "x"}}, "escapes /tmp/inputs"},
 				{"absolute path", []any{map[string]any{"path": "/run/bridge/relay.sock", "text": "x"}}, "is absolute"},
 				{"too many", manyTexts(6), "6 inputs, over the limit of 5 (inputs.max_files)"},
-				{"unknown bridge URI", []any{map[string]any{"path": "x", "uri": "bridge://runs/abcdef/x.bin"}}, "is not a file this client's runs handed back"},
+				{"unknown bridge URI", []any{map[string]any{"path": "x", "uri": "bridge://runs/abcdef/x.bin"}}, "is not a file your runs handed back"},
 			} {
 				res, out := callWith(t, cs, map[string]any{"code": "print('ran')", "inputs": c.inputs})
 				if !res.IsError || out.Status != "invalid" || !strings.Contains(out.Message, c.want) || out.Stdout != "" {

@@ -29,6 +29,16 @@ func connectAs(t *testing.T, addr, token string) (*mcp.ClientSession, error) {
 	return cs, err
 }
 
+// principalsFile writes a --principals file of lines.
+func principalsFile(t *testing.T, lines ...string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "principals")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 // TestPrincipals: over HTTP with --principals, each token names who
 // calls: a snapshot belongs to the principal that saved it, another
 // principal cannot restore it (as if it were never saved), the local

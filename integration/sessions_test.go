@@ -209,33 +209,55 @@ threading.Thread(target=later, daemon=True).start()`, "session": "h"})
 	})
 }
 
-// TestSessionsBelongToTheirClient: over HTTP, a second client naming the
-// first client's session gets a session of its own.
-func TestSessionsBelongToTheirClient(t *testing.T) {
-	forEngines(t, aboveEngine("which client a session belongs to"), func(t *testing.T, e *engine) {
-		first, pid, addr := connectHTTPArgs(t, e, nil, "--policy", sessionPolicy(t, e, "10m"))
-		second, err := mcp.NewClient(&mcp.Implementation{Name: "second", Version: "1"}, nil).
-			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, nil)
+// TestSessionsBelongToTheirPrincipal: over HTTP with --principals, a
+// session belongs to the principal whose token made it, not to a
+// connection: its client's next connection finds it (the session outlives
+// the connection), another principal naming it is refused with a clear
+// error (no run in it, no reset of it, no empty session of that name),
+// and its own sessions are its own.
+func TestSessionsBelongToTheirPrincipal(t *testing.T) {
+	forEngines(t, aboveEngine("which principal a session belongs to"), func(t *testing.T, e *engine) {
+		const alice, bob = "alice-0123456789abcdef0123456789abcdef", "bob-0123456789abcdef0123456789abcdef01"
+		args, _ := serveArgs(e)
+		addr, pid := startHTTPBridge(t, e, append(withoutSandboxFlags(args), "--policy", sessionPolicy(t, e, "10m"),
+			"--principals", principalsFile(t, "alice "+alice, "bob "+bob)))
+		first, err := connectAs(t, addr, alice)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer second.Close()
-		if out, text := sessionCall(t, first, map[string]any{"code": "secret = 'first'", "session": "shared"}); out.Status != "ok" {
-			t.Fatalf("first: %+v %s", out, text)
+		b, err := connectAs(t, addr, bob)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if out, _ := sessionCall(t, second, map[string]any{"code": "print(globals().get('secret'))", "session": "shared"}); out.Stdout != "None\n" {
-			t.Errorf("the second client saw the first's session: %+v", out)
+		if out, text := sessionCall(t, first, map[string]any{"code": "secret = 'alice'", "session": "shared"}); out.Status != "ok" {
+			t.Fatalf("alice: %+v %s", out, text)
 		}
-		if out, _ := sessionCall(t, first, map[string]any{"code": "print(secret)", "session": "shared"}); out.Stdout != "first\n" {
-			t.Errorf("the first client lost its session: %+v", out)
+		// Alice's client goes; her session stays, and her next connection
+		// finds it.
+		first.Close()
+		again, err := connectAs(t, addr, alice)
+		if err != nil {
+			t.Fatal(err)
 		}
-		// The second client's end ends its session, not the first's.
+		if out, _ := sessionCall(t, again, map[string]any{"code": "print(secret)", "session": "shared"}); out.Stdout != "alice\n" {
+			t.Errorf("alice's next connection: %+v", out)
+		}
+		for what, call := range map[string]map[string]any{
+			"a call":           {"code": "print(globals().get('secret'))", "session": "shared"},
+			"a reset":          {"code": "", "session": "shared", "reset": true},
+			"a reset and code": {"code": "print(1)", "session": "shared", "reset": true},
+		} {
+			if out, text := sessionCall(t, b, call); out.Status != "invalid" || out.Stdout != "" || !strings.Contains(out.Message, `session "shared" is held by another principal`) {
+				t.Errorf("bob's %s in alice's session: %+v %s", what, out, text)
+			}
+		}
+		if out, _ := sessionCall(t, b, map[string]any{"code": "print(globals().get('secret'))", "session": "bobs"}); out.Stdout != "None\n" {
+			t.Errorf("bob's own session: %+v", out)
+		}
+		if out, _ := sessionCall(t, again, map[string]any{"code": "print(secret)", "session": "shared"}); out.Stdout != "alice\n" {
+			t.Errorf("alice's session after bob's tries: %+v", out)
+		}
 		waitFor(t, 30*time.Second, "two session containers", func() bool { return len(ownedIDs(t, e, pid)) == 2 })
-		second.Close()
-		waitFor(t, 30*time.Second, "the second client's session removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
-		if out, _ := sessionCall(t, first, map[string]any{"code": "print(secret)", "session": "shared"}); out.Stdout != "first\n" {
-			t.Errorf("the first client's session after the second left: %+v", out)
-		}
 	})
 }
 

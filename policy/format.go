@@ -58,6 +58,7 @@ func Format(p *Policy) string {
 	w(0, "sessions:")
 	w(1, "enabled: %t", p.Sessions.Enabled)
 	w(1, "max: %d", p.Sessions.Max)
+	w(1, "max_per_principal: %d", p.Sessions.MaxPerPrincipal)
 	w(1, "idle_timeout: %s", units.FormatDuration(p.Sessions.IdleTimeout))
 	w(1, "max_lifetime: %s", units.FormatDuration(p.Sessions.MaxLifetime))
 	w(1, "max_calls: %d", p.Sessions.MaxCalls)

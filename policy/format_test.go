@@ -40,6 +40,7 @@ pool:
 sessions:
   enabled: false
   max: 4
+  max_per_principal: 0
   idle_timeout: 10m
   max_lifetime: 1h
   max_calls: 200
@@ -164,6 +165,7 @@ pool:
 sessions:
   enabled: false
   max: 4
+  max_per_principal: 0
   idle_timeout: 10m
   max_lifetime: 1h
   max_calls: 200

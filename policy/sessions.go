@@ -6,7 +6,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var sessionsKeys = []string{"enabled", "max", "idle_timeout", "max_lifetime", "max_calls"}
+var sessionsKeys = []string{"enabled", "max", "max_per_principal", "idle_timeout", "max_lifetime", "max_calls"}
 
 // Sessions are opt-in: with them, run_python takes a session name, and the
 // calls that give the same one run in one container and interpreter, which
@@ -19,6 +19,9 @@ type Sessions struct {
 	// Max is how many sessions may exist at once, over all clients; 4
 	// (1 to 64). Each holds a container.
 	Max int
+	// MaxPerPrincipal is how many of them one principal (a bearer token's
+	// name, or the local user) may hold; 0, the default, is Max.
+	MaxPerPrincipal int
 	// IdleTimeout ends a session no call used for that long; 10m (10s to
 	// 24h).
 	IdleTimeout time.Duration
@@ -50,6 +53,8 @@ func (p *parser) sessions(k, v *yaml.Node, s *Sessions) {
 			s.Enabled = p.boolean(k, v, name, s.Enabled)
 		case "max":
 			s.Max = int(p.integer(k, v, name, int64(s.Max), 1, maxSessions))
+		case "max_per_principal":
+			s.MaxPerPrincipal = int(p.integer(k, v, name, int64(s.MaxPerPrincipal), 0, maxSessions))
 		case "idle_timeout":
 			s.IdleTimeout = p.durationIn(k, v, name, s.IdleTimeout, minSessionIdle, maxSessionIdle)
 		case "max_lifetime":
@@ -58,4 +63,12 @@ func (p *parser) sessions(k, v *yaml.Node, s *Sessions) {
 			s.MaxCalls = int(p.integer(k, v, name, int64(s.MaxCalls), 1, maxSessionCalls))
 		}
 	})
+}
+
+// PerPrincipal is how many sessions one principal may hold.
+func (s Sessions) PerPrincipal() int {
+	if s.MaxPerPrincipal == 0 || s.MaxPerPrincipal > s.Max {
+		return s.Max
+	}
+	return s.MaxPerPrincipal
 }

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bridge-mcp/bridge/bridge"
+	"github.com/bridge-mcp/bridge/bridge/transport"
 )
 
 // --principals is for --http, and a file that does not parse stops serve
@@ -19,5 +22,13 @@ func TestServePrincipalsMistakes(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "serve", "--http", "127.0.0.1:0", "--principals", bad); code != 2 || !strings.Contains(errOut, "line 1: want `PRINCIPAL TOKEN`") {
 		t.Errorf("a broken principals file: %d %q", code, errOut)
+	}
+}
+
+// The bridge and its HTTP transport name the user without a token alike:
+// a session or snapshot made over stdio is the one loopback HTTP finds.
+func TestLocalPrincipalIsOne(t *testing.T) {
+	if bridge.LocalPrincipal != transport.LocalPrincipal {
+		t.Fatalf("bridge says %q, transport says %q", bridge.LocalPrincipal, transport.LocalPrincipal)
 	}
 }

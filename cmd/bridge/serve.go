@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
 	"github.com/bridge-mcp/bridge/bridge"
@@ -265,7 +264,6 @@ func (p *serveParts) server(ctx context.Context, f *serveFlags, log zerolog.Logg
 		Tracer:        p.tp.Tracer(scopeBridge),
 		Version:       versionString(),
 		Logger:        log,
-		Principal:     tokenPrincipal,
 	})
 	if err != nil {
 		return nil, usagef("%v", err)
@@ -288,15 +286,6 @@ func (p *serveParts) how(f *serveFlags) serving {
 		maxRequest: transport.RequestLimit{Bytes: pol.Sandbox.MaxRequestBytes, Setting: "sandbox.max_request_bytes"},
 		principals: p.principals,
 	}
-}
-
-// tokenPrincipal is who makes a call: the principal its bearer token
-// names (--principals), "" for the local user.
-func tokenPrincipal(req *mcp.CallToolRequest) string {
-	if req.Extra != nil && req.Extra.TokenInfo != nil {
-		return req.Extra.TokenInfo.UserID
-	}
-	return ""
 }
 
 // DefaultDrainTimeout is how long `bridge serve --http` and `bridge proxy`

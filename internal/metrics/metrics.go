@@ -80,7 +80,7 @@ func New(version string) *Metrics {
 	m.poolTake = f.histogramVec("bridge_pool_take_seconds",
 		"Runs that took a ready container from the warm pool: until the code was handed to the runner.", startBuckets(), "engine")
 	m.sessionsEnded = f.counterVec("bridge_sessions_ended_total",
-		"Sessions ended, by reason (idle, lifetime, max_calls, interpreter_gone, reset, client_gone, shutdown).", "reason")
+		"Sessions ended, by reason (idle, lifetime, max_calls, interpreter_gone, reset, shutdown).", "reason")
 	m.toolCalls = f.counterVec("bridge_tool_calls_total",
 		"Tool calls of the code, by server, tool and the policy's decision: allowed, denied (a rule), refused (a budget, a rate, an invalid request) or asked (a human, or ask_fallback, decided: bridge_asks_total says how).",
 		"server", "tool", "decision")
