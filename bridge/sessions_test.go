@@ -104,7 +104,7 @@ func TestSessionSchemaFollowsPolicy(t *testing.T) {
 		t.Fatalf("reload: %v %v", changed, err)
 	}
 	in, desc := schema()
-	if !strings.Contains(in, `"session":{"pattern":"^[A-Za-z0-9][\\w.-]{0,63}$","type":"string"}`) || !strings.Contains(in, `"reset":{"type":"boolean"}`) ||
+	if !strings.Contains(in, `"session":{"pattern":"^[A-Za-z0-9][\\w.-]{0,63}$","type":"string","x-mcp-header":"Session"}`) || !strings.Contains(in, `"reset":{"type":"boolean"}`) ||
 		!strings.Contains(desc, "unless calls share a session") || strings.Contains(desc, "fresh isolated") || strings.Contains(desc, "nothing kept") {
 		t.Errorf("sessions on: %s\n%s", in, desc)
 	}

@@ -101,12 +101,15 @@ const (
 
 // runPythonTool is the tool's definition, with compact hand-written schemas
 // (the SDK emits them byte for byte). With sessions, it takes session
-// (its name's rule as a pattern) and reset too.
+// (its name's rule as a pattern) and reset too. The session's name is
+// mirrored into the request's Mcp-Param-Session header by 2026-07-28
+// clients (x-mcp-header, SEP-2243), so that a balancer can keep a
+// stateless client's calls of one session on the bridge that holds it.
 func runPythonTool(ti toolInfo) *mcp.Tool {
 	props := fmt.Sprintf(`"code":{"type":"string"},"timeout_seconds":{"type":"integer","minimum":1,"maximum":%d},"inputs":{"type":"array"}`, int(ti.maxTimeout/time.Second))
 	if ti.sessions {
 		pattern, _ := json.Marshal(sessionNameRule)
-		props += `,"session":{"type":"string","pattern":` + string(pattern) + `},"reset":{"type":"boolean"}`
+		props += `,"session":{"type":"string","pattern":` + string(pattern) + `,"x-mcp-header":"Session"},"reset":{"type":"boolean"}`
 		if ti.snapshots {
 			props += `,"snapshot":{"type":"string"},"restore":{"type":"string"}`
 		}

@@ -238,7 +238,7 @@ type balancedClient struct {
 
 func (c *balancedClient) connect(ctx context.Context) error {
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: fmt.Sprintf("balanced-%d", c.n), Version: "1"}, nil).
-		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.endpoint}, nil)
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.endpoint}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ func connectAs(t *testing.T, addr, token string) (*mcp.ClientSession, error) {
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, nil).Connect(ctx, tr, nil)
 	if err == nil {
 		t.Cleanup(func() { cs.Close() })
+		_, err = cs.ListTools(ctx, nil)
 	}
 	return cs, err
 }

@@ -110,7 +110,26 @@ func connectHTTPArgs(t *testing.T, e *engine, opts *mcp.ClientOptions, extra ...
 		t.Fatalf("connecting over HTTP: %v", err)
 	}
 	t.Cleanup(func() { cs.Close() })
+	listed(t, cs)
 	return cs, pid, a
+}
+
+// legacyVersion is the newest MCP revision with sessions (initialize,
+// Mcp-Session-Id): a go-sdk client pinned to it is a legacy client. A
+// client left to itself asks for 2026-07-28, stateless over HTTP.
+const legacyVersion = "2025-11-25"
+
+// listed lists cs's tools, as every agent does before it calls one: a
+// 2026-07-28 go-sdk client mirrors run_python's session argument into
+// the Mcp-Param-Session header only for a tool it has listed, and the
+// bridge refuses a session call without it.
+func listed(t testing.TB, cs *mcp.ClientSession) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatalf("tools/list: %v", err)
+	}
 }
 
 // startHTTPBridge starts `bridge` with args (serve's, for e's engine) and
@@ -597,7 +616,7 @@ func TestServeHTTPDrain(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e *engine) {
 		b := startServeHTTP(t, "bridge serve", e, "--drain-timeout", "30s")
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, nil).
-			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.addr + "/mcp"}, nil)
+			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.addr + "/mcp"}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -632,7 +651,7 @@ func TestServeHTTPDrain(t *testing.T) {
 			t.Errorf("/readyz answered %d while draining, want 503", code)
 		}
 		if _, err := mcp.NewClient(&mcp.Implementation{Name: "late", Version: "1"}, nil).
-			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.addr + "/mcp"}, nil); err == nil {
+			Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + b.addr + "/mcp"}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion}); err == nil {
 			t.Error("a new session was opened while draining")
 		}
 		_, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_python", Arguments: map[string]any{"code": "print(1)"}})

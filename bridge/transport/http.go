@@ -283,16 +283,8 @@ func closeSessions(ctx context.Context, srv *mcp.Server, log zerolog.Logger) {
 // Guard before them all). token may be empty (no auth); streams ends the
 // GET requests of /mcp and /sse.
 func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams context.Context) http.Handler {
+	legacy, stateless := newStreamable(srv, opts.MaxRequest.Bytes)
 	getServer := func(*http.Request) *mcp.Server { return srv }
-	streamable := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
-		// Stateful: a session outlives one POST, so the cancellation of a
-		// call (sent in a later POST) finds it, and progress notifications
-		// made in a call's context stream back on that call's response.
-		Stateless: false,
-		// No SessionTimeout: opts.Sessions closes idle sessions itself,
-		// sooner under pressure.
-		MaxRequestBodyBytes: opts.MaxRequest.Bytes,
-	})
 	sse := mcp.NewSSEHandler(getServer, &mcp.SSEOptions{MaxRequestBodyBytes: opts.MaxRequest.Bytes})
 	auth := principalAuth(token, opts.Principals)
 	limit := limitBody(opts.MaxRequest)
@@ -300,8 +292,13 @@ func newHTTPHandler(srv *mcp.Server, opts HTTPOptions, token string, streams con
 
 	mux := http.NewServeMux()
 	d := opts.Drain
-	mux.Handle("/mcp", auth(limit(d.gate(endWith(streams, ss.streamable(streamable)), false))))
-	mux.Handle("/sse", auth(limit(d.gate(endWith(streams, ss.sse(sse)), true))))
+	// A stateless request is one of its own: no MCP session to count or
+	// to close, and no stream to end; while draining the bridge refuses
+	// its new calls itself (continuations of detached runs go on).
+	mux.Handle("/mcp", auth(limit(eras(
+		d.gate(endWith(streams, ss.streamable(legacy)), opensLegacy),
+		d.gate(stateless, opensNothing)))))
+	mux.Handle("/sse", auth(limit(d.gate(endWith(streams, ss.sse(sse)), opensSSE))))
 	mux.Handle("/readyz", readyz(d, opts.Readiness, opts.Version, token))
 	if opts.Metrics != nil {
 		mux.Handle("/metrics", auth(getOnly(opts.Metrics)))

@@ -89,8 +89,20 @@ func httpClient(token string) *http.Client {
 
 func connectStreamable(t *testing.T, ctx context.Context, url, token string) (*mcp.ClientSession, error) {
 	t.Helper()
+	return connectVersion(t, ctx, url, token, legacyVersion)
+}
+
+// legacyVersion is the newest MCP revision with sessions (initialize,
+// Mcp-Session-Id): what a client pinned to it, or older, negotiates.
+const legacyVersion = "2025-11-25"
+
+// connectVersion connects a go-sdk client asking for version (""
+// the newest it knows: 2026-07-28, stateless) to url.
+func connectVersion(t *testing.T, ctx context.Context, url, token, version string) (*mcp.ClientSession, error) {
+	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "v0"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: httpClient(token), MaxRetries: -1}, nil)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: httpClient(token), MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: version})
 }
 
 // listAndCall lists the tools and calls echo through cs.

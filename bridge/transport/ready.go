@@ -89,16 +89,11 @@ func (d *Drain) Quiet(ctx context.Context, quiet time.Duration) error {
 	}
 }
 
-// gate answers 503 to what would open a new session while d drains (a
-// POST to /mcp without Mcp-Session-Id, a GET of /sse), and counts the
-// requests in flight. sse says h is the legacy SSE handler.
-func (d *Drain) gate(h http.Handler, sse bool) http.Handler {
+// gate answers 503 to what opens says would open a new session while d
+// drains, and counts the requests in flight.
+func (d *Drain) gate(h http.Handler, opens func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		opens := r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == ""
-		if sse {
-			opens = r.Method == http.MethodGet
-		}
-		if opens && d.Draining() {
+		if opens(r) && d.Draining() {
 			w.Header().Set("Retry-After", strconv.Itoa(DrainRetryAfter))
 			w.Header().Set("Connection", "close")
 			http.Error(w, drainingMessage, http.StatusServiceUnavailable)
@@ -114,6 +109,17 @@ func (d *Drain) gate(h http.Handler, sse bool) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// opensLegacy: a POST to /mcp without Mcp-Session-Id opens a session.
+func opensLegacy(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == ""
+}
+
+// opensSSE: a GET of /sse opens a session.
+func opensSSE(r *http.Request) bool { return r.Method == http.MethodGet }
+
+// opensNothing: a stateless request opens no session.
+func opensNothing(*http.Request) bool { return false }
 
 // readyz answers /readyz: 200 {"status":"ready"} when every check of
 // readiness is OK, else 503 {"status":"not ready"} or, while d drains,
