@@ -151,6 +151,21 @@ func TestConformance(t *testing.T) {
 		if err != nil || res.IsError || !strings.Contains(contentText(res), "Echo: after the suite") {
 			t.Fatalf("everything__echo after the suite: %v %+v", err, res)
 		}
+		// The suite speaks 2025-11-25; that client, left to itself, 2026-07-28
+		// (stateless); a client pinned to 2025-11-25 is served as before.
+		if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+			t.Errorf("a go-sdk client negotiated %q with bridge proxy, want 2026-07-28", v)
+		}
+		legacy, err := mcp.NewClient(&mcp.Implementation{Name: "legacy", Version: "1"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp"}, &mcp.ClientSessionOptions{ProtocolVersion: legacyVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer legacy.Close()
+		res, err = legacy.CallTool(ctx, &mcp.CallToolParams{Name: "everything__echo", Arguments: map[string]any{"message": "legacy"}})
+		if err != nil || res.IsError || !strings.Contains(contentText(res), "Echo: legacy") || legacy.ID() == "" {
+			t.Fatalf("a legacy client of bridge proxy: %v %+v (session %q)", err, res, legacy.ID())
+		}
 	})
 }
 
