@@ -103,6 +103,14 @@ func (rs *runState) askByResult(ctx context.Context, params *mcp.ElicitParams, t
 // startDetached runs the call in the background, and answers the call
 // with its first question or its result.
 func (s *Server) startDetached(ctx context.Context, req *mcp.CallToolRequest, rs *runState, run func(context.Context) *mcp.CallToolResult) *mcp.CallToolResult {
+	d := s.detach(ctx, rs, run)
+	s.log.Debug().Msg("run detached: its questions go out in results (input_required)")
+	return s.await(ctx, req, d)
+}
+
+// detach starts run in the background, on a context of its own that
+// outlives ctx's call, and registers it by a new token.
+func (s *Server) detach(ctx context.Context, rs *runState, run func(context.Context) *mcp.CallToolResult) *detached {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	d := &detached{token: "run-" + hex.EncodeToString(b[:]), rs: rs, done: make(chan struct{}), asked: map[string]*pendingAsk{}}
@@ -111,7 +119,6 @@ func (s *Server) startDetached(ctx context.Context, req *mcp.CallToolRequest, rs
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	s.detached.add(d)
-	s.log.Debug().Msg("run detached: its questions go out in results (input_required)")
 	go func() {
 		defer cancel()
 		res := run(rctx)
@@ -124,7 +131,7 @@ func (s *Server) startDetached(ctx context.Context, req *mcp.CallToolRequest, rs
 		d.mu.Unlock()
 		close(d.done)
 	}()
-	return s.await(ctx, req, d)
+	return d
 }
 
 // resume takes the answers a call brings to its run's questions, and
@@ -155,10 +162,7 @@ func (s *Server) resume(ctx context.Context, req *mcp.CallToolRequest, start tim
 // ended, its result, sending the run's progress meanwhile. A cancelled
 // call stops the run.
 func (s *Server) await(ctx context.Context, req *mcp.CallToolRequest, d *detached) *mcp.CallToolResult {
-	d.rs.mu.Lock()
-	prog := d.rs.prog
-	d.rs.mu.Unlock()
-	stop := prog.sendFor(ctx, req)
+	stop := d.rs.progress().sendFor(ctx, req)
 	defer stop()
 	select {
 	case <-d.done:

@@ -79,6 +79,8 @@ type runState struct {
 	scope   string             // "run" or, for a session's call, "session"
 	// pending receives the questions of an askResult run (detached.go).
 	pending chan *pendingAsk
+	// task says the run is a task's (tasks.go): polled, never streamed to.
+	task bool
 	// turn is held by the question being asked.
 	turn chan struct{}
 
@@ -102,6 +104,13 @@ type runState struct {
 	vaultEnds time.Time
 	// span is the run's code's (bridge.exec), once it runs (Span).
 	span trace.SpanContext
+}
+
+// progress is the run's progress, nil until the run starts.
+func (rs *runState) progress() *progress {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.prog
 }
 
 // Vault names the tokenized values of the run's session, which a remote

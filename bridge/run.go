@@ -224,7 +224,7 @@ func (s *Server) beginRun(ctx context.Context, req *mcp.CallToolRequest, a callA
 	r.limits, r.timeout = limits, timeout
 	// A detached run outlives its first call: the calls that wait on it
 	// send its progress, each with its own token (detached.go).
-	r.prog = newProgress(ctx, req, s.opts.ProgressInterval, start, rs.mode != askResult)
+	r.prog = newProgress(ctx, req, s.opts.ProgressInterval, start, rs.mode != askResult && !rs.task)
 	rs.mu.Lock()
 	rs.prog = r.prog
 	rs.mu.Unlock()

@@ -67,6 +67,13 @@ type Options struct {
 	// Snapshots, if set, keeps sessions' snapshots: with sessions and
 	// snapshots.enabled on, run_python takes snapshot and restore.
 	Snapshots *snapshots.Store
+	// Tasks are the tasks section used when there is no Policy (tasks
+	// off when zero); with a Policy, its tasks section is.
+	Tasks policy.Tasks
+	// Instance names this bridge among others behind one balancer: task
+	// ids start with it, so that the balancer can send a task's polls to
+	// the bridge that runs it. "" for a lone bridge.
+	Instance string
 	// Principal names who is calling a request: the owner of the
 	// sessions, snapshots and stored files it makes. Nil: the request's
 	// bearer token's [auth.TokenInfo] UserID (cmd/bridge puts the
@@ -112,6 +119,8 @@ type Server struct {
 	sessions *sessions
 	// detached are the runs that ask their human through results.
 	detached detachedRuns
+	// tasks are the calls answered by a task handle (tasks.go).
+	tasks *taskStore
 	// approved are the calls each client's human allowed for the rest of
 	// its connection (tools.ask_remember: connection).
 	approved connApprovals
@@ -190,12 +199,20 @@ func New(opts Options) (*Server, error) {
 	if opts.Store != nil {
 		caps.Resources = &mcp.ResourceCapabilities{}
 	}
+	s.tasks = newTaskStore(opts.Instance)
+	if _, on := s.taskSettings(); on {
+		caps.AddExtension(TasksExtension, nil)
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bridge", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Capabilities: caps,
 	})
 	if opts.Store != nil {
 		s.mcp.AddReceivingMiddleware(s.resourcesMiddleware)
+	}
+	s.mcp.AddReceivingMiddleware(s.tasksMiddleware)
+	if err := s.addTaskMethods(); err != nil {
+		return nil, err
 	}
 	var snap *policy.Snapshot
 	if opts.Policy != nil {

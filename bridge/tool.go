@@ -344,6 +344,10 @@ func (s *Server) runPython(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	run := func(ctx context.Context) *mcp.CallToolResult {
 		return s.execute(ctx, req, a, key, scfg, rs, start)
 	}
+	if tp, ok := s.taskPolicy(req); ok {
+		rs.task = true
+		return s.startTask(ctx, req, rs, tp, a.timeout, run, start), nil
+	}
 	if rs.mode == askResult {
 		return s.startDetached(ctx, req, rs, run), nil
 	}
@@ -569,6 +573,23 @@ func (p *progress) output(_, data string) {
 	if !p.open {
 		p.partial = ""
 	}
+}
+
+// message is what a poll of the run is told it does: what it waits for,
+// else its latest line of output, else how long it has run.
+func (p *progress) message() string {
+	if p == nil {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.waiting != "":
+		return p.waiting
+	case p.last != "":
+		return p.last
+	}
+	return fmt.Sprintf("running for %.0f s", time.Since(p.start).Seconds())
 }
 
 func (p *progress) stop() {

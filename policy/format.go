@@ -70,6 +70,14 @@ func Format(p *Policy) string {
 	w(1, "max_bytes: %s", units.FormatSize(p.Snapshots.MaxBytes))
 	w(1, "ttl: %s", units.FormatDuration(p.Snapshots.TTL))
 
+	w(0, "tasks:")
+	w(1, "enabled: %t", p.Tasks.Enabled)
+	w(1, "after: %s", units.FormatDuration(p.Tasks.After))
+	w(1, "max: %d", p.Tasks.Max)
+	w(1, "max_per_principal: %d", p.Tasks.MaxPerPrincipal)
+	w(1, "result_ttl: %s", units.FormatDuration(p.Tasks.ResultTTL))
+	w(1, "max_result_bytes: %s", units.FormatSize(p.Tasks.MaxResultBytes))
+
 	w(0, "skills:")
 	w(1, "dir: %s", strconv.Quote(p.Skills.Dir))
 	w(1, "save: %t", p.Skills.Save)

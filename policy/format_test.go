@@ -50,6 +50,13 @@ snapshots:
   max_count: 20
   max_bytes: 1Gi
   ttl: 168h
+tasks:
+  enabled: true
+  after: 2s
+  max: 64
+  max_per_principal: 8
+  result_ttl: 10m
+  max_result_bytes: 64Mi
 skills:
   dir: ""
   save: true
@@ -175,6 +182,13 @@ snapshots:
   max_count: 20
   max_bytes: 1Gi
   ttl: 168h
+tasks:
+  enabled: true
+  after: 2s
+  max: 64
+  max_per_principal: 8
+  result_ttl: 10m
+  max_result_bytes: 64Mi
 skills:
   dir: ""
   save: true

@@ -98,6 +98,7 @@ func Default() *Policy {
 		Pool:      defaultPool(),
 		Sessions:  defaultSessions(),
 		Snapshots: defaultSnapshots(),
+		Tasks:     defaultTasks(),
 		Skills:    defaultSkills(),
 		Artifacts: defaultArtifacts(),
 		Inputs:    defaultInputs(),
@@ -179,7 +180,7 @@ var (
 
 // The keys of each mapping, in the order Format writes them.
 var (
-	topKeys = []string{"version", "sandbox", "pool", "sessions", "snapshots", "skills", "mounts", "artifacts", "inputs", "tools", "resources", "budgets", "tokenize", "audit", "http"}
+	topKeys = []string{"version", "sandbox", "pool", "sessions", "snapshots", "tasks", "skills", "mounts", "artifacts", "inputs", "tools", "resources", "budgets", "tokenize", "audit", "http"}
 )
 
 // sectionOf is, for each key of a section, the section: it turns "unknown
@@ -378,6 +379,8 @@ func (p *parser) parse(data []byte) *Policy {
 			p.sessions(k, v, &pol.Sessions)
 		case "snapshots":
 			p.snapshots(k, v, &pol.Snapshots)
+		case "tasks":
+			p.tasks(k, v, &pol.Tasks)
 		case "skills":
 			p.skills(k, v, &pol.Skills)
 		case "mounts":

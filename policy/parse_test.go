@@ -236,6 +236,13 @@ snapshots:
   max_count: 3
   max_bytes: 10Mi
   ttl: 36h
+tasks:
+  enabled: false
+  after: 100ms
+  max: 100
+  max_per_principal: 3
+  result_ttl: 1h
+  max_result_bytes: 8Mi
 `
 	src = strings.Replace(src, "budgets:\n", "  ask_fallback: allow\n  ask_timeout: 30s\n  ask_remember: connection\n  ask_max_per_run: 3\nbudgets:\n", 1)
 	p := mustParse(t, src)
@@ -271,6 +278,7 @@ snapshots:
 		HTTP:  HTTP{MaxSessions: 50, MaxSessionsPerClient: 5, SessionIdleTimeout: 2 * time.Minute, SessionMinIdle: 10 * time.Second},
 
 		Snapshots: Snapshots{Enabled: false, Dir: artifactsDir(t, "/var/tmp/bridge-snapshots"), MaxCount: 3, MaxBytes: 10 << 20, TTL: 36 * time.Hour},
+		Tasks:     Tasks{Enabled: false, After: 100 * time.Millisecond, Max: 100, MaxPerPrincipal: 3, ResultTTL: time.Hour, MaxResultBytes: 8 << 20},
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", p, want)
@@ -325,8 +333,8 @@ func TestParseErrors(t *testing.T) {
 		{"version string", "version: \"1\"\n", []string{`1:10: version: want the number 1, got a string "1"`}},
 		{"version float", "version: 1.0\n", []string{"1:10: version: want the number 1, got a number 1.0"}},
 		{"version null", "version:\n", []string{"1:1: version: want the number 1, got null (no value); remove the key to use the default"}},
-		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http), got a list"}},
-		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http), got a string "hello"`}},
+		{"top level list", "- version: 1\n", []string{"1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, tasks, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http), got a list"}},
+		{"top level scalar", "hello\n", []string{`1:1: the top level must be a mapping of keys (version, sandbox, pool, sessions, snapshots, tasks, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http), got a string "hello"`}},
 		// The bounds of what a client sends.
 		{"code over request", "version: 1\nsandbox:\n  max_code_bytes: 8Mi\n", []string{"3:19: sandbox.max_code_bytes (8Mi) is more than sandbox.max_request_bytes (4Mi)"}},
 		{"request under code", "version: 1\nsandbox:\n  max_request_bytes: 512Ki\n", []string{"3:22: sandbox.max_code_bytes (1Mi) is more than sandbox.max_request_bytes (512Ki)"}},
@@ -382,7 +390,7 @@ func TestParseErrors(t *testing.T) {
 		{"NUL", "version: 1\x00\n", []string{"1:11: character U+0000 is not allowed in YAML"}},
 
 		// Keys.
-		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http; "timeout" is a key of sandbox`}},
+		{"unknown top", "version: 1\nsandbox: {}\ntimeout: 5s\n", []string{`3:1: unknown key "timeout" at the top level; known keys: version, sandbox, pool, sessions, snapshots, tasks, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http; "timeout" is a key of sandbox`}},
 		{"unknown typo", "version: 1\nsandbox:\n  max-timeout: 5m\n", []string{`3:3: unknown key "max-timeout" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "max_timeout"?`}},
 		{"unknown typo 2", "version: 1\nsandbox:\n  memroy: 1Gi\n", []string{`3:3: unknown key "memroy" in sandbox; known keys: engine, oci_runtime, image, variant, timeout, max_timeout, memory, cpus, pids, tmpfs_size, output_limit, max_concurrent, queue, max_code_bytes, max_request_bytes, require_enforced_limits; did you mean "memory"?`}},
 		{"unknown no suggestion", "version: 1\naudit:\n  path: x\n", []string{`3:3: unknown key "path" in audit; known keys: file`}},
@@ -399,9 +407,9 @@ func TestParseErrors(t *testing.T) {
 			"3:12: anchor &t: anchors and aliases are not supported; write the value out",
 			"5:17: alias *t: anchors and aliases are not supported; write the value out"}},
 		{"billion laughs", "a: &a [x, x]\nb: &b [*a, *a]\nversion: 1\n", []string{
-			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http`,
+			`1:1: unknown key "a" at the top level; known keys: version, sandbox, pool, sessions, snapshots, tasks, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http`,
 			"1:4: anchor &a: anchors and aliases are not supported; write the value out",
-			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, snapshots, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http`,
+			`2:1: unknown key "b" at the top level; known keys: version, sandbox, pool, sessions, snapshots, tasks, skills, mounts, artifacts, inputs, tools, resources, budgets, tokenize, audit, http`,
 			"2:4: anchor &b: anchors and aliases are not supported; write the value out",
 			"2:8: alias *a: anchors and aliases are not supported; write the value out",
 			"2:12: alias *a: anchors and aliases are not supported; write the value out"}},
@@ -713,7 +721,7 @@ func TestDocsDefaults(t *testing.T) {
 			t.Errorf("docs/policy.md: no table under %s", section)
 		}
 	}
-	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, snapshotsKeys, skillsKeys, mountKeys, artifactsKeys, inputsKeys, toolsKeys, ruleKeys, annotationKeys, resourcesKeys, resourceRuleKeys, budgetsKeys, rateKeys, auditKeys, httpKeys} {
+	for _, keys := range [][]string{topKeys, sandboxKeys, poolKeys, sessionsKeys, snapshotsKeys, tasksKeys, skillsKeys, mountKeys, artifactsKeys, inputsKeys, toolsKeys, ruleKeys, annotationKeys, resourcesKeys, resourceRuleKeys, budgetsKeys, rateKeys, auditKeys, httpKeys} {
 		for _, k := range keys {
 			if !strings.Contains(doc, "`"+k+"`") {
 				t.Errorf("docs/policy.md does not mention `%s`", k)

@@ -39,6 +39,9 @@ type Policy struct {
 
 	// Snapshots are sessions' states saved on disk (with sessions on).
 	Snapshots Snapshots
+	// Tasks are run_python calls that outlive their request (the MCP
+	// Tasks extension).
+	Tasks Tasks
 
 	sum [32]byte // of the file's bytes, when Load read it
 }
