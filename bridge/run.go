@@ -130,8 +130,22 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 		ended = note
 	}
 	res := s.renderRun(req, r, ended)
+	if sc != nil && sc.isNew && !a.reset && a.restore == "" {
+		noteSessionNew(res, a.session)
+	}
 	renderSnapshots(res, saved, restored)
 	return res
+}
+
+// noteSessionNew says, in a result, that the call started its session: it
+// had no state of earlier calls (none was made with its name, or the
+// session ended, or lives on another bridge that stopped).
+func noteSessionNew(res *mcp.CallToolResult, name string) {
+	if o, ok := res.StructuredContent.(Output); ok {
+		o.SessionNew = true
+		res.StructuredContent = o
+	}
+	res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf("[session %q is new: nothing of earlier calls is in it]", name)})
 }
 
 // countRun records a call's end in the metrics: its status, and for a run

@@ -145,7 +145,8 @@ const CodeDraining = -32000
 
 // errDraining is the error of a call made while the bridge drains.
 var errDraining = &jsonrpc.Error{Code: CodeDraining, Message: "the bridge is draining (shutting down) and takes no new calls; " +
-	"the calls in flight finish. Reconnect (open a new MCP session) to continue: behind a balancer the new session goes to another instance"}
+	"the calls in flight finish. Reconnect (open a new MCP session; a 2026-07-28 client just calls again) to continue: behind a balancer the call goes to another instance, " +
+	"where the sessions of this one do not exist: their state is lost, and a call naming one starts a new session"}
 
 // New returns a [Server] with the run_python tool registered.
 func New(opts Options) (*Server, error) {
@@ -198,6 +199,9 @@ func New(opts Options) (*Server, error) {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: opts.Policy != nil}}
 	if opts.Store != nil {
 		caps.Resources = &mcp.ResourceCapabilities{}
+	}
+	if opts.Instance != "" && !instancePattern.MatchString(opts.Instance) {
+		return nil, fmt.Errorf("instance %q: a bridge's name is 1 to 32 letters, digits, _ or . (--instance, $BRIDGE_INSTANCE)", opts.Instance)
 	}
 	s.tasks = newTaskStore(opts.Instance)
 	if _, on := s.taskSettings(); on {

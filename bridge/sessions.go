@@ -135,9 +135,12 @@ type sessionCall struct {
 	// that another call opened meanwhile.
 	fresh bool
 
-	s   *session // once in
-	ran bool
-	why string // why the session ended with this call ("" if it lives on)
+	s *session // once in
+	// isNew says the session had no call that ran before this one: a new
+	// session, with no state of earlier calls.
+	isNew bool
+	ran   bool
+	why   string // why the session ended with this call ("" if it lives on)
 }
 
 // call makes the way in of one call to key's session.
@@ -162,6 +165,9 @@ func (c *sessionCall) Acquire(ctx context.Context, l sandbox.Limits, _ string) (
 		return nil, err
 	}
 	c.s = s
+	c.ss.mu.Lock()
+	c.isNew = s.calls == 0
+	c.ss.mu.Unlock()
 	return c, nil
 }
 

@@ -183,10 +183,10 @@ func runIn(t *testing.T, cs *mcp.ClientSession, session, code string, timeout in
 func TestSessionKeepsItsStateAndNoOneElseSeesIt(t *testing.T) {
 	s, eng := sessionServer(t, "")
 	cs, other := connect(t, s, nil), connectAs(t, s, "other", nil)
-	if out := runIn(t, cs, "a", "x=41", 0); out.Status != "ok" || out.SessionEnded != "" {
+	if out := runIn(t, cs, "a", "x=41", 0); out.Status != "ok" || out.SessionEnded != "" || !out.SessionNew {
 		t.Fatalf("first call of a: %+v", out)
 	}
-	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "41\n" {
+	if out := runIn(t, cs, "a", "?x", 0); out.Stdout != "41\n" || out.SessionNew {
 		t.Fatalf("second call of a: %+v", out)
 	}
 	// The principal's next connection (a reconnect, a stateless call)

@@ -80,6 +80,9 @@ func newTaskStore(instance string) *taskStore {
 	return &taskStore{boot: hex.EncodeToString(b[:]), instance: instance, m: map[string]*task{}}
 }
 
+// instancePattern is what an instance name may be ([Options.Instance]).
+var instancePattern = regexp.MustCompile(`^[A-Za-z0-9_.]{1,32}$`)
+
 // taskIDPattern is a task id: [INSTANCE-]BOOT RANDOM, in hex.
 var taskIDPattern = regexp.MustCompile(`^(?:([A-Za-z0-9_.]{1,32})-)?([0-9a-f]{8})[0-9a-f]{32}$`)
 

@@ -146,6 +146,9 @@ type Output struct {
 	Message string `json:"message,omitempty"`
 	// SessionEnded says that the call's session ended, and why.
 	SessionEnded string `json:"session_ended,omitempty"`
+	// SessionNew says that the call started its session: nothing of
+	// earlier calls is in it.
+	SessionNew bool `json:"session_new,omitempty"`
 	// Artifacts are the files the code left in /tmp/outputs: returned
 	// (inline or by reference) or not, and why.
 	Artifacts []ArtifactOutput `json:"artifacts,omitempty"`

@@ -1,14 +1,18 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -160,4 +164,85 @@ func TestStatelessHTTP(t *testing.T) {
 			t.Errorf("the session after a call was given up: %+v", out)
 		}
 	})
+}
+
+// modernCall sends one MCP 2026-07-28 request by hand, with the headers
+// and _meta a 2026-07-28 client sends, declaring the Tasks extension
+// when tasks is true (the go-sdk client knows nothing of tasks); name is
+// the Mcp-Name header, and session, when set, the Mcp-Param-Session one.
+// It returns the result, or the JSON-RPC error.
+func modernCall(t testing.TB, endpoint, token, method, name, session string, params map[string]any, tasks bool) (map[string]any, *jsonrpc.Error) {
+	t.Helper()
+	caps := map[string]any{}
+	if tasks {
+		caps["extensions"] = map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}
+	}
+	params["_meta"] = map[string]any{
+		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+		"io.modelcontextprotocol/clientCapabilities": caps,
+		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "modern", "version": "1"},
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", method)
+	if name != "" {
+		req.Header.Set("Mcp-Name", name)
+	}
+	if session != "" {
+		req.Header.Set("Mcp-Param-Session", session)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var msg struct {
+		Result map[string]any  `json:"result"`
+		Error  *jsonrpc.Error `json:"error"`
+	}
+	text := string(raw)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// The last data line is the answer (progress notifications come
+		// before it).
+		text = ""
+		for _, line := range strings.Split(string(raw), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(d, `"id":7`) {
+				text = d
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(text), &msg); err != nil || (msg.Result == nil && msg.Error == nil) {
+		t.Fatalf("%s: HTTP %d, not an answer: %q", method, resp.StatusCode, raw)
+	}
+	return msg.Result, msg.Error
+}
+
+// awaitModernTask polls tasks/get for id until it is completed (or
+// another terminal state) and returns the last answer.
+func awaitModernTask(t testing.TB, endpoint, token, id string, within time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got, err := modernCall(t, endpoint, token, "tasks/get", id, "", map[string]any{"taskId": id}, true)
+		if err != nil {
+			t.Fatalf("tasks/get %s: %v", id, err)
+		}
+		switch got["status"] {
+		case "completed", "failed", "cancelled":
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s still %v after %s", id, got["status"], within)
+		}
+		time.Sleep(time.Duration(got["pollIntervalMs"].(float64)) * time.Millisecond)
+	}
 }

@@ -33,6 +33,7 @@ const shutdownBudget = 5 * time.Second
 type serveFlags struct {
 	httpAddr, metricsAddr, debugAddr, policyPath string
 	principalsPath                               string
+	instance                                     string
 	settings                                     settingFlags
 	upstreams                                    upstreamFlags
 	tracing                                      tracingFlags
@@ -133,6 +134,8 @@ func parseServeFlags(e *env, args []string) (*serveFlags, error) {
 		"HTTP (--http). Register it in your agent: see docs/clients.md. Stdout carries\n"+
 		"only the protocol; logs go to stderr.")
 	fs.StringVar(&f.httpAddr, "http", "", "serve streamable HTTP at ADDR/mcp (e.g. 127.0.0.1:8808) instead of stdio;\nbeyond loopback a bearer token is required: $BRIDGE_HTTP_TOKEN, or one is generated and logged once")
+	fs.StringVar(&f.instance, "instance", os.Getenv("BRIDGE_INSTANCE"), "with --http behind a balancer, this bridge's `name` ($BRIDGE_INSTANCE; 1 to 32 letters, digits, _ or .):\n"+
+		"the ids of its tasks start with it, so that the balancer sends a task's polls here (docs/operations.md)")
 	fs.StringVar(&f.principalsPath, "principals", "", "with --http, a `file` of `PRINCIPAL TOKEN` lines: each token names who calls, the owner of\nits sessions' snapshots and its runs' files (reloaded when it changes; docs/operations.md)")
 	sf := &f.settings
 	sf.engine(fs)
@@ -263,6 +266,7 @@ func (p *serveParts) server(ctx context.Context, f *serveFlags, log zerolog.Logg
 		Metrics:       p.m,
 		Tracer:        p.tp.Tracer(scopeBridge),
 		Version:       versionString(),
+		Instance:      f.instance,
 		Logger:        log,
 	})
 	if err != nil {

@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// tasksPolicy writes a policy with sessions and tasks (a call answered by
+// a task after 500 ms, at most perPrincipal running of one principal,
+// results kept resultTTL) and timeouts up to maxTimeout.
+func tasksPolicy(t *testing.T, e *engine, perPrincipal int, resultTTL, maxTimeout string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	pol := "version: 1\n" + sandboxSection(e) + "  max_timeout: " + maxTimeout + "\n  max_concurrent: 8\npool:\n  size: 0\nsessions:\n  enabled: true\n" +
+		fmt.Sprintf("tasks:\n  after: 500ms\n  max_per_principal: %d\n  result_ttl: %s\n", perPrincipal, resultTTL)
+	if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runTask calls run_python with args as a client that declares the Tasks
+// extension, and returns the answer.
+func runTask(t *testing.T, endpoint, token string, args map[string]any) map[string]any {
+	t.Helper()
+	session, _ := args["session"].(string)
+	res, err := modernCall(t, endpoint, token, "tools/call", "run_python", session, map[string]any{"name": "run_python", "arguments": args}, true)
+	if err != nil {
+		t.Fatalf("tools/call %v: %v", args, err)
+	}
+	return res
+}
+
+// TestTasks: over HTTP, a 2026-07-28 client that declares the Tasks
+// extension gets a task for a run still going after tasks.after: it polls
+// tasks/get (working, with the run's latest line as statusMessage, then
+// completed with the result); a quick run is answered at once; a task in
+// a session keeps the session; tasks/cancel stops a run and its container
+// goes; another principal cannot see or cancel a task; a flood of tasks is
+// refused past tasks.max_per_principal; a result never fetched expires; a
+// task of a bridge that restarted is reported lost, not unknown.
+func TestTasks(t *testing.T) {
+	forEngines(t, aboveEngine("tasks over HTTP"), func(t *testing.T, e *engine) {
+		const alice, bob = "alice-0123456789abcdef0123456789abcdef", "bob-0123456789abcdef0123456789abcdef01"
+		args, _ := serveArgs(e)
+		bridgeArgs := append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 3, "10s", "10m"),
+			"--principals", principalsFile(t, "alice "+alice, "bob "+bob))
+		addr, pid := startHTTPBridge(t, e, bridgeArgs)
+		endpoint := "http://" + addr + "/mcp"
+
+		if res := runTask(t, endpoint, alice, map[string]any{"code": "print(6*7)"}); res["resultType"] != "complete" || !strings.Contains(fmt.Sprint(res["content"]), "42") {
+			t.Fatalf("a quick run: %v", res)
+		}
+		res := runTask(t, endpoint, alice, map[string]any{"code": "import time\nx = 41\nprint('warming up', flush=True)\ntime.sleep(3)\nprint(x + 1)", "session": "s"})
+		id, _ := res["taskId"].(string)
+		if res["resultType"] != "task" || res["status"] != "working" || id == "" {
+			t.Fatalf("a 3 s run: %v", res)
+		}
+		got, jerr := modernCall(t, endpoint, alice, "tasks/get", id, "", map[string]any{"taskId": id}, true)
+		if jerr != nil || got["status"] != "working" || got["resultType"] != "complete" {
+			t.Errorf("tasks/get while it runs: %v %v", got, jerr)
+		}
+		for _, m := range []string{"tasks/get", "tasks/cancel"} {
+			if _, jerr := modernCall(t, endpoint, bob, m, id, "", map[string]any{"taskId": id}, true); jerr == nil || jerr.Code != jsonrpc.CodeInvalidParams {
+				t.Errorf("bob's %s of alice's task: %v", m, jerr)
+			}
+		}
+		got = awaitModernTask(t, endpoint, alice, id, time.Minute)
+		result, _ := got["result"].(map[string]any)
+		if got["status"] != "completed" || !strings.Contains(fmt.Sprint(result["content"]), "warming up\n42") {
+			t.Fatalf("the task's end: %v", got)
+		}
+		// The task ran in the session: it is there for the next call.
+		if res := runTask(t, endpoint, alice, map[string]any{"code": "print(x)", "session": "s"}); !strings.Contains(fmt.Sprint(res["content"]), "41") {
+			t.Errorf("the session after its task: %v", res)
+		}
+
+		// Cancel: the run stops, its container goes.
+		waitFor(t, 30*time.Second, "the session's container alone", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+		res = runTask(t, endpoint, alice, map[string]any{"code": "import time\ntime.sleep(300)"})
+		cancelled, _ := res["taskId"].(string)
+		if cancelled == "" {
+			t.Fatalf("a 300 s run: %v", res)
+		}
+		if _, jerr := modernCall(t, endpoint, alice, "tasks/cancel", cancelled, "", map[string]any{"taskId": cancelled}, true); jerr != nil {
+			t.Fatal(jerr)
+		}
+		if got := awaitModernTask(t, endpoint, alice, cancelled, 30*time.Second); got["status"] != "cancelled" {
+			t.Errorf("the cancelled task: %v", got)
+		}
+		waitFor(t, 15*time.Second, "the cancelled task's container removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+
+		// A flood: past 3 running tasks of one principal, refused, clearly;
+		// another principal's are its own.
+		var flood []string
+		for i := range 5 {
+			res := runTask(t, endpoint, alice, map[string]any{"code": "import time\ntime.sleep(60)"})
+			if i < 3 {
+				if res["resultType"] != "task" {
+					t.Fatalf("task %d of the flood: %v", i, res)
+				}
+				flood = append(flood, res["taskId"].(string))
+				continue
+			}
+			if res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), "tasks.max_per_principal") {
+				t.Errorf("task %d of the flood: %v", i, res)
+			}
+		}
+		if res := runTask(t, endpoint, bob, map[string]any{"code": "import time\ntime.sleep(2)\nprint('bob')"}); res["resultType"] != "task" {
+			t.Errorf("bob's task during alice's flood: %v", res)
+		} else {
+			// Never fetched: kept 10 s (tasks.result_ttl), then unknown.
+			bobs := res["taskId"].(string)
+			time.Sleep(2*time.Second + 10*time.Second + time.Second)
+			if _, jerr := modernCall(t, endpoint, bob, "tasks/get", bobs, "", map[string]any{"taskId": bobs}, true); jerr == nil || !strings.Contains(jerr.Message, "tasks.result_ttl") {
+				t.Errorf("a result never fetched, past result_ttl: %v", jerr)
+			}
+		}
+		for _, id := range flood {
+			if _, jerr := modernCall(t, endpoint, alice, "tasks/cancel", id, "", map[string]any{"taskId": id}, true); jerr != nil {
+				t.Error(jerr)
+			}
+		}
+		waitFor(t, 30*time.Second, "the flood's containers removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+
+		// A restart: the old bridge's task is reported lost.
+		res = runTask(t, endpoint, alice, map[string]any{"code": "import time\ntime.sleep(60)"})
+		lost, _ := res["taskId"].(string)
+		// A second SIGINT ends the drain at once: the task's run is
+		// cancelled, its container removed.
+		_ = syscall.Kill(pid, syscall.SIGINT)
+		time.Sleep(200 * time.Millisecond)
+		stopHTTPBridge(t, e, pid)
+		addr2, _ := startHTTPBridge(t, e, bridgeArgs)
+		if _, jerr := modernCall(t, "http://"+addr2+"/mcp", alice, "tasks/get", lost, "", map[string]any{"taskId": lost}, true); jerr == nil || !strings.Contains(jerr.Message, "the bridge restarted since it made it") {
+			t.Errorf("a task of the bridge before its restart: %v", jerr)
+		}
+	})
+}
+
