@@ -206,7 +206,7 @@ func modernCall(t testing.TB, endpoint, token, method, name, session string, par
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	var msg struct {
-		Result map[string]any  `json:"result"`
+		Result map[string]any `json:"result"`
 		Error  *jsonrpc.Error `json:"error"`
 	}
 	text := string(raw)

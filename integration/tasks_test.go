@@ -144,4 +144,3 @@ func TestTasks(t *testing.T) {
 		}
 	})
 }
-
