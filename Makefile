@@ -69,7 +69,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build install uninstall image unit integration integration-rootful integration-gvisor integration-rootless integration-kubernetes test demo lint bench bench-table bench-gvisor bench-kube fuzz soak clean need-env kube-build kube-up kube-down
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-gvisor integration-rootless integration-kubernetes integration-long test demo lint bench bench-table bench-eras bench-gvisor bench-kube fuzz soak clean need-env kube-build kube-up kube-down
 
 help:
 	@echo "Targets:"
@@ -87,6 +87,7 @@ help:
 	@echo "  bench        benchmarks, integration ones included (runs setup and image),"
 	@echo "               then the table of docs/performance.md (TestBenchTable)"
 	@echo "  bench-table  setup, image, and only that table, into docs/performance.md"
+	@echo "  bench-eras   MCP 2026-07-28 against 2025-11-25 over HTTP, tasks, memory per principal, into bench-eras.md"
 	@echo "  bench-gvisor memory snapshots on the runsc engine (gVisor), into bench-gvisor.md"
 	@echo "  bench-kube   the kubernetes engine beside docker on the test cluster (BENCH_KUBE=40 runs)"
 	@echo "  fuzz         every fuzz target for $(FUZZTIME) each (make test: $(TEST_FUZZTIME))"
@@ -152,14 +153,30 @@ unit:
 # integration/npm/node_modules, passed as BRIDGE_NPM_DIR): when this tree is
 # not readable by others (a clone under /root, say), it is copied to
 # $(ROOTLESS_STAGE).
-integration:
-	@for pass in rootful gvisor rootless kubernetes; do \
+integration: build need-env
+	@rm -f $(BIN)/integration-long.log; long=; \
+	for pass in rootful gvisor rootless kubernetes; do \
 		t0=$$(date +%s); \
 		if ! $(MAKE) --no-print-directory integration-$$pass; then \
-			printf '\n==> integration-%s: FAILED after %d s\n' $$pass $$(( $$(date +%s) - t0 )); exit 1; \
+			printf '\n==> integration-%s: FAILED after %d s\n' $$pass $$(( $$(date +%s) - t0 )); \
+			if [ -n "$$long" ]; then kill $$long 2>/dev/null; fi; exit 1; \
 		fi; \
 		printf '\n==> integration-%s: passed in %d s\n' $$pass $$(( $$(date +%s) - t0 )); \
-	done
+		if [ $$pass = rootful ]; then \
+			$(MAKE) --no-print-directory integration-long > $(BIN)/integration-long.log 2>&1 & long=$$!; \
+		fi; \
+	done; \
+	t0=$$(date +%s); \
+	if ! wait $$long; then cat $(BIN)/integration-long.log; printf '\n==> integration-long: FAILED\n'; exit 1; fi; \
+	tail -n 5 $(BIN)/integration-long.log; \
+	printf '\n==> integration-long: passed (waited %d s for it after the other passes)\n' $$(( $$(date +%s) - t0 ))
+
+# The tests too long for the serial passes (TestTaskTenMinutes: a task of
+# 10 minutes on docker), run by `make integration` beside the passes after
+# the rootful one (whose fault tests stop and start the engines).
+integration-long: build need-env
+	$(call banner,integration: the long tests (beside the others))
+	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=docker BRIDGE_TEST_LONG=1 $(GO) test -count=1 -v -timeout 20m -run '^TestTaskTenMinutes$$' ./integration/
 
 # The kubernetes engine on the test cluster (make kube-up: built once,
 # then started in seconds): every test that depends on the engine, and
@@ -251,11 +268,20 @@ bench:
 	. $(ENV_FILE) && $(GO) test -run '^$$' -bench . -benchmem -timeout $(INTEGRATION_TIMEOUT) ./...
 	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=runsc $(GO) test -run '^$$' -bench 'Snapshots' -benchmem -timeout $(INTEGRATION_TIMEOUT) ./integration/
 	$(bench_table)
+	$(MAKE) --no-print-directory bench-eras
 	$(MAKE) --no-print-directory bench-gvisor
 
 bench-table:
 	@for step in setup image; do $(MAKE) --no-print-directory $$step; done
 	$(bench_table)
+
+# MCP 2026-07-28 against 2025-11-25 over HTTP, tasks, and memory per
+# principal and per kept task result (TestBenchEras): its table, for
+# docs/performance.md's "Both MCP eras over HTTP, and tasks".
+bench-eras: build need-env
+	$(call banner,bench: both MCP eras over HTTP$(comma) and tasks)
+	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=docker BRIDGE_BENCH_TABLE=full BRIDGE_BENCH_OUT=$(CURDIR)/bench-eras.md \
+		$(GO) test -count=1 -v -run '^TestBenchEras$$' -timeout $(INTEGRATION_TIMEOUT) ./integration/
 
 # Memory snapshots on the runsc engine (TestBenchMemorySnapshots; as root):
 # its table, for docs/performance.md's "Memory snapshots (gVisor)".

@@ -144,3 +144,58 @@ func TestTasks(t *testing.T) {
 		}
 	})
 }
+
+// TestTaskTenMinutes: a 10-minute run as a task, polled at the interval
+// the bridge advises, with its latest line of output as statusMessage,
+// then its result. It runs in a pass of its own beside the others
+// (make integration-long, BRIDGE_TEST_LONG=1): ten minutes of a serial
+// suite would be ten minutes of CI.
+func TestTaskTenMinutes(t *testing.T) {
+	if os.Getenv("BRIDGE_TEST_LONG") != "1" {
+		t.Skip("the 10-minute task runs beside the suite: make integration-long (BRIDGE_TEST_LONG=1)")
+	}
+	e := enginesFor(t, only("a long task does not depend on the engine", kindDocker))[0]
+	args, _ := serveArgs(e)
+	const token = "long-0123456789abcdef0123456789abcdef"
+	addr, pid := startHTTPBridge(t, e, append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 2, "10m", "15m"),
+		"--principals", principalsFile(t, "long "+token)))
+	endpoint := "http://" + addr + "/mcp"
+	start := time.Now()
+	res := runTask(t, endpoint, token, map[string]any{"timeout_seconds": 700, "code": "import time\nfor i in range(10):\n    print(f'minute {i}', flush=True)\n    time.sleep(60)\nprint('done')"})
+	id, _ := res["taskId"].(string)
+	if id == "" {
+		t.Fatalf("a 10-minute run: %v", res)
+	}
+	seen := map[string]bool{}
+	polls := 0
+	for {
+		got, jerr := modernCall(t, endpoint, token, "tasks/get", id, "", map[string]any{"taskId": id}, true)
+		if jerr != nil {
+			t.Fatalf("tasks/get after %s: %v", time.Since(start).Round(time.Second), jerr)
+		}
+		polls++
+		if msg, _ := got["statusMessage"].(string); got["status"] == "working" && msg != "" {
+			seen[msg] = true
+		}
+		if got["status"] != "working" {
+			result, _ := got["result"].(map[string]any)
+			if got["status"] != "completed" || !strings.Contains(fmt.Sprint(result["content"]), "minute 9\ndone") {
+				t.Fatalf("the 10-minute task ended %v", got)
+			}
+			break
+		}
+		if time.Since(start) > 12*time.Minute {
+			t.Fatalf("the task still works after %s", time.Since(start).Round(time.Second))
+		}
+		if n := len(ownedIDs(t, e, pid)); n != 1 {
+			t.Fatalf("%d containers while the task runs, want its 1", n)
+		}
+		time.Sleep(time.Duration(got["pollIntervalMs"].(float64)) * time.Millisecond)
+	}
+	for i := range 10 {
+		if !seen[fmt.Sprintf("minute %d", i)] {
+			t.Errorf("no poll said %q: %v", fmt.Sprintf("minute %d", i), seen)
+		}
+	}
+	t.Logf("a 10-minute task: %d polls over %s", polls, time.Since(start).Round(time.Second))
+}
