@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,13 +13,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
-// tasksPolicy writes a policy with sessions and tasks (a call answered by
-// a task after 500 ms, at most perPrincipal running of one principal,
-// results kept resultTTL) and timeouts up to maxTimeout.
-func tasksPolicy(t *testing.T, e *engine, perPrincipal int, resultTTL, maxTimeout string) string {
+// tasksPolicy writes a policy with a warm pool of pool, sessions and tasks
+// (a call answered by a task after 500 ms, at most perPrincipal running of
+// one principal, results kept resultTTL) and timeouts up to maxTimeout.
+func tasksPolicy(t *testing.T, e *engine, pool, perPrincipal int, resultTTL, maxTimeout string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
-	pol := "version: 1\n" + sandboxSection(e) + "  max_timeout: " + maxTimeout + "\n  max_concurrent: 8\npool:\n  size: 0\nsessions:\n  enabled: true\n" +
+	pol := "version: 1\n" + sandboxSection(e) + "  max_timeout: " + maxTimeout + "\n  max_concurrent: 8\n" + fmt.Sprintf("pool:\n  size: %d\n", pool) + "sessions:\n  enabled: true\n" +
 		fmt.Sprintf("tasks:\n  after: 500ms\n  max_per_principal: %d\n  result_ttl: %s\n", perPrincipal, resultTTL)
 	if err := os.WriteFile(path, []byte(pol), 0o644); err != nil {
 		t.Fatal(err)
@@ -50,10 +51,26 @@ func TestTasks(t *testing.T) {
 	forEngines(t, aboveEngine("tasks over HTTP"), func(t *testing.T, e *engine) {
 		const alice, bob = "alice-0123456789abcdef0123456789abcdef", "bob-0123456789abcdef0123456789abcdef01"
 		args, _ := serveArgs(e)
-		bridgeArgs := append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 3, "10s", "10m"),
+		// As users run it: a warm pool of 1.
+		bridgeArgs := append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 1, 3, "10s", "10m"),
 			"--principals", principalsFile(t, "alice "+alice, "bob "+bob))
-		addr, pid := startHTTPBridge(t, e, bridgeArgs)
+		debug := freeLoopbackAddr(t)
+		addr, pid := startHTTPBridge(t, e, append(slices.Clone(bridgeArgs), "--debug-addr", debug))
 		endpoint := "http://" + addr + "/mcp"
+		// settled: the pool full, nothing starting or being removed, and
+		// the bridge's containers those and the session's: no run's is
+		// left.
+		settled := func(what string) {
+			t.Helper()
+			awaitQuiet(t, debug, 1)
+			waitFor(t, 30*time.Second, what, func() bool { return len(ownedIDs(t, e, pid)) == 2 })
+			// Still so once the pool is quiet again: no run's container
+			// hid behind one the pool had not yet started.
+			awaitQuiet(t, debug, 1)
+			if ids := ownedIDs(t, e, pid); len(ids) != 2 {
+				t.Fatalf("%s: %d containers, want the pool's and the session's", what, len(ids))
+			}
+		}
 
 		if res := runTask(t, endpoint, alice, map[string]any{"code": "print(6*7)"}); res["resultType"] != "complete" || !strings.Contains(fmt.Sprint(res["content"]), "42") {
 			t.Fatalf("a quick run: %v", res)
@@ -83,7 +100,8 @@ func TestTasks(t *testing.T) {
 		}
 
 		// Cancel: the run stops, its container goes.
-		waitFor(t, 30*time.Second, "the session's container alone", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+		settled("before the cancel")
+		rss0 := debugStats(t, debug).RSS
 		res = runTask(t, endpoint, alice, map[string]any{"code": "import time\ntime.sleep(300)"})
 		cancelled, _ := res["taskId"].(string)
 		if cancelled == "" {
@@ -95,7 +113,7 @@ func TestTasks(t *testing.T) {
 		if got := awaitModernTask(t, endpoint, alice, cancelled, 30*time.Second); got["status"] != "cancelled" {
 			t.Errorf("the cancelled task: %v", got)
 		}
-		waitFor(t, 15*time.Second, "the cancelled task's container removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+		settled("the cancelled task's container removed")
 
 		// A flood: past 3 running tasks of one principal, refused, clearly;
 		// another principal's are its own.
@@ -128,7 +146,8 @@ func TestTasks(t *testing.T) {
 				t.Error(jerr)
 			}
 		}
-		waitFor(t, 30*time.Second, "the flood's containers removed", func() bool { return len(ownedIDs(t, e, pid)) == 1 })
+		settled("the flood's containers removed")
+		t.Logf("bridge RSS %s before the cancel and the flood, %s after", mib(rss0), mib(debugStats(t, debug).RSS))
 
 		// A restart: the old bridge's task is reported lost.
 		res = runTask(t, endpoint, alice, map[string]any{"code": "import time\ntime.sleep(60)"})
@@ -157,7 +176,7 @@ func TestTaskTenMinutes(t *testing.T) {
 	e := enginesFor(t, only("a long task does not depend on the engine", kindDocker))[0]
 	args, _ := serveArgs(e)
 	const token = "long-0123456789abcdef0123456789abcdef"
-	addr, pid := startHTTPBridge(t, e, append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 2, "10m", "15m"),
+	addr, pid := startHTTPBridge(t, e, append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 0, 2, "10m", "15m"),
 		"--principals", principalsFile(t, "long "+token)))
 	endpoint := "http://" + addr + "/mcp"
 	start := time.Now()
