@@ -301,8 +301,30 @@ type getTaskResult struct {
 	ResultType string `json:"resultType"`
 	taskWire
 	InputRequests mcp.InputRequestMap `json:"inputRequests,omitempty"`
-	Result        *mcp.CallToolResult `json:"result,omitempty"`
+	Result        *taskResult         `json:"result,omitempty"`
 	Error         *jsonrpc.Error      `json:"error,omitempty"`
+}
+
+// taskResult is a completed task's result as tasks/get carries it: the
+// CallToolResult the call would have been answered with, shaped as
+// 2026-07-28 shapes it, resultType "complete" included. The go-sdk stamps
+// resultType only on what a handler returns to a 2026-07-28 client, and a
+// task's result reaches the client inside tasks/get's instead; the Tasks
+// extension's TypeScript client refuses a result without it.
+type taskResult struct{ *mcp.CallToolResult }
+
+// MarshalJSON is the result's JSON with resultType "complete".
+func (r taskResult) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(r.CallToolResult)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["resultType"] = json.RawMessage(`"complete"`)
+	return json.Marshal(m)
 }
 
 // emptyTaskResult acknowledges tasks/update and tasks/cancel.
@@ -384,7 +406,9 @@ func (s *Server) getTask(ctx context.Context, _ *mcp.ServerSession, p *taskParam
 		k.d.mu.Unlock()
 	case taskCompleted:
 		k.mu.Lock()
-		out.Result = k.result
+		if k.result != nil {
+			out.Result = &taskResult{k.result}
+		}
 		k.mu.Unlock()
 	}
 	return out, nil

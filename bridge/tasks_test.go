@@ -185,7 +185,7 @@ func TestTaskRunsPastItsCall(t *testing.T) {
 	close(g.release)
 	got = c.awaitTask(id, "completed")
 	result, _ := got["result"].(map[string]any)
-	if !strings.Contains(fmt.Sprint(result["content"]), "done: slow") {
+	if !strings.Contains(fmt.Sprint(result["content"]), "done: slow") || result["resultType"] != "complete" {
 		t.Errorf("the completed task's result: %v", got)
 	}
 	// Fetched once, still there until result_ttl.
