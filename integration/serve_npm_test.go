@@ -74,12 +74,16 @@ func npmPeers(t testing.TB) string {
 	}
 	for _, d := range dirs {
 		// What the tests use: the Inspector CLI, js-tiktoken, the
-		// TypeScript SDK, and the scripts next to node_modules that import
-		// them from there (the token counter, the elicitation client).
+		// TypeScript SDK 1.x and 2.x clients, the Tasks extension's client,
+		// and the scripts next to node_modules that import them from there
+		// (the token counter, the elicitation client; the HTTP clients of
+		// typescript_test.go run from copies beside a link to them).
 		need := []string{
 			filepath.Join(d, ".bin", "mcp-inspector"),
 			filepath.Join(d, "js-tiktoken", "package.json"),
 			filepath.Join(d, "@modelcontextprotocol", "sdk", "package.json"),
+			filepath.Join(d, "@modelcontextprotocol", "client", "package.json"),
+			filepath.Join(d, "@modelcontextprotocol", "ext-tasks", "package.json"),
 			filepath.Join(d, "..", "count-tokens.mjs"),
 			filepath.Join(d, "..", "elicit-client.mjs"),
 		}
