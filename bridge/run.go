@@ -123,18 +123,24 @@ func (s *Server) execute(ctx context.Context, req *mcp.CallToolRequest, a callAr
 		s.log.Error().Err(err).Msg("run failed")
 		return noteSessionEnded(failure(statusUnavailable, "the sandbox could not run the code: "+err.Error()+doctorHint(err), start), resetNote(a, false))
 	}
-	ended := sc.ended(a.session)
-	if note := resetNote(a, true); note != "" && ended != "" {
-		ended = note + "; then " + ended
-	} else if note != "" {
-		ended = note
-	}
-	res := s.renderRun(req, r, ended)
+	res := s.renderRun(req, r, sessionNotes(sc, a))
 	if sc != nil && sc.isNew && !a.reset && a.restore == "" {
 		noteSessionNew(res, a.session)
 	}
 	renderSnapshots(res, saved, restored)
 	return res
+}
+
+// sessionNotes is what session_ended says of a call that ran: why its
+// session ended with it, after what its reset did.
+func sessionNotes(sc *sessionCall, a callArgs) string {
+	ended := sc.ended(a.session)
+	if note := resetNote(a, true); note != "" && ended != "" {
+		return note + "; then " + ended
+	} else if note != "" {
+		return note
+	}
+	return ended
 }
 
 // noteSessionNew says, in a result, that the call started its session: it
