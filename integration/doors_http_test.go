@@ -314,15 +314,16 @@ func TestDoorsHTTPSessionCap(t *testing.T) {
 		})
 		t.Run("proxy", func(t *testing.T) {
 			proxyAddr, proxyPID := startDoorsProxy(t, misbehaveServers(t))
-			// The bridge's own client of the proxy speaks 2026-07-28: it
-			// holds none of the proxy's MCP sessions.
+			// The bridge's own session with the proxy (2025-11-25: the
+			// proxy link keeps one) opens at its first tool call, before the
+			// flood.
 			cs, _, _ := connectStdioArgs(t, e, nil, "--proxy-url", "http://"+proxyAddr+"/mcp", "--policy", doorsPolicy(t, e, ""))
 			if out, _ := runCode(t, cs, "import mcp_tools\nprint(mcp_tools.call('misbehave', 'echo', message='hi')['message'])"); out != "hi\n" {
 				t.Fatalf("a tool call through the proxy: %q", out)
 			}
 			c := sessionCapCase{name: "proxy --http", url: "http://" + proxyAddr + "/mcp", metrics: proxyAddr, pid: proxyPID, cs: cs,
 				code: "import mcp_tools\nprint(mcp_tools.call('misbehave', 'echo', message='during')['message'])", want: "during",
-				cap: 100, refusedStatus: http.StatusTooManyRequests, limit: "http.max_sessions_per_client", reason: "client_cap", floodN: floodN,
+				cap: 99, refusedStatus: http.StatusTooManyRequests, limit: "http.max_sessions_per_client", reason: "client_cap", floodN: floodN,
 				maxPerSession: 32 << 10, maxPastTheCapB: 16 << 20}
 			c.flood(t)
 			out, _ := runCode(t, cs, "import mcp_tools\nprint(mcp_tools.call('misbehave', 'echo', message='still')['message'])")

@@ -146,7 +146,7 @@ func oneStep(t *testing.T, steps []tsStep, name string) tsStep {
 func tsBridge(t *testing.T, e *engine) (addr string, pid int) {
 	t.Helper()
 	args, _ := serveArgs(e)
-	return startHTTPBridge(t, e, append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 3, "1m", "10m"),
+	return startHTTPBridge(t, e, append(withoutSandboxFlags(args), "--policy", tasksPolicy(t, e, 0, 3, "1m", "10m"),
 		"--principals", principalsFile(t, "alice "+tsAlice, "bob "+tsBob)))
 }
 

@@ -52,10 +52,10 @@ type snapshot struct {
 
 // Dial connects to a proxy over t.
 func Dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger) (*Client, error) {
-	return dial(ctx, t, version, log, nil)
+	return dial(ctx, t, version, log, nil, nil)
 }
 
-func dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger, scrub *Scrubber) (*Client, error) {
+func dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logger, scrub *Scrubber, opts *mcp.ClientSessionOptions) (*Client, error) {
 	c := &Client{log: log, scrub: scrub}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bridge", Version: version}, &mcp.ClientOptions{
 		Capabilities: &mcp.ClientCapabilities{},
@@ -65,7 +65,7 @@ func dial(ctx context.Context, t mcp.Transport, version string, log zerolog.Logg
 			c.mu.Unlock()
 		},
 	})
-	s, err := client.Connect(ctx, t, nil)
+	s, err := client.Connect(ctx, t, opts)
 	if err != nil {
 		return nil, scrub.Error(fmt.Errorf("connecting to the MCP proxy: %w", err))
 	}
@@ -85,6 +85,9 @@ func (c *Client) Closed() bool {
 	}
 }
 
+// proxyLinkVersion is the MCP revision the bridge speaks to a remote proxy.
+const proxyLinkVersion = "2025-11-25"
+
 // DialHTTP connects to a proxy served by `bridge proxy --http`. token, if
 // set, is sent as a bearer token, to url's origin only; redirects are
 // refused, and each answer may have maxProxyMessage bytes, as over the
@@ -97,7 +100,13 @@ func DialHTTP(ctx context.Context, url, token, version string, log zerolog.Logge
 	}
 	t := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: newHTTPClient(url, headers, maxProxyMessage),
 		MaxEventSize: maxProxyMessage}
-	return dial(ctx, t, version, log, NewScrubber([]string{url}, []string{token}))
+	// An MCP session (2025-11-25, the last revision that has them): the
+	// catalog follows the proxy's tools by its tools/list_changed
+	// notifications on the session's stream. Over 2026-07-28 they come only
+	// on a subscriptions/listen stream, and measured so (TestTracing's
+	// remote proxy), the catalog missed the tools of an upstream that
+	// connected after the first listing.
+	return dial(ctx, t, version, log, NewScrubber([]string{url}, []string{token}), &mcp.ClientSessionOptions{ProtocolVersion: proxyLinkVersion})
 }
 
 // Close ends the session.
