@@ -240,6 +240,7 @@ data:
 			cs, err := mcp.NewClient(&mcp.Implementation{Name: "kube-test", Version: "1"}, nil).Connect(context.Background(),
 				&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer(token)}}, nil)
 			if err == nil {
+				listed(t, cs) // as agents do: the session argument's header needs it
 				return cs
 			}
 			last = err
