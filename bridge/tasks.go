@@ -47,10 +47,10 @@ type task struct {
 	id      string
 	owner   string // the principal that made it
 	created time.Time
-	d       *detached
 	timeout time.Duration // the run's
 
 	mu        sync.Mutex
+	d         *detached // the run; nil once it ended (its result is kept, not its state)
 	updated   time.Time
 	status    string
 	message   string
@@ -180,7 +180,7 @@ type taskHandle struct{ k *task }
 // watchTask follows the task's run: its questions make it input_required,
 // its end completes it; then it is kept for tasks.result_ttl.
 func (s *Server) watchTask(k *task, tp policy.Tasks) {
-	d := k.d
+	d := k.run()
 	for {
 		select {
 		case p := <-d.rs.pending:
@@ -201,9 +201,10 @@ func (s *Server) watchTask(k *task, tp policy.Tasks) {
 // endTask records the run's end in its task, bounds the principal's kept
 // results, and removes the task tasks.result_ttl later.
 func (s *Server) endTask(k *task, tp policy.Tasks) {
-	res := s.collect(k.d)
+	res := s.collect(k.run())
 	b, _ := json.Marshal(res)
 	k.mu.Lock()
+	k.d = nil
 	k.ended, k.updated = time.Now(), time.Now()
 	switch {
 	case k.cancelled:
@@ -266,6 +267,13 @@ func (ts *taskStore) drop(k *task, why string) {
 	}
 	k.mu.Unlock()
 	_ = why
+}
+
+// run is the task's run, nil once it ended.
+func (k *task) run() *detached {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.d
 }
 
 // set changes a running task's state.
@@ -392,19 +400,20 @@ func (s *Server) getTask(ctx context.Context, _ *mcp.ServerSession, p *taskParam
 	}
 	tp, _ := s.taskSettings()
 	out := &getTaskResult{ResultType: "complete", taskWire: k.wire(tp.ResultTTL)}
-	switch out.Status {
-	case taskWorking:
-		if msg := k.d.rs.progress().message(); msg != "" {
+	d := k.run()
+	switch {
+	case out.Status == taskWorking && d != nil:
+		if msg := d.rs.progress().message(); msg != "" {
 			out.StatusMessage = msg
 		}
-	case taskInputRequired:
-		k.d.mu.Lock()
+	case out.Status == taskInputRequired && d != nil:
+		d.mu.Lock()
 		out.InputRequests = mcp.InputRequestMap{}
-		for id, q := range k.d.asked {
+		for id, q := range d.asked {
 			out.InputRequests[id] = q.params
 		}
-		k.d.mu.Unlock()
-	case taskCompleted:
+		d.mu.Unlock()
+	case out.Status == taskCompleted:
 		k.mu.Lock()
 		if k.result != nil {
 			out.Result = &taskResult{k.result}
@@ -420,7 +429,10 @@ func (s *Server) updateTask(ctx context.Context, _ *mcp.ServerSession, p *update
 	if err != nil {
 		return nil, err
 	}
-	d := k.d
+	d := k.run()
+	if d == nil {
+		return &emptyTaskResult{ResultType: "complete"}, nil // it ended: nothing is outstanding
+	}
 	d.mu.Lock()
 	for id, resp := range p.InputResponses {
 		q := d.asked[id]
@@ -450,11 +462,14 @@ func (s *Server) cancelTask(ctx context.Context, _ *mcp.ServerSession, p *taskPa
 		return nil, err
 	}
 	k.mu.Lock()
+	d := k.d
 	if k.ended.IsZero() {
 		k.cancelled = true
 	}
 	k.mu.Unlock()
-	k.d.cancel()
+	if d != nil {
+		d.cancel()
+	}
 	s.log.Info().Str("task", k.id).Msg("task: cancel asked")
 	return &emptyTaskResult{ResultType: "complete"}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -142,7 +143,7 @@ func TestBenchEras(t *testing.T) {
 	// its files' owner, its approvals); then kept task results of 10 KB.
 	awaitQuiet(t, debug, 2)
 	time.Sleep(time.Second)
-	rss0 := debugStats(t, debug).RSS
+	heap0, rss0 := gcHeap(t, debug), debugStats(t, debug).RSS
 	for i := 1; i < principals; i++ {
 		if _, jerr := modernCall(t, endpoint, tokens[i], "tools/list", "", "", map[string]any{}, false); jerr != nil {
 			t.Fatal(jerr)
@@ -150,7 +151,7 @@ func TestBenchEras(t *testing.T) {
 	}
 	awaitQuiet(t, debug, 2)
 	time.Sleep(time.Second)
-	rss1 := debugStats(t, debug).RSS
+	heap1, rss1 := gcHeap(t, debug), debugStats(t, debug).RSS
 	var ids []string
 	for range kept {
 		res, jerr := modernCall(t, endpoint, tokens[0], "tools/call", "run_python", "", map[string]any{"name": "run_python",
@@ -166,7 +167,7 @@ func TestBenchEras(t *testing.T) {
 	}
 	awaitQuiet(t, debug, 2)
 	time.Sleep(time.Second)
-	rss2 := debugStats(t, debug).RSS
+	heap2, rss2 := gcHeap(t, debug), debugStats(t, debug).RSS
 
 	out := fmt.Sprintf("Measured %s by TestBenchEras (BRIDGE_BENCH_TABLE=%s) on docker, bridge serve --http on loopback, pool of 2, go-sdk v1.8.0 clients.\n\n",
 		started.UTC().Format("2006-01-02 15:04 MST"), c.mode) +
@@ -177,8 +178,10 @@ func TestBenchEras(t *testing.T) {
 		fmt.Sprintf("| the same run as a task (after 100 ms), polled every `pollIntervalMs` (1 s) | %s |\n", latencies(taskAdvised)) +
 		fmt.Sprintf("| the same task polled every 100 ms | %s |\n", latencies(taskFast)) +
 		fmt.Sprintf("| one `tasks/get`, %d polls | %s |\n", len(polls), latencies(polls)) +
-		fmt.Sprintf("| bridge RSS per idle principal (%d principals, each one request) | %.1f KiB |\n", principals-1, float64(rss1-rss0)/float64(principals-1)/1024) +
-		fmt.Sprintf("| bridge RSS per kept task result of 10 KB of output (%d tasks) | %.1f KiB |\n", kept, float64(rss2-rss1)/float64(kept)/1024) +
+		fmt.Sprintf("| bridge memory per idle principal (%d principals, each one request): live heap after a GC; RSS | %.1f KiB; %.1f KiB |\n", principals-1,
+			float64(heap1-heap0)/float64(principals-1)/1024, float64(rss1-rss0)/float64(principals-1)/1024) +
+		fmt.Sprintf("| bridge memory per kept task result of 10 KB of output (%d tasks; the result holds it twice: text and structuredContent): live heap after a GC; RSS | %.1f KiB; %.1f KiB |\n", kept,
+			float64(heap2-heap1)/float64(kept)/1024, float64(rss2-rss1)/float64(kept)/1024) +
 		fmt.Sprintf("| bridge RSS: before, with the principals, with the kept tasks | %s, %s, %s |\n", mib(rss0), mib(rss1), mib(rss2))
 	t.Logf("took %s\n%s", time.Since(started).Round(time.Second), out)
 	if path := os.Getenv("BRIDGE_BENCH_OUT"); path != "" && !t.Failed() {
@@ -186,4 +189,20 @@ func TestBenchEras(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// gcHeap is the bridge's live heap: its /debug/pprof/heap?gc=1 runs a
+// collection first, then /debug/stats reads the heap.
+func gcHeap(t *testing.T, addr string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/debug/pprof/heap?gc=1: %s", resp.Status)
+	}
+	return int64(debugStats(t, addr).HeapAlloc)
 }
