@@ -492,17 +492,8 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 	case !sameShape(p.shape, l):
 		miss = "the run's limits differ from the pool's"
 	}
-	for miss == "" && len(p.ready) > 0 {
-		r := p.ready[0]
-		p.ready = slices.Delete(p.ready, 0, 1)
-		// The cold start below meets a changed mount's folder as it is
-		// now (and fails, naming it, when it is gone).
-		if p.unusable(r, now) {
-			drop = append(drop, r.inst)
-			continue
-		}
-		inst = r.inst
-		break
+	if miss == "" {
+		inst, drop = p.popReady(now)
 	}
 	// A miss for ready containers the pool lost, this run's own finding
 	// or its check's, says why.
@@ -549,8 +540,64 @@ func (p *Pool) take(ctx context.Context, l Limits, name string) (inst *Container
 		inst.claim(name)
 		return inst, true, "", nil
 	}
-	inst, err = p.e.Start(ctx, l, name)
+	// While the engine has no room for the run's container, the pool's
+	// ready ones may hold it (a Kubernetes node's CPU and memory): the
+	// run takes the first that is ready then, rather than wait for room
+	// that no run would free.
+	var handed *Container
+	inst, err = p.e.Start(WithNoRoom(ctx, func(string) bool {
+		handed = p.handOver(l)
+		return handed != nil
+	}), l, name)
+	if handed != nil {
+		if err == nil {
+			p.Release(inst) // an engine that started it anyway
+		}
+		handed.claim(name)
+		return handed, true, "", nil
+	}
 	return inst, false, miss, err
+}
+
+// popReady takes the first ready container that can run code, and returns
+// those found unusable on the way (the cold start instead meets a changed
+// mount's folder as it is now, and fails naming it when it is gone). p.mu
+// is held.
+func (p *Pool) popReady(now time.Time) (inst *Container, drop []*Container) {
+	for len(p.ready) > 0 {
+		r := p.ready[0]
+		p.ready = slices.Delete(p.ready, 0, 1)
+		if p.unusable(r, now) {
+			drop = append(drop, r.inst)
+			continue
+		}
+		return r.inst, drop
+	}
+	return nil, drop
+}
+
+// handOver is a ready container of limits l for a run that missed and
+// whose engine has no room for a container of its own, or nil; the run
+// counts as a hit then.
+func (p *Pool) handOver(l Limits) *Container {
+	p.mu.Lock()
+	if p.closed || p.size == 0 || !sameShape(p.shape, l) {
+		p.mu.Unlock()
+		return nil
+	}
+	inst, drop := p.popReady(time.Now())
+	if inst != nil {
+		p.clearLost()
+		p.stats.Misses--
+		p.stats.Hits++
+		p.winMin = min(p.winMin, len(p.ready))
+	}
+	p.mu.Unlock()
+	p.discard(drop)
+	if inst != nil {
+		p.poke()
+	}
+	return inst
 }
 
 // Acquire returns an [Instance] of limits l for the run runID: a container

@@ -504,3 +504,70 @@ func TestPoolMountReplacedSeenByTheCheck(t *testing.T) {
 		t.Fatalf("a run once the pool refilled: %+v, %v; want warm", res, err)
 	}
 }
+
+// TestPoolHandsReadyToARunWithNoRoom: on an engine with room for so many
+// containers (a Kubernetes node's CPU), a run that missed waits for room;
+// when the pool's refill gets that room first, the run takes the refill's
+// container rather than wait for room the idle pool holds, which no run
+// would ever free.
+func TestPoolHandsReadyToARunWithNoRoom(t *testing.T) {
+	rt := newFake(pythonRunner(t))
+	rt.room = 1
+	p := newTestPool(t, rt, 1, testLimits())
+	waitReady(t, p, 1)
+	ctx := context.Background()
+	// A takes the ready container and holds the room; the refill waits.
+	a, err := p.Acquire(ctx, testLimits(), "runa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("never %s: %+v, %d waiting for room", what, p.Stats(), rt.waiting())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	waitFor("the refill waiting for room", func() bool { return rt.waiting() == 1 })
+	// B finds nothing ready, and waits behind the refill.
+	type got struct {
+		inst Instance
+		err  error
+	}
+	bc := make(chan got, 1)
+	bctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go func() {
+		inst, err := p.Acquire(bctx, testLimits(), "runb")
+		bc <- got{inst, err}
+	}()
+	waitFor("B waiting for room", func() bool { return rt.waiting() == 2 })
+	// A ends: the refill, first in line, gets the room and is ready; B
+	// takes it.
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b got
+	select {
+	case b = <-bc:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("B still waits for room the pool's ready container holds: %+v", p.Stats())
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	defer b.inst.Close(ctx)
+	res, err := b.inst.Exec(ctx, ExecRequest{RunID: "runb", Code: "print(6*7)", Timeout: 10 * time.Second, OutputBytes: 1 << 20})
+	if err != nil || res.Status != StatusOK || res.Stdout != "42\n" {
+		t.Fatalf("B in the handed-over container: %+v, %v", res, err)
+	}
+	if !res.Warm {
+		t.Errorf("B ran in the pool's container, yet is not warm: %+v", res)
+	}
+	if s := p.Stats(); s.Hits != 2 || s.Misses != 0 {
+		t.Errorf("%+v: want 2 hits (A, and B handed the refill's container), 0 misses", s)
+	}
+}

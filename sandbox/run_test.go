@@ -51,14 +51,21 @@ type fakeRuntime struct {
 	containers map[string]*fakeContainer
 	created    int
 	lastSpec   ContainerSpec
+	// room, when above 0, is how many containers may run at once, as a
+	// Kubernetes node's CPU holds so many pods: a Start beyond it waits
+	// its turn in roomQueue, first come first served, and each time it
+	// finds no room asks its caller whether to give up (NoRoom).
+	room      int
+	roomQueue []string
 }
 
 type fakeContainer struct {
-	spec   ContainerSpec
-	cancel context.CancelFunc
-	done   chan struct{}
-	state  ExitState
-	logs   string
+	spec    ContainerSpec
+	running bool // admitted by Start (room)
+	cancel  context.CancelFunc
+	done    chan struct{}
+	state   ExitState
+	logs    string
 }
 
 var _ Containers = (*fakeRuntime)(nil)
@@ -129,13 +136,18 @@ func (f *fakeRuntime) lookup(idOrName string) (string, *fakeContainer, error) {
 	return "", nil, ErrNotFound
 }
 
-func (f *fakeRuntime) Start(_ context.Context, id string) error {
+func (f *fakeRuntime) Start(ctx context.Context, id string) error {
 	c, err := f.get(id)
 	if err != nil {
 		return err
 	}
+	if err := f.awaitRoom(ctx, id, c); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	f.mu.Lock()
 	c.cancel = cancel
+	f.mu.Unlock()
 	sock := filepath.Join(c.spec.Mounts[0].Source, "relay.sock")
 	go func() {
 		st := f.behave(ctx, sock, c.spec.Env[EnvRelayToken], c.spec)
@@ -146,6 +158,59 @@ func (f *fakeRuntime) Start(_ context.Context, id string) error {
 		close(c.done)
 	}()
 	return nil
+}
+
+// awaitRoom admits c to run once it is first in line and fewer than room
+// containers run, or fails when its caller takes another instead
+// ([NoRoom]) or ctx ends.
+func (f *fakeRuntime) awaitRoom(ctx context.Context, id string, c *fakeContainer) error {
+	f.mu.Lock()
+	if f.room == 0 {
+		c.running = true
+		f.mu.Unlock()
+		return nil
+	}
+	f.roomQueue = append(f.roomQueue, id)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.roomQueue = slices.DeleteFunc(f.roomQueue, func(q string) bool { return q == id })
+		f.mu.Unlock()
+	}()
+	for {
+		f.mu.Lock()
+		running := 0
+		for _, o := range f.containers {
+			select {
+			case <-o.done:
+			default:
+				if o.running {
+					running++
+				}
+			}
+		}
+		admitted := f.roomQueue[0] == id && running < f.room
+		c.running = admitted
+		f.mu.Unlock()
+		if admitted {
+			return nil
+		}
+		if NoRoom(ctx, "fake: no room") {
+			return fmt.Errorf("start %s: %w", id, ErrNoRoom)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// waiting is how many Starts wait for room.
+func (f *fakeRuntime) waiting() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.roomQueue)
 }
 
 func (f *fakeRuntime) Wait(ctx context.Context, id string) (ExitState, error) {

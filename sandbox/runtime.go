@@ -196,4 +196,7 @@ var (
 	ErrNotFound = errors.New("container not found")
 	// ErrLimitsNotEnforced means the engine would silently drop a requested limit.
 	ErrLimitsNotEnforced = errors.New("resource limits cannot be enforced")
+	// ErrNoRoom means a Start gave up because the engine had no room for
+	// the container and its caller took another one ([WithNoRoom]).
+	ErrNoRoom = errors.New("no room for the container")
 )

@@ -735,7 +735,8 @@ func (k *Client) Start(ctx context.Context, id string) error {
 	k.mu.Unlock()
 	// A node that has no room for the pod (its CPU or memory taken by
 	// other runs' pods, which ask requests = limits) makes the kubelet
-	// reject it: it is made again once there may be room, until ctx ends.
+	// reject it: it is made again once there may be room, until ctx ends
+	// or the caller takes a container it holds instead (sandbox.NoRoom).
 	// noRoom is the node's latest rejection: the start timeout says it
 	// wherever it ends, also while a new try is made or watched.
 	var created *corev1.Pod
@@ -797,6 +798,11 @@ func (k *Client) Start(ctx context.Context, id string) error {
 				return fmt.Errorf("pod %s: node %s had no room for it (%s), and removing it to try again failed: %w", id, k.node, noRoom, err)
 			}
 			return k.startTimedOut(id, noRoom, nil)
+		}
+		// The caller may hold room itself (the warm pool's ready pods):
+		// it takes one of those instead of waiting.
+		if sandbox.NoRoom(ctx, noRoom) {
+			return fmt.Errorf("pod %s: node %s had no room for it (%s): %w", id, k.node, noRoom, sandbox.ErrNoRoom)
 		}
 		select {
 		case <-ctx.Done():

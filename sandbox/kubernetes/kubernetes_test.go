@@ -18,6 +18,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -652,6 +653,46 @@ func TestKubeNoRoomWaitsForAPlace(t *testing.T) {
 	err = k.Start(sctx, id)
 	if err == nil || !strings.Contains(err.Error(), "no room") || !strings.Contains(err.Error(), "OutOfmemory") {
 		t.Fatalf("start on a full node: %v", err)
+	}
+}
+
+// A node without room asks Start's caller, at each rejection, whether it
+// takes a container it holds instead (the warm pool's): when it does,
+// Start gives up at once with ErrNoRoom, the rejected pod gone.
+func TestKubeNoRoomAsksTheCaller(t *testing.T) {
+	k, cs, _ := newFakeKube(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, _ := k.Create(ctx, kubeSpec(t))
+	go func() {
+		for ctx.Err() == nil {
+			p, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != "" {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "OutOfcpu", "Node didn't have enough resource: cpu"
+			if _, err := cs.CoreV1().Pods("runs").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+				t.Error(err)
+			}
+		}
+	}()
+	var reasons []string
+	err := k.Start(sandbox.WithNoRoom(ctx, func(reason string) bool {
+		reasons = append(reasons, reason)
+		return len(reasons) == 2
+	}), id)
+	if !errors.Is(err, sandbox.ErrNoRoom) || ctx.Err() != nil {
+		t.Fatalf("start, the caller taking another container at the second rejection: %v (ctx: %v)", err, ctx.Err())
+	}
+	if len(reasons) != 2 || !strings.Contains(reasons[0], "OutOfcpu") {
+		t.Errorf("the caller was asked %q; want twice, with the node's reason", reasons)
+	}
+	if _, err := cs.CoreV1().Pods("runs").Get(ctx, id, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the rejected pod after Start gave up: %v; want it gone", err)
+	}
+	if err := k.Remove(ctx, id); err != nil {
+		t.Errorf("remove after Start gave up: %v", err)
 	}
 }
 
