@@ -69,7 +69,7 @@ DRYRUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
 
 banner = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: help setup build install uninstall image unit integration integration-rootful integration-gvisor integration-rootless integration-kubernetes integration-long test demo lint bench bench-table bench-eras bench-gvisor bench-kube fuzz soak clean need-env kube-build kube-up kube-down
+.PHONY: help setup build install uninstall image unit integration integration-rootful integration-gvisor integration-rootless integration-kubernetes integration-long test demo lint bench bench-table bench-eras bench-gvisor bench-kube fuzz soak clean need-env kube-build kube-up kube-down scorecard scorecard-check
 
 help:
 	@echo "Targets:"
@@ -92,6 +92,7 @@ help:
 	@echo "  bench-kube   the kubernetes engine beside docker on the test cluster (BENCH_KUBE=40 runs)"
 	@echo "  fuzz         every fuzz target for $(FUZZTIME) each (make test: $(TEST_FUZZTIME))"
 	@echo "  soak         500 sequential and 200 8-way runs through bridge serve, each engine"
+	@echo "  scorecard    docs/security-scorecard.md from the last make integration's logs (CI checks it)"
 	@echo "  demo         setup, image, bridge doctor, bridge run examples/hello.py"
 	@echo "  kube-build   Kubernetes $(KUBE_VERSION) and etcd for the test cluster, built once from the"
 	@echo "               Go module proxy and cached in /var/cache/bridge-kube ($(KUBE)/README.md)"
@@ -170,6 +171,19 @@ integration: build need-env
 	if ! wait $$long; then cat $(BIN)/integration-long.log; printf '\n==> integration-long: FAILED\n'; exit 1; fi; \
 	tail -n 5 $(BIN)/integration-long.log; \
 	printf '\n==> integration-long: passed (waited %d s for it after the other passes)\n' $$(( $$(date +%s) - t0 ))
+	@$(MAKE) --no-print-directory scorecard-check
+
+# docs/security-scorecard.md, from the passes' logs that `make integration`
+# keeps in $(SCORECARD_LOGS): `make scorecard` writes it, scorecard-check
+# (the end of `make integration`) fails when it and the run disagree.
+SCORECARD_LOGS := $(BIN)/scorecard
+
+scorecard:
+	$(GO) run ./integration/scorecard -logs $(SCORECARD_LOGS) -out docs/security-scorecard.md
+
+scorecard-check:
+	$(call banner,scorecard: docs/security-scorecard.md against this run)
+	$(GO) run ./integration/scorecard -logs $(SCORECARD_LOGS) -out docs/security-scorecard.md -check
 
 # The tests too long for the serial passes (TestTaskTenMinutes: a task of
 # 10 minutes on docker), run by `make integration` beside the passes after
@@ -185,23 +199,27 @@ integration-long: build need-env
 integration-kubernetes: build need-env
 	@$(MAKE) --no-print-directory kube-up
 	$(call banner,integration: the kubernetes engine on the test cluster)
-	. $(ENV_FILE) && . $(KUBE_ENV) && BRIDGE_TEST_ENGINES=kubernetes $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./integration/
+	@mkdir -p $(SCORECARD_LOGS)
+	. $(ENV_FILE) && . $(KUBE_ENV) && BRIDGE_TEST_ENGINES=kubernetes $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./integration/ 2>&1 | tee $(SCORECARD_LOGS)/kubernetes.log
 
 integration-rootful: build need-env
 	$(call banner,integration: rootful engines (go test ./integration/...))
-	. $(ENV_FILE) && $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./integration/...
+	@mkdir -p $(SCORECARD_LOGS)
+	. $(ENV_FILE) && $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) $(if $(RUN),-run '$(RUN)') ./integration/... 2>&1 | tee $(SCORECARD_LOGS)/rootful.log
 
 # The runsc engine (gVisor driven by the bridge, as root, with Docker's
 # images): the tests of what it adds, and a few that prove it runs code
 # as the others do (GVISOR_RUN; RUN=PATTERN instead).
-GVISOR_RUN ?= TestOutputAndErrors$$|TestRootReadOnly$$|TestIdentityAndPrivileges$$|TestNetworkUnreachable$$|TestMemoryLimitKills$$|TestSessions$$|TestMemorySnapshots$$|TestMemorySnapshotsHostile$$|TestSnapshotsHostile$$|TestCLIRun$$
+GVISOR_RUN ?= TestOutputAndErrors$$|TestRootReadOnly$$|TestIdentityAndPrivileges$$|TestNetworkUnreachable$$|TestMemoryLimitKills$$|TestHostile$$|TestPersistenceAcrossRuns$$|TestTmpfsLimits$$|TestForkBombHitsPidsLimit$$|TestTimeoutKills$$|TestConcurrentRunsAreIsolated$$|TestSessions$$|TestMemorySnapshots$$|TestMemorySnapshotsHostile$$|TestSnapshotsHostile$$|TestCLIRun$$
 
 integration-gvisor: build need-env
 	$(call banner,integration: the runsc engine (gVisor driven by the bridge; images from docker))
-	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=runsc $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) -run '$(or $(RUN),$(GVISOR_RUN))' ./integration/
+	@mkdir -p $(SCORECARD_LOGS)
+	. $(ENV_FILE) && BRIDGE_TEST_ENGINES=runsc $(GO) test -count=1 -v -timeout $(INTEGRATION_TIMEOUT) -run '$(or $(RUN),$(GVISOR_RUN))' ./integration/ 2>&1 | tee $(SCORECARD_LOGS)/gvisor.log
 
 integration-rootless: build need-env
 	$(call banner,integration: rootless Podman as the unprivileged user)
+	@mkdir -p $(SCORECARD_LOGS)
 	rm -f $(BIN)/integration.test
 	$(GO) test -c -o $(BIN)/integration.test ./integration
 	@. $(ENV_FILE); \
@@ -224,7 +242,7 @@ integration-rootless: build need-env
 		XDG_RUNTIME_DIR="$$BRIDGE_ROOTLESS_RUNTIME_DIR" BRIDGE_TEST_ROOTLESS=1 \
 		BRIDGE_TEST_BIN="$$dir/$(BIN)/bridge" BRIDGE_NPM_DIR="$$dir/integration/npm/node_modules" \
 		"$$dir/$(BIN)/integration.test" -test.count=1 -test.v -test.timeout $(INTEGRATION_TIMEOUT) \
-		$(if $(RUN),-test.run '$(RUN)')
+		$(if $(RUN),-test.run '$(RUN)') 2>&1 | tee $(CURDIR)/$(SCORECARD_LOGS)/rootless.log
 
 # THE test command. Each step is its own make so the order holds under -j.
 # In CI (CI=true) the daemons setup.sh started are stopped on exit, pass or
