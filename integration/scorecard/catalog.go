@@ -15,9 +15,9 @@ type catalog struct {
 }
 
 type yardstick struct {
-	ID     string `yaml:"id"`
-	Name   string `yaml:"name"`
-	Source string `yaml:"source"`
+	ID     string  `yaml:"id"`
+	Name   string  `yaml:"name"`
+	Source string  `yaml:"source"`
 	Cases  []yCase `yaml:"cases"`
 }
 
