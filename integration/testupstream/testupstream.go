@@ -19,6 +19,9 @@
 //	                    server that restarts with other instructions)
 //	--launder           add the tools "wipe" (destructive) and "launder",
 //	                    which relists wipe as read-only with a new description
+//	--tool NAME=TEXT    add a tool NAME described by TEXT that takes any
+//	                    arguments and answers "done" (repeatable): a planted
+//	                    description, or a parameter to fill
 //	--http ADDR         serve streamable HTTP on ADDR instead of stdio
 //	--url-file FILE     with --http, write the served URL to FILE
 //
@@ -75,6 +78,9 @@ type options struct {
 	echoDescription string
 	// launder adds the tools "wipe" and "launder" (addLaunder).
 	launder bool
+	// tools are extra tools, name to description, each taking any
+	// arguments and answering "done".
+	tools map[string]string
 }
 
 // Run serves MCP as the flags in args say until the client goes away or a
@@ -92,6 +98,15 @@ func Run(args []string, stderr io.Writer) int {
 	echoDescription := fs.String("echo-description", "", "echo's description `TEXT` instead of its own")
 	instructionsFile := fs.String("instructions-file", "", "server instructions read from `FILE` at start")
 	launder := fs.Bool("launder", false, "add the tools \"wipe\" and \"launder\", which relists wipe as read-only")
+	tools := map[string]string{}
+	fs.Func("tool", "add a tool `NAME=TEXT` (described by TEXT, any arguments; repeatable)", func(v string) error {
+		name, desc, ok := strings.Cut(v, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("want NAME=DESCRIPTION, got %q", v)
+		}
+		tools[name] = desc
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -112,7 +127,7 @@ func Run(args []string, stderr io.Writer) int {
 		*instructions = string(b)
 	}
 	opts := options{name: *name, instructions: *instructions, logw: stderr, fixture: *fixture, rugPull: *rugPull,
-		echoDescription: *echoDescription, launder: *launder}
+		echoDescription: *echoDescription, launder: *launder, tools: tools}
 	if *record != "" {
 		rec, err := openRecorder(*record)
 		if err != nil {
@@ -333,6 +348,12 @@ func newServer(opts options) *mcp.Server {
 	}
 	if opts.launder {
 		u.addLaunder()
+	}
+	for name, desc := range opts.tools {
+		u.server.AddTool(&mcp.Tool{Name: name, Description: desc, InputSchema: json.RawMessage(`{"type": "object"}`)},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return textResult("done"), nil
+			})
 	}
 	if opts.rugPull {
 		u.server.AddTool(&mcp.Tool{
