@@ -43,7 +43,9 @@ func plantYard(t *testing.T, dir string, e *engine) yardPlant {
 	}
 	p := yardPlant{token: "yardstick-" + hex.EncodeToString(b), kind: e.kind(), hostIP: hostIPv4()}
 	home, err := os.UserHomeDir()
-	if err != nil || os.MkdirAll(filepath.Join(home, ".ssh"), 0o700) != nil {
+	ssh := filepath.Join(home, ".ssh")
+	_, statErr := os.Stat(ssh)
+	if err != nil || os.MkdirAll(ssh, 0o700) != nil {
 		home = t.TempDir()
 		t.Setenv("HOME", home)
 		if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
@@ -61,7 +63,12 @@ func plantYard(t *testing.T, dir string, e *engine) yardPlant {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { os.Remove(key) })
+	t.Cleanup(func() {
+		os.Remove(key)
+		if os.IsNotExist(statErr) {
+			os.Remove(filepath.Dir(key)) // the ~/.ssh this made, if still empty
+		}
+	})
 	return p
 }
 
