@@ -186,6 +186,8 @@ type hostileCase struct {
 	check  func(v *verdict, r hostileRun)
 	// after checks the host once the case's run has ended.
 	after func(v *verdict)
+	// before plants what the case needs on the host, just before its run.
+	before func(t *testing.T)
 	// bug marks a known bug of the bridge, by engine name. The case still
 	// runs and is checked: if its check fails it is skipped with this
 	// text, and if it passes it fails, so that the mark goes once fixed.
@@ -200,6 +202,7 @@ type hostileEnv struct {
 	debugPort    string
 	abstractName string // an abstract unix socket the test listens on, without the leading NUL
 	record       string // the misbehave upstream's record of the calls it received
+	yard         yardPlant
 }
 
 // relayPrelude gives a case's code the runner's own relay connection.
@@ -1332,9 +1335,10 @@ func TestHostile(t *testing.T) {
 		dir := t.TempDir()
 		record := filepath.Join(dir, "calls.jsonl")
 		servers := filepath.Join(dir, "servers.json")
+		yard := plantYard(t, dir, e)
 		writeServers(t, servers, map[string]any{
 			"misbehave": map[string]any{"command": self, "args": []string{"--name", "misbehave", "--record", record},
-				"env": map[string]string{upstreamEnv: "1", "UPSTREAM_SECRET": hostileUpstreamSecret}},
+				"env": map[string]string{upstreamEnv: "1", "UPSTREAM_SECRET": hostileUpstreamSecret, yardTokenEnv: yard.token}},
 		})
 		policyFile := filepath.Join(dir, "policy.yaml")
 		// The pool on, as users run it (2 ready containers): each attack
@@ -1367,9 +1371,12 @@ func TestHostile(t *testing.T) {
 			t.Fatalf("the bridge has %.1f MB resident before any attack", mb(base.RSS))
 		}
 
-		env := hostileEnv{debugPort: port, abstractName: abstract, record: record}
+		env := hostileEnv{debugPort: port, abstractName: abstract, record: record, yard: yard}
+		cases := hostileCases(env)
+		// The yardsticks' cases go before the last two, which must stay last.
+		cases = slices.Insert(cases, len(cases)-2, yardCases(env)...)
 		var rows []hostileRow
-		for _, c := range hostileCases(env) {
+		for _, c := range cases {
 			row := hostileRow{name: c.name}
 			t.Run(c.name, func(t *testing.T) {
 				defer func() {
@@ -1386,6 +1393,9 @@ func TestHostile(t *testing.T) {
 					t.Skip("this engine cannot enforce memory and pids limits (TestRootlessPodman checks that it says so)")
 				}
 				ready := readyPool(t, e, pid, w)
+				if c.before != nil {
+					c.before(t)
+				}
 				w.reset()
 				r := hostileCall(t, cs, c.code, c.timeout)
 				row.status, row.wall = r.Status, r.wall
