@@ -1143,17 +1143,26 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
 # read-only mount stops writes to files, not to FIFOs).
 # docs/security.md says what remains.
 
-# Per architecture: AUDIT_ARCH, the numbers of socket and socketpair, and
-# those refused outright: ptrace, process_vm_readv, process_vm_writev and
-# pidfd_getfd (the code could otherwise drive another process of the
-# container that the filter does not bind, its init, where the kernel lets
-# a process trace another of its uid); io_uring_setup, _enter and _register
-# (its socket and connect operations would pass the socket filter below,
-# and a container runtime's default profile may allow it).
+# Per architecture: AUDIT_ARCH, the numbers of socket, socketpair, clone
+# and clone3, and those refused outright: ptrace, process_vm_readv,
+# process_vm_writev and pidfd_getfd (the code could otherwise drive another
+# process of the container that the filter does not bind, its init, where
+# the kernel lets a process trace another of its uid); io_uring_setup,
+# _enter and _register (its socket and connect operations would pass the
+# socket filter below, and a container runtime's default profile may allow
+# it); unshare, setns, keyctl, add_key and request_key. The last five, and
+# clone with a namespace flag, the container's profile refuses too; but
+# gVisor does not apply that profile (docs/security.md), and answers them
+# itself: a user namespace of its own, in which the code would hold every
+# capability over what gVisor's kernel does. clone3 is answered ENOSYS
+# (its flags are out of a filter's reach), so that glibc falls back to clone.
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, 41, 53, (101, 310, 311, 438, 425, 426, 427)),
-    "aarch64": (0xC00000B7, 198, 199, (117, 270, 271, 438, 425, 426, 427)),
+    "x86_64": (0xC000003E, 41, 53, 56, 435, (101, 310, 311, 438, 425, 426, 427, 272, 308, 250, 248, 249)),
+    "aarch64": (0xC00000B7, 198, 199, 220, 435, (117, 270, 271, 438, 425, 426, 427, 97, 268, 219, 217, 218)),
 }
+# The clone flags that make new namespaces (CLONE_NEWNS, NEWCGROUP,
+# NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET), as the container's profile has.
+_CLONE_NAMESPACES = 0x7E020000
 # Socket families: AF_UNIX (the code makes no unix socket of its own) and
 # AF_VSOCK (not bound by a network namespace: on a VM, a way to the
 # hypervisor's host) are refused always. Without a network (no_inet), every
@@ -1203,8 +1212,9 @@ def confine(no_inet: bool = False) -> int:
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         die(EXIT_PROTOCOL, f"no_new_privs: {os.strerror(ctypes.get_errno())}")
     abi = _landlock(libc)
-    audit, nr_socket, nr_socketpair, refused = arch
+    audit, nr_socket, nr_socketpair, nr_clone, nr_clone3, refused = arch
     deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    nosys = 0x00050000 | 38  # SECCOMP_RET_ERRNO | ENOSYS
     # (code, jt, jf, k) with jumps as labels, resolved below.
     prog: list[tuple[int, Any, Any, int]] = [
         (0x20, 0, 0, 4),  # ld arch
@@ -1213,6 +1223,8 @@ def confine(no_inet: bool = False) -> int:
         (0x20, 0, 0, 0),  # ld nr
         (0x35, "deny", 0, 0x40000000),  # x32 system calls
         *[(0x15, "deny", 0, nr) for nr in refused],
+        (0x15, "clone", 0, nr_clone),
+        (0x15, "nosys", 0, nr_clone3),
         (0x15, "socket", 0, nr_socket),
         (0x15, "pair", "allow", nr_socketpair),
         ("socket", None, None, 0),
@@ -1232,6 +1244,11 @@ def confine(no_inet: bool = False) -> int:
         # may sendto any path.
         (0x15, "allow", 0, 1),
         (0x15, "allow", "deny", 5),
+        ("clone", None, None, 0),
+        (0x20, 0, 0, 16),  # ld args[0] (low half): the flags
+        (0x45, "deny", "allow", _CLONE_NAMESPACES),  # jset
+        ("nosys", None, None, 0),
+        (0x06, 0, 0, nosys),
         ("allow", None, None, 0),
         (0x06, 0, 0, allow),
         ("deny", None, None, 0),

@@ -1153,6 +1153,27 @@ class FilesTest(unittest.TestCase):
             "    if libc.syscall(425, 4, p) < 0:\n"  # io_uring_setup
             "        raise OSError(ctypes.get_errno(), 'io_uring_setup')\n"
             "t('io_uring', uring)\n"
+            # No namespace of its own (gVisor, which does not apply the
+            # container's profile, would make one): tried in a child, with
+            # one thread, as unshare(CLONE_NEWUSER) needs.
+            "def sys(name, nr, *args):\n"
+            "    if libc.syscall(nr, *args) < 0:\n"
+            "        return name + ' ' + errno.errorcode[ctypes.get_errno()]\n"
+            "    return name + ' OK'\n"
+            "x86 = os.uname().machine == 'x86_64'\n"
+            "r, w = os.pipe()\n"
+            "if os.fork() == 0:\n"
+            "    out = [sys('userns', 272 if x86 else 97, 0x10000000),\n"
+            "           sys('mountns', 272 if x86 else 97, 0x20000),\n"
+            "           sys('setns', 308 if x86 else 268, 0, 0),\n"
+            "           sys('keyctl', 250 if x86 else 219, 0, -3, 1),\n"
+            "           sys('clone_newuser', 56 if x86 else 220, 0x10000000 | 17, 0, 0, 0, 0),\n"
+            "           sys('clone3', 435, 0, 0)]\n"
+            "    os.write(w, '\\n'.join(out).encode())\n"
+            "    os._exit(0)\n"
+            "os.close(w)\n"
+            "print(os.read(r, 4096).decode())\n"
+            "os.wait()\n"
             f"t('fifo', lambda: os.open({os.path.join(outside, 'fifo')!r}, os.O_WRONLY | os.O_NONBLOCK))\n"
             "t('tmp', lambda: open('/tmp/bridge-confined-probe', 'w').close())\n"
             "th = threading.Thread(target=t, args=('thread_unix', lambda: socket.socket(socket.AF_UNIX)))\n"
@@ -1167,7 +1188,8 @@ class FilesTest(unittest.TestCase):
         got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
         want = {"unix": "EPERM", "pair_dgram": "EPERM", "pair_raw": "EPERM", "pair_seqpacket": "OK", "pair_stream": "OK",
                 "ptrace": "EPERM", "proc_write": "EACCES", "dev_stdout": "OK", "inet": "OK", "tmp": "OK", "vsock": "EPERM", "io_uring": "EPERM",
-                "thread_unix": "EPERM", "child_unix": "EPERM", "fifo": "EACCES"}
+                "thread_unix": "EPERM", "child_unix": "EPERM", "fifo": "EACCES",
+                "userns": "EPERM", "mountns": "EPERM", "setns": "EPERM", "keyctl": "EPERM", "clone_newuser": "EPERM", "clone3": "ENOSYS"}
         if not landlock_abi():
             want["fifo"] = "ENXIO"  # no reader; the kernel has no Landlock to refuse it
             want["proc_write"] = "OK"
