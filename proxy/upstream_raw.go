@@ -102,7 +102,8 @@ type rawConn struct {
 	calls   map[jsonrpc.ID]string // request id -> token, of calls that want raw results
 }
 
-// Write notes the id of a tools/call that carries a token.
+// Write notes the id of a tools/call that carries a token, and sends m
+// without the go-sdk server's values of ctx.
 func (c *rawConn) Write(ctx context.Context, m jsonrpc.Message) error {
 	if req, ok := m.(*jsonrpc.Request); ok && req.Method == "tools/call" && req.ID.IsValid() &&
 		bytes.Contains(req.Params, []byte(metaRawCall)) {
@@ -122,7 +123,8 @@ func (c *rawConn) Write(ctx context.Context, m jsonrpc.Message) error {
 			}
 		}
 	}
-	return c.Connection.Write(ctx, m)
+	// Without the agent's request's go-sdk values (sdkctx.go).
+	return c.Connection.Write(upstreamCtx{ctx}, m)
 }
 
 // Read keeps a big result of a noted call aside.
