@@ -1143,8 +1143,8 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
 # read-only mount stops writes to files, not to FIFOs).
 # docs/security.md says what remains.
 
-# Per architecture: AUDIT_ARCH, the numbers of socket, socketpair, clone
-# and clone3, and those refused outright: ptrace, process_vm_readv,
+# Per architecture: AUDIT_ARCH, the numbers of socket, socketpair, clone,
+# clone3, mknod (none on aarch64) and mknodat, and those refused outright: ptrace, process_vm_readv,
 # process_vm_writev and pidfd_getfd (the code could otherwise drive another
 # process of the container that the filter does not bind, its init, where
 # the kernel lets a process trace another of its uid); io_uring_setup,
@@ -1156,10 +1156,12 @@ def failure(e: BaseException, with_traceback: bool) -> Outcome:
 # itself: a user namespace of its own, in which the code would hold every
 # capability over what gVisor's kernel does. clone3 is answered ENOSYS
 # (its flags are out of a filter's reach), so that glibc falls back to clone.
+# mknod makes FIFOs, but no device node (gVisor lets any uid make one).
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, 41, 53, 56, 435, (101, 310, 311, 438, 425, 426, 427, 272, 308, 250, 248, 249)),
-    "aarch64": (0xC00000B7, 198, 199, 220, 435, (117, 270, 271, 438, 425, 426, 427, 97, 268, 219, 217, 218)),
+    "x86_64": (0xC000003E, 41, 53, 56, 435, 133, 259, (101, 310, 311, 438, 425, 426, 427, 272, 308, 250, 248, 249)),
+    "aarch64": (0xC00000B7, 198, 199, 220, 435, None, 33, (117, 270, 271, 438, 425, 426, 427, 97, 268, 219, 217, 218)),
 }
+_S_IFMT, _S_IFCHR, _S_IFBLK = 0o170000, 0o020000, 0o060000
 # The clone flags that make new namespaces (CLONE_NEWNS, NEWCGROUP,
 # NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET), as the container's profile has.
 _CLONE_NAMESPACES = 0x7E020000
@@ -1212,7 +1214,7 @@ def confine(no_inet: bool = False) -> int:
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         die(EXIT_PROTOCOL, f"no_new_privs: {os.strerror(ctypes.get_errno())}")
     abi = _landlock(libc)
-    audit, nr_socket, nr_socketpair, nr_clone, nr_clone3, refused = arch
+    audit, nr_socket, nr_socketpair, nr_clone, nr_clone3, nr_mknod, nr_mknodat, refused = arch
     deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
     nosys = 0x00050000 | 38  # SECCOMP_RET_ERRNO | ENOSYS
     # (code, jt, jf, k) with jumps as labels, resolved below.
@@ -1225,6 +1227,8 @@ def confine(no_inet: bool = False) -> int:
         *[(0x15, "deny", 0, nr) for nr in refused],
         (0x15, "clone", 0, nr_clone),
         (0x15, "nosys", 0, nr_clone3),
+        *([(0x15, "mknod", 0, nr_mknod)] if nr_mknod is not None else []),
+        (0x15, "mknodat", 0, nr_mknodat),
         (0x15, "socket", 0, nr_socket),
         (0x15, "pair", "allow", nr_socketpair),
         ("socket", None, None, 0),
@@ -1249,6 +1253,16 @@ def confine(no_inet: bool = False) -> int:
         (0x45, "deny", "allow", _CLONE_NAMESPACES),  # jset
         ("nosys", None, None, 0),
         (0x06, 0, 0, nosys),
+        ("mknod", None, None, 0),
+        (0x20, 0, 0, 24),  # ld args[1] (low half): the mode
+        (0x54, 0, 0, _S_IFMT),
+        (0x15, "deny", 0, _S_IFCHR),
+        (0x15, "deny", "allow", _S_IFBLK),
+        ("mknodat", None, None, 0),
+        (0x20, 0, 0, 32),  # ld args[2] (low half): the mode
+        (0x54, 0, 0, _S_IFMT),
+        (0x15, "deny", 0, _S_IFCHR),
+        (0x15, "deny", "allow", _S_IFBLK),
         ("allow", None, None, 0),
         (0x06, 0, 0, allow),
         ("deny", None, None, 0),

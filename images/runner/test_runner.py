@@ -1176,6 +1176,9 @@ class FilesTest(unittest.TestCase):
             "os.wait()\n"
             f"t('fifo', lambda: os.open({os.path.join(outside, 'fifo')!r}, os.O_WRONLY | os.O_NONBLOCK))\n"
             "t('tmp', lambda: open('/tmp/bridge-confined-probe', 'w').close())\n"
+            f"t('mknod_char', lambda: os.mknod({os.path.join(outside, 'null')!r}, 0o20666, os.makedev(1, 3)))\n"
+            f"t('mknod_block', lambda: os.mknod({os.path.join(outside, 'sda')!r}, 0o60600, os.makedev(8, 0)))\n"
+            f"t('mkfifo', lambda: os.mkfifo({os.path.join(outside, 'fifo2')!r}))\n"
             "th = threading.Thread(target=t, args=('thread_unix', lambda: socket.socket(socket.AF_UNIX)))\n"
             "th.start(); th.join()\n"
             "pid = os.fork()\n"
@@ -1189,6 +1192,7 @@ class FilesTest(unittest.TestCase):
         want = {"unix": "EPERM", "pair_dgram": "EPERM", "pair_raw": "EPERM", "pair_seqpacket": "OK", "pair_stream": "OK",
                 "ptrace": "EPERM", "proc_write": "EACCES", "dev_stdout": "OK", "inet": "OK", "tmp": "OK", "vsock": "EPERM", "io_uring": "EPERM",
                 "thread_unix": "EPERM", "child_unix": "EPERM", "fifo": "EACCES",
+                "mknod_char": "EPERM", "mknod_block": "EPERM", "mkfifo": "OK",
                 "userns": "EPERM", "mountns": "EPERM", "setns": "EPERM", "keyctl": "EPERM", "clone_newuser": "EPERM", "clone3": "ENOSYS"}
         if not landlock_abi():
             want["fifo"] = "ENXIO"  # no reader; the kernel has no Landlock to refuse it
