@@ -74,13 +74,19 @@ func (s bridgeStats) backTo(base bridgeStats, g, f int) bool {
 	return s.Goroutines <= base.Goroutines+g+n*readyGoroutines && s.OpenFDs <= base.OpenFDs+f+n*readyFDs
 }
 
-// max returns the field-wise maximum of s and o.
+// max returns the field-wise maximum of s and o, with o's pool: o is
+// the newer reading, and the pool's state is a fact of now, not a peak.
+// (Without it, a baseline taken as a window had no pool, and a soak whose
+// burst grew the pool, which holds its ready containers' goroutines and
+// files until it shrinks a minute later, failed: TestSoak on rootless
+// Podman, +12 goroutines and +10 fds for 6 more ready containers.)
 func (s bridgeStats) max(o bridgeStats) bridgeStats {
 	return bridgeStats{
 		Goroutines: max(s.Goroutines, o.Goroutines),
 		HeapAlloc:  max(s.HeapAlloc, o.HeapAlloc),
 		RSS:        max(s.RSS, o.RSS),
 		OpenFDs:    max(s.OpenFDs, o.OpenFDs),
+		Pool:       o.Pool,
 	}
 }
 

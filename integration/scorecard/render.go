@@ -25,8 +25,10 @@ func cell(k yCase, res results, e string) (string, []string) {
 	var fails []string
 	held, notEnforced, elsewhere := false, false, false
 	for _, t := range k.Tests {
-		r, ok := res[e][testKey(t)]
+		r, ok := lookup(res, e, testKey(t))
 		switch {
+		case !ok && res.notForAll(testKey(t)):
+			elsewhere = true
 		case !ok:
 		case r.outcome == failed:
 			fails = append(fails, t)
@@ -49,6 +51,21 @@ func cell(k yCase, res results, e string) (string, []string) {
 		return cellElsewhere, nil
 	}
 	return cellNotRun, nil
+}
+
+// lookup is what test key did on engine e; a subtest that did not run
+// because its parent was skipped has the parent's skip.
+func lookup(res results, e, key string) (result, bool) {
+	for k := key; ; {
+		if r, ok := res[e][k]; ok && (k == key || r.outcome == skipped) {
+			return r, true
+		}
+		i := strings.LastIndex(k, "/")
+		if i < 0 {
+			return result{}, false
+		}
+		k = k[:i]
+	}
 }
 
 // render writes the scorecard: a summary per yardstick, then its cases,

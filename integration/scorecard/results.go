@@ -141,6 +141,28 @@ func worst(res results, e, key string, r result) {
 	}
 }
 
+// notForAll reports whether the test key (or a parent of it) was skipped
+// on some engine by the suite's rule of which engines run it (not for a
+// limit the engine cannot enforce): a test above the engine, which the
+// Docker and Podman pass proves for every engine, or one of another
+// engine's own. A pass that runs a list of tests (the gVisor pass) and
+// leaves it out would have skipped it too.
+func (res results) notForAll(key string) bool {
+	for _, tests := range res {
+		for k := key; ; {
+			if r, ok := tests[k]; ok && r.outcome == skipped && !strings.Contains(r.reason, "cannot enforce") {
+				return true
+			}
+			i := strings.LastIndex(k, "/")
+			if i < 0 {
+				break
+			}
+			k = k[:i]
+		}
+	}
+	return false
+}
+
 // splitEngine takes the engine's segment out of a test's name:
 // "TestConformance/serve/docker" is "TestConformance/serve" on docker.
 func splitEngine(name string) (key, engine string) {
