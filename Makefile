@@ -210,7 +210,7 @@ integration-rootful: build need-env
 # The runsc engine (gVisor driven by the bridge, as root, with Docker's
 # images): the tests of what it adds, and a few that prove it runs code
 # as the others do (GVISOR_RUN; RUN=PATTERN instead).
-GVISOR_RUN ?= TestOutputAndErrors$$|TestRootReadOnly$$|TestIdentityAndPrivileges$$|TestNetworkUnreachable$$|TestMemoryLimitKills$$|TestHostile$$|TestPersistenceAcrossRuns$$|TestTmpfsLimits$$|TestForkBombHitsPidsLimit$$|TestTimeoutKills$$|TestConcurrentRunsAreIsolated$$|TestSessions$$|TestMemorySnapshots$$|TestMemorySnapshotsHostile$$|TestSnapshotsHostile$$|TestCLIRun$$
+GVISOR_RUN ?= TestOutputAndErrors$$|TestRootReadOnly$$|TestIdentityAndPrivileges$$|TestNetworkUnreachable$$|TestMemoryLimitKills$$|TestHostile$$|TestPersistenceAcrossRuns$$|TestInputs$$|TestMountsRefusedAndReported$$|TestTmpfsLimits$$|TestForkBombHitsPidsLimit$$|TestTimeoutKills$$|TestConcurrentRunsAreIsolated$$|TestSessions$$|TestMemorySnapshots$$|TestMemorySnapshotsHostile$$|TestSnapshotsHostile$$|TestCLIRun$$
 
 integration-gvisor: build need-env
 	$(call banner,integration: the runsc engine (gVisor driven by the bridge; images from docker))

@@ -1799,6 +1799,39 @@ class InputsTest(unittest.TestCase):
         self.assertIn("taken by something else", exits[2]["error"]["message"])
 
 
+class InputsFollowNoLinkTest(unittest.TestCase):
+    """A folder of an input path that is a link fails the write even where
+    the kernel follows the link despite O_NOFOLLOW (gVisor's, with
+    O_DIRECTORY): the folder opened must be the entry its parent holds."""
+
+    def test_link_followed_by_the_kernel_is_refused(self) -> None:
+        import errno
+        import importlib.util
+        import unittest.mock
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "mcp_tools", "_runner_inputs.py")
+        spec = importlib.util.spec_from_file_location("_runner_inputs_under_test", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        base = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, base)
+        root, elsewhere = os.path.join(base, "inputs"), os.path.join(base, "elsewhere")
+        os.mkdir(root)
+        os.mkdir(elsewhere)
+        os.symlink(elsewhere, os.path.join(root, "link"))
+        real_open = os.open
+
+        def follows(name: str, flags: int, *args: object, **kw: object) -> int:
+            return real_open(name, flags & ~os.O_NOFOLLOW, *args, **kw)  # type: ignore[arg-type]
+
+        with unittest.mock.patch.object(mod.os, "open", follows):
+            with self.assertRaises(OSError) as cm:
+                mod.Inputs(root)._create("link/x")
+        self.assertEqual(cm.exception.errno, errno.ELOOP)
+        self.assertEqual(os.listdir(elsewhere), [])
+
+
 class SnapshotTest(unittest.TestCase):
     """pack sends a session's /tmp as one tar file; a put with archive: true
     before a new session's first exec unpacks one."""

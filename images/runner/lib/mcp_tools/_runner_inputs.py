@@ -7,7 +7,9 @@ when a put frame arrives, as it loads _runner_files.
 Nothing is followed: each folder is opened relative to its parent's
 descriptor with O_NOFOLLOW, so a symbolic link that code of an earlier
 call of a session left in the folder fails the write rather than leading
-elsewhere. A file that cannot be written (the run's /tmp is full, a name
+elsewhere; and the folder opened must be the very entry its parent holds
+(lstat of the name against fstat of the descriptor), since a kernel that
+follows the link anyway (gVisor's, with O_DIRECTORY) must not decide it. A file that cannot be written (the run's /tmp is full, a name
 the code took for something else) is reported once the exec arrives, and
 the code does not run; the frames that follow it are still read and
 checked, so the connection stays in step.
@@ -213,6 +215,9 @@ class Inputs:
             pass
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
         try:
+            st, entry = os.fstat(fd), os.lstat(name, dir_fd=parent)
+            if (st.st_dev, st.st_ino) != (entry.st_dev, entry.st_ino):
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name)
             os.fchmod(fd, 0o755)
         except OSError:
             os.close(fd)
